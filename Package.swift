@@ -1,0 +1,93 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let upcoming: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "dashcam-agent",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "dashcam-agent", targets: ["DashcamAgent"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.0.0", traits: ["YAML"]),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
+        .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
+    ],
+    targets: [
+        // C libraries, each behind its pkg-config name.
+        .systemLibrary(
+            name: "CV4L2", pkgConfig: "libv4l2",
+            providers: [.apt(["libv4l-dev"])]
+        ),
+        .systemLibrary(
+            name: "CFFmpeg", pkgConfig: "libavformat libavcodec libswscale libavutil",
+            providers: [.apt(["libavformat-dev", "libavcodec-dev", "libswscale-dev", "libavutil-dev"])]
+        ),
+        .systemLibrary(
+            name: "CGPIOD", pkgConfig: "libgpiod",
+            providers: [.apt(["libgpiod-dev"])]
+        ),
+        .systemLibrary(
+            name: "CEspeakNG", pkgConfig: "espeak-ng",
+            providers: [.apt(["libespeak-ng-dev"])]
+        ),
+        // What Swift cannot import from those headers: function-like macros and variadics.
+        .target(
+            name: "CShims",
+            dependencies: ["CV4L2", "CFFmpeg"]
+        ),
+
+        .target(
+            name: "HAL",
+            dependencies: [
+                "CShims", "CV4L2", "CFFmpeg",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .target(
+            name: "Agent",
+            dependencies: [
+                "HAL",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Yams", package: "Yams"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .executableTarget(
+            name: "DashcamAgent",
+            dependencies: [
+                "Agent",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: upcoming
+        ),
+
+        .target(
+            name: "TestSupport",
+            path: "Tests/TestSupport",
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "HALTests",
+            dependencies: ["HAL", "TestSupport"],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "AgentTests",
+            dependencies: ["Agent", "HAL", "TestSupport"],
+            exclude: ["Fixtures"],
+            swiftSettings: upcoming
+        ),
+    ]
+)

@@ -1,0 +1,11 @@
+public import ArgumentParser
+
+public struct DashcamAgentCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "dashcam-agent",
+        abstract: "Records a V4L2 camera as HEVC segments and streams them for driver guidance.",
+        subcommands: [RecordCommand.self, ProbeCommand.self]
+    )
+
+    public init() {}
+}

@@ -1,0 +1,105 @@
+import ArgumentParser
+import Foundation
+import HAL
+import Logging
+
+struct RecordCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "record",
+        abstract: "Record segments to a folder and print one JSON line of metadata per segment."
+    )
+
+    @Option(help: "YAML config file (see device-config/).")
+    var config: String?
+
+    @Option(help: "Output folder (overrides output.dir).")
+    var out: String?
+
+    @Option(help: "Stop after this many segments.")
+    var segments: Int?
+
+    @Option(help: "v4l2[:DEVICE], test-pattern or file:PATH (overrides camera.source).")
+    var source: String?
+
+    @Flag(help: "Feed test-pattern and file sources as fast as possible (camera.pace: fast).")
+    var fast = false
+
+    func run() async throws {
+        do {
+            try await record()
+        } catch let exit as ExitCode {
+            throw exit
+        } catch {
+            throw ExitStatus.report(error)
+        }
+    }
+
+    private func record() async throws {
+        if let segments, segments < 1 {
+            throw ConfigError.invalidOption("--segments", "\(segments)", "a whole number of segments, 1 or more")
+        }
+        let config = try await AgentConfig.load(file: self.config, overrides: overrides())
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = config.log.level
+            return handler
+        }
+        let logger = Logger(label: "dashcam-agent")
+        let writer = try SegmentFileWriter(directory: config.output.dir)
+        let pipeline = try CapturePipeline(
+            source: config.makeSource(logger: logger), settings: config.pipelineSettings(maxSegments: segments),
+            logger: logger)
+
+        let signals = SignalStop(pipeline: pipeline)
+        defer { signals.cancel() }
+        pipeline.start()
+        for try await segment in pipeline.segments {
+            let file = try writer.write(segment)
+            // One line per segment, written at once: a reader sees each as soon as it is on disk.
+            FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: file) + "\n").utf8))
+        }
+    }
+
+    /// Flags that override config keys (CLI > environment > file > defaults).
+    private func overrides() throws -> [String: String] {
+        var values: [String: String] = [:]
+        if let out { values["output.dir"] = out }
+        if fast { values["camera.pace"] = "fast" }
+        if let source {
+            let (kind, argument) = source.split(separator: ":", maxSplits: 1).map(String.init).pair
+            values["camera.source"] = kind
+            switch kind {
+            case "v4l2": if let argument { values["camera.device"] = argument }
+            case "file":
+                guard let argument else {
+                    throw ConfigError.invalidOption("--source", source, "v4l2[:DEVICE], test-pattern or file:PATH")
+                }
+                values["camera.file"] = argument
+            case "test-pattern": break
+            default: throw ConfigError.invalidOption("--source", source, "v4l2[:DEVICE], test-pattern or file:PATH")
+            }
+        }
+        return values
+    }
+}
+
+/// SIGINT and SIGTERM close the segment in progress and end the pipeline.
+private final class SignalStop {
+    private let sources: [any DispatchSourceSignal]
+
+    init(pipeline: CapturePipeline) {
+        sources = [SIGINT, SIGTERM].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number)
+            source.setEventHandler { pipeline.stop() }
+            source.resume()
+            return source
+        }
+    }
+
+    func cancel() { sources.forEach { $0.cancel() } }
+}
+
+extension Array where Element == String {
+    fileprivate var pair: (String, String?) { (self.first ?? "", self.count > 1 ? self[1] : nil) }
+}

@@ -1,0 +1,57 @@
+public import Foundation
+public import HAL
+
+public struct OutputError: Error, CustomStringConvertible {
+    public let path: String
+    public let reason: String
+    public var description: String { "output folder \(path) is not writable: \(reason)" }
+}
+
+/// Writes segments as `<seq>-<UTC time>.mp4` into a folder: first under a hidden temporary name,
+/// then renamed, so a reader never sees half a file.
+public struct SegmentFileWriter: Sendable {
+    public let directory: URL
+
+    /// Creates the folder if needed and proves it takes a file.
+    public init(directory path: String) throws(OutputError) {
+        directory = URL(fileURLWithPath: path, isDirectory: true)
+        let probe = directory.appendingPathComponent(".write-test-\(getpid())")
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            try Data().write(to: probe)
+            try FileManager.default.removeItem(at: probe)
+        } catch {
+            throw OutputError(path: path, reason: Self.reason(error))
+        }
+    }
+
+    /// Writes the segment and returns its file name.
+    @discardableResult
+    public func write(_ segment: Segment) throws -> String {
+        let name = Self.fileName(for: segment.metadata)
+        let temporary = directory.appendingPathComponent(".\(name).partial")
+        try Data(segment.data).write(to: temporary)
+        let final = directory.appendingPathComponent(name)
+        guard rename(temporary.path, final.path) == 0 else {
+            throw OutputError(path: directory.path, reason: String(cString: strerror(errno)))
+        }
+        return name
+    }
+
+    public static func fileName(for metadata: SegmentMetadata) -> String {
+        let time = metadata.capturedAt.formatted(
+            Date.ISO8601FormatStyle(dateSeparator: .omitted, dateTimeSeparator: .standard, timeSeparator: .omitted, includingFractionalSeconds: true))
+        return String(format: "%06d-", metadata.seq) + time + ".mp4"
+    }
+
+    private static func reason(_ error: any Error) -> String {
+        if let error = error as? CocoaError, let underlying = error.underlying as? POSIXError {
+            return String(cString: strerror(underlying.code.rawValue))
+        }
+        return (error as NSError).localizedDescription
+    }
+}
+
+extension CocoaError {
+    fileprivate var underlying: (any Error)? { userInfo[NSUnderlyingErrorKey] as? any Error }
+}

@@ -1,0 +1,27 @@
+import Foundation
+public import HAL
+
+extension SegmentMetadata {
+    /// One line of JSON: times in RFC 3339 UTC with milliseconds, keys sorted, plus the file name.
+    public func jsonLine(file: String? = nil) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+        }
+        return String(decoding: try encoder.encode(Line(metadata: self, file: file)), as: UTF8.self)
+    }
+}
+
+private struct Line: Encodable {
+    enum Key: CodingKey { case file }
+    let metadata: SegmentMetadata
+    let file: String?
+
+    func encode(to encoder: any Encoder) throws {
+        try metadata.encode(to: encoder)
+        var container = encoder.container(keyedBy: Key.self)
+        try container.encodeIfPresent(file, forKey: .file)
+    }
+}

@@ -1,0 +1,148 @@
+import Foundation
+public import HAL
+public import Logging
+import Synchronization
+
+/// The data path: `source.nextFrame() → segmenter.place → encoder.encode → segmenter → segments`.
+///
+/// Capture and encoding run on a thread of their own, because a camera blocks in `poll`; finished
+/// segments (one every few seconds) leave through ``segments``. A lost or stalled camera closes the
+/// segment in progress early, then the source is reopened with bounded backoff: the pipeline only
+/// ends at the end of a file, after `maxSegments`, on ``stop()``, or on an encoder failure.
+public final class CapturePipeline: Sendable {
+    public struct Settings: Sendable {
+        public var encoder: EncoderSettings
+        public var segmentSeconds: Int
+        /// Delay before reopening a lost camera: doubles from the first value up to the second.
+        public var reopenBackoffMs: (min: Int, max: Int)
+        /// Stop after this many segments (`nil`: run until stopped).
+        public var maxSegments: Int?
+
+        public init(encoder: EncoderSettings, segmentSeconds: Int, reopenBackoffMs: (min: Int, max: Int), maxSegments: Int?) {
+            self.encoder = encoder
+            self.segmentSeconds = segmentSeconds
+            self.reopenBackoffMs = reopenBackoffMs
+            self.maxSegments = maxSegments
+        }
+    }
+
+    /// Finished segments, oldest first; ends when the pipeline ends, throwing if it failed.
+    public let segments: AsyncThrowingStream<Segment, any Error>
+    private let continuation: AsyncThrowingStream<Segment, any Error>.Continuation
+    private let stopRequested = Atomic<Bool>(false)
+    private let state: Mutex<Loop?>
+
+    /// Opens the source and the encoder, so a missing device or a machine without an HEVC
+    /// encoder fails here, before anything runs.
+    public init(source: any FrameSource, settings: Settings, logger: Logger) throws {
+        let format = try source.open()
+        logger.info("camera: \(source.name) opened", metadata: ["format": "\(format)", "pixelFormat": "\(source.pixelFormat)"])
+        let encoder = try HEVCEncoder(settings: settings.encoder, inputFormat: source.pixelFormat)
+        for (name, reason) in encoder.skipped {
+            logger.info("encoder: \(name) does not open: \(reason)")
+        }
+        logger.info("encoder: \(encoder.name)", metadata: [
+            "format": "\(settings.encoder.format)", "pixelFormat": "\(encoder.encoderPixelFormat)",
+            "swscale": "\(source.pixelFormat != encoder.encoderPixelFormat || format.width != settings.encoder.format.width || format.height != settings.encoder.format.height)",
+        ])
+        (segments, continuation) = AsyncThrowingStream.makeStream(bufferingPolicy: .unbounded)
+        state = Mutex(Loop(source: source, encoder: encoder, settings: settings, logger: logger))
+    }
+
+    /// Starts capturing on a thread of its own.
+    public func start() {
+        guard let loop = state.withLock({ $0.take() }) else { return }
+        let thread = Thread { [self] in
+            do {
+                try loop.run(emit: { continuation.yield($0) }, stopRequested: { stopRequested.load(ordering: .relaxed) })
+                continuation.finish()
+            } catch {
+                continuation.finish(throwing: error)
+            }
+        }
+        thread.name = "capture"
+        thread.start()
+    }
+
+    /// Asks the pipeline to close the segment in progress and end.
+    public func stop() {
+        stopRequested.store(true, ordering: .relaxed)
+    }
+}
+
+/// The capture loop's state; owned by the capture thread once started.
+private struct Loop: @unchecked Sendable {
+    let source: any FrameSource
+    let encoder: HEVCEncoder
+    let settings: CapturePipeline.Settings
+    let logger: Logger
+
+    func run(emit: (Segment) -> Void, stopRequested: () -> Bool) throws {
+        let segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds)
+        var emitted = 0
+        func deliver() -> Bool {
+            for segment in segmenter.takeClosed() {
+                emit(segment)
+                emitted += 1
+            }
+            return settings.maxSegments.map { emitted >= $0 } ?? false
+        }
+        func closeEarly(_ reason: SegmentEndReason) throws {
+            try encoder.flush(into: segmenter)
+            try segmenter.close(reason: reason)
+            try encoder.restart()
+            segmenter.restartTimeline()
+        }
+        defer { source.close() }
+
+        while true {
+            if stopRequested() {
+                try closeEarly(.shutdown)
+                _ = deliver()
+                return
+            }
+            let frame: Frame
+            do {
+                guard let next = try source.nextFrame() else {
+                    try closeEarly(.endOfInput)
+                    _ = deliver()
+                    logger.info("source: \(source.name) ended")
+                    return
+                }
+                frame = next
+            } catch let error as SourceError where error.isRecoverable {
+                logger.error("\(error)")
+                try closeEarly(error.isLost ? .cameraLost : .cameraStalled)
+                if deliver() { return }
+                source.close()
+                guard reopen(stopRequested: stopRequested) else { continue }
+                continue
+            }
+            guard let placement = segmenter.place(frame) else { continue }
+            try encoder.encode(frame, slot: placement.slot, keyframe: placement.startsSegment, into: segmenter)
+            if deliver() { return }
+        }
+    }
+
+    /// Reopens the source with doubling delays; `false` if a stop came first.
+    private func reopen(stopRequested: () -> Bool) -> Bool {
+        var delay = settings.reopenBackoffMs.min
+        while !stopRequested() {
+            let deadline = MonotonicClock.now() + UInt64(delay) * 1_000_000
+            // Sleep in short steps so a stop is not held up by a long backoff.
+            while MonotonicClock.now() < deadline && !stopRequested() {
+                MonotonicClock.sleep(until: min(deadline, MonotonicClock.now() + 100_000_000))
+            }
+            if stopRequested() { return false }
+            do {
+                let format = try source.open()
+                logger.notice("camera back: \(source.name)", metadata: ["format": "\(format)"])
+                return true
+            } catch {
+                logger.warning("camera: \(source.name) not back yet: \(error)", metadata: ["retryInMs": "\(delay)"])
+                delay = min(delay * 2, settings.reopenBackoffMs.max)
+            }
+        }
+        return false
+    }
+}

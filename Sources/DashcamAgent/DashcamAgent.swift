@@ -1,0 +1,7 @@
+import Agent
+import ArgumentParser
+
+@main
+struct DashcamAgent: AsyncParsableCommand {
+    static let configuration = DashcamAgentCommand.configuration
+}

@@ -1,0 +1,42 @@
+public import Foundation
+
+/// Why a segment ended.
+public enum SegmentEndReason: String, Codable, Sendable {
+    /// It holds its full length.
+    case complete
+    /// The camera disappeared (unplugged, `ENODEV`, `POLLERR`); closed early.
+    case cameraLost
+    /// The camera stopped delivering frames; closed early.
+    case cameraStalled
+    /// A file source ended.
+    case endOfInput
+    /// The agent was asked to stop.
+    case shutdown
+}
+
+/// What is known about one finished segment; one JSON line of this is printed per segment.
+public struct SegmentMetadata: Codable, Sendable, Equatable {
+    public var seq: Int
+    /// Wall-clock time of the segment's first frame slot.
+    public var capturedAt: Date
+    /// `CLOCK_MONOTONIC` time of the segment's first frame slot, in nanoseconds.
+    public var captureStartMonotonicNs: UInt64
+    public var durationMs: Int
+    public var frames: Int
+    /// Frame slots in the segment's span that no frame filled.
+    public var droppedFrames: Int
+    public var bytes: Int
+    public var sha256: String
+    public var encoder: String
+    public var width: Int
+    public var height: Int
+    public var fps: Int
+    public var complete: Bool
+    public var endReason: SegmentEndReason
+}
+
+/// A self-contained MP4 held in memory, with its metadata.
+public struct Segment: Sendable {
+    public var metadata: SegmentMetadata
+    public var data: [UInt8]
+}

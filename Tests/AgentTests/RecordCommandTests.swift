@@ -1,0 +1,148 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// Runs the real `dashcam-agent` binary, as a user would, and checks its segments with ffprobe.
+@Suite(.serialized) struct RecordCommandTests {
+    static let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    /// The agent binary sits beside the test bundle in the build folder.
+    static let agent = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        .appendingPathComponent("dashcam-agent").path
+
+    struct Run {
+        var status: Int32
+        var lines: [[String: Any]]
+        var stderr: String
+        var folder: URL
+    }
+
+    func record(_ arguments: [String], config: String = "device-config/demo.yaml") throws -> Run {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("record-\(UUID().uuidString)")
+        let result = try Command.execute(
+            Self.agent, ["record", "--config", Self.repo.appendingPathComponent(config).path, "--out", folder.path] + arguments)
+        let lines = result.stdout.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        return Run(status: result.status, lines: lines, stderr: result.stderr, folder: folder)
+    }
+
+    func checkSegment(_ file: URL, frames: Int, fps: Int = 10) throws {
+        let probed = try FFprobe.probe(file)
+        #expect(probed.codec == "hevc", "\(file.lastPathComponent)")
+        #expect(probed.tag == "hvc1")
+        #expect(probed.frames == frames, "\(file.lastPathComponent)")
+        #expect(abs(probed.duration - Double(frames) / Double(fps)) <= 1.0 / Double(fps))
+        #expect(probed.keyFrames.first == true && probed.keyframeCount == 1)
+        #expect(probed.startsWithIDR)
+        #expect(probed.moovBeforeMdat)
+    }
+
+    @Test func testPatternRecordsConsecutiveFiveSecondSegments() throws {
+        let run = try record(["--source", "test-pattern", "--fast", "--segments", "3"])
+        defer { try? FileManager.default.removeItem(at: run.folder) }
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.lines.count == 3)
+        let files = try FileManager.default.contentsOfDirectory(atPath: run.folder.path).sorted()
+        #expect(files.count == 3 && files.allSatisfy { $0.hasSuffix(".mp4") }, "no temporary files left: \(files)")
+        for (index, line) in run.lines.enumerated() {
+            #expect(line["seq"] as? Int == index)
+            #expect(line["frames"] as? Int == 50 && line["droppedFrames"] as? Int == 0)
+            #expect(line["complete"] as? Bool == true && line["endReason"] as? String == "complete")
+            #expect(line["durationMs"] as? Int == 5000)
+            #expect(line["encoder"] as? String == "libx265")
+            let name = try #require(line["file"] as? String)
+            #expect(files.contains(name))
+            let file = run.folder.appendingPathComponent(name)
+            try checkSegment(file, frames: 50)
+            let bytes = try Data(contentsOf: file)
+            #expect(line["bytes"] as? Int == bytes.count)
+            let sha = try Command.run("sha256sum", [file.path]).stdout.prefix(64)
+            #expect(line["sha256"] as? String == String(sha))
+        }
+        // No frame lost between segments: each starts exactly where the previous one ended.
+        let starts = run.lines.compactMap { $0["captureStartMonotonicNs"] as? Int }
+        #expect(zip(starts, starts.dropFirst()).allSatisfy { $1 - $0 == 5_000_000_000 })
+        let stamps = run.lines.compactMap { $0["capturedAt"] as? String }
+        #expect(stamps.count == 3 && stamps.allSatisfy { $0.hasSuffix("Z") && $0.contains(".") })
+    }
+
+    @Test func aVideoFileIsReplayedIntoSegmentsAndItsTailIsKept() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("input-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let input = folder.appendingPathComponent("drive.mkv")
+        // 12 s at 10 fps, 352x288, in another codec: decoded and scaled to the configured size.
+        try Command.run("ffmpeg", ["-v", "error", "-f", "lavfi", "-i", "testsrc=size=352x288:rate=10", "-t", "12",
+                                   "-c:v", "mpeg4", "-q:v", "5", input.path])
+        let run = try record(["--source", "file:\(input.path)", "--fast"])
+        defer { try? FileManager.default.removeItem(at: run.folder) }
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.lines.map { $0["frames"] as? Int } == [50, 50, 20])
+        #expect(run.lines.map { $0["endReason"] as? String } == ["complete", "complete", "endOfInput"])
+        for line in run.lines {
+            let name = try #require(line["file"] as? String)
+            try checkSegment(run.folder.appendingPathComponent(name), frames: line["frames"] as? Int ?? -1)
+        }
+    }
+
+    @Test func aMissingCameraNamesThePathAndExits66() throws {
+        let run = try record(["--source", "v4l2:/dev/no-such-camera"], config: "device-config/default.yaml")
+        #expect(run.status == 66)
+        #expect(run.stderr.contains("/dev/no-such-camera: no such device"))
+        #expect(run.stderr.split(separator: "\n").count == 1)
+    }
+
+    @Test func aPathThatIsNotACameraExits69() throws {
+        let run = try record(["--source", "v4l2:/dev/null"], config: "device-config/default.yaml")
+        #expect(run.status == 69)
+        #expect(run.stderr.contains("/dev/null: not a video capture device"))
+    }
+
+    @Test func noEncoderOpeningListsWhatWasTriedAndExits70() throws {
+        let run = try record(["--source", "test-pattern", "--segments", "1"],
+                             config: "Tests/AgentTests/Fixtures/no-encoder.yaml")
+        #expect(run.status == 70)
+        #expect(run.stderr.contains("no HEVC encoder opens; tried no_such_encoder (not in this FFmpeg build), mpeg4 (not an HEVC encoder)"))
+    }
+
+    @Test func anUnwritableOutputFolderExits73() throws {
+        let result = try Command.execute(Self.agent, [
+            "record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path,
+            "--out", "/proc/dashcam-segments", "--segments", "1",
+        ])
+        #expect(result.status == 73)
+        #expect(result.stderr.contains("output folder /proc/dashcam-segments is not writable"))
+    }
+
+    @Test func anUnknownConfigKeyExits78AndNamesTheKey() throws {
+        let run = try record(["--segments", "1"], config: "Tests/AgentTests/Fixtures/typo.yaml")
+        #expect(run.status == 78)
+        #expect(run.stderr.contains("camera.fsp"))
+        #expect(run.stderr.contains("camera.fps"))
+    }
+
+    @Test func stopSignalClosesTheSegmentInProgressAndExitsZero() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("record-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.agent)
+        process.arguments = ["record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path,
+                             "--out", folder.path, "--source", "test-pattern"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        Thread.sleep(forTimeInterval: 2.5)
+        process.terminate()
+        let stdout = String(decoding: try out.fileHandleForReading.readToEnd() ?? Data(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let line = try #require(stdout.split(separator: "\n").last.flatMap {
+            try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        })
+        #expect(line["endReason"] as? String == "shutdown")
+        let frames = try #require(line["frames"] as? Int)
+        #expect((10...30).contains(frames))
+        try checkSegment(folder.appendingPathComponent(try #require(line["file"] as? String)), frames: frames)
+    }
+}

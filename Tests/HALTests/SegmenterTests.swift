@@ -1,0 +1,91 @@
+import Foundation
+import HAL
+import TestSupport
+import Testing
+
+/// Real libx265 encoding of the test pattern through the segmenter, checked with ffprobe.
+@Suite struct SegmenterTests {
+    let format = VideoFormat(width: 320, height: 180, fps: 10)
+
+    func encoder() throws -> HEVCEncoder {
+        try HEVCEncoder(settings: EncoderSettings(preference: ["libx265"], rateControl: .crf(28), format: format,
+                                                  keyframeInterval: 50),
+                        inputFormat: .yuv420p)
+    }
+
+    /// Encodes `count` test-pattern frames, skipping `missing` frame numbers, and closes early with `reason`.
+    func record(_ count: Int, missing: Set<Int> = [], closeWith reason: SegmentEndReason? = nil) throws -> [Segment] {
+        let source = TestPatternSource(format: format, realtime: false)
+        _ = try source.open()
+        let encoder = try encoder()
+        let segmenter = Segmenter(format: format, segmentSeconds: 5)
+        for n in 0..<count {
+            let frame = try #require(try source.nextFrame())
+            if missing.contains(n) { continue }
+            let placement = try #require(segmenter.place(frame))
+            try encoder.encode(frame, slot: placement.slot, keyframe: placement.startsSegment, into: segmenter)
+        }
+        if let reason {
+            try encoder.flush(into: segmenter)
+            try segmenter.close(reason: reason)
+        }
+        return segmenter.takeClosed()
+    }
+
+    func probe(_ segment: Segment) throws -> ProbedSegment {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("segment-\(UUID().uuidString).mp4")
+        try Data(segment.data).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        return try FFprobe.probe(file)
+    }
+
+    @Test func fullSegmentsHoldFiftyFramesOneIDRAndMoovFirst() throws {
+        let segments = try record(100)
+        #expect(segments.count == 2)
+        for (index, segment) in segments.enumerated() {
+            let probed = try probe(segment)
+            #expect(probed.codec == "hevc")
+            #expect(probed.tag == "hvc1")
+            #expect(probed.frames == 50)
+            #expect(abs(probed.duration - 5.0) <= 0.1)
+            #expect(probed.keyFrames.first == true)
+            #expect(probed.keyframeCount == 1)
+            #expect(probed.startsWithIDR)
+            #expect(probed.moovBeforeMdat)
+            let m = segment.metadata
+            #expect(m.seq == index)
+            #expect(m.frames == 50 && m.droppedFrames == 0 && m.complete && m.endReason == .complete)
+            #expect(m.durationMs == 5000)
+            #expect(m.bytes == segment.data.count)
+            #expect(m.sha256.count == 64)
+            #expect(m.encoder == "libx265")
+        }
+        #expect(segments[1].metadata.captureStartMonotonicNs - segments[0].metadata.captureStartMonotonicNs == 5_000_000_000)
+        #expect(segments[0].metadata.sha256 != segments[1].metadata.sha256)
+    }
+
+    @Test func droppedFramesAreCountedAndTheSegmentStaysValid() throws {
+        let segments = try record(60, missing: [7, 8, 9, 49, 50], closeWith: .shutdown)
+        #expect(segments.count == 2)
+        let first = segments[0].metadata, second = segments[1].metadata
+        #expect(first.frames == 46 && first.droppedFrames == 4 && !first.complete)
+        #expect(first.endReason == .complete)
+        // Slot 50 was dropped: the second segment starts at slot 51 with an IDR.
+        #expect(second.frames == 9 && second.droppedFrames == 1 && second.endReason == .shutdown)
+        let probed = try probe(segments[1])
+        #expect(probed.frames == 9)
+        #expect(probed.keyframeCount == 1 && probed.startsWithIDR)
+        #expect(try probe(segments[0]).frames == 46)
+    }
+
+    @Test func anEarlyCloseGivesAShorterValidSegment() throws {
+        let segments = try record(73, closeWith: .cameraLost)
+        #expect(segments.map(\.metadata.frames) == [50, 23])
+        let last = segments[1].metadata
+        #expect(last.endReason == .cameraLost && !last.complete && last.durationMs == 2300)
+        let probed = try probe(segments[1])
+        #expect(probed.frames == 23)
+        #expect(abs(probed.duration - 2.3) <= 0.1)
+        #expect(probed.keyframeCount == 1 && probed.startsWithIDR && probed.moovBeforeMdat)
+    }
+}
