@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the C libraries the agent builds against and the tools its tests use, from Debian's
+# packages. Idempotent: does nothing when everything is present. Needs root (or sudo).
+set -euo pipefail
+
+PACKAGES=(
+    pkg-config
+    libavcodec-dev libavformat-dev libswscale-dev libavutil-dev   # HEVC encoding, MP4, decoding
+    libv4l-dev v4l-utils                                          # camera
+    libgpiod-dev libespeak-ng-dev                                 # haptics, speech
+    ffmpeg                                                        # ffprobe checks every segment
+)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+    [ "$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null)" = "install ok installed" ] || missing+=("$package")
+done
+[ "${#missing[@]}" -eq 0 ] && exit 0
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
