@@ -90,8 +90,6 @@ private struct Loop: @unchecked Sendable {
         func closeEarly(_ reason: SegmentEndReason) throws {
             try encoder.flush(into: segmenter)
             try segmenter.close(reason: reason)
-            try encoder.restart()
-            segmenter.restartTimeline()
         }
         defer { source.close() }
 
@@ -115,7 +113,10 @@ private struct Loop: @unchecked Sendable {
                 try closeEarly(error.isLost ? .cameraLost : .cameraStalled)
                 if deliver() { return }
                 source.close()
-                guard reopen(stopRequested: stopRequested) else { continue }
+                // A flushed encoder takes no more frames, and the reopened camera starts a new timeline.
+                try encoder.restart()
+                segmenter.restartTimeline()
+                reopen(stopRequested: stopRequested)
                 continue
             }
             guard let placement = segmenter.place(frame) else { continue }
@@ -124,8 +125,8 @@ private struct Loop: @unchecked Sendable {
         }
     }
 
-    /// Reopens the source with doubling delays; `false` if a stop came first.
-    private func reopen(stopRequested: () -> Bool) -> Bool {
+    /// Reopens the source with doubling delays, until it opens or a stop is requested.
+    private func reopen(stopRequested: () -> Bool) {
         var delay = settings.reopenBackoffMs.min
         while !stopRequested() {
             let deadline = MonotonicClock.now() + UInt64(delay) * 1_000_000
@@ -133,16 +134,15 @@ private struct Loop: @unchecked Sendable {
             while MonotonicClock.now() < deadline && !stopRequested() {
                 MonotonicClock.sleep(until: min(deadline, MonotonicClock.now() + 100_000_000))
             }
-            if stopRequested() { return false }
+            if stopRequested() { return }
             do {
                 let format = try source.open()
                 logger.notice("camera back: \(source.name)", metadata: ["format": "\(format)"])
-                return true
+                return
             } catch {
                 logger.warning("camera: \(source.name) not back yet: \(error)", metadata: ["retryInMs": "\(delay)"])
                 delay = min(delay * 2, settings.reopenBackoffMs.max)
             }
         }
-        return false
     }
 }
