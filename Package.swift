@@ -54,9 +54,14 @@ let package = Package(
             swiftSettings: upcoming
         ),
         .target(
+            name: "GuidanceProtocol",
+            swiftSettings: upcoming
+        ),
+        .target(
             name: "Agent",
             dependencies: [
                 "HAL",
+                "GuidanceProtocol",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Configuration", package: "swift-configuration"),
@@ -85,7 +90,7 @@ let package = Package(
         ),
         .testTarget(
             name: "AgentTests",
-            dependencies: ["Agent", "HAL", "TestSupport"],
+            dependencies: ["Agent", "HAL", "GuidanceProtocol", "TestSupport"],
             exclude: ["Fixtures"],
             swiftSettings: upcoming
         ),
