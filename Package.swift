@@ -12,6 +12,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "dashcam-agent", targets: ["DashcamAgent"]),
+        .executable(name: "guidance-server", targets: ["GuidanceServerMain"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -19,6 +20,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-configuration", from: "1.0.0", traits: ["YAML"]),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.0.0"),
+        .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.0.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
     ],
     targets: [
         // C libraries, each behind its pkg-config name.
@@ -57,15 +63,52 @@ let package = Package(
             name: "GuidanceProtocol",
             swiftSettings: upcoming
         ),
+        // YAML + environment + command-line configuration with key validation, for agent and server.
+        .target(
+            name: "ConfigSupport",
+            dependencies: [
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: upcoming
+        ),
         .target(
             name: "Agent",
             dependencies: [
                 "HAL",
                 "GuidanceProtocol",
+                "ConfigSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Yams", package: "Yams"),
+            ],
+            swiftSettings: upcoming
+        ),
+        // The reference guidance server: Hummingbird + WebSocket, pluggable analyzers.
+        .target(
+            name: "GuidanceServer",
+            dependencies: [
+                "GuidanceProtocol",
+                "ConfigSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Yams", package: "Yams"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .executableTarget(
+            name: "GuidanceServerMain",
+            dependencies: [
+                "GuidanceServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: upcoming
         ),
@@ -90,8 +133,21 @@ let package = Package(
         ),
         .testTarget(
             name: "AgentTests",
-            dependencies: ["Agent", "HAL", "GuidanceProtocol", "TestSupport"],
+            dependencies: ["Agent", "HAL", "GuidanceProtocol", "GuidanceServer", "ConfigSupport", "TestSupport"],
             exclude: ["Fixtures"],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "GuidanceServerTests",
+            dependencies: [
+                "GuidanceServer", "GuidanceProtocol", "TestSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: upcoming
         ),
     ]

@@ -1,4 +1,5 @@
 import Agent
+import ConfigSupport
 import Foundation
 import Testing
 

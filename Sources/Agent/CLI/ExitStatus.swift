@@ -1,4 +1,5 @@
 import ArgumentParser
+import ConfigSupport
 import HAL
 
 /// One exit status per kind of failure, so scripts and the service manager can tell them apart.

@@ -1,11 +1,12 @@
+public import ConfigSupport
 public import Logging
 
 /// Everything the agent reads from configuration.
 ///
 /// `AgentConfig()` is the built-in defaults. They are written only here: the key table
 /// (`AgentConfig.keys`) and the README quote them from an instance, so they can't disagree.
-/// Build a real one with `AgentConfig.load(file:environment:overrides:)`.
-public struct AgentConfig: Sendable, Equatable {
+/// Build a real one with `AgentConfig.load(file:environment:overrides:)` (from `LoadableConfig`).
+public struct AgentConfig: LoadableConfig {
     public var camera = Camera()
     public var encoder = Encoding()
     public var output = Output()
@@ -16,7 +17,7 @@ public struct AgentConfig: Sendable, Equatable {
     public struct Camera: Sendable, Equatable {
         public var source: SourceKind = .v4l2
         public var device = "/dev/video0"
-        /// Required when `source` is `.file`; `load` enforces that.
+        /// Required when `source` is `.file`; `validate()` enforces that.
         public var file: String?
         public var width = 640
         public var height = 360
@@ -83,5 +84,86 @@ public struct AgentConfig: Sendable, Equatable {
 
     public enum RateControl: String, CaseIterable, Sendable {
         case crf, bitrate
+    }
+}
+
+// MARK: - Keys
+
+extension AgentConfig {
+    /// Every configuration key, in documentation order. This is the only list of keys: loading,
+    /// the unknown-key check, error messages and the README table all come from it.
+    public static let keys: [ConfigKeyInfo<AgentConfig>] = [
+        .choice(
+            "camera.source", \.camera.source,
+            "Where frames come from: a V4L2 camera, a generated test pattern, or a video file."),
+        .string(
+            "camera.device", \.camera.device, type: "path",
+            "V4L2 device node to capture from (source `v4l2`)."),
+        .optionalString(
+            "camera.file", \.camera.file, type: "path",
+            "Video file played as the camera; required when source is `file`."),
+        .int("camera.width", \.camera.width, 16...4096, even: true, "Capture width in pixels."),
+        .int("camera.height", \.camera.height, 16...4096, even: true, "Capture height in pixels."),
+        .int("camera.fps", \.camera.fps, 1...120, "Frames per second captured and recorded."),
+        .choice(
+            "camera.pixelFormat", \.camera.pixelFormat,
+            "Pixel format asked of the camera; `auto` takes what the driver offers first."),
+        .int(
+            "camera.buffers", \.camera.buffers, 2...32,
+            "V4L2 capture buffers; more absorb scheduling jitter at the cost of memory."),
+        .int(
+            "camera.pollTimeoutMs", \.camera.pollTimeoutMs, 50...60000,
+            "How long one wait for a frame may take before it counts as a poll timeout, in ms."),
+        .int(
+            "camera.stallTimeouts", \.camera.stallTimeouts, 1...100,
+            "This many poll timeouts in a row mean the camera has stalled and is reopened."),
+        .range(
+            "camera.reopenBackoffMs", \.camera.reopenBackoffMs, within: 1...600_000,
+            "Wait before reopening a lost camera, in ms: starts at min, grows to at most max."),
+        .choice(
+            "camera.pace", \.camera.pace,
+            "For `test-pattern` and `file`: `realtime` paces frames at fps, `fast` sends them as fast as they are taken."),
+        .list(
+            "encoder.preference", \.encoder.preference,
+            "FFmpeg HEVC encoders to try, in order; the first that opens is used."),
+        .choice(
+            "encoder.rateControl", \.encoder.rateControl,
+            "`crf` holds quality constant (encoder.crf); `bitrate` targets encoder.bitrateKbps."),
+        .int(
+            "encoder.crf", \.encoder.crf, 0...51,
+            "Constant rate factor for `crf`; lower means better quality and bigger files."),
+        .int(
+            "encoder.bitrateKbps", \.encoder.bitrateKbps, 50...100_000,
+            "Target bitrate for `bitrate`, in kbit/s."),
+        .optionalInt(
+            "encoder.maxrateKbps", \.encoder.maxrateKbps, 50...100_000,
+            "VBV maximum rate for `bitrate`, in kbit/s; unset means encoder.bitrateKbps."),
+        .optionalInt(
+            "encoder.bufsizeKbps", \.encoder.bufsizeKbps, 50...200_000,
+            "VBV buffer size for `bitrate`, in kbit; unset means 2 × encoder.bitrateKbps."),
+        .int(
+            "encoder.segmentSeconds", \.encoder.segmentSeconds, 1...60,
+            "Length of each recorded segment file, in seconds."),
+        .string(
+            "output.dir", \.output.dir, type: "path",
+            "Directory segments are written to; a relative path is taken from the working directory."),
+        .choice("log.level", \.log.level, "Least severe log level that is printed."),
+    ]
+
+    /// Environment variables that set keys start with this, e.g. `DASHCAM_CAMERA_FPS`.
+    public static let environmentPrefix = "DASHCAM"
+
+    /// Checks between keys, run by `load` after every key is read.
+    public func validate() throws(ConfigError) {
+        if camera.source == .file, camera.file == nil {
+            throw .missingKey("camera.file", reason: "camera.source is 'file'; set it to the video file to play")
+        }
+    }
+}
+
+extension ConfigKeyInfo where Root == AgentConfig {
+    /// The key table of device-config/README.md (`AgentConfig.markdownTable()`); a test keeps the README equal to it.
+    public static func markdownTable() -> String {
+        AgentConfig.markdownTable()
     }
 }

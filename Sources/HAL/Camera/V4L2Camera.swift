@@ -44,6 +44,7 @@ public final class V4L2Camera: FrameSource {
     public private(set) var pixelFormat = PixelFormat.yuyv422
     private var width = 0, height = 0, bytesPerLine = 0
     private var lastSequence: UInt32?
+    private var streaming = false
 
     public init(options: Options, logger: Logger) {
         self.options = options
@@ -62,7 +63,7 @@ public final class V4L2Camera: FrameSource {
             let fourcc = try chooseFourcc()
             try setFormat(fourcc)
             let fps = try setFrameRate()
-            try startStreaming()
+            try mapBuffers()
             negotiated = "\(fourccString(fourcc)) \(width)x\(height)@\(fps)"
             return VideoFormat(width: width, height: height, fps: fps)
         } catch {
@@ -72,6 +73,15 @@ public final class V4L2Camera: FrameSource {
     }
 
     public func nextFrame() throws -> Frame? {
+        if !streaming {
+            // Streaming starts at the first request, not at open: frames captured while the
+            // caller was still setting up (an encoder opening) would overflow the ring and drop.
+            var type = Int32(V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue)
+            guard dashcam_v4l2_ioctl(fd, dashcam_VIDIOC_STREAMON, &type) == 0 else {
+                throw SourceError.lost(name, "VIDIOC_STREAMON: \(String(cString: strerror(errno)))")
+            }
+            streaming = true
+        }
         if var buffer = held {
             held = nil
             _ = ioctl(dashcam_VIDIOC_QBUF, &buffer)
@@ -122,6 +132,7 @@ public final class V4L2Camera: FrameSource {
         buffers.removeAll()
         held = nil
         lastSequence = nil
+        streaming = false
         v4l2_close(fd)
         fd = -1
     }
@@ -219,7 +230,7 @@ public final class V4L2Camera: FrameSource {
         return max(1, given)
     }
 
-    private func startStreaming() throws {
+    private func mapBuffers() throws {
         var request = v4l2_requestbuffers()
         request.count = UInt32(options.bufferCount)
         request.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
@@ -244,10 +255,6 @@ public final class V4L2Camera: FrameSource {
             guard ioctl(dashcam_VIDIOC_QBUF, &buffer) == 0 else {
                 throw SourceError.unsupported(name, "VIDIOC_QBUF: \(String(cString: strerror(errno)))")
             }
-        }
-        var type = Int32(V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue)
-        guard dashcam_v4l2_ioctl(fd, dashcam_VIDIOC_STREAMON, &type) == 0 else {
-            throw SourceError.unsupported(name, "VIDIOC_STREAMON: \(String(cString: strerror(errno)))")
         }
     }
 

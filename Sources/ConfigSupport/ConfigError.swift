@@ -1,4 +1,4 @@
-/// A configuration problem the user has to fix before the agent can start.
+/// A configuration problem the user has to fix before the program can start.
 ///
 /// `description` is one sentence naming the key or file, what was wrong and what is accepted.
 /// The problems are a private enum so that new ones don't break callers' `switch`es.
@@ -7,6 +7,12 @@ public struct ConfigError: Error, CustomStringConvertible, Sendable {
     /// `expected` completes "expected …", e.g. "a whole number of segments, 1 or more".
     public static func invalidOption(_ option: String, _ value: String, _ expected: String) -> Self {
         invalidValue(option, value: value, expected: expected, at: nil)
+    }
+
+    /// A key that has to be set because of other keys' values; for `LoadableConfig.validate()`.
+    /// `reason` completes "not set, but …", e.g. "camera.source is 'file'; set it to the video file to play".
+    public static func missingKey(_ key: String, reason: String) -> Self {
+        Self(.missingKey(key, reason: reason))
     }
 
     /// The config key (or command-line option) the problem is about, when it is about one.
@@ -85,13 +91,13 @@ public struct ConfigError: Error, CustomStringConvertible, Sendable {
     }
 
     /// Suggests the closest known key, or else lists the keys of the section the user was in.
-    static func unknownKey(_ key: String, at place: Place) -> Self {
+    static func unknownKey<Root>(_ key: String, at place: Place, in table: KeyTable<Root>) -> Self {
         let section = String(key.prefix { $0 != "." })
-        let sectionKeys = AgentConfig.sections.first { $0.name == section && key.contains(".") }?.keys.map(\.name)
+        let sectionKeys = table.sections.first { $0.name == section && key.contains(".") }?.keys.map(\.name)
         return Self(
             .unknownKey(
-                key, place, suggestion: ConfigKeyInfo.closest(to: key),
-                validKeys: sectionKeys ?? AgentConfig.sections.map(\.name)))
+                key, place, suggestion: table.closest(to: key),
+                validKeys: sectionKeys ?? table.sections.map(\.name)))
     }
 
     static func notAMapping(_ key: String, at place: Place, validKeys: [String]) -> Self {
@@ -100,10 +106,6 @@ public struct ConfigError: Error, CustomStringConvertible, Sendable {
 
     static func invalidValue(_ key: String, value: String, expected: String, at place: Place?) -> Self {
         Self(.invalidValue(key, value: value, expected: expected, place))
-    }
-
-    static func missingKey(_ key: String, reason: String) -> Self {
-        Self(.missingKey(key, reason: reason))
     }
 
     static func fileNotFound(_ path: String) -> Self {

@@ -18,27 +18,27 @@ struct ConfigFileContents {
     /// No document at all (empty, or only comments): the file sets nothing.
     private(set) var isEmpty = true
 
-    init(path: String) throws(ConfigError) {
+    init<Root>(path: String, table: KeyTable<Root>) throws(ConfigError) {
         self.path = path
         guard let root = try Self.parse(Self.read(path), path: path) else {
             return
         }
         isEmpty = false
         guard let sections = root.mapping else {
-            throw .notAMapping("", at: place(of: root), validKeys: AgentConfig.sections.map(\.name))
+            throw .notAMapping("", at: place(of: root), validKeys: table.sections.map(\.name))
         }
         for (sectionName, sectionNode) in sections {
             let section = sectionName.scalar?.string ?? "\(sectionName)"
-            guard let sectionKeys = AgentConfig.sections.first(where: { $0.name == section })?.keys else {
-                throw .unknownKey(section, at: place(of: sectionName))
+            guard let sectionKeys = table.sections.first(where: { $0.name == section })?.keys else {
+                throw .unknownKey(section, at: place(of: sectionName), in: table)
             }
             guard let keys = sectionNode.mapping else {
                 throw .notAMapping(section, at: place(of: sectionName), validKeys: sectionKeys.map(\.name))
             }
             for (keyName, valueNode) in keys {
                 let name = "\(section).\(keyName.scalar?.string ?? "\(keyName)")"
-                guard let key = AgentConfig.keysByName[name] else {
-                    throw .unknownKey(name, at: place(of: keyName))
+                guard let key = table.byName[name] else {
+                    throw .unknownKey(name, at: place(of: keyName), in: table)
                 }
                 // A mapping here would be flattened into keys nobody reads, leaving the default, and
                 // a YAML null would be read as the text "~" or "null": both are refused, not guessed at.

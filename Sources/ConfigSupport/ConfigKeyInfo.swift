@@ -1,0 +1,211 @@
+import Configuration
+import Foundation
+
+/// One configuration key of `Root`: its name, how it is documented, and how its value is checked.
+///
+/// A program lists its keys once, in `LoadableConfig.keys`, built with `.int`, `.string`, `.choice`,
+/// and so on; loading, the unknown-key check, error messages and the docs table all come from that list.
+public struct ConfigKeyInfo<Root: LoadableConfig>: Sendable {
+    /// Dotted name, e.g. `camera.pollTimeoutMs`: nested keys in YAML, this string on the command line.
+    public let name: String
+    /// As documented: `int`, `string`, `path`, `[int, int]` or `[string]`.
+    public let type: String
+    /// The accepted values, for the docs.
+    public let allowed: String
+    /// The built-in default as YAML would spell it; nil when the key is unset by default.
+    public let defaultValue: String?
+    /// What the key does.
+    public let summary: String
+    /// The environment variable that sets this key: `Root.environmentPrefix`, `_`, then the key in
+    /// upper snake case, e.g. `DASHCAM_CAMERA_POLL_TIMEOUT_MS`.
+    public let environmentVariable: String
+
+    /// Completes "expected …" in error messages.
+    let expected: String
+    let shape: ConfigKeyShape
+    /// Stores an accepted value; returns false when the value isn't allowed.
+    let assign: @Sendable (ConfigKeyValue, inout Root) -> Bool
+
+    var section: String { String(name.prefix { $0 != "." }) }
+    var leaf: String { String(name.drop { $0 != "." }.dropFirst()) }
+
+    init(
+        _ name: String, type: String, allowed: String, defaultValue: String?, summary: String,
+        expected: String, shape: ConfigKeyShape, assign: @escaping @Sendable (ConfigKeyValue, inout Root) -> Bool
+    ) {
+        self.name = name
+        self.type = type
+        self.allowed = allowed
+        self.defaultValue = defaultValue
+        self.summary = summary
+        self.environmentVariable = ConfigEnvironment.variable(for: name, prefix: Root.environmentPrefix)
+        self.expected = expected
+        self.shape = shape
+        self.assign = assign
+    }
+}
+
+/// What providers are asked for; swift-configuration does the conversion to it.
+enum ConfigKeyShape: Sendable {
+    case int, string, intList, stringList
+}
+
+enum ConfigKeyValue: Sendable {
+    case int(Int), string(String), ints([Int]), strings([String])
+}
+
+// MARK: - Kinds of key
+
+extension ConfigKeyInfo {
+    /// Where a key's value is stored in `Root`, e.g. `\.camera.fps`.
+    public typealias Path<T> = any WritableKeyPath<Root, T> & Sendable
+
+    /// An integer in `range`; `even` also refuses odd numbers.
+    public static func int(
+        _ name: String, _ path: Path<Int>, _ range: ClosedRange<Int>, even: Bool = false, _ summary: String
+    ) -> Self {
+        Self(
+            name, type: "int", allowed: even ? "even, \(range)" : "\(range)",
+            defaultValue: "\(Root()[keyPath: path])", summary: summary,
+            expected: even ? "an even integer \(range)" : "an integer \(range)", shape: .int
+        ) { value, config in
+            guard case .int(let n) = value, range.contains(n), !even || n.isMultiple(of: 2) else { return false }
+            config[keyPath: path] = n
+            return true
+        }
+    }
+
+    /// An integer in `range`, or unset (nil).
+    public static func optionalInt(
+        _ name: String, _ path: Path<Int?>, _ range: ClosedRange<Int>, _ summary: String
+    ) -> Self {
+        Self(
+            name, type: "int", allowed: "\(range)", defaultValue: Root()[keyPath: path].map { "\($0)" },
+            summary: summary, expected: "an integer \(range)", shape: .int
+        ) { value, config in
+            guard case .int(let n) = value, range.contains(n) else { return false }
+            config[keyPath: path] = n
+            return true
+        }
+    }
+
+    /// Non-empty text; `type` is how the docs and errors call it, e.g. `string` or `path`.
+    public static func string(_ name: String, _ path: Path<String>, type: String, _ summary: String) -> Self {
+        Self(
+            name, type: type, allowed: "non-empty", defaultValue: Root()[keyPath: path], summary: summary,
+            expected: "a non-empty \(type)", shape: .string
+        ) { value, config in
+            guard case .string(let text) = value, !text.isEmpty else { return false }
+            config[keyPath: path] = text
+            return true
+        }
+    }
+
+    /// Non-empty text, or unset (nil).
+    public static func optionalString(_ name: String, _ path: Path<String?>, type: String, _ summary: String) -> Self {
+        Self(
+            name, type: type, allowed: "non-empty", defaultValue: Root()[keyPath: path], summary: summary,
+            expected: "a non-empty \(type)", shape: .string
+        ) { value, config in
+            guard case .string(let text) = value, !text.isEmpty else { return false }
+            config[keyPath: path] = text
+            return true
+        }
+    }
+
+    /// One of an enum's raw values, listed in declaration order.
+    public static func choice<Choice: RawRepresentable<String> & CaseIterable & Sendable>(
+        _ name: String, _ path: Path<Choice>, _ summary: String
+    ) -> Self {
+        let names = Choice.allCases.map(\.rawValue).joined(separator: ", ")
+        return Self(
+            name, type: "string", allowed: names, defaultValue: Root()[keyPath: path].rawValue,
+            summary: summary, expected: "one of \(names)", shape: .string
+        ) { value, config in
+            guard case .string(let text) = value, let choice = Choice(rawValue: text) else { return false }
+            config[keyPath: path] = choice
+            return true
+        }
+    }
+
+    /// A `[min, max]` pair, which is how a backoff reads naturally in YAML.
+    public static func range(
+        _ name: String, _ path: Path<ClosedRange<Int>>, within bounds: ClosedRange<Int>, _ summary: String
+    ) -> Self {
+        let fallback = Root()[keyPath: path]
+        return Self(
+            name, type: "[int, int]", allowed: "[min, max], each \(bounds), min ≤ max",
+            defaultValue: "[\(fallback.lowerBound), \(fallback.upperBound)]", summary: summary,
+            expected: "two integers [min, max] with min ≤ max, each \(bounds)", shape: .intList
+        ) { value, config in
+            guard case .ints(let pair) = value, pair.count == 2, pair.allSatisfy(bounds.contains), pair[0] <= pair[1]
+            else { return false }
+            config[keyPath: path] = pair[0]...pair[1]
+            return true
+        }
+    }
+
+    /// A non-empty list of non-empty strings.
+    public static func list(_ name: String, _ path: Path<[String]>, _ summary: String) -> Self {
+        Self(
+            name, type: "[string]", allowed: "non-empty list",
+            defaultValue: "[\(Root()[keyPath: path].joined(separator: ", "))]", summary: summary,
+            expected: "a non-empty list of non-empty strings", shape: .stringList
+        ) { value, config in
+            guard case .strings(let items) = value, !items.isEmpty, !items.contains(where: \.isEmpty) else {
+                return false
+            }
+            config[keyPath: path] = items
+            return true
+        }
+    }
+}
+
+// MARK: - Reading
+
+extension ConfigKeyInfo {
+    /// Nil when no provider has the key; throws when one has it with the wrong type.
+    func fetch(from reader: ConfigReader) async throws -> ConfigKeyValue? {
+        let key = ConfigKey(name)
+        return switch shape {
+        case .int: try await reader.fetchInt(forKey: key).map(ConfigKeyValue.int)
+        case .string: try await reader.fetchString(forKey: key).map(ConfigKeyValue.string)
+        case .intList: try await reader.fetchIntArray(forKey: key).map(ConfigKeyValue.ints)
+        case .stringList: try await reader.fetchStringArray(forKey: key).map(ConfigKeyValue.strings)
+        }
+    }
+
+    /// Command-line values arrive as text and `InMemoryProvider` doesn't convert, so this types
+    /// them the way the environment provider types environment variables: lists are comma-separated.
+    func content(fromText text: String) -> ConfigContent? {
+        let items = text.split(separator: ",", omittingEmptySubsequences: false)
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+        switch shape {
+        case .int:
+            return Int(text.trimmingCharacters(in: .whitespaces)).map(ConfigContent.int)
+        case .string:
+            return .string(text)
+        case .intList:
+            let ints = items.compactMap { Int($0) }
+            return ints.count == items.count ? .intArray(ints) : nil
+        case .stringList:
+            return .stringArray(items)
+        }
+    }
+}
+
+// MARK: - Documentation
+
+extension ConfigKeyInfo {
+    /// A Markdown table of `keys`: name, type, default, allowed values, environment variable, summary.
+    public static func markdownTable(_ keys: [Self]) -> String {
+        let rows = keys.map { key in
+            let defaultValue = key.defaultValue.map { "`\($0)`" } ?? "unset"
+            return "| `\(key.name)` | \(key.type) | \(defaultValue) | \(key.allowed) | `\(key.environmentVariable)` | \(key.summary) |"
+        }
+        return ([
+            "| Key | Type | Default | Allowed | Environment variable | What it does |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ] + rows).joined(separator: "\n")
+    }
+}

@@ -1,0 +1,77 @@
+public import Hummingbird
+public import HummingbirdTLS
+import HummingbirdCore
+import HummingbirdWebSocket
+import GuidanceProtocol
+public import Logging
+import NIOCore
+
+/// The reference guidance server: `GET /v1/stream` upgraded to a WebSocket for authorized devices.
+public struct GuidanceServer: Sendable {
+    public struct Settings: Sendable {
+        public var host: String
+        public var port: Int
+        /// PEM certificate chain and key; both or neither.
+        public var tls: (certificateFile: String, keyFile: String)?
+        public var idleTimeoutSeconds: Int
+        /// Folder where verified segments are kept, if any.
+        public var keepDir: String?
+        /// Seconds of guidance each device starts with; `nil` is unlimited.
+        public var usageSeconds: Int?
+
+        public init(host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
+                    idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil) {
+            self.host = host
+            self.port = port
+            self.tls = tls
+            self.idleTimeoutSeconds = idleTimeoutSeconds
+            self.keepDir = keepDir
+            self.usageSeconds = usageSeconds
+        }
+    }
+
+    public let settings: Settings
+    public let tokens: DeviceTokens
+    public let analyzer: any SegmentAnalyzer
+    public let logger: Logger
+
+    public init(settings: Settings, tokens: DeviceTokens, analyzer: any SegmentAnalyzer, logger: Logger) {
+        self.settings = settings
+        self.tokens = tokens
+        self.analyzer = analyzer
+        self.logger = logger
+    }
+
+    /// The Hummingbird application; `onRunning` gets the bound port (useful with port 0).
+    public func application(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
+        let registry = SessionRegistry(initialUsage: settings.usageSeconds)
+        let router = Router(context: BasicWebSocketRequestContext.self)
+        let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger
+        router.ws(RouterPath(stringLiteral: GuidanceProtocol.path)) { request, _ in
+            // A bad token never gets a WebSocket: HTTP 401 at the upgrade.
+            guard tokens.device(authorization: request.headers[.authorization]) != nil else {
+                logger.warning("refused an upgrade without a valid token")
+                throw HTTPError(.unauthorized)
+            }
+            return .upgrade([:])
+        } onUpgrade: { inbound, outbound, context in
+            guard let device = tokens.device(authorization: context.request.headers[.authorization]) else { return }
+            let session = StreamSession(device: device, settings: settings, registry: registry, analyzer: analyzer, logger: logger)
+            try await session.run(inbound: inbound, outbound: outbound)
+        }
+        let webSocket = WebSocketServerConfiguration(
+            maxFrameSize: GuidanceProtocol.maxMessageBytes + 1024, autoPing: .enabled(timePeriod: .seconds(settings.idleTimeoutSeconds)))
+        var server = HTTPServerBuilder.http1WebSocketUpgrade(webSocketRouter: router, configuration: webSocket)
+        if let tls = settings.tls {
+            let configuration = TLSConfiguration.makeServerConfiguration(
+                certificateChain: try NIOSSLCertificate.fromPEMFile(tls.certificateFile).map { .certificate($0) },
+                privateKey: .privateKey(try NIOSSLPrivateKey(file: tls.keyFile, format: .pem)))
+            server = try .tls(server, tlsConfiguration: configuration)
+        }
+        return Application(
+            router: router, server: server,
+            configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "guidance-server"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? settings.port) },
+            logger: logger)
+    }
+}

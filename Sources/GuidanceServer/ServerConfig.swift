@@ -1,0 +1,130 @@
+public import ConfigSupport
+public import Logging
+
+/// Everything the guidance server reads from configuration.
+///
+/// `ServerConfig()` is the built-in defaults, written only here; build a real one with
+/// `ServerConfig.load(file:environment:overrides:)` (from `LoadableConfig`): command line >
+/// environment (`GUIDANCE_SERVER_PORT`, …) > YAML file > defaults. Relative paths are taken from
+/// the working directory.
+public struct ServerConfig: LoadableConfig {
+    public var server = Server()
+    public var analyzer = Analyzer()
+    public var usage = Usage()
+    public var log = Log()
+
+    public init() {}
+
+    public struct Server: Sendable, Equatable {
+        public var host = "127.0.0.1"
+        /// 0 lets the system pick a free port.
+        public var port = 8080
+        /// TLS certificate chain (PEM); set together with `tlsKeyFile`, or neither for plain HTTP/WS.
+        public var tlsCertFile: String?
+        /// The private key of `tlsCertFile` (PEM).
+        public var tlsKeyFile: String?
+        /// YAML mapping of bearer token → device id.
+        public var tokensFile = "tokens.yaml"
+        /// WebSocket ping interval; a connection that doesn't answer within it is closed.
+        public var idleTimeoutSeconds = 30
+        /// Folder received segments are kept in; nil keeps none.
+        public var keepDir: String?
+
+        public init() {}
+
+        /// Whether the server listens with TLS (`validate()` ensures both files or neither).
+        public var usesTLS: Bool { tlsCertFile != nil && tlsKeyFile != nil }
+    }
+
+    public struct Analyzer: Sendable, Equatable {
+        public var kind: Kind = .scripted
+        /// The script the `scripted` analyzer plays; required for that kind.
+        public var scriptFile: String?
+        public var order: Order = .inOrder
+
+        public init() {}
+    }
+
+    public struct Usage: Sendable, Equatable {
+        /// Seconds of video each device may still have analyzed; nil is unlimited.
+        public var remainingSeconds: Int?
+
+        public init() {}
+    }
+
+    public struct Log: Sendable, Equatable {
+        public var level: Logger.Level = .info
+
+        public init() {}
+    }
+
+    /// Which analyzer answers segments.
+    public enum Kind: String, CaseIterable, Sendable {
+        /// Plays guidance items from `analyzer.scriptFile`.
+        case scripted
+    }
+
+    /// How the scripted analyzer picks the item for a segment.
+    public enum Order: String, CaseIterable, Sendable {
+        /// One item after another, in script order.
+        case inOrder = "order"
+        /// The item at the segment's seq modulo the number of items.
+        case bySeq = "seq"
+    }
+}
+
+// MARK: - Keys
+
+extension ServerConfig {
+    public static let keys: [ConfigKeyInfo<ServerConfig>] = [
+        .string("server.host", \.server.host, type: "string", "Address to listen on; `0.0.0.0` listens on every interface."),
+        .int("server.port", \.server.port, 0...65535, "TCP port to listen on; 0 picks a free port."),
+        .optionalString(
+            "server.tlsCertFile", \.server.tlsCertFile, type: "path",
+            "TLS certificate chain (PEM); set together with server.tlsKeyFile, or neither for plain HTTP."),
+        .optionalString(
+            "server.tlsKeyFile", \.server.tlsKeyFile, type: "path",
+            "Private key (PEM) of server.tlsCertFile; set together with it."),
+        .string(
+            "server.tokensFile", \.server.tokensFile, type: "path",
+            "YAML mapping of bearer token → device id; only these tokens may connect."),
+        .int(
+            "server.idleTimeoutSeconds", \.server.idleTimeoutSeconds, 1...3600,
+            "WebSocket ping interval, in seconds; a connection that doesn't answer a ping within it is closed."),
+        .optionalString(
+            "server.keepDir", \.server.keepDir, type: "path",
+            "Folder each verified segment is also written to, as DEVICE-SEQ.mp4; unset keeps none."),
+        .choice("analyzer.kind", \.analyzer.kind, "Analyzer that answers segments: `scripted` plays analyzer.scriptFile."),
+        .optionalString(
+            "analyzer.scriptFile", \.analyzer.scriptFile, type: "path",
+            "YAML script of guidance items for `scripted`; required for that kind."),
+        .choice(
+            "analyzer.order", \.analyzer.order,
+            "`order` plays the script's items one after another; `seq` picks item (segment seq mod item count)."),
+        .optionalInt(
+            "usage.remainingSeconds", \.usage.remainingSeconds, 0...100_000_000,
+            "Seconds of video each device may have analyzed before it is closed as over quota; unset is unlimited."),
+        .choice("log.level", \.log.level, "Least severe log level that is printed."),
+    ]
+
+    /// Environment variables that set keys start with this, e.g. `GUIDANCE_SERVER_PORT`.
+    public static let environmentPrefix = "GUIDANCE"
+
+    /// Checks between keys, run by `load` after every key is read.
+    public func validate() throws(ConfigError) {
+        switch (server.tlsCertFile, server.tlsKeyFile) {
+        case (.some, nil):
+            throw .missingKey(
+                "server.tlsKeyFile", reason: "server.tlsCertFile is set; TLS needs both, or neither for plain HTTP")
+        case (nil, .some):
+            throw .missingKey(
+                "server.tlsCertFile", reason: "server.tlsKeyFile is set; TLS needs both, or neither for plain HTTP")
+        default:
+            break
+        }
+        if analyzer.kind == .scripted, analyzer.scriptFile == nil {
+            throw .missingKey(
+                "analyzer.scriptFile", reason: "analyzer.kind is 'scripted'; set it to the YAML script to play")
+        }
+    }
+}

@@ -1,0 +1,168 @@
+import ConfigSupport
+import Foundation
+import GuidanceServer
+import Testing
+
+/// `ServerConfig` on the shared ConfigSupport machinery: same conventions as the agent, prefix `GUIDANCE_`.
+@Suite struct ServerConfigTests {
+    /// The repository's device-config/, found from this file so the tests run from any directory.
+    static let deviceConfig = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("device-config")
+
+    /// Loads `yaml` from a temporary file (none if nil).
+    func load(
+        yaml: String? = nil, environment: [String: String] = [:], overrides: [String: String] = [:]
+    ) async throws -> ServerConfig {
+        guard let yaml else {
+            return try await ServerConfig.load(file: nil, environment: environment, overrides: overrides)
+        }
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("server-config-\(UUID()).yaml").path
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        do {
+            return try await ServerConfig.load(file: path, environment: environment, overrides: overrides)
+        } catch {
+            // Temporary paths differ every run; FILE stands for this one.
+            throw Failure(message: "\(error)".replacingOccurrences(of: path, with: "FILE"))
+        }
+    }
+
+    struct Failure: Error {
+        let message: String
+    }
+
+    /// The message `load` fails with.
+    func failure(
+        yaml: String? = nil, environment: [String: String] = [:], overrides: [String: String] = [:]
+    ) async -> String? {
+        do {
+            _ = try await load(yaml: yaml, environment: environment, overrides: overrides)
+            Issue.record("load succeeded but should have failed")
+            return nil
+        } catch let failure as Failure {
+            return failure.message
+        } catch let error as ConfigError {
+            return error.description
+        } catch {
+            Issue.record("not a ConfigError: \(error)")
+            return nil
+        }
+    }
+
+    @Test func defaults() async throws {
+        let server = ServerConfig().server
+        #expect(server.host == "127.0.0.1" && server.port == 8080 && server.idleTimeoutSeconds == 30)
+        #expect(server.tlsCertFile == nil && server.tlsKeyFile == nil && !server.usesTLS)
+        #expect(server.tokensFile == "tokens.yaml" && server.keepDir == nil)
+        let analyzer = ServerConfig().analyzer
+        #expect(analyzer.kind == .scripted && analyzer.scriptFile == nil && analyzer.order == .inOrder)
+        #expect(ServerConfig().usage.remainingSeconds == nil)
+        #expect("\(ServerConfig().log.level)" == "info")
+
+        // The scripted analyzer needs its script; everything else may stay at its default.
+        var expected = ServerConfig()
+        expected.analyzer.scriptFile = "script.yaml"
+        #expect(try await load(overrides: ["analyzer.scriptFile": "script.yaml"]) == expected)
+        let port = ServerConfig.keys.first { $0.name == "server.port" }
+        #expect(port?.environmentVariable == "GUIDANCE_SERVER_PORT" && port?.defaultValue == "8080")
+    }
+
+    @Test func demoServerYAML() async throws {
+        let config = try await ServerConfig.load(
+            file: Self.deviceConfig.appendingPathComponent("server.yaml").path, environment: [:])
+        var expected = ServerConfig()
+        expected.server.tokensFile = "device-config/demo-tokens.yaml"
+        expected.analyzer.scriptFile = "device-config/demo-script.yaml"
+        #expect(config == expected)
+    }
+
+    @Test func environmentBeatsFileBeatsDefault() async throws {
+        let yaml = """
+            server:
+              port: 9001
+              keepDir: kept
+              idleTimeoutSeconds: 5
+            analyzer:
+              scriptFile: script.yaml
+              order: seq
+            usage:
+              remainingSeconds: 600
+            """
+        let fromFile = try await load(yaml: yaml)
+        #expect(fromFile.server.port == 9001 && fromFile.server.keepDir == "kept")
+        #expect(fromFile.server.idleTimeoutSeconds == 5 && fromFile.server.host == "127.0.0.1")
+        #expect(fromFile.analyzer.order == .bySeq && fromFile.usage.remainingSeconds == 600)
+
+        let environment = ["GUIDANCE_SERVER_PORT": "9002", "DASHCAM_SERVER_PORT": "1", "SERVER_PORT": "2"]
+        #expect(try await load(yaml: yaml, environment: environment).server.port == 9002)
+        #expect(try await load(yaml: yaml, environment: environment, overrides: ["server.port": "0"]).server.port == 0)
+        #expect(
+            await failure(yaml: yaml, environment: ["GUIDANCE_SERVER_PORT": "65536"])
+                == "server.port: '65536' is not allowed; expected an integer 0...65535 (given by environment variable GUIDANCE_SERVER_PORT)"
+        )
+    }
+
+    @Test func unknownKeyNamesTheKeyWithASuggestion() async throws {
+        #expect(
+            await failure(yaml: "server:\n  prot: 9000\n")
+                == "FILE:2: unknown key 'server.prot' (did you mean 'server.port'?)")
+        #expect(
+            await failure(yaml: "analyzer:\n  script: a.yaml\n")
+                == "FILE:2: unknown key 'analyzer.script' (valid keys here: analyzer.kind, analyzer.scriptFile, analyzer.order)")
+        #expect(
+            await failure(yaml: "camera:\n  fps: 10\n")
+                == "FILE:1: unknown key 'camera' (valid keys here: server, analyzer, usage, log)")
+        #expect(
+            await failure(overrides: ["server.tokenFile": "t.yaml"])
+                == "command line: unknown key 'server.tokenFile' (did you mean 'server.tokensFile'?)")
+    }
+
+    @Test func tlsCertificateWithoutKeyNamesBothKeys() async throws {
+        let base = ["analyzer.scriptFile": "script.yaml"]
+        let error = await #expect(throws: ConfigError.self) {
+            try await ServerConfig.load(
+                file: nil, environment: ["GUIDANCE_SERVER_TLS_CERT_FILE": "cert.pem"], overrides: base)
+        }
+        #expect(error?.key == "server.tlsKeyFile")
+        #expect(
+            error?.description
+                == "server.tlsKeyFile: not set, but server.tlsCertFile is set; TLS needs both, or neither for plain HTTP")
+        #expect(
+            await failure(overrides: base.merging(["server.tlsKeyFile": "key.pem"]) { $1 })
+                == "server.tlsCertFile: not set, but server.tlsKeyFile is set; TLS needs both, or neither for plain HTTP")
+        let both = try await load(
+            overrides: base.merging(["server.tlsCertFile": "cert.pem", "server.tlsKeyFile": "key.pem"]) { $1 })
+        #expect(both.server.usesTLS)
+    }
+
+    @Test func scriptedAnalyzerNeedsScriptFile() async throws {
+        let error = await #expect(throws: ConfigError.self) {
+            try await ServerConfig.load(file: nil, environment: [:])
+        }
+        #expect(error?.key == "analyzer.scriptFile")
+        #expect(
+            error?.description
+                == "analyzer.scriptFile: not set, but analyzer.kind is 'scripted'; set it to the YAML script to play")
+    }
+
+    /// Keeps device-config/README.md's server key table equal to `ServerConfig.keys`.
+    /// `UPDATE_CONFIG_DOCS=1 swift test --filter serverReadmeKeyTable` rewrites the table instead.
+    @Test func serverReadmeKeyTable() throws {
+        let readme = Self.deviceConfig.appendingPathComponent("README.md")
+        let text = try String(contentsOf: readme, encoding: .utf8)
+        let begin = try #require(text.range(of: "<!-- BEGIN GENERATED SERVER KEY TABLE -->\n"))
+        let end = try #require(text.range(of: "<!-- END GENERATED SERVER KEY TABLE -->"))
+        let documented = String(text[begin.upperBound..<end.lowerBound])
+        let generated = ServerConfig.markdownTable() + "\n"
+        if documented != generated, ProcessInfo.processInfo.environment["UPDATE_CONFIG_DOCS"] == "1" {
+            let updated = text.replacingCharacters(in: begin.upperBound..<end.lowerBound, with: generated)
+            try updated.write(to: readme, atomically: true, encoding: .utf8)
+            return
+        }
+        #expect(
+            documented == generated,
+            "device-config/README.md's server key table differs from ServerConfig.keys; run UPDATE_CONFIG_DOCS=1 swift test --filter serverReadmeKeyTable"
+        )
+    }
+}
