@@ -47,11 +47,11 @@ public struct ConfigKeyInfo<Root: LoadableConfig>: Sendable {
 
 /// What providers are asked for; swift-configuration does the conversion to it.
 enum ConfigKeyShape: Sendable {
-    case int, string, intList, stringList
+    case int, bool, string, intList, stringList
 }
 
 enum ConfigKeyValue: Sendable {
-    case int(Int), string(String), ints([Int]), strings([String])
+    case int(Int), bool(Bool), string(String), ints([Int]), strings([String])
 }
 
 // MARK: - Kinds of key
@@ -85,6 +85,18 @@ extension ConfigKeyInfo {
         ) { value, config in
             guard case .int(let n) = value, range.contains(n) else { return false }
             config[keyPath: path] = n
+            return true
+        }
+    }
+
+    /// `true` or `false`.
+    public static func bool(_ name: String, _ path: Path<Bool>, _ summary: String) -> Self {
+        Self(
+            name, type: "bool", allowed: "true, false", defaultValue: "\(Root()[keyPath: path])", summary: summary,
+            expected: "true or false", shape: .bool
+        ) { value, config in
+            guard case .bool(let flag) = value else { return false }
+            config[keyPath: path] = flag
             return true
         }
     }
@@ -169,6 +181,7 @@ extension ConfigKeyInfo {
         let key = ConfigKey(name)
         return switch shape {
         case .int: try await reader.fetchInt(forKey: key).map(ConfigKeyValue.int)
+        case .bool: try await reader.fetchBool(forKey: key).map(ConfigKeyValue.bool)
         case .string: try await reader.fetchString(forKey: key).map(ConfigKeyValue.string)
         case .intList: try await reader.fetchIntArray(forKey: key).map(ConfigKeyValue.ints)
         case .stringList: try await reader.fetchStringArray(forKey: key).map(ConfigKeyValue.strings)
@@ -183,6 +196,8 @@ extension ConfigKeyInfo {
         switch shape {
         case .int:
             return Int(text.trimmingCharacters(in: .whitespaces)).map(ConfigContent.int)
+        case .bool:
+            return Bool(text.trimmingCharacters(in: .whitespaces).lowercased()).map(ConfigContent.bool)
         case .string:
             return .string(text)
         case .intList:

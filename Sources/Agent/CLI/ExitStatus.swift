@@ -20,7 +20,7 @@ public enum ExitStatus {
     /// Prints the one-line reason and returns the matching exit code.
     static func report(_ error: any Error) -> ExitCode {
         let code: Int32 = switch error {
-        case is ConfigError: config
+        case is ConfigError, is TokenFileError: config
         case let error as SourceError where error.isNotFound: noInput
         case is SourceError: notACamera
         case let error as EncoderError where !error.attempts.isEmpty: noEncoder

@@ -51,13 +51,28 @@ struct RecordCommand: AsyncParsableCommand {
             source: config.makeSource(logger: logger), settings: config.pipelineSettings(maxSegments: segments),
             logger: logger)
 
+        let uplink = try config.makeUplink(logger: logger)
+
         let signals = SignalStop(pipeline: pipeline)
         defer { signals.cancel() }
-        pipeline.start()
-        for try await segment in pipeline.segments {
-            let file = try writer.write(segment)
-            // One line per segment, written at once: a reader sees each as soon as it is on disk.
-            FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: file) + "\n").utf8))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            if let uplink {
+                group.addTask { await uplink.run(networkChanges: AsyncStream { _ in }) }
+                group.addTask { for await message in uplink.messages { GuidanceLog.log(message, logger: logger) } }
+            }
+            pipeline.start()
+            for try await segment in pipeline.segments {
+                let file = try writer.write(segment)
+                // One line per segment, written at once: a reader sees each as soon as it is on disk.
+                FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: file) + "\n").utf8))
+                await uplink?.enqueue(segment)
+            }
+            if let uplink {
+                await uplink.shutdown()
+                let stats = await uplink.stats
+                logger.notice("uplink: sent \(stats.sent), acked \(stats.acked), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)")
+            }
+            group.cancelAll()
         }
     }
 

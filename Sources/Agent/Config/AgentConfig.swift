@@ -10,6 +10,8 @@ public struct AgentConfig: LoadableConfig {
     public var camera = Camera()
     public var encoder = Encoding()
     public var output = Output()
+    public var uplink = Uplink()
+    public var guidance = Guidance()
     public var log = Log()
 
     public init() {}
@@ -55,6 +57,33 @@ public struct AgentConfig: LoadableConfig {
         public var dir = "segments"
 
         public init() {}
+    }
+
+    public struct Uplink: Sendable, Equatable {
+        /// `wss://HOST[:PORT]/v1/stream`; unset means record only.
+        public var url: String?
+        public var tokenFile = "/etc/dashcam-agent/token"
+        public var caFile: String?
+        public var allowInsecure = false
+        public var deviceId = "dashcam"
+        public var locale = "en-US"
+        public var payload: Payload = .chunks
+        public var pingSeconds = 10
+        public var queueSegments = 3
+        public var queueMaxAgeMs = 15_000
+
+        public init() {}
+    }
+
+    public struct Guidance: Sendable, Equatable {
+        public var maxAgeMs = 10_000
+
+        public init() {}
+    }
+
+    /// How segment bytes travel: binary chunks after the header, or base64 inside it.
+    public enum Payload: String, CaseIterable, Sendable {
+        case chunks, base64
     }
 
     public struct Log: Sendable, Equatable {
@@ -147,6 +176,37 @@ extension AgentConfig {
         .string(
             "output.dir", \.output.dir, type: "path",
             "Directory segments are written to; a relative path is taken from the working directory."),
+        .optionalString(
+            "uplink.url", \.uplink.url, type: "url",
+            "Guidance server, `wss://HOST[:PORT]/v1/stream`; unset records without streaming."),
+        .string(
+            "uplink.tokenFile", \.uplink.tokenFile, type: "path",
+            "File holding the bearer token; must not be readable by group or others. Never logged."),
+        .optionalString(
+            "uplink.caFile", \.uplink.caFile, type: "path",
+            "PEM CA certificates to verify the server with, instead of the system trust store."),
+        .bool(
+            "uplink.allowInsecure", \.uplink.allowInsecure,
+            "Allow a plain `ws://` URL (no TLS); for a server on the same machine or in tests."),
+        .string("uplink.deviceId", \.uplink.deviceId, type: "string", "Device id sent in `hello`."),
+        .string(
+            "uplink.locale", \.uplink.locale, type: "BCP 47",
+            "Language the driver wants guidance in, sent in `hello`."),
+        .choice(
+            "uplink.payload", \.uplink.payload,
+            "`chunks` sends each MP4 as binary messages after its header; `base64` puts it in the header."),
+        .int(
+            "uplink.pingSeconds", \.uplink.pingSeconds, 1...300,
+            "Keepalive ping period; no pong within two periods means the connection is dead."),
+        .int(
+            "uplink.queueSegments", \.uplink.queueSegments, 1...100,
+            "Segments waiting to be sent; when full the oldest is dropped (the camera never waits)."),
+        .int(
+            "uplink.queueMaxAgeMs", \.uplink.queueMaxAgeMs, 1000...600_000,
+            "Segments captured longer ago than this are dropped instead of sent, in ms."),
+        .int(
+            "guidance.maxAgeMs", \.guidance.maxAgeMs, 1000...600_000,
+            "Guidance about a segment captured longer ago than this is dropped: stale road information is worse than none."),
         .choice("log.level", \.log.level, "Least severe log level that is printed."),
     ]
 
@@ -157,6 +217,14 @@ extension AgentConfig {
     public func validate() throws(ConfigError) {
         if camera.source == .file, camera.file == nil {
             throw .missingKey("camera.file", reason: "camera.source is 'file'; set it to the video file to play")
+        }
+        if let url = uplink.url {
+            let insecure = url.hasPrefix("ws://")
+            guard url.hasPrefix("wss://") || (insecure && uplink.allowInsecure) else {
+                throw .invalidOption(
+                    "uplink.url", url,
+                    insecure ? "a wss:// URL; ws:// needs uplink.allowInsecure: true" : "a wss:// URL")
+            }
         }
     }
 }

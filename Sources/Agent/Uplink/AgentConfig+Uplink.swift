@@ -1,0 +1,48 @@
+import Foundation
+import GuidanceProtocol
+public import Logging
+import NIOSSL
+
+extension AgentConfig {
+    /// The uplink `uplink.url` asks for, or `nil` to record only. Reads the token file.
+    public func makeUplink(logger: Logger) throws -> Agent.Uplink? {
+        guard let url = uplink.url else { return nil }
+        let token = try TokenFile.read(uplink.tokenFile)
+        var tls: TLSConfiguration?
+        if url.hasPrefix("wss://") {
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            if let caFile = uplink.caFile { configuration.trustRoots = .file(caFile) }
+            tls = configuration
+        }
+        let hello = ClientMessage.Hello(
+            device: uplink.deviceId, locale: uplink.locale, agent: AgentVersion.current,
+            video: .init(width: camera.width, height: camera.height, fps: camera.fps, segmentMs: encoder.segmentSeconds * 1000))
+        return Agent.Uplink(
+            settings: .init(url: url, token: token, tls: tls, hello: hello, payload: uplink.payload,
+                            ping: .seconds(uplink.pingSeconds), queueSegments: uplink.queueSegments,
+                            queueMaxAgeMs: uplink.queueMaxAgeMs, guidanceMaxAgeMs: guidance.maxAgeMs),
+            logger: logger)
+    }
+}
+
+public enum AgentVersion {
+    public static let current = "0.1.0"
+}
+
+/// Until the speaker and the vibration motor take over, guidance goes to the log.
+enum GuidanceLog {
+    static func log(_ message: ServerMessage, logger: Logger) {
+        switch message {
+        case .guidance(let guidance) where guidance.clear:
+            logger.notice("guidance: segment \(guidance.seq): clear")
+        case .guidance(let guidance):
+            logger.notice("guidance: segment \(guidance.seq): \(guidance.text)", metadata: [
+                "lang": "\(guidance.lang ?? "-")", "priority": "\(guidance.priority.rawValue)",
+            ])
+        case .usage(let remaining):
+            logger.info("usage: \(remaining) s of guidance left")
+        default:
+            logger.debug("server: \(message)")
+        }
+    }
+}

@@ -1,0 +1,26 @@
+/// When to try the server again: exponential backoff with full jitter.
+///
+/// The delay before attempt *n* is uniform in `0 … min(cap, base·2ⁿ)`, so a fleet that lost the
+/// same server does not come back in lockstep. A session that lived long enough resets it.
+public struct Backoff: Sendable {
+    public var base: Duration = .milliseconds(250)
+    public var cap: Duration = .seconds(30)
+    /// A session at least this old was healthy: the next failure starts from `base` again.
+    public var resetAfter: Duration = .seconds(30)
+    /// After the server refused our token: no point asking again soon.
+    public var authFailure: Duration = .seconds(60)
+    public private(set) var attempt = 0
+
+    public init() {}
+
+    /// The delay before the next attempt, given how long the last session lived.
+    public mutating func next(sessionLived: Duration?, random: (Double) -> Double = { Double.random(in: 0...$0) }) -> Duration {
+        if let lived = sessionLived, lived >= resetAfter { attempt = 0 }
+        let ceiling = min(cap, base * Double(1 << min(attempt, 20)))
+        attempt += 1
+        let seconds = Double(ceiling.components.seconds) + Double(ceiling.components.attoseconds) / 1e18
+        return .seconds(random(seconds))
+    }
+
+    public mutating func reset() { attempt = 0 }
+}

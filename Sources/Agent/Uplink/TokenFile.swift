@@ -1,0 +1,25 @@
+import Foundation
+
+public struct TokenFileError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// Reads the bearer token; refuses a file others could read. The token itself is never logged.
+public enum TokenFile {
+    public static func read(_ path: String) throws(TokenFileError) -> String {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw TokenFileError(description: "uplink.tokenFile \(path): \(String(cString: strerror(errno)))")
+        }
+        let mode = info.st_mode & 0o777
+        guard mode & 0o077 == 0 else {
+            throw TokenFileError(description: "uplink.tokenFile \(path) is readable by group or others (mode \(String(mode, radix: 8))); run chmod 600 on it")
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw TokenFileError(description: "uplink.tokenFile \(path): cannot be read")
+        }
+        let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !token.isEmpty else { throw TokenFileError(description: "uplink.tokenFile \(path) is empty") }
+        return token
+    }
+}
