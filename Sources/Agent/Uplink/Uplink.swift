@@ -26,6 +26,20 @@ public actor Uplink {
         public var queueSegments: Int
         public var queueMaxAgeMs: Int
         public var guidanceMaxAgeMs: Int
+
+        public init(url: String, token: String, tls: TLSConfiguration?, hello: ClientMessage.Hello,
+                    payload: AgentConfig.Payload, ping: Duration, queueSegments: Int, queueMaxAgeMs: Int,
+                    guidanceMaxAgeMs: Int) {
+            self.url = url
+            self.token = token
+            self.tls = tls
+            self.hello = hello
+            self.payload = payload
+            self.ping = ping
+            self.queueSegments = queueSegments
+            self.queueMaxAgeMs = queueMaxAgeMs
+            self.guidanceMaxAgeMs = guidanceMaxAgeMs
+        }
     }
 
     public struct Stats: Sendable, Equatable {

@@ -33,10 +33,34 @@ public struct SegmentMetadata: Codable, Sendable, Equatable {
     public var fps: Int
     public var complete: Bool
     public var endReason: SegmentEndReason
+
+    public init(seq: Int, capturedAt: Date, captureStartMonotonicNs: UInt64, durationMs: Int, frames: Int,
+                droppedFrames: Int, bytes: Int, sha256: String, encoder: String, width: Int, height: Int, fps: Int,
+                complete: Bool, endReason: SegmentEndReason) {
+        self.seq = seq
+        self.capturedAt = capturedAt
+        self.captureStartMonotonicNs = captureStartMonotonicNs
+        self.durationMs = durationMs
+        self.frames = frames
+        self.droppedFrames = droppedFrames
+        self.bytes = bytes
+        self.sha256 = sha256
+        self.encoder = encoder
+        self.width = width
+        self.height = height
+        self.fps = fps
+        self.complete = complete
+        self.endReason = endReason
+    }
 }
 
 /// A self-contained MP4 held in memory, with its metadata.
 public struct Segment: Sendable {
     public var metadata: SegmentMetadata
     public var data: [UInt8]
+
+    public init(metadata: SegmentMetadata, data: [UInt8]) {
+        self.metadata = metadata
+        self.data = data
+    }
 }

@@ -1,0 +1,185 @@
+import Agent
+import Foundation
+import GuidanceProtocol
+import GuidanceServer
+import HAL
+import Hummingbird
+import Logging
+import Synchronization
+import Testing
+
+private func segment(seq: Int, capturedAt: UInt64, bytes: Int = 100) -> Segment {
+    let data = (0..<bytes).map { UInt8(truncatingIfNeeded: $0 &+ seq) }
+    return Segment(
+        metadata: SegmentMetadata(
+            seq: seq, capturedAt: Date(), captureStartMonotonicNs: capturedAt, durationMs: 5000, frames: 50,
+            droppedFrames: 0, bytes: data.count,
+            sha256: SHA256Hex.of(data), encoder: "test", width: 320, height: 180, fps: 10,
+            complete: true, endReason: .complete),
+        data: data)
+}
+
+@Suite struct SendQueueTests {
+    @Test func overTheCountBoundTheOldestGoesFirst() {
+        var queue = SendQueue(maxCount: 3, maxAgeMs: 15_000)
+        let now: UInt64 = 100_000_000_000
+        for seq in 0..<5 { _ = queue.push(segment(seq: seq, capturedAt: now), now: now) }
+        #expect(queue.items.map(\.metadata.seq) == [2, 3, 4])
+        #expect(queue.dropped == 2)
+    }
+
+    @Test func segmentsOlderThanTheAgeBoundAreDroppedNotSent() {
+        var queue = SendQueue(maxCount: 3, maxAgeMs: 15_000)
+        let start: UInt64 = 100_000_000_000
+        _ = queue.push(segment(seq: 0, capturedAt: start), now: start)
+        _ = queue.push(segment(seq: 1, capturedAt: start + 10_000_000_000), now: start + 10_000_000_000)
+        let (next, expired) = queue.pop(now: start + 16_000_000_000)
+        #expect(expired.map(\.metadata.seq) == [0])
+        #expect(next?.metadata.seq == 1)
+        #expect(queue.dropped == 1 && queue.items.isEmpty)
+    }
+}
+
+@Suite struct BackoffTests {
+    @Test func delaysDoubleUpToTheCapWithFullJitter() {
+        var backoff = Backoff()
+        let ceilings = (0..<10).map { _ in backoff.next(sessionLived: nil, random: { $0 }) }
+        #expect(ceilings.prefix(4) == [.milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2)])
+        #expect(ceilings.last == .seconds(30))
+        var jittered = Backoff()
+        #expect(jittered.next(sessionLived: nil, random: { $0 / 2 }) == .milliseconds(125))
+    }
+
+    @Test func aSessionThatLivedThirtySecondsResetsTheBackoff() {
+        var backoff = Backoff()
+        for _ in 0..<6 { _ = backoff.next(sessionLived: .seconds(3), random: { $0 }) }
+        #expect(backoff.next(sessionLived: .seconds(31), random: { $0 }) == .milliseconds(250))
+    }
+}
+
+@Suite struct TokenFileTests {
+    @Test func aTokenFileOthersCanReadIsRefusedWithoutShowingTheToken() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("token-\(UUID().uuidString)").path
+        try "s3cret-token\n".write(toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        chmod(path, 0o644)
+        #expect {
+            _ = try TokenFile.read(path)
+        } throws: { error in
+            let text = "\(error)"
+            return text.contains("readable by group or others (mode 644)") && text.contains(path) && !text.contains("s3cret")
+        }
+        chmod(path, 0o600)
+        #expect(try TokenFile.read(path) == "s3cret-token")
+    }
+}
+
+/// The agent's uplink against the reference server, both in this process, on loopback.
+@Suite(.serialized) struct UplinkLoopbackTests {
+    static let logger = Logger(label: "uplink-test")
+
+    func makeServer(port: Int) -> GuidanceServer {
+        GuidanceServer(
+            settings: .init(host: "127.0.0.1", port: port, idleTimeoutSeconds: 30),
+            tokens: DeviceTokens(["t0k3n": "car-7"]),
+            analyzer: ScriptedAnalyzer(items: [.init(text: "slow down", lang: "en-US", clear: false, priority: .normal),
+                                               .init(text: nil, lang: nil, clear: true, priority: nil)], order: .seq),
+            logger: Self.logger)
+    }
+
+    func makeUplink(port: Int, token: String = "t0k3n") -> Uplink {
+        Uplink(settings: .init(
+            url: "ws://127.0.0.1:\(port)/v1/stream", token: token, tls: nil,
+            hello: .init(device: "car-7", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
+            payload: .chunks, ping: .seconds(1), queueSegments: 3, queueMaxAgeMs: 60_000, guidanceMaxAgeMs: 60_000),
+            logger: Self.logger)
+    }
+
+    /// Starts the server; returns its task and the bound port.
+    func start(_ server: GuidanceServer) async throws -> (Task<Void, any Error>, Int) {
+        let port = Mutex(0)
+        let app = try server.application { bound in port.withLock { $0 = bound } }
+        let task = Task { try await app.run() }
+        while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        return (task, port.withLock { $0 })
+    }
+
+    @Test func segmentsAreAckedInOrderAndGuidanceComesBack() async throws {
+        let (server, port) = try await start(makeServer(port: 0))
+        defer { server.cancel() }
+        let uplink = makeUplink(port: port)
+        let running = Task { await uplink.run(networkChanges: AsyncStream { _ in }) }
+        let now = MonotonicClock.now()
+        for seq in 0..<3 { await uplink.enqueue(segment(seq: seq, capturedAt: now, bytes: 150_000)) }
+        var acks: [Int] = [], guidance: [ServerMessage.Guidance] = []
+        for await message in uplink.messages {
+            if case .ack(let seq) = message { acks.append(seq) }
+            if case .guidance(let g) = message { guidance.append(g) }
+            if guidance.count == 3 { break }
+        }
+        #expect(acks == [0, 1, 2])
+        #expect(guidance.map(\.seq) == [0, 1, 2])
+        #expect(guidance.map(\.clear) == [false, true, false])
+        let stats = await uplink.stats
+        #expect(stats.sent == 3 && stats.acked == 3 && stats.dropped == 0)
+        await uplink.shutdown()
+        running.cancel()
+    }
+
+    @Test func theUplinkComesBackByItselfAfterTheServerRestarts() async throws {
+        let (first, port) = try await start(makeServer(port: 0))
+        let uplink = makeUplink(port: port)
+        let running = Task { await uplink.run(networkChanges: AsyncStream { _ in }) }
+        let now = MonotonicClock.now()
+        await uplink.enqueue(segment(seq: 0, capturedAt: now))
+        var iterator = uplink.messages.makeAsyncIterator()
+        while let message = await iterator.next() { if case .ack(0) = message { break } }
+        first.cancel()
+        _ = try? await first.value
+        let (second, _) = try await start(makeServer(port: port))
+        defer { second.cancel() }
+        await uplink.enqueue(segment(seq: 1, capturedAt: MonotonicClock.now()))
+        while let message = await iterator.next() { if case .ack(1) = message { break } }
+        let stats = await uplink.stats
+        #expect(stats.sessions == 2)
+        #expect(stats.acked == 2)
+        await uplink.shutdown()
+        running.cancel()
+    }
+
+    @Test func aNetworkChangeOpensANewSessionAtOnce() async throws {
+        let (server, port) = try await start(makeServer(port: 0))
+        defer { server.cancel() }
+        let uplink = makeUplink(port: port)
+        let (changes, change) = AsyncStream<String>.makeStream()
+        let running = Task { await uplink.run(networkChanges: changes) }
+        var iterator = uplink.messages.makeAsyncIterator()
+        while let message = await iterator.next() { if case .welcome = message { break } }
+        let changed = ContinuousClock.now
+        change.yield("default route moved")
+        while let message = await iterator.next() { if case .welcome = message { break } }
+        let took = ContinuousClock.now - changed
+        #expect(took < .seconds(1), "new session after \(took)")
+        #expect(await uplink.stats.sessions == 2)
+        await uplink.shutdown()
+        running.cancel()
+    }
+}
+
+enum SHA256Hex {
+    static func of(_ data: [UInt8]) -> String {
+        // The server checks this digest; sha256sum computes it independently of our code.
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("digest-\(UUID().uuidString)")
+        FileManager.default.createFile(atPath: file.path, contents: Data(data))
+        defer { try? FileManager.default.removeItem(at: file) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+        process.arguments = [file.path]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try? process.run()
+        let output = (try? pipe.fileHandleForReading.readToEnd()) ?? Data()
+        process.waitUntilExit()
+        return String(String(decoding: output, as: UTF8.self).prefix(64))
+    }
+}
