@@ -128,6 +128,12 @@ let package = Package(
             swiftSettings: upcoming
         ),
 
+        // Prints one JSON line per network change; run by HALTests inside network namespaces.
+        .executableTarget(
+            name: "netmon-probe",
+            dependencies: ["HAL", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: upcoming
+        ),
         .target(
             name: "TestSupport",
             path: "Tests/TestSupport",
@@ -135,7 +141,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HALTests",
-            dependencies: ["HAL", "TestSupport"],
+            dependencies: ["HAL", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: upcoming
         ),
         .testTarget(

@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# The main job, on any machine: records the built-in test pattern (device-config/demo.yaml)
-# into HEVC segments under out/demo-segments and prints each segment's metadata as it closes.
-# Options replace the default `--segments 3`, e.g. `scripts/demo.sh --segments 6`.
+# The main job, on any machine: starts the reference guidance server (device-config/server.yaml)
+# and the agent recording the built-in test pattern (device-config/demo-stream.yaml). The agent
+# prints each segment's metadata as it closes, streams it to the server, and logs the guidance
+# that comes back. Options replace the default `--segments 3`, e.g. `scripts/demo.sh --segments 6`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/install-deps.sh
 swift build -c release --product dashcam-agent
+swift build -c release --product guidance-server
+
+# The agent refuses a token file others can read.
+mkdir -p out
+printf 'demo-token-0001\n' > out/demo-token
+chmod 600 out/demo-token
+
+.build/release/guidance-server --config device-config/server.yaml &
+server=$!
+trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
+sleep 1
+
 [ "$#" -gt 0 ] || set -- --segments 3
-exec .build/release/dashcam-agent record --config device-config/demo.yaml "$@"
+.build/release/dashcam-agent record --config device-config/demo-stream.yaml "$@"

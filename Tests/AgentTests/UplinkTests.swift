@@ -151,12 +151,15 @@ private func segment(seq: Int, capturedAt: UInt64, bytes: Int = 100) -> Segment 
         let (server, port) = try await start(makeServer(port: 0))
         defer { server.cancel() }
         let uplink = makeUplink(port: port)
-        let (changes, change) = AsyncStream<String>.makeStream()
+        let (changes, change) = AsyncStream<NetworkChange>.makeStream()
         let running = Task { await uplink.run(networkChanges: changes) }
         var iterator = uplink.messages.makeAsyncIterator()
         while let message = await iterator.next() { if case .welcome = message { break } }
         let changed = ContinuousClock.now
-        change.yield("default route moved")
+        let route = { (name: String) in
+            NetworkPath.Route(interfaceName: name, interfaceIndex: 2, gateway: IPAddress("10.0.0.1"), addresses: [], isUp: true)
+        }
+        change.yield(NetworkChange(old: NetworkPath(ipv4: route("wlan0")), new: NetworkPath(ipv4: route("usb0"))))
         while let message = await iterator.next() { if case .welcome = message { break } }
         let took = ContinuousClock.now - changed
         #expect(took < .seconds(1), "new session after \(took)")

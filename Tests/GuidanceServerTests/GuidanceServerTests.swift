@@ -19,9 +19,9 @@ import WSClient
     ]
 
     /// Runs a server on a free port for the duration of `body`.
-    func withServer(usage: Int? = nil, _ body: @Sendable (Int) async throws -> Void) async throws {
+    func withServer(usage: Int? = nil, idleSeconds: Int = 30, _ body: @Sendable (Int) async throws -> Void) async throws {
         let server = GuidanceServer(
-            settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: 2, usageSeconds: usage),
+            settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: idleSeconds, usageSeconds: usage),
             tokens: DeviceTokens(["good-token": "car-1", "other-token": "car-2"]),
             analyzer: ScriptedAnalyzer(items: Self.script, order: .order),
             logger: Logger(label: "test-server"))
@@ -135,7 +135,7 @@ import WSClient
                 "-H", "Authorization: Bearer wrong", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)",
             ])
             let good = try Command.execute("curl", [
-                "-s", "-o", "/dev/null", "-m", "1", "-w", "%{http_code}", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
+                "-s", "-o", "/dev/null", "-m", "3", "-w", "%{http_code}", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
                 "-H", "Sec-WebSocket-Version: 13", "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
                 "-H", "Authorization: Bearer good-token", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)",
             ])
@@ -151,7 +151,7 @@ import WSClient
     }
 
     @Test func aSilentAgentIsClosedAsIdle() async throws {
-        try await withServer { port in
+        try await withServer(idleSeconds: 2) { port in
             let (_, close) = try await converse(port: port, send: [.text(Self.hello())], until: { _ in false })
             #expect(close?.closeCode == .init(codeNumber: 4001))
         }

@@ -57,7 +57,8 @@ struct RecordCommand: AsyncParsableCommand {
         defer { signals.cancel() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             if let uplink {
-                group.addTask { await uplink.run(networkChanges: AsyncStream { _ in }) }
+                let changes = networkChanges(logger: logger)
+                group.addTask { await uplink.run(networkChanges: changes) }
                 group.addTask { for await message in uplink.messages { GuidanceLog.log(message, logger: logger) } }
             }
             pipeline.start()
@@ -73,6 +74,16 @@ struct RecordCommand: AsyncParsableCommand {
                 logger.notice("uplink: sent \(stats.sent), acked \(stats.acked), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)")
             }
             group.cancelAll()
+        }
+    }
+
+    /// Changes of the default route or its addresses, which make the uplink open a new session.
+    private func networkChanges(logger: Logger) -> AsyncStream<NetworkChange> {
+        do {
+            return try RTNetlinkMonitor(logger: logger).changes()
+        } catch {
+            logger.warning("uplink: \(error); network changes will not trigger a new session")
+            return AsyncStream { $0.finish() }
         }
     }
 

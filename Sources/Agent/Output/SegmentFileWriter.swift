@@ -30,12 +30,26 @@ public struct SegmentFileWriter: Sendable {
     public func write(_ segment: Segment) throws -> String {
         let name = Self.fileName(for: segment.metadata)
         let temporary = directory.appendingPathComponent(".\(name).partial")
-        try Data(segment.data).write(to: temporary)
+        try Self.writeFile(temporary.path, segment.data)
         let final = directory.appendingPathComponent(name)
         guard rename(temporary.path, final.path) == 0 else {
             throw OutputError(path: directory.path, reason: String(cString: strerror(errno)))
         }
         return name
+    }
+
+    /// Writes straight from the segment's buffer: no second copy of a multi-megabyte segment.
+    private static func writeFile(_ path: String, _ bytes: [UInt8]) throws(OutputError) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw OutputError(path: path, reason: String(cString: strerror(errno))) }
+        defer { close(fd) }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw OutputError(path: path, reason: String(cString: strerror(errno))) }
+            written += n
+        }
     }
 
     public static func fileName(for metadata: SegmentMetadata) -> String {

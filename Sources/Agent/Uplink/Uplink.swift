@@ -84,8 +84,8 @@ public actor Uplink {
         wake?.yield()
     }
 
-    /// Runs sessions until the task is cancelled; `networkChanges` says why the path moved.
-    public func run(networkChanges: AsyncStream<String>) async {
+    /// Runs sessions until ``shutdown(flushFor:)`` or cancellation; each network change opens a new session.
+    public func run(networkChanges: AsyncStream<NetworkChange>) async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
                 for await change in networkChanges { await self.networkDidChange(change) }
@@ -190,7 +190,7 @@ public actor Uplink {
         closeSession = nil
     }
 
-    private func networkDidChange(_ change: String) async {
+    private func networkDidChange(_ change: NetworkChange) async {
         logger.notice("uplink: network changed (\(change)); opening a new session")
         networkChanged = true
         backoffSleep?.cancel()

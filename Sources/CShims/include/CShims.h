@@ -49,4 +49,17 @@ static const uint32_t dashcam_V4L2_PIX_FMT_YUV420 = V4L2_PIX_FMT_YUV420;
 static const uint32_t dashcam_V4L2_PIX_FMT_MJPEG = V4L2_PIX_FMT_MJPEG;
 static const uint32_t dashcam_V4L2_PIX_FMT_JPEG = V4L2_PIX_FMT_JPEG;
 
+// rtnetlink: the alignment macros of <linux/netlink.h> and <linux/rtnetlink.h>. The structs
+// (nlmsghdr, rtattr, rtmsg, ifaddrmsg, ifinfomsg, rtnexthop, sockaddr_nl) and the constants
+// (RTM_*, RTMGRP_*, IFA_*, IFLA_*, RTA_*, NLM_F_*) import as they are; offsets are added in Swift.
+// <sys/eventfd.h> is here for eventfd(), which Glibc's module leaves out.
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <sys/eventfd.h>
+static inline uint32_t dashcam_nlmsg_align(uint32_t len) { return NLMSG_ALIGN(len); }
+static const uint32_t dashcam_NLMSG_HDRLEN = NLMSG_HDRLEN;
+static inline uint32_t dashcam_rta_align(uint32_t len) { return RTA_ALIGN(len); }
+static const uint32_t dashcam_RTA_HDRLEN = RTA_LENGTH(0);
+static inline uint32_t dashcam_rtnh_align(uint32_t len) { return RTNH_ALIGN(len); }
+
 #endif

@@ -116,7 +116,10 @@ public final class V4L2Camera: FrameSource {
                 continue
             }
             if let last = lastSequence, buffer.sequence > last &+ 1 {
-                droppedFrames += UInt64(buffer.sequence - last - 1)
+                let gap = UInt64(buffer.sequence - last - 1)
+                droppedFrames += gap
+                logger.warning("camera: the driver dropped \(gap) frame(s) (sequence \(last) → \(buffer.sequence))",
+                               metadata: ["device": "\(name)", "droppedTotal": "\(droppedFrames)"])
             }
             lastSequence = buffer.sequence
             held = buffer

@@ -111,7 +111,8 @@ final class MP4Writer {
     private func append(_ bytes: UnsafeRawPointer, _ count: Int) -> Int32 {
         let end = position + count
         if end > storage.count {
-            let grown = UnsafeMutableRawBufferPointer.allocate(byteCount: max(end, storage.count * 2), alignment: 16)
+            // Grow by half: a segment's size varies little from one to the next.
+            let grown = UnsafeMutableRawBufferPointer.allocate(byteCount: max(end, storage.count + storage.count / 2), alignment: 16)
             grown.copyMemory(from: UnsafeRawBufferPointer(rebasing: storage[0..<size]))
             storage.deallocate()
             storage = grown
