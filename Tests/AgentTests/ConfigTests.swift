@@ -1,6 +1,7 @@
 import Agent
 import ConfigSupport
 import Foundation
+import TestSupport
 import Testing
 
 /// The repository's device-config/, found from this file so the tests run from any directory.
@@ -311,19 +312,11 @@ func rejectedFileValue(yaml: String, message: String) async throws {
 /// Keeps device-config/README.md's key table equal to `AgentConfig.keys`, so the docs can't drift.
 /// `UPDATE_CONFIG_DOCS=1 swift test --filter readmeKeyTable` rewrites the table instead.
 @Test func readmeKeyTable() throws {
-    let readme = deviceConfig.appendingPathComponent("README.md")
-    let text = try String(contentsOf: readme, encoding: .utf8)
-    let begin = try #require(text.range(of: "<!-- BEGIN GENERATED KEY TABLE -->\n"))
-    let end = try #require(text.range(of: "<!-- END GENERATED KEY TABLE -->"))
-    let documented = String(text[begin.upperBound..<end.lowerBound])
-    let generated = ConfigKeyInfo.markdownTable() + "\n"
-    if documented != generated, ProcessInfo.processInfo.environment["UPDATE_CONFIG_DOCS"] == "1" {
-        let updated = text.replacingCharacters(in: begin.upperBound..<end.lowerBound, with: generated)
-        try updated.write(to: readme, atomically: true, encoding: .utf8)
-        return
-    }
+    let mismatch = try GeneratedSection.mismatch(
+        in: deviceConfig.appendingPathComponent("README.md"), name: "GENERATED KEY TABLE",
+        generated: ConfigKeyInfo.markdownTable() + "\n")
     #expect(
-        documented == generated,
+        mismatch == nil,
         "device-config/README.md's key table differs from AgentConfig.keys; run UPDATE_CONFIG_DOCS=1 swift test --filter readmeKeyTable"
     )
 }

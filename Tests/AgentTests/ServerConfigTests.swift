@@ -1,6 +1,7 @@
 import ConfigSupport
 import Foundation
 import GuidanceServer
+import TestSupport
 import Testing
 
 /// `ServerConfig` on the shared ConfigSupport machinery: same conventions as the agent, prefix `GUIDANCE_`.
@@ -149,19 +150,11 @@ import Testing
     /// Keeps device-config/README.md's server key table equal to `ServerConfig.keys`.
     /// `UPDATE_CONFIG_DOCS=1 swift test --filter serverReadmeKeyTable` rewrites the table instead.
     @Test func serverReadmeKeyTable() throws {
-        let readme = Self.deviceConfig.appendingPathComponent("README.md")
-        let text = try String(contentsOf: readme, encoding: .utf8)
-        let begin = try #require(text.range(of: "<!-- BEGIN GENERATED SERVER KEY TABLE -->\n"))
-        let end = try #require(text.range(of: "<!-- END GENERATED SERVER KEY TABLE -->"))
-        let documented = String(text[begin.upperBound..<end.lowerBound])
-        let generated = ServerConfig.markdownTable() + "\n"
-        if documented != generated, ProcessInfo.processInfo.environment["UPDATE_CONFIG_DOCS"] == "1" {
-            let updated = text.replacingCharacters(in: begin.upperBound..<end.lowerBound, with: generated)
-            try updated.write(to: readme, atomically: true, encoding: .utf8)
-            return
-        }
+        let mismatch = try GeneratedSection.mismatch(
+            in: Self.deviceConfig.appendingPathComponent("README.md"), name: "GENERATED SERVER KEY TABLE",
+            generated: ServerConfig.markdownTable() + "\n")
         #expect(
-            documented == generated,
+            mismatch == nil,
             "device-config/README.md's server key table differs from ServerConfig.keys; run UPDATE_CONFIG_DOCS=1 swift test --filter serverReadmeKeyTable"
         )
     }
