@@ -52,7 +52,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(camera.source == .v4l2 && camera.device == "/dev/video0" && camera.file == nil)
     #expect(camera.width == 640 && camera.height == 360 && camera.fps == 10)
     #expect(camera.pixelFormat == .auto && camera.buffers == 4 && camera.pace == .realtime)
-    #expect(camera.pollTimeoutMs == 1000 && camera.stallTimeouts == 3 && camera.reopenBackoffMs == 250...5000)
+    #expect(camera.pollTimeoutMs == 1000 && camera.stallTimeouts == 3 && camera.reopenBackoffMs == 250...2000)
     let encoder = config.encoder
     #expect(encoder.preference == ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc", "libx265"])
     #expect(encoder.rateControl == .crf && encoder.crf == 28 && encoder.segmentSeconds == 5)

@@ -29,7 +29,7 @@ public struct AgentConfig: LoadableConfig {
         public var pollTimeoutMs = 1000
         /// Poll timeouts in a row after which the camera counts as stalled.
         public var stallTimeouts = 3
-        public var reopenBackoffMs = 250...5000
+        public var reopenBackoffMs = 250...2000
         public var pace: Pace = .realtime
 
         public init() {}

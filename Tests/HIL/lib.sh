@@ -1,0 +1,216 @@
+# shellcheck shell=bash
+# Shared helpers for the HIL suite. Sourced by in-vm.sh and by every case (inside the VM).
+#
+# Kernel pieces are loaded by `hil_load_<name>` functions; in-vm.sh calls one per name in
+# HIL_MODULES (default "vivid"), once per VM boot. To add a piece (e.g. gpio-sim built on the
+# host, snd-aloop): write `hil_load_gpio_sim` / `hil_load_snd_aloop` here, add the name to
+# HIL_MODULES in in-vm.sh, and (for out-of-tree modules) build them in run.sh's host stage into
+# "$HIL_WORK/modules", which the VM sees.
+
+HIL_DIR="${HIL_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
+
+# vivid as a plain webcam: one instance, only a video-capture node (/dev/video0), one input of
+# type webcam (input_types: two bits per input, 0 = webcam).
+HIL_VIVID_PARAMS=(n_devs=1 node_types=0x1 num_inputs=1 input_types=0x0)
+HIL_VIDEO_DEV="${HIL_VIDEO_DEV:-/dev/video0}"
+# Small and slow, for QEMU TCG.
+HIL_WIDTH="${HIL_WIDTH:-320}"
+HIL_HEIGHT="${HIL_HEIGHT:-180}"
+HIL_FPS="${HIL_FPS:-5}"
+HIL_SEGMENT_SECONDS="${HIL_SEGMENT_SECONDS:-5}"
+
+hil_log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S.%3N)" "$*"; }
+
+# Fail bookkeeping for cases: hil_check COND-CMD... "message"; hil_case_result exits.
+HIL_FAILED=0
+hil_ok() { hil_log "ok: $*"; }
+hil_fail() { hil_log "FAIL: $*"; HIL_FAILED=$((HIL_FAILED + 1)); }
+hil_case_result() {
+    if [ "$HIL_FAILED" -eq 0 ]; then hil_log "case result: PASS"; exit 0; fi
+    hil_log "case result: FAIL ($HIL_FAILED failed checks)"; exit 1
+}
+
+# Times are $EPOCHREALTIME values (seconds.micro). Polling must stay cheap: under TCG every
+# process the harness spawns takes CPU from the agent (and shows up as dropped frames).
+hil_now() { echo "$EPOCHREALTIME"; }
+hil_us() { local t=${1:-$EPOCHREALTIME}; echo $(( 10#${t/./} )); }   # as integer microseconds
+# Seconds from START to END (default now), 2 decimals.
+hil_since() { hil_fmt_us $(( $(hil_us "${2:-$EPOCHREALTIME}") - $(hil_us "$1") )); }
+
+hil_fmt_us() { printf '%d.%02d' $(($1 / 1000000)) $(($1 % 1000000 / 10000)); }
+
+# hil_poll_since START TIMEOUT_S CMD...: runs CMD every 0.25 s until it succeeds or TIMEOUT_S
+# have passed since START (an $EPOCHREALTIME). Sets HIL_ELAPSED_US / HIL_ELAPSED (s, 2 decimals)
+# to the time from START to the success (or to the give-up). 0 on success, 1 on timeout.
+# shellcheck disable=SC2034  # HIL_ELAPSED is for the callers
+hil_poll_since() {
+    local start_us deadline
+    start_us=$(hil_us "$1"); deadline=$(( start_us + ${2%.*} * 1000000 )); shift 2
+    while :; do
+        if "$@" >/dev/null; then
+            HIL_ELAPSED_US=$(( $(hil_us) - start_us )); HIL_ELAPSED=$(hil_fmt_us "$HIL_ELAPSED_US")
+            return 0
+        fi
+        if [ "$(hil_us)" -ge "$deadline" ]; then
+            HIL_ELAPSED_US=$(( $(hil_us) - start_us )); HIL_ELAPSED=$(hil_fmt_us "$HIL_ELAPSED_US")
+            return 1
+        fi
+        sleep 0.25
+    done
+}
+
+# hil_wait_for TIMEOUT_S CMD...: runs CMD every 0.25 s until it succeeds (0) or TIMEOUT_S (1).
+hil_wait_for() {
+    local deadline=$(( $(hil_us) + ${1%.*} * 1000000 )); shift
+    while :; do
+        "$@" && return 0
+        [ "$(hil_us)" -ge "$deadline" ] && return 1
+        sleep 0.25
+    done
+}
+
+# ---------------------------------------------------------------- vivid (the camera)
+
+hil_vivid_loaded() { [ -d /sys/module/vivid ]; }
+
+hil_video_node_ready() {
+    [ -c "$HIL_VIDEO_DEV" ] && v4l2-ctl -d "$HIL_VIDEO_DEV" --info 2>/dev/null | grep -q 'Driver name *: vivid'
+}
+
+# Loads vivid as a webcam and waits for its node. Called once per boot by in-vm.sh, and by
+# cases that want a fresh device (hil_vivid_fresh).
+hil_load_vivid() {
+    if ! hil_vivid_loaded; then
+        modprobe vivid "${HIL_VIVID_PARAMS[@]}" || { hil_log "modprobe vivid failed"; return 1; }
+    fi
+    udevadm settle -t 10 2>/dev/null || true
+    if ! hil_wait_for 10 hil_video_node_ready; then
+        hil_log "vivid loaded but $HIL_VIDEO_DEV is not a vivid capture node:"
+        ls -l /dev/video* 2>&1
+        return 1
+    fi
+}
+
+hil_unload_vivid() {
+    hil_vivid_loaded || return 0
+    modprobe -r vivid
+}
+
+# Unloads (if loaded) and loads vivid again, so a case starts from a fresh camera.
+hil_vivid_fresh() {
+    hil_unload_vivid || { hil_log "modprobe -r vivid failed (something holds $HIL_VIDEO_DEV?)"; return 1; }
+    hil_load_vivid
+}
+
+# The unplug. `modprobe -r vivid` is refused ("Module vivid is in use") while any process has a
+# vivid node open, streaming or not: the open character device holds a reference on the module.
+# Unbinding the platform device is what a real unplug does to the driver: the node is
+# unregistered under the program, which gets ENODEV / POLLERR. The module stays loaded.
+hil_unplug_vivid() {
+    local d n=0
+    for d in /sys/bus/platform/drivers/vivid/vivid.*; do
+        [ -e "$d" ] || continue
+        echo "${d##*/}" > /sys/bus/platform/drivers/vivid/unbind || return 1
+        n=$((n + 1))
+    done
+    [ "$n" -gt 0 ] || { hil_log "no bound vivid device to unplug"; return 1; }
+    hil_wait_for 5 test ! -e "$HIL_VIDEO_DEV"
+}
+
+# The return. If nothing holds the old device any more, the module is reloaded
+# (`modprobe -r vivid; modprobe vivid`: a fresh device, as after a real replug); otherwise the
+# device is bound again. Prints which path it took.
+hil_replug_vivid() {
+    if modprobe -r vivid 2>/dev/null; then
+        echo "modprobe -r vivid + modprobe vivid"
+        modprobe vivid "${HIL_VIVID_PARAMS[@]}" || return 1
+    else
+        echo "bind (modprobe -r vivid refused: the removed device is still held open)"
+        local p
+        for p in /sys/devices/platform/vivid.*; do
+            [ -e "$p" ] || continue
+            echo "${p##*/}" > /sys/bus/platform/drivers/vivid/bind || return 1
+        done
+    fi
+    udevadm settle -t 10 2>/dev/null || true
+    hil_wait_for 10 test -c "$HIL_VIDEO_DEV"
+}
+
+# Open fds of PID that point at a video node (e.g. "/dev/video0 (deleted)"), one a line.
+hil_video_fds() { find /proc/"$1"/fd -maxdepth 1 -type l -lname '/dev/video*' -printf '%l\n' 2>/dev/null; }
+
+# ---------------------------------------------------------------- the agent
+
+# hil_write_config FILE OUTDIR: the agent's YAML config for the vivid camera.
+hil_write_config() {
+    cat > "$1" <<EOF
+camera:
+  source: v4l2
+  device: $HIL_VIDEO_DEV
+  width: $HIL_WIDTH
+  height: $HIL_HEIGHT
+  fps: $HIL_FPS
+encoder:
+  preference: [libx265]
+  segmentSeconds: $HIL_SEGMENT_SECONDS
+output:
+  dir: $2
+EOF
+}
+
+# Completed segments in DIR, sorted: <seq>-<utc time>.mp4 (the agent writes a temp name, then
+# renames, so only these are complete). Bash globbing only: cheap enough to poll.
+hil_segments() {
+    local f
+    shopt -s nullglob
+    for f in "$1"/[0-9]*-*.mp4; do
+        f=${f##*/}
+        [[ $f =~ ^[0-9]+-[^/]*\.mp4$ ]] && printf '%s\n' "$f"
+    done
+    shopt -u nullglob
+}
+hil_segment_count() { local a; mapfile -t a < <(hil_segments "$1"); echo "${#a[@]}"; }
+hil_has_segments() { [ "$(hil_segment_count "$1")" -ge "$2" ]; }
+# Anything else left in DIR (temp files) - after a clean exit there should be none.
+hil_leftovers() {
+    find "$1" -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | grep -vE '^[0-9]+-[^/]*\.mp4$' | sort
+}
+
+# The sequence number in a segment's name (<seq>-<utc time>.mp4), without leading zeros.
+hil_segment_seq() { local s=${1##*/}; s=${s%%-*}; echo $((10#$s)); }
+
+# The agent's JSON line (from JSONL file) whose seq is SEQ; empty if none.
+hil_record_for_seq() {
+    python3 - "$1" "$2" <<'EOF'
+import json, sys
+for line in open(sys.argv[1], errors="replace"):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(r, dict) and str(r.get("seq")) == sys.argv[2]:
+        print(json.dumps(r)); break
+EOF
+}
+
+# hil_check_segment FILE [check_segment.py options...]: the one segment check (see check_segment.py).
+hil_check_segment() {
+    local f=$1; shift
+    python3 "$HIL_DIR/check_segment.py" "$f" --fps "$HIL_FPS" --seconds "$HIL_SEGMENT_SECONDS" \
+        --width "$HIL_WIDTH" --height "$HIL_HEIGHT" "$@"
+}
+
+# hil_check_segment_with_record DIR NAME JSONL [--exact]: checks DIR/NAME against its JSON line.
+# The record's `complete` decides exact vs partial checks (--exact: always exact).
+hil_check_segment_with_record() {
+    local dir=$1 name=$2 jsonl=$3; shift 3
+    local seq rec
+    seq=$(hil_segment_seq "$name")
+    rec=$(hil_record_for_seq "$jsonl" "$seq")
+    if [ -z "$rec" ]; then
+        hil_log "no JSON line on stdout for seq $seq ($name)"
+        hil_check_segment "$dir/$name" "$@"
+        return 1
+    fi
+    hil_check_segment "$dir/$name" --record "$rec" "$@"
+}

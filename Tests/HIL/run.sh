@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Hardware-in-the-loop suite: boots Debian's own kernel under QEMU (TCG) with virtme-ng, the
+# host's filesystem as the guest's root, loads real drivers (vivid = a V4L2 webcam) and runs
+# the agent binary against them. Run on the host, as root:
+#
+#     bash Tests/HIL/run.sh
+#
+# Environment:
+#   AGENT_BIN         agent to test (default <repo>/.build/debug/dashcam-agent)
+#   HIL_CASES         only these cases (names or globs, e.g. "20-*"); default all cases/*.sh
+#   HIL_KERNEL        a kernel version under /boot to use instead of the newest *-amd64
+#   HIL_VM_MEMORY     guest memory (default 2G)
+#   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 780)
+#   HIL_SKIP_INSTALL  1 = don't check/install packages
+#
+# Per-case logs and segment files: <repo>/.build-hil/run-<time>/ (also <repo>/.build-hil/latest).
+# Ends with "N passed, N failed"; exits non-zero if any case failed or did not run.
+set -euo pipefail
+
+HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HIL_DIR/../.." && pwd)"
+VIRTME_NG_VERSION="${VIRTME_NG_VERSION:-1.42}"   # the version seen working (FACTS.md)
+
+say() { printf 'hil: %s\n' "$*"; }
+die() { printf 'hil: error: %s\n' "$*" >&2; exit 2; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (the VM loads kernel modules; apt-get and /boot need root)"
+[ "$(uname -m)" = x86_64 ] || die "x86_64 hosts only (uses qemu-system-x86 and Debian's amd64 kernel)"
+
+# ------------------------------------------------------------------ packages (idempotent)
+APT_PACKAGES=(
+    qemu-system-x86 kmod linux-image-amd64          # the VM and its kernel
+    busybox-static udev file iproute2               # what virtme-ng expects on the host
+    python3 python3-venv                            # virtme-ng (pip) and check_segment.py
+    v4l-utils ffmpeg                                 # camera + segment checks (ffprobe)
+    sox gpiod alsa-utils espeak-ng                   # GPIO and audio cases
+)
+
+pkg_installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
+
+install_packages() {
+    local missing=() p
+    for p in "${APT_PACKAGES[@]}"; do pkg_installed "$p" || missing+=("$p"); done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        say "installing: ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update
+        apt-get install -y --no-install-recommends "${missing[@]}"
+    else
+        say "packages: all present"
+    fi
+}
+
+# vng: on PATH already, or in a venv under .build-hil (Debian's python refuses system pip installs).
+VNG=
+find_vng() {
+    local venv="$REPO_ROOT/.build-hil/venv"
+    if command -v vng >/dev/null 2>&1 && vng --version >/dev/null 2>&1; then
+        VNG=$(command -v vng)
+    else
+        if [ ! -x "$venv/bin/vng" ] && [ "${HIL_SKIP_INSTALL:-0}" != 1 ]; then
+            say "installing virtme-ng $VIRTME_NG_VERSION into .build-hil/venv"
+            python3 -m venv "$venv"
+            "$venv/bin/pip" install --quiet "virtme-ng==$VIRTME_NG_VERSION"
+        fi
+        [ -x "$venv/bin/vng" ] || die "virtme-ng (vng) not found"
+        VNG="$venv/bin/vng"
+        export PATH="$venv/bin:$PATH"   # vng runs its helpers (virtme-run, ...) from PATH
+    fi
+    say "virtme-ng: $VNG ($("$VNG" --version 2>&1 | head -1))"
+}
+
+# ------------------------------------------------------------------ kernel
+# Newest /boot/vmlinuz-*-amd64 whose modules are installed; depmod if its module index is missing.
+KVER=
+find_kernel() {
+    local v cands=()
+    if [ -n "${HIL_KERNEL:-}" ]; then
+        cands=("$HIL_KERNEL")
+    else
+        for v in /boot/vmlinuz-*-amd64; do
+            [ -e "$v" ] && cands+=("${v#/boot/vmlinuz-}")
+        done
+        mapfile -t cands < <(printf '%s\n' "${cands[@]}" | sort -rV)
+    fi
+    for v in "${cands[@]}"; do
+        [ -n "$v" ] && [ -f "/boot/vmlinuz-$v" ] && [ -d "/lib/modules/$v/kernel" ] && { KVER=$v; break; }
+    done
+    [ -n "$KVER" ] || die "no /boot/vmlinuz-*-amd64 with /lib/modules/VER/kernel (install linux-image-amd64)"
+    if [ ! -s "/lib/modules/$KVER/modules.dep" ] || [ ! -s "/lib/modules/$KVER/modules.dep.bin" ]; then
+        say "depmod $KVER"
+        depmod -a "$KVER"
+    fi
+    modinfo -k "$KVER" vivid >/dev/null 2>&1 || die "kernel $KVER has no vivid module"
+    say "kernel: /boot/vmlinuz-$KVER"
+}
+
+# ------------------------------------------------------------------ agent
+find_agent() {
+    AGENT_BIN="${AGENT_BIN:-$REPO_ROOT/.build/debug/dashcam-agent}"
+    case "$AGENT_BIN" in /*) ;; *) AGENT_BIN="$PWD/$AGENT_BIN" ;; esac
+    if [ ! -x "$AGENT_BIN" ]; then
+        die "agent binary not found or not executable: $AGENT_BIN
+      build it:  (cd \"$REPO_ROOT\" && swift build --product dashcam-agent)   or set AGENT_BIN"
+    fi
+    say "agent: $AGENT_BIN"
+}
+
+# ------------------------------------------------------------------ main
+[ "${HIL_SKIP_INSTALL:-0}" = 1 ] || install_packages
+find_agent
+find_vng
+find_kernel
+
+mapfile -t CASES < <(
+    for c in "$HIL_DIR"/cases/*.sh; do
+        [ -e "$c" ] || continue
+        n=$(basename "$c" .sh)
+        if [ -n "${HIL_CASES:-}" ]; then
+            keep=0
+            for pat in $HIL_CASES; do
+                # shellcheck disable=SC2053
+                [[ $n == $pat || $n == $pat.sh ]] && keep=1
+            done
+            [ "$keep" = 1 ] || continue
+        fi
+        echo "$n"
+    done)
+[ "${#CASES[@]}" -gt 0 ] || die "no cases selected in $HIL_DIR/cases"
+
+mkdir -p "$REPO_ROOT/.build-hil"
+WORK="$REPO_ROOT/.build-hil/run-$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$WORK/cases"
+ln -sfn "$(basename "$WORK")" "$REPO_ROOT/.build-hil/latest"
+say "work dir: $WORK"
+say "cases: ${CASES[*]}"
+
+# Host-side preparation for the VM goes here (e.g. building gpio-sim out of tree into
+# "$WORK/modules" for lib.sh's loaders).
+
+VNG_ARGS=(--run "/boot/vmlinuz-$KVER" --disable-kvm --memory "${HIL_VM_MEMORY:-2G}" --rwdir "$WORK")
+"$VNG" --help 2>/dev/null | grep -q -- '--cpus' && VNG_ARGS+=(--cpus 2)
+VM_ENV=("HIL_WORK=$WORK" "AGENT_BIN=$AGENT_BIN")
+for v in HIL_CASES HIL_MODULES HIL_CASE_TIMEOUT HIL_TERM_WITHIN; do
+    [ -n "${!v:-}" ] && VM_ENV+=("$v=${!v}")
+done
+VM_CMD=$(printf '%q ' env "${VM_ENV[@]}" bash "$HIL_DIR/in-vm.sh")
+
+start=$(date +%s)
+say "booting the VM (QEMU TCG; about 20 s before the first case)"
+set +e
+(cd "$WORK" && timeout -k 20 "${HIL_VM_TIMEOUT:-780}" "$VNG" "${VNG_ARGS[@]}" --exec "$VM_CMD" \
+    < /dev/null 2>&1) | tee "$WORK/vm-console.log"
+vm_rc=${PIPESTATUS[0]}
+set -e
+elapsed=$(( $(date +%s) - start ))
+say "VM finished after ${elapsed}s (vng exit $vm_rc$([ "$vm_rc" -eq 124 ] && echo ', timed out'))"
+
+passed=0 failed=0
+echo
+for n in "${CASES[@]}"; do
+    line=$( { awk -F'\t' -v n="$n" '$1 == n' "$WORK/results.tsv" 2>/dev/null || true; } | tail -1)
+    verdict=$(printf '%s' "$line" | cut -f2)
+    secs=$(printf '%s' "$line" | cut -f3)
+    if [ "$verdict" = PASS ]; then
+        passed=$((passed + 1)); echo "PASS $n (${secs}s)"
+    else
+        failed=$((failed + 1))
+        if [ -n "$verdict" ]; then echo "FAIL $n (${secs}s) - log: $WORK/cases/$n/case.log"
+        else echo "FAIL $n (no result: the VM stopped before it finished) - see $WORK/vm-console.log"; fi
+    fi
+done
+echo "logs: $WORK  (run took ${elapsed}s in the VM)"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
