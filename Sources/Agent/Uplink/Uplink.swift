@@ -159,15 +159,20 @@ public actor Uplink {
                 url: settings.url, configuration: configuration, tlsConfiguration: settings.tls, logger: logger
             ) { inbound, outbound, _ in
                 let wakeUps = await self.sessionOpened(outbound: outbound)
-                defer { Task { await self.sessionEnded() } }
-                try await outbound.write(.text(ClientMessage.hello(self.settings.hello).encoded()))
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask { try await self.sendLoop(outbound: outbound, wakeUps: wakeUps) }
-                    for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes) {
-                        await self.receive(message)
+                do {
+                    try await outbound.write(.text(ClientMessage.hello(self.settings.hello).encoded()))
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        group.addTask { try await self.sendLoop(outbound: outbound, wakeUps: wakeUps) }
+                        for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes) {
+                            await self.receive(message)
+                        }
+                        group.cancelAll()
                     }
-                    group.cancelAll()
+                } catch {
+                    await self.sessionEnded()
+                    throw error
                 }
+                await self.sessionEnded()
             }
             return .closed(close?.closeCode, lived: ContinuousClock.now - started)
         } catch {
