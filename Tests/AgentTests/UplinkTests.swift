@@ -1,4 +1,5 @@
 import Agent
+import ConfigSupport
 import Foundation
 import GuidanceProtocol
 import GuidanceServer
@@ -6,6 +7,7 @@ import HAL
 import Hummingbird
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 
 private func segment(seq: Int, capturedAt: UInt64, bytes: Int = 100) -> Segment {
@@ -184,5 +186,103 @@ enum SHA256Hex {
         let output = (try? pipe.fileHandleForReading.readToEnd()) ?? Data()
         process.waitUntilExit()
         return String(String(decoding: output, as: UTF8.self).prefix(64))
+    }
+}
+
+/// TLS with a certificate authority made for the test: refused by the system trust store,
+/// accepted with `uplink.caFile`.
+@Suite(.serialized) struct UplinkTLSTests {
+    struct Credentials {
+        let folder: URL
+        var ca: String { folder.appendingPathComponent("ca.pem").path }
+        var cert: String { folder.appendingPathComponent("server.pem").path }
+        var key: String { folder.appendingPathComponent("server.key").path }
+        var token: String { folder.appendingPathComponent("token").path }
+    }
+
+    func makeCredentials() throws -> Credentials {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tls-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let c = Credentials(folder: folder)
+        let san = folder.appendingPathComponent("san.cnf").path
+        try "subjectAltName=DNS:localhost,IP:127.0.0.1\n".write(toFile: san, atomically: true, encoding: .utf8)
+        let csr = folder.appendingPathComponent("server.csr").path
+        let caKey = folder.appendingPathComponent("ca.key").path
+        for arguments in [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", caKey, "-out", c.ca, "-days", "1", "-subj", "/CN=dashcam test CA"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", c.key, "-out", csr, "-subj", "/CN=localhost"],
+            ["x509", "-req", "-in", csr, "-CA", c.ca, "-CAkey", caKey, "-CAcreateserial", "-out", c.cert, "-days", "1", "-extfile", san],
+        ] {
+            let result = try TestSupport.Command.execute("openssl", arguments)
+            #expect(result.status == 0, "openssl \(arguments[0]): \(result.stderr)")
+        }
+        try "t0k3n\n".write(toFile: c.token, atomically: true, encoding: .utf8)
+        chmod(c.token, 0o600)
+        return c
+    }
+
+    func uplink(port: Int, credentials: Credentials, caFile: Bool) throws -> Uplink {
+        var config = AgentConfig()
+        // A name, not an address: TLS sends the host as SNI, which may not be an IP address.
+        config.uplink.url = "wss://localhost:\(port)/v1/stream"
+        config.uplink.tokenFile = credentials.token
+        config.uplink.caFile = caFile ? credentials.ca : nil
+        config.uplink.deviceId = "car-7"
+        return try #require(try config.makeUplink(logger: Logger(label: "tls-test")))
+    }
+
+    @Test func aServerCertificateFromAnUnknownCAIsRefusedUnlessCaFileNamesIt() async throws {
+        let credentials = try makeCredentials()
+        defer { try? FileManager.default.removeItem(at: credentials.folder) }
+        let server = GuidanceServer(
+            settings: .init(host: "127.0.0.1", port: 0, tls: (credentials.cert, credentials.key)),
+            tokens: DeviceTokens(["t0k3n": "car-7"]),
+            analyzer: ScriptedAnalyzer(items: [.init(text: nil, lang: nil, clear: true, priority: nil)], order: .order),
+            logger: Logger(label: "tls-server"))
+        let port = Mutex(0)
+        let app = try server.application { bound in port.withLock { $0 = bound } }
+        let serverTask = Task { try await app.run() }
+        defer { serverTask.cancel() }
+        while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
+
+        let untrusting = try uplink(port: port.withLock { $0 }, credentials: credentials, caFile: false)
+        let refused = Task { await untrusting.run(networkChanges: AsyncStream { $0.finish() }) }
+        try await Task.sleep(for: .seconds(1.5))
+        #expect(await untrusting.stats.sessions == 0, "the system trust store must not accept the test CA")
+        #expect(await untrusting.stats.reconnects >= 1)
+        await untrusting.shutdown()
+        refused.cancel()
+
+        let trusting = try uplink(port: port.withLock { $0 }, credentials: credentials, caFile: true)
+        let accepted = Task { await trusting.run(networkChanges: AsyncStream { $0.finish() }) }
+        // Bounded wait: a refused handshake would otherwise leave the stream silent forever.
+        let welcomed = Task {
+            for await message in trusting.messages { if case .welcome = message { return true } }
+            return false
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while await trusting.stats.sessions == 0, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(await trusting.stats.sessions == 1, "a session over TLS once caFile names the CA")
+        await trusting.shutdown()
+        accepted.cancel()
+        #expect(await welcomed.value)
+    }
+}
+
+@Suite struct UplinkConfigTests {
+    @Test func plainWebSocketNeedsAllowInsecureAndTLSNeedsAHostName() async throws {
+        await #expect {
+            _ = try await AgentConfig.load(file: nil, environment: [:], overrides: ["uplink.url": "ws://server.example/v1/stream"])
+        } throws: { "\($0)".contains("ws:// needs uplink.allowInsecure: true") }
+        await #expect {
+            _ = try await AgentConfig.load(file: nil, environment: [:], overrides: ["uplink.url": "wss://192.0.2.10/v1/stream"])
+        } throws: { "\($0)".contains("host name") }
+        let insecure = try await AgentConfig.load(
+            file: nil, environment: [:], overrides: ["uplink.url": "ws://127.0.0.1:8080/v1/stream", "uplink.allowInsecure": "true"])
+        #expect(insecure.uplink.allowInsecure)
+        let secure = try await AgentConfig.load(file: nil, environment: [:], overrides: ["uplink.url": "wss://guide.example:8443/v1/stream"])
+        #expect(secure.uplink.url == "wss://guide.example:8443/v1/stream")
     }
 }

@@ -1,4 +1,6 @@
 public import ConfigSupport
+import Foundation
+import HAL
 public import Logging
 
 /// Everything the agent reads from configuration.
@@ -224,6 +226,10 @@ extension AgentConfig {
                 throw .invalidOption(
                     "uplink.url", url,
                     insecure ? "a wss:// URL; ws:// needs uplink.allowInsecure: true" : "a wss:// URL")
+            }
+            // TLS names the server in SNI, which cannot carry an IP address.
+            if !insecure, let host = URL(string: url)?.host, IPAddress(host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) != nil {
+                throw .invalidOption("uplink.url", url, "a wss:// URL with the server's host name (TLS cannot verify a bare IP address)")
             }
         }
     }
