@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import ConfigSupport
 import HAL
 
@@ -38,5 +39,3 @@ struct StandardError: TextOutputStream {
         FileHandle.standardError.write(Data(string.utf8))
     }
 }
-
-import Foundation

@@ -8,7 +8,7 @@ extension SegmentMetadata {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
-            try container.encode(date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+            try container.encode(date.rfc3339Milliseconds)
         }
         return String(decoding: try encoder.encode(Line(metadata: self, file: file)), as: UTF8.self)
     }
@@ -23,5 +23,13 @@ private struct Line: Encodable {
         try metadata.encode(to: encoder)
         var container = encoder.container(keyedBy: Key.self)
         try container.encodeIfPresent(file, forKey: .file)
+    }
+}
+
+extension Date {
+    /// RFC 3339 UTC with milliseconds, e.g. `2026-11-22T04:17:17.569Z`: the form of `capturedAt`
+    /// in the metadata lines and in protocol segment headers alike.
+    var rfc3339Milliseconds: String {
+        formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
     }
 }

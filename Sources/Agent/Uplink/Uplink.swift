@@ -234,7 +234,7 @@ public actor Uplink {
         let chunks = (segment.data.count + chunkSize - 1) / chunkSize
         let base64 = settings.payload == .base64
         let header = ClientMessage.SegmentHeader(
-            seq: m.seq, capturedAt: m.capturedAt.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)),
+            seq: m.seq, capturedAt: m.capturedAt.rfc3339Milliseconds,
             durationMs: m.durationMs, frames: m.frames, bytes: m.bytes, sha256: m.sha256,
             chunks: base64 ? nil : chunks, data: base64 ? Data(segment.data).base64EncodedString() : nil)
         captureTimes[m.seq] = m.captureStartMonotonicNs
