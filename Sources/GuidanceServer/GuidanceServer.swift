@@ -47,13 +47,10 @@ public struct GuidanceServer: Sendable {
         let registry = SessionRegistry(initialUsage: settings.usageSeconds)
         let router = Router(context: BasicWebSocketRequestContext.self)
         let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger
+        let isAuthorized: @Sendable (String?) -> Bool = { tokens.device(authorization: $0) != nil }
         router.ws(RouterPath(stringLiteral: GuidanceProtocol.path)) { request, _ in
-            // A bad token never gets a WebSocket: HTTP 401 at the upgrade.
-            guard tokens.device(authorization: request.headers[.authorization]) != nil else {
-                logger.warning("refused an upgrade without a valid token")
-                throw HTTPError(.unauthorized)
-            }
-            return .upgrade([:])
+            // UpgradeAuthGate has already answered a bad token with 401; this is the second lock.
+            isAuthorized(request.headers[.authorization]) ? .upgrade([:]) : .dontUpgrade
         } onUpgrade: { inbound, outbound, context in
             guard let device = tokens.device(authorization: context.request.headers[.authorization]) else { return }
             let session = StreamSession(device: device, settings: settings, registry: registry, analyzer: analyzer, logger: logger)
@@ -61,7 +58,14 @@ public struct GuidanceServer: Sendable {
         }
         let webSocket = WebSocketServerConfiguration(
             maxFrameSize: GuidanceProtocol.maxMessageBytes + 1024, autoPing: .enabled(timePeriod: .seconds(settings.idleTimeoutSeconds)))
-        var server = HTTPServerBuilder.http1WebSocketUpgrade(webSocketRouter: router, configuration: webSocket)
+        let webSocketResponder = router.buildResponder()
+        // A bad token never gets a WebSocket: HTTP 401 at the upgrade.
+        var server = HTTPServerBuilder { responder in
+            AuthGatedChannel(
+                base: HTTP1WebSocketUpgradeChannel(
+                    responder: responder, webSocketResponder: webSocketResponder, configuration: .init(ws: webSocket)),
+                path: GuidanceProtocol.path, isAuthorized: isAuthorized, logger: logger)
+        }
         if let tls = settings.tls {
             let configuration = TLSConfiguration.makeServerConfiguration(
                 certificateChain: try NIOSSLCertificate.fromPEMFile(tls.certificateFile).map { .certificate($0) },

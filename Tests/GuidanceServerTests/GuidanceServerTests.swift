@@ -140,10 +140,7 @@ import WSClient
                 "-H", "Authorization: Bearer good-token", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)",
             ])
             #expect(good.stdout == "101")
-            #expect(result.stdout.hasPrefix("4"), "refused before any WebSocket exists")
-            withKnownIssue("Hummingbird's WebSocket router answers every refused upgrade with 400; 401 needs an upgrade step of our own") {
-                #expect(result.stdout == "401")
-            }
+            #expect(result.stdout == "401", "refused before any WebSocket exists")
             await #expect(throws: WebSocketClientError.webSocketUpgradeFailed) {
                 _ = try await converse(port: port, token: "wrong", send: [], until: { _ in true })
             }
