@@ -6,7 +6,7 @@
 # Environment (set by run.sh): HIL_WORK (writable, shared with the host), AGENT_BIN.
 # Optional: HIL_CASES (space-separated case names or globs to run, default all),
 #           HIL_CASE_TIMEOUT (seconds per case, default 240),
-#           HIL_MODULES (kernel pieces to load, default "vivid").
+#           HIL_MODULES (kernel pieces to load, default "vivid gpio-sim snd-aloop").
 set -uo pipefail
 
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,7 +18,7 @@ source "$HIL_DIR/lib.sh"
 : "${HIL_WORK:?HIL_WORK must be set (run.sh sets it)}"
 : "${AGENT_BIN:?AGENT_BIN must be set (run.sh sets it)}"
 export HIL_WORK AGENT_BIN
-HIL_MODULES="${HIL_MODULES:-vivid}"
+HIL_MODULES="${HIL_MODULES:-vivid gpio-sim snd-aloop}"
 HIL_CASE_TIMEOUT="${HIL_CASE_TIMEOUT:-240}"
 RESULTS="$HIL_WORK/results.tsv"
 : > "$RESULTS"
@@ -38,7 +38,8 @@ for m in $HIL_MODULES; do
         hil_log "setup: loading $m FAILED:"; sed 's/^/    /' "$HIL_WORK/setup-$m.log"; setup_ok=0
     fi
 done
-{ lsmod; echo; ls -l /dev/video* 2>&1; } > "$HIL_WORK/setup-state.log" 2>&1
+{ lsmod; echo; ls -l /dev/video* /dev/gpiochip* /dev/snd/ 2>&1; echo; gpiodetect; echo; aplay -l; arecord -l; } \
+    > "$HIL_WORK/setup-state.log" 2>&1
 
 selected() {
     [ -z "${HIL_CASES:-}" ] && return 0

@@ -2,10 +2,9 @@
 # Shared helpers for the HIL suite. Sourced by in-vm.sh and by every case (inside the VM).
 #
 # Kernel pieces are loaded by `hil_load_<name>` functions; in-vm.sh calls one per name in
-# HIL_MODULES (default "vivid"), once per VM boot. To add a piece (e.g. gpio-sim built on the
-# host, snd-aloop): write `hil_load_gpio_sim` / `hil_load_snd_aloop` here, add the name to
-# HIL_MODULES in in-vm.sh, and (for out-of-tree modules) build them in run.sh's host stage into
-# "$HIL_WORK/modules", which the VM sees.
+# HIL_MODULES (default "vivid gpio-sim snd-aloop"), once per VM boot. To add a piece: write its
+# `hil_load_<name>` here, add the name to HIL_MODULES in in-vm.sh, and (for out-of-tree modules)
+# build them in run.sh's host stage into "$HIL_WORK/modules", which the VM sees.
 
 HIL_DIR="${HIL_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
 
@@ -138,6 +137,118 @@ hil_replug_vivid() {
 
 # Open fds of PID that point at a video node (e.g. "/dev/video0 (deleted)"), one a line.
 hil_video_fds() { find /proc/"$1"/fd -maxdepth 1 -type l -lname '/dev/video*' -printf '%l\n' 2>/dev/null; }
+
+# ---------------------------------------------------------------- gpio-sim (the haptic motor's GPIO)
+
+# gpio-sim is not in Debian's kernel: run.sh builds it on the host (build-gpio-sim.sh) and copies
+# it into $HIL_WORK/modules. One chip, one bank of 8 lines; line 5 is named "haptic".
+HIL_GPIO_SIM_KO="${HIL_GPIO_SIM_KO:-${HIL_WORK:-}/modules/gpio-sim-hil.ko}"
+HIL_GPIO_SIM_CFG=/sys/kernel/config/gpio-sim/dashcam      # the chip's configfs directory
+HIL_GPIO_LINES=8
+HIL_HAPTIC_LINE=5
+HIL_HAPTIC_NAME=haptic
+
+# Sets (and exports) the live chip's names, read from configfs:
+#   HIL_GPIO_CHIP     gpiochipN, for gpioset/gpioget/gpioinfo and the program under test
+#   HIL_GPIO_DEV      /dev/gpiochipN
+#   HIL_GPIO_SIM_DEV  its platform device (gpio-sim.N)
+#   HIL_HAPTIC_VALUE  sysfs file: what a program drives on the haptic line (0/1)
+# hil_load_gpio_sim calls it, and cases inherit the variables; 1 if there is no live chip.
+hil_gpio_sim_vars() {
+    local live=
+    read -r live < "$HIL_GPIO_SIM_CFG/live" 2>/dev/null && [ "$live" = 1 ] || return 1
+    read -r HIL_GPIO_CHIP < "$HIL_GPIO_SIM_CFG/gpio-bank0/chip_name" || return 1
+    read -r HIL_GPIO_SIM_DEV < "$HIL_GPIO_SIM_CFG/dev_name" || return 1
+    HIL_GPIO_DEV=/dev/$HIL_GPIO_CHIP
+    HIL_HAPTIC_VALUE=$(hil_gpio_sim_value_path "$HIL_HAPTIC_LINE")
+    export HIL_GPIO_CHIP HIL_GPIO_DEV HIL_GPIO_SIM_DEV HIL_HAPTIC_VALUE
+}
+
+# hil_gpio_sim_value_path N: the sysfs file with line N's value as the chip sees it.
+hil_gpio_sim_value_path() { echo "/sys/devices/platform/$HIL_GPIO_SIM_DEV/$HIL_GPIO_CHIP/sim_gpio$1/value"; }
+# hil_gpio_sim_value N: prints line N's value (0/1). Builtins only: cheap enough to poll.
+hil_gpio_sim_value() {
+    local v
+    read -r v < "/sys/devices/platform/$HIL_GPIO_SIM_DEV/$HIL_GPIO_CHIP/sim_gpio$1/value" || return 1
+    echo "$v"
+}
+# hil_gpio_sim_value_is N V: line N reads V (for hil_wait_for / hil_poll_since).
+hil_gpio_sim_value_is() {
+    local v
+    read -r v < "/sys/devices/platform/$HIL_GPIO_SIM_DEV/$HIL_GPIO_CHIP/sim_gpio$1/value" && [ "$v" = "$2" ]
+}
+
+# Loads gpio-sim and makes the chip live. Called once per boot by in-vm.sh.
+hil_load_gpio_sim() {
+    local cfg=$HIL_GPIO_SIM_CFG bank=$HIL_GPIO_SIM_CFG/gpio-bank0
+    modprobe configfs || { hil_log "modprobe configfs failed"; return 1; }
+    mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config || return 1
+    if [ ! -d /sys/module/gpio_sim_hil ]; then
+        [ -f "$HIL_GPIO_SIM_KO" ] || { hil_log "no $HIL_GPIO_SIM_KO (run.sh builds it)"; return 1; }
+        insmod "$HIL_GPIO_SIM_KO" || { hil_log "insmod $HIL_GPIO_SIM_KO failed"; return 1; }
+    fi
+    hil_wait_for 5 test -d /sys/kernel/config/gpio-sim || { hil_log "no configfs gpio-sim directory"; return 1; }
+    if [ ! -d "$cfg" ] && ! {
+        mkdir "$cfg" "$bank" &&
+            echo "$HIL_GPIO_LINES" > "$bank/num_lines" &&
+            mkdir "$bank/line$HIL_HAPTIC_LINE" &&
+            echo "$HIL_HAPTIC_NAME" > "$bank/line$HIL_HAPTIC_LINE/name" &&
+            echo 1 > "$cfg/live"
+    }; then
+        hil_log "creating the chip in $cfg failed"; return 1
+    fi
+    hil_gpio_sim_vars || { hil_log "chip $cfg is not live"; return 1; }
+    udevadm settle -t 10 2>/dev/null || true
+    hil_wait_for 10 test -c "$HIL_GPIO_DEV" || { hil_log "no $HIL_GPIO_DEV"; return 1; }
+    [ -f "$HIL_HAPTIC_VALUE" ] || { hil_log "no $HIL_HAPTIC_VALUE"; return 1; }
+    hil_log "gpio-sim: $HIL_GPIO_CHIP ($HIL_GPIO_DEV, $HIL_GPIO_SIM_DEV), line $HIL_HAPTIC_LINE" \
+        "'$HIL_HAPTIC_NAME' value at $HIL_HAPTIC_VALUE"
+    gpioinfo "$HIL_GPIO_CHIP"
+}
+
+# Cases started by in-vm.sh inherit the variables; anything else gets them here.
+[ -n "${HIL_GPIO_CHIP:-}" ] || hil_gpio_sim_vars 2>/dev/null || true
+
+# ---------------------------------------------------------------- snd-aloop (the speaker)
+
+# snd-aloop's card "Loopback": what a program plays to device 0 is recorded from device 1.
+HIL_AUDIO_CARD=Loopback
+HIL_AUDIO_PLAYBACK="hw:$HIL_AUDIO_CARD,0,0"
+HIL_AUDIO_CAPTURE="hw:$HIL_AUDIO_CARD,1,0"
+
+# The card's PCM nodes exist (/proc/asound/Loopback links to its cardN directory).
+hil_audio_ready() {
+    local card
+    card=$(readlink "/proc/asound/$HIL_AUDIO_CARD" 2>/dev/null) || return 1
+    [ -c "/dev/snd/pcmC${card#card}D0p" ] && [ -c "/dev/snd/pcmC${card#card}D1c" ]
+}
+
+# hil_audio_running pcm0p|pcm1c: that end of the loop is streaming (pcm0p: something plays to
+# HIL_AUDIO_PLAYBACK; pcm1c: something records from HIL_AUDIO_CAPTURE). Builtins only.
+hil_audio_running() {
+    local l
+    while read -r l; do
+        [ "$l" = "state: RUNNING" ] && return 0
+    done < "/proc/asound/$HIL_AUDIO_CARD/$1/sub0/status"
+    return 1
+}
+hil_audio_playback_running() { hil_audio_running pcm0p; }
+hil_audio_capture_running() { hil_audio_running pcm1c; }
+
+# Loads snd-aloop and waits for its card. Called once per boot by in-vm.sh.
+hil_load_snd_aloop() {
+    if [ ! -d /sys/module/snd_aloop ]; then
+        modprobe snd-aloop || { hil_log "modprobe snd-aloop failed"; return 1; }
+    fi
+    udevadm settle -t 10 2>/dev/null || true
+    if ! hil_wait_for 10 hil_audio_ready; then
+        hil_log "snd-aloop loaded but no $HIL_AUDIO_CARD card with PCM nodes:"
+        cat /proc/asound/cards; ls -l /dev/snd
+        return 1
+    fi
+    hil_log "snd-aloop: play to $HIL_AUDIO_PLAYBACK, record from $HIL_AUDIO_CAPTURE"
+    cat /proc/asound/cards
+}
 
 # ---------------------------------------------------------------- the agent
 

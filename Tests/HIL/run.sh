@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hardware-in-the-loop suite: boots Debian's own kernel under QEMU (TCG) with virtme-ng, the
-# host's filesystem as the guest's root, loads real drivers (vivid = a V4L2 webcam) and runs
-# the agent binary against them. Run on the host, as root:
+# host's filesystem as the guest's root, loads real drivers (vivid = a V4L2 webcam, gpio-sim =
+# a GPIO chip, built here by build-gpio-sim.sh, snd-aloop = a loopback sound card) and runs the
+# agent binary against them. Run on the host, as root:
 #
 #     bash Tests/HIL/run.sh
 #
@@ -9,9 +10,10 @@
 #   AGENT_BIN         agent to test (default <repo>/.build/debug/dashcam-agent)
 #   HIL_CASES         only these cases (names or globs, e.g. "20-*"); default all cases/*.sh
 #   HIL_KERNEL        a kernel version under /boot to use instead of the newest *-amd64
+#   HIL_MODULES       kernel pieces to load in the VM (default "vivid gpio-sim snd-aloop")
 #   HIL_VM_MEMORY     guest memory (default 2G)
 #   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 780)
-#   HIL_SKIP_INSTALL  1 = don't check/install packages
+#   HIL_SKIP_INSTALL  1 = don't check/install packages (build-gpio-sim.sh: no apt-get either)
 #
 # Per-case logs and segment files: <repo>/.build-hil/run-<time>/ (also <repo>/.build-hil/latest).
 # Ends with "N passed, N failed"; exits non-zero if any case failed or did not run.
@@ -34,7 +36,7 @@ APT_PACKAGES=(
     python3 python3-venv                            # virtme-ng (pip) and check_segment.py
     v4l-utils ffmpeg                                 # camera + segment checks (ffprobe)
     sox gpiod alsa-utils espeak-ng                   # GPIO and audio cases
-)
+)   # build-gpio-sim.sh adds linux-headers-KVER, linux-source-X.Y and make for the kernel in use
 
 pkg_installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 
@@ -135,8 +137,11 @@ ln -sfn "$(basename "$WORK")" "$REPO_ROOT/.build-hil/latest"
 say "work dir: $WORK"
 say "cases: ${CASES[*]}"
 
-# Host-side preparation for the VM goes here (e.g. building gpio-sim out of tree into
-# "$WORK/modules" for lib.sh's loaders).
+# Host-side preparation: out-of-tree modules into "$WORK/modules", where lib.sh's loaders find them.
+# gpio-sim is not in Debian's kernel; built once per kernel version (cached under .build-hil/gpio-sim).
+case " ${HIL_MODULES:-gpio-sim} " in
+    *" gpio-sim "* | *" gpio_sim "*) bash "$HIL_DIR/build-gpio-sim.sh" "$KVER" "$WORK/modules" ;;
+esac
 
 VNG_ARGS=(--run "/boot/vmlinuz-$KVER" --disable-kvm --memory "${HIL_VM_MEMORY:-2G}" --rwdir "$WORK")
 "$VNG" --help 2>/dev/null | grep -q -- '--cpus' && VNG_ARGS+=(--cpus 2)
