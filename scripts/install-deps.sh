@@ -7,7 +7,8 @@ PACKAGES=(
     pkg-config
     libavcodec-dev libavformat-dev libswscale-dev libavutil-dev   # HEVC encoding, MP4, decoding
     libv4l-dev v4l-utils                                          # camera
-    libgpiod-dev libespeak-ng-dev                                 # haptics, speech
+    libgpiod-dev libespeak-ng-dev espeak-ng-data libasound2-dev   # haptics, speech, sound
+    sox                                                           # checks speech audio
     ffmpeg                                                        # ffprobe checks every segment
 )
 

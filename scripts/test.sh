@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/install-deps.sh
+bash Tests/CGPIODShim/run.sh          # the libgpiod shim's error paths, in C
 swift build --build-tests
 swift test
 

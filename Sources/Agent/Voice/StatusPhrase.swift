@@ -1,0 +1,252 @@
+/// What the agent says about itself, in the language of the device.
+///
+/// The texts are written for eSpeak-ng voices, not for a screen:
+/// - Japanese is in kana only, numbers included: the `ja` voice reads every kanji as
+///   "Chinese letter" and reads a digit followed by ふん without the sound changes of the counter
+///   (43ふん comes out as "yonjūsan fun", not "yonjūsan pun").
+/// - Chinese is in simplified characters, for the `cmn-latn-pinyin` voice (see `VoiceMap`).
+/// - German, Spanish, French and Portuguese write "one minute" as a word, because the voices read
+///   the digit 1 as the bare numeral ("eins Minute", "uno minuto", "un minute").
+/// - Korean keeps digits: the `ko` voice reads them as Sino-Korean numbers, as 분 needs.
+public enum StatusPhrase: Sendable, Hashable {
+    /// The agent started with camera and encoder running.
+    case ready
+    /// A session with the guidance server is open.
+    case connected
+    /// No server connection for 10 s.
+    case connectionLost
+    case cameraLost
+    case cameraBack
+    /// The server refused the device token.
+    case authenticationFailed
+    /// Under 10 minutes of guidance left.
+    case usageLow(minutes: Int)
+    case usageExhausted
+    /// At start or on request.
+    case usageRemaining(minutes: Int)
+    /// The server reports no limit.
+    case usageUnlimited
+
+    /// The languages with their own texts, as BCP 47 primary subtags; any other language gets English.
+    public static let languages = ["en", "ko", "ja", "zh", "de", "es", "fr", "pt"]
+
+    /// Every case once, those with a count carrying `minutes` (an enum with associated values
+    /// cannot be `CaseIterable`).
+    public static func allCases(minutes: Int) -> [StatusPhrase] {
+        [
+            .ready, .connected, .connectionLost, .cameraLost, .cameraBack, .authenticationFailed,
+            .usageLow(minutes: minutes), .usageExhausted, .usageRemaining(minutes: minutes), .usageUnlimited,
+        ]
+    }
+
+    /// The text in `language`, a BCP 47 primary subtag such as `ko`. A longer tag (`ko-KR`, `ko_KR`)
+    /// is cut to its primary subtag; a language without texts gets English. Negative counts are
+    /// spoken as 0.
+    ///
+    /// Speak it with a voice of that language (`VoiceMap.Choice.language`): when the map fell back
+    /// to English or the language is not in `languages`, the text must be English too.
+    public func text(language: String) -> String {
+        let book = Phrasebook.books[Phrasebook.primarySubtag(of: language)] ?? Phrasebook.English.book
+        return switch self {
+        case .ready: book.ready
+        case .connected: book.connected
+        case .connectionLost: book.connectionLost
+        case .cameraLost: book.cameraLost
+        case .cameraBack: book.cameraBack
+        case .authenticationFailed: book.authenticationFailed
+        case .usageLow(let minutes): book.usageLow(max(0, minutes))
+        case .usageExhausted: book.usageExhausted
+        case .usageRemaining(let minutes): book.usageRemaining(max(0, minutes))
+        case .usageUnlimited: book.usageUnlimited
+        }
+    }
+}
+
+/// All texts of one language; a count arrives as a number of minutes, 0 or more.
+struct Phrasebook: Sendable {
+    var ready: String
+    var connected: String
+    var connectionLost: String
+    var cameraLost: String
+    var cameraBack: String
+    var authenticationFailed: String
+    var usageLow: @Sendable (Int) -> String
+    var usageExhausted: String
+    var usageRemaining: @Sendable (Int) -> String
+    var usageUnlimited: String
+
+    static let books: [String: Phrasebook] = [
+        "en": English.book, "ko": Korean.book, "ja": Japanese.book, "zh": Chinese.book,
+        "de": German.book, "es": Spanish.book, "fr": French.book, "pt": Portuguese.book,
+    ]
+
+    static func primarySubtag(of language: String) -> String {
+        String(language.lowercased().prefix { $0 != "-" && $0 != "_" })
+    }
+}
+
+// MARK: - The texts, one language each
+
+extension Phrasebook {
+    enum English {
+        static let book = Phrasebook(
+            ready: "Dashcam ready.",
+            connected: "Connected to guidance.",
+            connectionLost: "Connection lost.",
+            cameraLost: "Camera lost.",
+            cameraBack: "Camera is back.",
+            authenticationFailed: "Authentication failed. Check the device token.",
+            usageLow: { "Guidance time is running low: \(minutes($0)) left." },
+            usageExhausted: "Guidance time is used up.",
+            usageRemaining: { "\(minutes($0)) of guidance left." },
+            usageUnlimited: "Unlimited guidance."
+        )
+        private static func minutes(_ n: Int) -> String { n == 1 ? "1 minute" : "\(n) minutes" }
+    }
+
+    enum Korean {
+        static let book = Phrasebook(
+            ready: "블랙박스가 준비되었습니다.",
+            connected: "안내 서버에 연결되었습니다.",
+            connectionLost: "연결이 끊어졌습니다.",
+            cameraLost: "카메라 연결이 끊어졌습니다.",
+            cameraBack: "카메라가 다시 연결되었습니다.",
+            authenticationFailed: "인증에 실패했습니다. 기기 토큰을 확인하세요.",
+            usageLow: { "안내 시간이 얼마 남지 않았습니다. \($0)분 남았습니다." },
+            usageExhausted: "안내 시간을 모두 사용했습니다.",
+            usageRemaining: { "안내 시간이 \($0)분 남았습니다." },
+            usageUnlimited: "안내 시간에 제한이 없습니다."
+        )
+    }
+
+    enum Japanese {
+        // Kana only, and no topic particle は: the voice reads it "ha", not "wa".
+        static let book = Phrasebook(
+            ready: "ドライブレコーダーの じゅんびが できました。",
+            connected: "ガイダンスに せつぞく しました。",
+            connectionLost: "せつぞくが きれました。",
+            cameraLost: "カメラの せつぞくが きれました。",
+            cameraBack: "カメラが もどりました。",
+            authenticationFailed: "にんしょうに しっぱい しました。デバイス トークンを かくにん してください。",
+            usageLow: { "ガイダンスの のこりじかんが すくなく なりました。あと \(minutes($0))です。" },
+            usageExhausted: "ガイダンスの じかんを つかいきりました。",
+            usageRemaining: { "ガイダンスが あと \(minutes($0)) つかえます。" },
+            usageUnlimited: "ガイダンスを むせいげんで つかえます。"
+        )
+
+        /// `n` minutes in hiragana with the counter's sound changes: いっぷん, にふん, さんぷん,
+        /// じゅっぷん, ひゃっぷん, せんぷん. From 100,000,000 on, digits (the voice reads them).
+        static func minutes(_ n: Int) -> String {
+            guard n < 100_000_000 else { return "\(n)ふん" }
+            let number = japaneseNumber(n)
+            if number.hasSuffix("じゅう") || number.hasSuffix("ち") || number.hasSuffix("く") {
+                return String(number.dropLast()) + "っぷん"  // じゅう, いち, はち, ろく, ひゃく
+            }
+            return number + (number.hasSuffix("ん") ? "ぷん" : "ふん")
+        }
+
+        /// `n` (0 ..< 100,000,000) in hiragana: 43 → よんじゅうさん, 10,000 → いちまん.
+        static func japaneseNumber(_ n: Int) -> String {
+            if n == 0 { return "ぜろ" }
+            if n >= 10_000 {
+                return japaneseNumber(n / 10_000) + "まん" + (n % 10_000 == 0 ? "" : japaneseNumber(n % 10_000))
+            }
+            let ones = ["", "いち", "に", "さん", "よん", "ご", "ろく", "なな", "はち", "きゅう"]
+            let tens = ["", "じゅう"] + ones[2...].map { $0 + "じゅう" }
+            let hundreds = [
+                "", "ひゃく", "にひゃく", "さんびゃく", "よんひゃく", "ごひゃく", "ろっぴゃく", "ななひゃく", "はっぴゃく", "きゅうひゃく",
+            ]
+            let thousands = ["", "せん", "にせん", "さんぜん", "よんせん", "ごせん", "ろくせん", "ななせん", "はっせん", "きゅうせん"]
+            return thousands[n / 1000] + hundreds[n / 100 % 10] + tens[n / 10 % 10] + ones[n % 10]
+        }
+    }
+
+    enum Chinese {
+        static let book = Phrasebook(
+            ready: "行车记录仪已就绪。",
+            connected: "驾驶指引已连接。",
+            connectionLost: "连接已断开。",
+            cameraLost: "摄像头已断开。",
+            cameraBack: "摄像头已恢复。",
+            authenticationFailed: "认证失败，请检查设备令牌。",
+            usageLow: { "驾驶指引时间即将用完，还剩\(minutes($0))。" },
+            usageExhausted: "驾驶指引时间已用完。",
+            usageRemaining: { "驾驶指引还剩\(minutes($0))。" },
+            usageUnlimited: "驾驶指引不限时。"
+        )
+        private static func minutes(_ n: Int) -> String { n == 2 ? "两分钟" : "\(n)分钟" }
+    }
+
+    enum German {
+        static let book = Phrasebook(
+            ready: "Dashcam bereit.",
+            connected: "Fahrhinweise verbunden.",
+            connectionLost: "Verbindung verloren.",
+            cameraLost: "Kamera getrennt.",
+            cameraBack: "Kamera wieder da.",
+            authenticationFailed: "Anmeldung fehlgeschlagen. Bitte Geräte-Token prüfen.",
+            usageLow: { "Zeit für Fahrhinweise wird knapp: noch \(minutes($0))." },
+            usageExhausted: "Zeit für Fahrhinweise aufgebraucht.",
+            usageRemaining: { "Noch \(minutes($0)) Fahrhinweise." },
+            usageUnlimited: "Fahrhinweise ohne Zeitlimit."
+        )
+        private static func minutes(_ n: Int) -> String { n == 1 ? "eine Minute" : "\(n) Minuten" }
+    }
+
+    enum Spanish {
+        static let book = Phrasebook(
+            ready: "Dashcam lista.",
+            connected: "Conectado a la asistencia.",
+            connectionLost: "Conexión perdida.",
+            cameraLost: "Cámara desconectada.",
+            cameraBack: "La cámara ha vuelto.",
+            authenticationFailed: "Error de autenticación. Revisa el token del dispositivo.",
+            usageLow: { "Queda poco tiempo de asistencia: \(minutes($0))." },
+            usageExhausted: "Tiempo de asistencia agotado.",
+            usageRemaining: { "\($0 == 1 ? "Queda" : "Quedan") \(minutes($0)) de asistencia." },
+            usageUnlimited: "Asistencia ilimitada."
+        )
+        private static func minutes(_ n: Int) -> String { n == 1 ? "un minuto" : "\(n) minutos" }
+    }
+
+    enum French {
+        // Not "Échec de l'authentification": the voice reads "authentification" as an English word.
+        static let book = Phrasebook(
+            ready: "Dashcam prête.",
+            connected: "Connecté à l'assistance.",
+            connectionLost: "Connexion perdue.",
+            cameraLost: "Caméra déconnectée.",
+            cameraBack: "Caméra reconnectée.",
+            authenticationFailed: "Accès refusé. Vérifiez le jeton de l'appareil.",
+            usageLow: { "Temps d'assistance bientôt épuisé : il reste \(minutes($0))." },
+            usageExhausted: "Temps d'assistance épuisé.",
+            usageRemaining: { "Il reste \(minutes($0)) d'assistance." },
+            usageUnlimited: "Assistance illimitée."
+        )
+        // French counts 0 in the singular too.
+        private static func minutes(_ n: Int) -> String {
+            switch n {
+            case 0: "0 minute"
+            case 1: "une minute"
+            default: "\(n) minutes"
+            }
+        }
+    }
+
+    enum Portuguese {
+        // Spelling of Brazil (câmera), understood in Portugal; both voices read it.
+        static let book = Phrasebook(
+            ready: "Dashcam pronta.",
+            connected: "Conectado à assistência.",
+            connectionLost: "Conexão perdida.",
+            cameraLost: "Câmera desconectada.",
+            cameraBack: "Câmera reconectada.",
+            authenticationFailed: "Falha na autenticação. Verifique o token do dispositivo.",
+            usageLow: { "Resta pouco tempo de assistência: \(minutes($0))." },
+            usageExhausted: "Tempo de assistência esgotado.",
+            usageRemaining: { "\($0 == 1 ? "Resta" : "Restam") \(minutes($0)) de assistência." },
+            usageUnlimited: "Assistência ilimitada."
+        )
+        private static func minutes(_ n: Int) -> String { n == 1 ? "um minuto" : "\(n) minutos" }
+    }
+}
