@@ -71,6 +71,7 @@ public struct AgentConfig: LoadableConfig {
         public var locale = "en-US"
         public var payload: Payload = .chunks
         public var pingSeconds = 10
+        public var reconnectBackoffMs = 250...30_000
         public var queueSegments = 3
         public var queueMaxAgeMs = 15_000
 
@@ -200,6 +201,9 @@ extension AgentConfig {
         .int(
             "uplink.pingSeconds", \.uplink.pingSeconds, 1...300,
             "Keepalive ping period; no pong within two periods means the connection is dead."),
+        .range(
+            "uplink.reconnectBackoffMs", \.uplink.reconnectBackoffMs, within: 10...600_000,
+            "Wait before reconnecting, in ms: a random wait up to min, doubling per failed attempt up to max."),
         .int(
             "uplink.queueSegments", \.uplink.queueSegments, 1...100,
             "Segments waiting to be sent; when full the oldest is dropped (the camera never waits)."),

@@ -19,7 +19,10 @@ extension AgentConfig {
             video: .init(width: camera.width, height: camera.height, fps: camera.fps, segmentMs: encoder.segmentSeconds * 1000))
         return Agent.Uplink(
             settings: .init(url: url, token: token, tls: tls, hello: hello, payload: uplink.payload,
-                            ping: .seconds(uplink.pingSeconds), queueSegments: uplink.queueSegments,
+                            ping: .seconds(uplink.pingSeconds),
+                            backoff: Backoff(base: .milliseconds(uplink.reconnectBackoffMs.lowerBound),
+                                             cap: .milliseconds(uplink.reconnectBackoffMs.upperBound)),
+                            queueSegments: uplink.queueSegments,
                             queueMaxAgeMs: uplink.queueMaxAgeMs, guidanceMaxAgeMs: guidance.maxAgeMs),
             logger: logger)
     }

@@ -11,7 +11,10 @@ public struct Backoff: Sendable {
     public var authFailure: Duration = .seconds(60)
     public private(set) var attempt = 0
 
-    public init() {}
+    public init(base: Duration = .milliseconds(250), cap: Duration = .seconds(30)) {
+        self.base = base
+        self.cap = cap
+    }
 
     /// The delay before the next attempt, given how long the last session lived.
     public mutating func next(sessionLived: Duration?, random: (Double) -> Double = { Double.random(in: 0...$0) }) -> Duration {
@@ -23,4 +26,14 @@ public struct Backoff: Sendable {
     }
 
     public mutating func reset() { attempt = 0 }
+}
+
+extension Duration {
+    /// `45 ms`, `1.2 s`, `60 s`: for log lines.
+    var spoken: String {
+        let ms = self / .milliseconds(1)
+        if ms < 1000 { return "\(Int(ms.rounded())) ms" }
+        let seconds = (ms / 100).rounded() / 10
+        return seconds == seconds.rounded() ? "\(Int(seconds)) s" : "\(seconds) s"
+    }
 }

@@ -23,19 +23,21 @@ public actor Uplink {
         public var hello: ClientMessage.Hello
         public var payload: AgentConfig.Payload
         public var ping: Duration
+        public var backoff: Backoff
         public var queueSegments: Int
         public var queueMaxAgeMs: Int
         public var guidanceMaxAgeMs: Int
 
         public init(url: String, token: String, tls: TLSConfiguration?, hello: ClientMessage.Hello,
-                    payload: AgentConfig.Payload, ping: Duration, queueSegments: Int, queueMaxAgeMs: Int,
-                    guidanceMaxAgeMs: Int) {
+                    payload: AgentConfig.Payload, ping: Duration, backoff: Backoff = Backoff(), queueSegments: Int,
+                    queueMaxAgeMs: Int, guidanceMaxAgeMs: Int) {
             self.url = url
             self.token = token
             self.tls = tls
             self.hello = hello
             self.payload = payload
             self.ping = ping
+            self.backoff = backoff
             self.queueSegments = queueSegments
             self.queueMaxAgeMs = queueMaxAgeMs
             self.guidanceMaxAgeMs = guidanceMaxAgeMs
@@ -51,14 +53,33 @@ public actor Uplink {
         public var sessions = 0
     }
 
+    /// Where the connection to the server stands; the driver hears about the changes.
+    public enum ConnectionState: Sendable, Equatable {
+        case connecting
+        case connected(session: String)
+        /// The session ended or could not open; the next attempt is in `retryIn`.
+        case disconnected(retryIn: Duration)
+        /// The server refused the device token; the next attempt is in `retryIn`.
+        case authenticationFailed(retryIn: Duration)
+        case stopped
+    }
+
     /// Every readable server message, in order (stale guidance excluded).
     public nonisolated let messages: AsyncStream<ServerMessage>
     private let messageSink: AsyncStream<ServerMessage>.Continuation
+    /// Every change of ``state``, in order.
+    public nonisolated let states: AsyncStream<ConnectionState>
+    private let stateSink: AsyncStream<ConnectionState>.Continuation
+    public private(set) var state = ConnectionState.connecting {
+        didSet { if state != oldValue { stateSink.yield(state) } }
+    }
+    /// When the current session opened, if one is open.
+    public private(set) var sessionOpenedAt: ContinuousClock.Instant?
 
     private let settings: Settings
     private let logger: Logger
     private var queue: SendQueue
-    private var backoff = Backoff()
+    private var backoff: Backoff
     public private(set) var stats = Stats()
     /// Uploads stop on 4402 until usage comes back; recording goes on.
     public private(set) var paused = false
@@ -74,7 +95,9 @@ public actor Uplink {
         self.settings = settings
         self.logger = logger
         self.queue = SendQueue(maxCount: settings.queueSegments, maxAgeMs: settings.queueMaxAgeMs)
+        self.backoff = settings.backoff
         (messages, messageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
+        (states, stateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }
 
     /// Queues a finished segment for sending; drops the oldest when over a bound.
@@ -93,7 +116,9 @@ public actor Uplink {
             await connectForever()
             group.cancelAll()
         }
+        state = .stopped
         messageSink.finish()
+        stateSink.finish()
     }
 
     // MARK: - Sessions
@@ -116,10 +141,12 @@ public actor Uplink {
 
     private func connectForever() async {
         while !Task.isCancelled && !stopping {
+            state = .connecting
             let outcome = await connectOnce()
             if Task.isCancelled || stopping { return }
             stats.reconnects += 1
-            let delay: Duration
+            var delay: Duration
+            var refused = false
             if networkChanged {
                 networkChanged = false
                 backoff.reset()
@@ -128,21 +155,26 @@ public actor Uplink {
                 switch outcome {
                 case .closed(let code, let lived):
                     if code == .init(codeNumber: Int(CloseCode.unauthorized.rawValue)) {
-                        logger.error("uplink: authentication failed (the server closed with 4401); retrying in \(backoff.authFailure)")
+                        logger.error("uplink: authentication failed (the server closed with 4401); retrying in \(backoff.authFailure.spoken)")
                         delay = backoff.authFailure
+                        refused = true
                     } else {
                         if code == .init(codeNumber: Int(CloseCode.quotaExhausted.rawValue)) { paused = true }
                         delay = backoff.next(sessionLived: lived)
-                        logger.warning("uplink: session closed (\(code.map { "\($0)" } ?? "no close code")); reconnecting in \(delay)")
+                        logger.warning("uplink: session closed (\(code.map { "\($0)" } ?? "no close code: the connection dropped, a message was too big or pings went unanswered")); reconnecting in \(delay.spoken)")
                     }
                 case .failed(let error as WebSocketClientError) where error == .webSocketUpgradeFailed:
-                    logger.error("uplink: authentication failed: the server refused the upgrade (check uplink.tokenFile); retrying in \(backoff.authFailure)")
+                    // The reference server refuses an upgrade only for a bad token (HTTP 401); the
+                    // client cannot see the status, so any refused upgrade counts as one.
+                    logger.error("uplink: authentication failed: the server refused the upgrade (check uplink.tokenFile); retrying in \(backoff.authFailure.spoken)")
                     delay = backoff.authFailure
+                    refused = true
                 case .failed(let error):
                     delay = backoff.next(sessionLived: nil)
-                    logger.warning("uplink: cannot reach \(settings.url): \(error); retrying in \(delay)")
+                    logger.warning("uplink: cannot reach \(settings.url): \(error); retrying in \(delay.spoken)")
                 }
             }
+            state = refused ? .authenticationFailed(retryIn: delay) : .disconnected(retryIn: delay)
             await sleep(delay)
         }
     }
@@ -185,6 +217,7 @@ public actor Uplink {
         wake = continuation
         continuation.yield()
         closeSession = { try? await outbound.close(.goingAway, reason: "going away") }
+        sessionOpenedAt = .now
         stats.sessions += 1
         return wakeUps
     }
@@ -193,6 +226,7 @@ public actor Uplink {
         wake?.finish()
         wake = nil
         closeSession = nil
+        sessionOpenedAt = nil
     }
 
     private func networkDidChange(_ change: NetworkChange) async {
@@ -275,6 +309,7 @@ public actor Uplink {
         switch decoded {
         case .welcome(let session, let remaining):
             logger.info("uplink: session \(session) open", metadata: ["remainingSeconds": "\(remaining.map(String.init) ?? "unlimited")"])
+            state = .connected(session: session)
             resume(remaining: remaining)
         case .ack:
             stats.acked += 1
