@@ -46,6 +46,10 @@ let package = Package(
             name: "CEspeakNG", pkgConfig: "espeak-ng",
             providers: [.apt(["libespeak-ng-dev"])]
         ),
+        .systemLibrary(
+            name: "CALSA", pkgConfig: "alsa",
+            providers: [.apt(["libasound2-dev"])]
+        ),
         // What Swift cannot import from those headers: function-like macros and variadics.
         .target(
             name: "CShims",
@@ -55,7 +59,7 @@ let package = Package(
         .target(
             name: "HAL",
             dependencies: [
-                "CShims", "CV4L2", "CFFmpeg",
+                "CShims", "CV4L2", "CFFmpeg", "CGPIOD", "CALSA", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

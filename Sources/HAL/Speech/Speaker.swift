@@ -1,0 +1,301 @@
+internal import Glibc
+public import Logging
+
+/// Speaks guidance one utterance at a time, newest first.
+///
+/// ``say(text:voice:urgent:receivedAt:)`` returns at once; a thread of the speaker's own
+/// synthesizes the text and plays it to the sink, so neither ever runs on the caller's path.
+/// The rules, all in favour of the newest guidance:
+/// - Utterances never overlap: one is synthesized, played and drained (or cut off) before the
+///   next begins.
+/// - An urgent message cuts off whatever is being spoken: the sink is stopped, dropping the audio
+///   it holds, and the urgent message is spoken next.
+/// - A normal message lets the current utterance finish, but replaces a message waiting to start.
+///   At most one message waits.
+///
+/// The same thread synthesizes and plays: synthesis of a guidance sentence takes a few tens of
+/// milliseconds (much faster than it plays), and what matters is the newest message, which cannot
+/// be synthesized before it arrives; a second thread would only add hand-overs. The thread checks
+/// for an urgent message between blocks of ``Options/block`` (20 ms), so an urgent message cuts in
+/// within about one block plus its own synthesis time.
+///
+/// ``stats`` counts what happened to every message; ``recentLatencies`` keeps, per utterance, the
+/// time from `receivedAt` until its first sample was handed to the sink.
+public final class Speaker: Sendable {
+    public struct Options: Sendable {
+        /// How much audio is written to the sink at a time, and so about how late an urgent
+        /// message cuts in.
+        public var block: Duration
+        /// How many latencies ``Speaker/recentLatencies`` keeps.
+        public var latencyHistory: Int
+        /// Called on the speaker's thread with each utterance's latency, when its first sample has
+        /// been handed to the sink.
+        public var onFirstSample: (@Sendable (Duration) -> Void)?
+
+        public init(block: Duration = .milliseconds(20), latencyHistory: Int = 100,
+                    onFirstSample: (@Sendable (Duration) -> Void)? = nil) {
+            self.block = block
+            self.latencyHistory = latencyHistory
+            self.onFirstSample = onFirstSample
+        }
+    }
+
+    /// What became of the messages given to ``Speaker/say(text:voice:urgent:receivedAt:)``: once
+    /// the speaker is idle, each non-empty message is in exactly one of the first four counts.
+    /// Messages still waiting when the speaker is closed are in none.
+    public struct Stats: Sendable, Equatable {
+        /// Played to their natural end.
+        public var spoken = 0
+        /// Cut off by an urgent message, while playing or before they started.
+        public var cutOff = 0
+        /// Replaced by a newer message before they started.
+        public var replaced = 0
+        /// Not spoken because synthesis or the sink failed.
+        public var failures = 0
+        /// Spoken with the synthesizer's fallback voice because the voice asked for failed.
+        public var voiceFallbacks = 0
+
+        public init() {}
+    }
+
+    private let worker: SpeakerWorker
+
+    /// Opens `sink` at the synthesizer's rate (throwing ``AudioSinkError`` if it cannot) and starts
+    /// the speaker's thread. The speaker owns the sink from now on and closes it in ``close()``.
+    public init(synthesizer: some SpeechSynthesizer, sink: sending any AudioSink, logger: Logger,
+                options: Options = Options()) throws {
+        try sink.open(sampleRate: synthesizer.sampleRate)
+        worker = try SpeakerWorker(synthesizer: synthesizer, sink: sink, logger: logger, options: options)
+    }
+
+    deinit { worker.shutdown() }
+
+    /// Queues `text` to be spoken with `voice` (a name for the synthesizer, `en`, `ko`) and returns
+    /// at once. `receivedAt` is when the message reached the agent, the start of its latency.
+    /// Empty (or blank) text is ignored.
+    public func say(text: String, voice: String, urgent: Bool = false,
+                    receivedAt: ContinuousClock.Instant = .now) {
+        worker.say(text: text, voice: voice, urgent: urgent, receivedAt: receivedAt)
+    }
+
+    public var stats: Stats { worker.stats }
+
+    /// The latest latencies, oldest first: from `receivedAt` to the first sample handed to the sink.
+    public var recentLatencies: [Duration] { worker.recentLatencies }
+
+    /// Returns once nothing is being spoken and nothing waits (or the speaker is closed).
+    public func waitUntilIdle() async {
+        await worker.waitUntilIdle()
+    }
+
+    /// Cuts off what is being spoken, drops what waits, stops the thread and closes the sink.
+    /// Safe to call more than once.
+    public func close() {
+        worker.shutdown()
+    }
+}
+
+/// The queue, the thread and the sink. The sink and the synthesizer are used on the thread only;
+/// everything `say` and the readers touch is behind `lock`.
+private final class SpeakerWorker: @unchecked Sendable {
+    struct Request {
+        var id: Int
+        var text: String
+        var voice: String
+        var urgent: Bool
+        var receivedAt: ContinuousClock.Instant
+    }
+
+    struct State {
+        /// The message waiting to start.
+        var pending: Request?
+        /// The message being synthesized or played.
+        var current: Request?
+        /// An urgent message (or shutdown) wants `current` cut off.
+        var cutCurrent = false
+        var shutDown = false
+        var thread: pthread_t?
+        var nextID = 1
+        var stats = Speaker.Stats()
+        var latencies: [Duration] = []
+        var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    enum Outcome {
+        case spoken
+        case cutOff
+        case failed
+    }
+
+    private let synthesizer: any SpeechSynthesizer
+    private let sink: any AudioSink
+    private let logger: Logger
+    private let options: Options
+    private let blockSamples: Int
+    private let lock = ConditionLock(State())
+
+    typealias Options = Speaker.Options
+
+    init(synthesizer: any SpeechSynthesizer, sink: any AudioSink, logger: Logger, options: Options) throws {
+        self.synthesizer = synthesizer
+        self.sink = sink
+        self.logger = logger
+        self.options = options
+        let (seconds, attoseconds) = options.block.components
+        let perSecond = Double(seconds) + Double(attoseconds) / 1e18
+        blockSamples = max(1, Int(perSecond * Double(synthesizer.sampleRate)))
+        switch startThread(name: "speech", { [self] in run() }) {
+        case .success(let thread):
+            lock.withLock { $0.thread = thread }
+        case .failure(let error):
+            sink.close()
+            throw SpeechError.thread(error.code)
+        }
+        logger.debug("speech: speaking to \(sink.name) at \(synthesizer.sampleRate) Hz")
+    }
+
+    func say(text: String, voice: String, urgent: Bool, receivedAt: ContinuousClock.Instant) {
+        guard text.contains(where: { !$0.isWhitespace }) else { return }
+        let (id, replaced, cut) = lock.update { state -> (Int, Int?, Int?) in
+            guard !state.shutDown else { return (0, nil, nil) }
+            let id = state.nextID
+            state.nextID += 1
+            let replaced = state.pending?.id
+            if replaced != nil { state.stats.replaced += 1 }
+            state.pending = Request(id: id, text: text, voice: voice, urgent: urgent, receivedAt: receivedAt)
+            var cut: Int?
+            if urgent, let current = state.current, !state.cutCurrent {
+                state.cutCurrent = true
+                cut = current.id
+            }
+            return (id, replaced, cut)
+        }
+        guard id > 0 else { return }
+        if let replaced { logger.debug("speech: #\(id) replaces #\(replaced), which had not started") }
+        if let cut { logger.debug("speech: urgent #\(id) cuts off #\(cut)") }
+    }
+
+    var stats: Speaker.Stats { lock.withLock { $0.stats } }
+
+    var recentLatencies: [Duration] { lock.withLock { $0.latencies } }
+
+    func waitUntilIdle() async {
+        await withCheckedContinuation { continuation in
+            let idle = lock.withLock { state in
+                if state.shutDown || (state.pending == nil && state.current == nil) { return true }
+                state.idleWaiters.append(continuation)
+                return false
+            }
+            if idle { continuation.resume() }
+        }
+    }
+
+    func shutdown() {
+        let thread = lock.update { state -> pthread_t? in
+            guard !state.shutDown else { return nil }
+            state.shutDown = true
+            state.cutCurrent = true
+            state.pending = nil
+            defer { state.thread = nil }
+            return state.thread
+        }
+        guard let thread else { return }
+        if pthread_equal(thread, pthread_self()) != 0 {
+            pthread_detach(thread)
+        } else {
+            pthread_join(thread, nil)
+        }
+    }
+
+    // MARK: - The thread
+
+    private func run() {
+        while let request = nextRequest() {
+            let outcome = speak(request)
+            let waiters = lock.withLock { state -> [CheckedContinuation<Void, Never>] in
+                switch outcome {
+                case .spoken: state.stats.spoken += 1
+                case .cutOff: state.stats.cutOff += 1
+                case .failed: state.stats.failures += 1
+                }
+                state.current = nil
+                state.cutCurrent = false
+                guard state.pending == nil else { return [] }
+                defer { state.idleWaiters = [] }
+                return state.idleWaiters
+            }
+            waiters.forEach { $0.resume() }
+        }
+        sink.close()
+        let waiters = lock.withLock { state in
+            defer { state.idleWaiters = [] }
+            return state.idleWaiters
+        }
+        waiters.forEach { $0.resume() }
+        logger.debug("speech: stopped")
+    }
+
+    private func nextRequest() -> Request? {
+        lock.wait(until: { $0.pending != nil || $0.shutDown }) { state in
+            guard !state.shutDown else { return nil }
+            state.current = state.pending
+            state.pending = nil
+            state.cutCurrent = false
+            return state.current
+        }
+    }
+
+    private var cutRequested: Bool { lock.withLock { $0.cutCurrent } }
+
+    private func speak(_ request: Request) -> Outcome {
+        let synthesis: SpeechSynthesis
+        do {
+            synthesis = try synthesizer.render(text: request.text, voice: request.voice)
+        } catch {
+            logger.error("speech: #\(request.id) not spoken: \(error)")
+            return .failed
+        }
+        if synthesis.voiceError != nil { lock.withLock { $0.stats.voiceFallbacks += 1 } }
+        if cutRequested { return .cutOff }
+        let samples = synthesis.samples
+        guard !samples.isEmpty else { return .spoken }
+        do {
+            try sink.begin(voice: synthesis.voice)
+            var offset = 0
+            while offset < samples.count {
+                if cutRequested {
+                    sink.stop()
+                    return .cutOff
+                }
+                if offset == 0 { firstSample(of: request) }
+                let end = min(offset + blockSamples, samples.count)
+                try sink.write(samples[offset..<end])
+                offset = end
+            }
+            if cutRequested {
+                sink.stop()
+                return .cutOff
+            }
+            try sink.drain()
+            return .spoken
+        } catch {
+            sink.stop()
+            logger.error("speech: #\(request.id) not spoken: \(error)")
+            return .failed
+        }
+    }
+
+    private func firstSample(of request: Request) {
+        let latency = request.receivedAt.duration(to: .now)
+        lock.withLock { state in
+            state.latencies.append(latency)
+            if state.latencies.count > options.latencyHistory {
+                state.latencies.removeFirst(state.latencies.count - options.latencyHistory)
+            }
+        }
+        let (seconds, attoseconds) = latency.components
+        let milliseconds = seconds * 1000 + attoseconds / 1_000_000_000_000_000
+        logger.debug("speech: first sample \(milliseconds) ms after receipt", metadata: ["utterance": "\(request.id)"])
+        options.onFirstSample?(latency)
+    }
+}

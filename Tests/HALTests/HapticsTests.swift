@@ -1,0 +1,414 @@
+import Foundation
+import HAL
+import Logging
+import Synchronization
+import Testing
+
+// The player against a fake line that records every edge with its time, the pattern rules, the
+// log-only line, and the real libgpiod line where no chip is needed (missing chips and lines).
+// Timing bounds are wide on purpose: the tests run on a loaded machine. What must happen at a
+// given moment of a pattern (a newer pattern, a close) is done from a thread of its own: a test
+// task can wait seconds for the cooperative pool when other suites keep it busy.
+
+/// Records each value set, with the time it was set; fails the calls `failing` picks.
+private final class FakeHapticLine: HapticLine {
+    struct Edge {
+        var active: Bool
+        var at: ContinuousClock.Instant
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        var call: Int
+        var description: String { "fake line: set call \(call) failed" }
+    }
+
+    private struct State {
+        var edges: [Edge] = []
+        var calls = 0
+        var failures = 0
+        var releases = 0
+    }
+
+    let description = "fake line"
+    private let failing: @Sendable (_ call: Int, _ active: Bool) -> Bool
+    private let state = Mutex(State())
+
+    /// `failing(call, active)`: whether set call number `call` (from 1) throws.
+    init(failing: @escaping @Sendable (_ call: Int, _ active: Bool) -> Bool = { _, _ in false }) {
+        self.failing = failing
+    }
+
+    func setActive(_ active: Bool) throws {
+        let now = ContinuousClock.now
+        try state.withLock { state throws(Failure) in
+            state.calls += 1
+            if state.releases > 0 || failing(state.calls, active) {
+                state.failures += 1
+                throw Failure(call: state.calls)
+            }
+            state.edges.append(Edge(active: active, at: now))
+        }
+    }
+
+    func release() { state.withLock { $0.releases += 1 } }
+
+    var edges: [Edge] { state.withLock { $0.edges } }
+    var values: [Bool] { edges.map(\.active) }
+    var failures: Int { state.withLock { $0.failures } }
+    var released: Bool { state.withLock { $0.releases > 0 } }
+
+    /// (start, length) of each pulse, from the set edges; the values must alternate.
+    var pulses: [(start: ContinuousClock.Instant, length: Duration)] {
+        let edges = self.edges
+        return edges.indices.compactMap { index in
+            guard edges[index].active, index + 1 < edges.count, !edges[index + 1].active else { return nil }
+            return (edges[index].at, edges[index].at.duration(to: edges[index + 1].at))
+        }
+    }
+}
+
+/// Keeps every message, for checks on what was logged.
+private struct CapturingLogHandler: LogHandler {
+    final class Box: Sendable {
+        let lines = Mutex<[String]>([])
+    }
+
+    let box: Box
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    func log(event: LogEvent) { box.lines.withLock { $0.append(event.message.description) } }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+}
+
+/// A logger that keeps its messages, and the box that holds them.
+private func capturingLogger() -> (Logger, CapturingLogHandler.Box) {
+    let box = CapturingLogHandler.Box()
+    return (Logger(label: "haptics-tests") { _ in CapturingLogHandler(box: box) }, box)
+}
+
+private let logger = capturingLogger().0
+
+/// Polls `condition` every 2 ms until it holds or `timeout` passes; whether it held. A late
+/// wake-up only makes the wait longer.
+private func eventually(within timeout: Duration = .seconds(5), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(2))
+    }
+    return condition()
+}
+
+/// Runs `body` on a new thread after `delay`; what it returns is in the result once it is done.
+private func onThread<T: Sendable>(after delay: Duration, _ body: @escaping @Sendable () -> T) -> ThreadResult<T> {
+    let result = ThreadResult<T>()
+    Thread.detachNewThread {
+        Thread.sleep(forTimeInterval: delay / .seconds(1))
+        let value = body()
+        result.value.withLock { $0 = value }
+    }
+    return result
+}
+
+private final class ThreadResult<T: Sendable>: Sendable {
+    let value = Mutex<T?>(nil)
+    var done: Bool { value.withLock { $0 != nil } }
+}
+
+private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticPattern {
+    try HapticPattern(milliseconds, name: name)
+}
+
+@Suite struct HapticPatternTests {
+    @Test func clearIsOne150MillisecondPulseAndAlertIsThree80MillisecondPulses() {
+        #expect(HapticPattern.clear.milliseconds == [150])
+        #expect(HapticPattern.clear.pulses == [150])
+        #expect(HapticPattern.clear.duration == .milliseconds(150))
+        #expect(HapticPattern.alert.milliseconds == [80, 80, 80, 80, 80])
+        #expect(HapticPattern.alert.pulses == [80, 80, 80])
+        #expect(HapticPattern.alert.duration == .milliseconds(400))
+        #expect(HapticPattern.clear.description == "clear [150] ms")
+    }
+
+    @Test func theLimitsAreAccepted() throws {
+        #expect(try pattern([1]).milliseconds == [1])
+        #expect(try pattern([5000, 5000]).duration == .milliseconds(5000))
+        #expect(try pattern(Array(repeating: 1, count: 16)).pulses.count == 8)
+    }
+
+    @Test func anEmptyPatternIsRejected() {
+        let error = #expect(throws: HapticPatternError.self) { try pattern([], name: "clear") }
+        #expect(error?.description.contains("haptic pattern \"clear\" is empty") == true)
+    }
+
+    @Test(arguments: [[0], [150, 0, 150], [5001], [-80], [80, 80, 80, 80, 80, 6000]])
+    func aTimeOutOfRangeIsRejectedByPosition(_ milliseconds: [Int]) {
+        let error = #expect(throws: HapticPatternError.self) { try pattern(milliseconds) }
+        let index = milliseconds.firstIndex { !(1...5000).contains($0) }!
+        #expect(error?.description.contains("time \(index + 1)") == true, "\(String(describing: error))")
+        #expect(error?.description.contains("is \(milliseconds[index]) ms; each must be 1...5000 ms") == true)
+        #expect(error?.milliseconds == milliseconds)
+    }
+
+    @Test func moreThanSixteenTimesAreRejected() {
+        let error = #expect(throws: HapticPatternError.self) { try pattern(Array(repeating: 50, count: 17)) }
+        #expect(error?.description.contains("has 17 times; at most 16 are allowed") == true)
+    }
+}
+
+@Suite struct HapticsTests {
+    @Test func theLineIsDrivenInactiveAtStartAndNothingElseHappensUntilPlay() async throws {
+        let line = FakeHapticLine()
+        let haptics = try Haptics(line: line, logger: logger)
+        #expect(line.values == [false])
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(line.values == [false])
+        #expect(!line.released)
+        #expect(haptics.recentLatencies.isEmpty)
+        haptics.close()
+    }
+
+    @Test func clearIsOnePulseOfAbout150Milliseconds() async throws {
+        let line = FakeHapticLine()
+        let haptics = try Haptics(line: line, logger: logger)
+        defer { haptics.close() }
+        let received = ContinuousClock.now
+        haptics.play(.clear, receivedAt: received)
+        #expect(await eventually { line.values.count >= 3 })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(line.values == [false, true, false])
+        let pulses = line.pulses
+        try #require(pulses.count == 1)
+        #expect(pulses[0].length >= .milliseconds(120) && pulses[0].length <= .milliseconds(400), "\(pulses[0].length)")
+        let latencies = haptics.recentLatencies
+        try #require(latencies.count == 1)
+        // What was measured is the time from `receivedAt` to the edge the fake recorded.
+        #expect(latencies[0] >= received.duration(to: pulses[0].start))
+        #expect(latencies[0] < .milliseconds(250), "\(latencies[0])")
+    }
+
+    @Test func alertIsThreePulsesWithGapsBetween() async throws {
+        let line = FakeHapticLine()
+        let haptics = try Haptics(line: line, logger: logger)
+        defer { haptics.close() }
+        haptics.play(.alert)
+        #expect(await eventually { line.values.count >= 7 })
+        try await Task.sleep(for: .milliseconds(150))
+        #expect(line.values == [false, true, false, true, false, true, false])
+        let pulses = line.pulses
+        try #require(pulses.count == 3)
+        for pulse in pulses {
+            #expect(pulse.length >= .milliseconds(64) && pulse.length <= .milliseconds(350), "\(pulse.length)")
+        }
+        for (earlier, later) in zip(pulses, pulses.dropFirst()) {
+            let gap = (earlier.start + earlier.length).duration(to: later.start)
+            #expect(gap >= .milliseconds(64) && gap <= .milliseconds(350), "\(gap)")
+        }
+        #expect(haptics.recentLatencies.count == 1)
+    }
+
+    @Test func aTrailingOffTimeEndsWithTheLineInactive() async throws {
+        let line = FakeHapticLine()
+        let haptics = try Haptics(line: line, logger: logger)
+        defer { haptics.close() }
+        haptics.play(try pattern([40, 40, 40, 2000]))
+        #expect(await eventually { line.values.count >= 5 })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(line.values == [false, true, false, true, false])
+    }
+
+    @Test func aNewerPatternCutsTheOnePlayingShortThenStarts() async throws {
+        let line = FakeHapticLine()
+        let haptics = try Haptics(line: line, logger: logger)
+        defer { haptics.close() }
+        haptics.play(try pattern([5000], name: "long"))
+        let preempted = onThread(after: .milliseconds(100)) { () -> ContinuousClock.Instant in
+            let now = ContinuousClock.now
+            haptics.play(.clear, receivedAt: now)
+            return now
+        }
+        #expect(await eventually { preempted.done && line.values.count >= 5 })
+        try await Task.sleep(for: .milliseconds(100))
+        // Inactive first, then the new pulse: never two pulses at once.
+        #expect(line.values == [false, true, false, true, false])
+        let edges = line.edges
+        #expect(zip(edges, edges.dropFirst()).allSatisfy { $0.at <= $1.at })
+        let pulses = line.pulses
+        try #require(pulses.count == 2)
+        let cut = try #require(preempted.value.withLock { $0 }).duration(to: edges[2].at)
+        #expect(cut >= .zero && cut < .milliseconds(1000), "the long pulse ended \(cut) after the newer pattern came")
+        #expect(pulses[0].length < .milliseconds(4500), "the long pulse was not cut: \(pulses[0].length)")
+        #expect(pulses[1].length >= .milliseconds(120) && pulses[1].length <= .milliseconds(400), "\(pulses[1].length)")
+        #expect(haptics.recentLatencies.count == 2)
+    }
+
+    @Test func closeStopsThePulseDrivesInactiveAndReleasesAndIsSafeTwice() async throws {
+        let line = FakeHapticLine()
+        let haptics = try Haptics(line: line, logger: logger)
+        haptics.play(try pattern([5000]))
+        let closing = onThread(after: .milliseconds(100)) { () -> Duration in
+            let start = ContinuousClock.now
+            haptics.close()
+            return start.duration(to: .now)
+        }
+        #expect(await eventually { closing.done })
+        let took = try #require(closing.value.withLock { $0 })
+        #expect(took < .milliseconds(1000), "close took \(took)")
+        #expect(line.values == [false, true, false])
+        #expect(try #require(line.pulses.first).length < .milliseconds(4500))
+        #expect(line.released)
+        #expect(haptics.isReleased)
+        haptics.close()
+        haptics.play(.clear)
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(line.values == [false, true, false])
+    }
+
+    @Test func closeWhileIdleReleasesAndTheLastReferenceReleasesToo() throws {
+        let idle = FakeHapticLine()
+        let haptics = try Haptics(line: idle, logger: logger)
+        haptics.close()
+        #expect(idle.released)
+
+        let dropped = FakeHapticLine()
+        do {
+            let haptics = try Haptics(line: dropped, logger: logger)
+            haptics.play(.clear)
+        }
+        #expect(dropped.released)
+        #expect(dropped.values.last == false)
+    }
+
+    @Test func anErrorMidPatternThatPersistsReleasesTheLine() async throws {
+        // Call 1 is the start; 2 is the first pulse; from 3 on (its end, then the best-effort
+        // inactive) every call fails.
+        let line = FakeHapticLine { call, _ in call >= 3 }
+        let (logger, logged) = capturingLogger()
+        let haptics = try Haptics(line: line, logger: logger)
+        defer { haptics.close() }
+        haptics.play(.alert)
+        #expect(await eventually { line.released })
+        #expect(line.failures == 2)
+        #expect(await eventually { haptics.isReleased })
+        #expect(line.values == [false, true])
+        let errors = logged.lines.withLock { $0 }
+        #expect(errors.contains("haptics: alert [80, 80, 80, 80, 80] ms stopped: fake line: set call 3 failed"), "\(errors)")
+        #expect(errors.contains { $0.contains("fake line cannot be driven inactive; releasing it") }, "\(errors)")
+        haptics.play(.clear)
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(line.values == [false, true])
+    }
+
+    @Test func aSingleErrorStopsThePatternButKeepsTheLine() async throws {
+        // The end of the first pulse fails once; the best-effort inactive after it works.
+        let line = FakeHapticLine { call, _ in call == 3 }
+        let haptics = try Haptics(line: line, logger: logger)
+        defer { haptics.close() }
+        haptics.play(.alert)
+        #expect(await eventually { line.failures == 1 && line.values.count >= 3 })
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(line.values == [false, true, false])
+        #expect(!line.released)
+        #expect(!haptics.isReleased)
+        haptics.play(.clear)
+        #expect(await eventually { line.values.count >= 5 })
+        #expect(line.values == [false, true, false, true, false])
+    }
+
+    @Test func threeFailedPatternsInARowReleaseTheLine() async throws {
+        // Every "active" fails; every "inactive" works.
+        let line = FakeHapticLine { _, active in active }
+        let haptics = try Haptics(line: line, logger: logger)
+        defer { haptics.close() }
+        for attempt in 1...2 {
+            haptics.play(.clear)
+            #expect(await eventually { line.failures == attempt })
+            try await Task.sleep(for: .milliseconds(20))
+            #expect(!line.released)
+        }
+        haptics.play(.clear)
+        #expect(await eventually { line.released && haptics.isReleased })
+        #expect(line.values.allSatisfy { !$0 })
+    }
+
+    @Test func aLineThatCannotBeDrivenInactiveAtStartIsReleasedAndTheErrorThrown() {
+        let line = FakeHapticLine { call, _ in call == 1 }
+        #expect(throws: FakeHapticLine.Failure.self) { try Haptics(line: line, logger: logger) }
+        #expect(line.released)
+    }
+
+    @Test func eachLatencyIsReportedWithItsPattern() async throws {
+        let reported = Mutex<[(Duration, String)]>([])
+        let line = FakeHapticLine()
+        let haptics = try Haptics(line: line, logger: logger, latencyHistory: 2) { latency, pattern in
+            reported.withLock { $0.append((latency, pattern.name)) }
+        }
+        defer { haptics.close() }
+        for _ in 0..<3 {
+            let before = line.values.count
+            haptics.play(.clear)
+            #expect(await eventually { line.values.count == before + 2 })
+        }
+        #expect(reported.withLock { $0.map(\.1) } == ["clear", "clear", "clear"])
+        #expect(haptics.recentLatencies == reported.withLock { $0.suffix(2).map(\.0) })
+    }
+
+    @Test func theLoggingLineWritesOneBuzzLinePerPulse() async throws {
+        let (captured, box) = capturingLogger()
+        let line = LoggingHapticLine(logger: captured)
+        let haptics = try Haptics(line: line, logger: logger)
+        haptics.play(.alert)
+        let buzzes = { box.lines.withLock { $0.filter { $0.hasPrefix("haptics: buzz ") } } }
+        #expect(await eventually { buzzes().count == 3 })
+        for message in buzzes() {
+            let milliseconds = Int(message.dropFirst("haptics: buzz ".count).dropLast(" ms".count))
+            #expect(milliseconds.map { (64...350).contains($0) } == true, "\(message)")
+        }
+        haptics.close()
+        #expect(throws: HapticsError.self) { try line.setActive(true) }
+        #expect(buzzes().count == 3)
+    }
+}
+
+@Suite struct GPIOLineTests {
+    @Test func aMissingChipIsAnErrorNamingTheChipAndTheLine() {
+        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: "gpiochip999", line: .offset(5)) }
+        #expect(error?.description.hasPrefix("GPIO chip \"gpiochip999\" (/dev/gpiochip999) line 5: no such chip") == true,
+                "\(String(describing: error))")
+        #expect(error?.isNotFound == true)
+        #expect(error?.isOpenFailure == true)
+        #expect(error?.isBusy == false)
+    }
+
+    @Test(arguments: ["gpiochip999", "/dev/gpiochip999", "999"])
+    func aMissingChipGivenAsNamePathOrNumberIsNamedWithTheLineName(_ chip: String) {
+        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: chip, line: .name("haptic"), activeLow: true) }
+        let text = error?.description ?? ""
+        #expect(text.contains("\"\(chip)\"") && text.contains("line \"haptic\""), "\(text)")
+        #expect(text.contains("no such chip"), "\(text)")
+        #expect(error?.isNotFound == true)
+    }
+
+    @Test func aLineNameFoundOnNoChipIsAnErrorNamingTheLine() {
+        let error = #expect(throws: HapticsError.self) {
+            try GPIOLine(chip: nil, line: .name("dashcam-no-such-line"))
+        }
+        #expect(error?.description.hasPrefix("GPIO line \"dashcam-no-such-line\" (any chip): no such line") == true,
+                "\(String(describing: error))")
+    }
+
+    @Test func anOffsetNeedsAChip() {
+        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: "", line: .offset(5)) }
+        #expect(error?.description.contains("line 5: no chip given") == true, "\(String(describing: error))")
+    }
+
+    @Test func theLibraryVersionIsKnown() {
+        #expect(GPIOLine.libraryVersion.hasPrefix("libgpiod "))
+        #expect(GPIOLine.libraryVersion.contains(" API)"))
+    }
+}
