@@ -35,6 +35,7 @@ struct StreamSession {
             try await receive(inbound: inbound, outbound: outbound, lastActivity: lastActivity)
         }
         await registry.unregister(device: device, id: id)
+        logger.info("session \(id) ended", metadata: ["device": "\(device)"])
     }
 
     private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter,
@@ -64,6 +65,7 @@ struct StreamSession {
             }
             await registry.register(device: device, id: id) {
                 let superseded = ServerMessage.error(code: .superseded, message: "a newer connection of \(device) took over", seq: nil)
+                logger.info("session \(id) superseded by a newer connection", metadata: ["device": "\(device)"])
                 try? await outbound.write(.text(superseded.encoded()))
                 try? await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
             }

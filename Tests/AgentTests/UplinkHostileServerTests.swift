@@ -35,7 +35,9 @@ import Testing
                  .text(#"{"type":"guidance","seq":1,"text":42}"#), .text("[1,2,3]"), .binary([0, 1, 2, 3]),
                  .text(Self.welcome("s1")),
                  .text(#"{"type":"guidance","seq":4,"text":"pothole ahead","lang":"en","clear":false,"priority":"normal","extra":true}"#),
-                 .pause(milliseconds: 100),
+                 // A frame this big arriving before the upgrade completes fails the upgrade
+                 // itself; after the first ping the session is surely running.
+                 .awaitPing,
                  // Over the 64 KiB limit: the agent refuses it and drops the connection.
                  .text(String(repeating: "x", count: 1 << 20))]
             case 1:

@@ -110,6 +110,14 @@ public enum Command {
         return (result.stdout, result.stderr)
     }
 
+    /// `execute` on a thread of its own, so a slow tool does not hold one of the few threads
+    /// that run every test's tasks.
+    public static func executeAsync(_ tool: String, _ arguments: [String]) async throws -> Result {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(with: Swift.Result { try execute(tool, arguments) }) }
+        }
+    }
+
     /// Runs to completion; stderr goes through a file so neither pipe can fill up and stall it.
     public static func execute(_ tool: String, _ arguments: [String], environment: [String: String]? = nil) throws -> Result {
         let process = Process()

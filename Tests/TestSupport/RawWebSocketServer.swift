@@ -14,6 +14,8 @@ public final class RawWebSocketServer: Sendable {
         case pause(milliseconds: Int64)
         /// Stop reading from the socket; what the client sends piles up in its buffers.
         case stopReading
+        /// Wait for the client's next ping: proof that its upgrade finished and its session runs.
+        case awaitPing
     }
 
     private let channel: any Channel
@@ -63,6 +65,7 @@ private final class ScriptPlayer: ChannelInboundHandler {
 
     private var steps: ArraySlice<RawWebSocketServer.Step>
     private let framesReceived: NIOLockedValueBox<Int>
+    private var awaitingPing = false
 
     init(steps: [RawWebSocketServer.Step], framesReceived: NIOLockedValueBox<Int>) {
         self.steps = steps[...]
@@ -78,6 +81,9 @@ private final class ScriptPlayer: ChannelInboundHandler {
         switch frame.opcode {
         case .text, .binary, .continuation: framesReceived.withLockedValue { $0 += 1 }
         case .connectionClose: context.close(promise: nil)
+        case .ping where awaitingPing:
+            awaitingPing = false
+            playNext(context: context)
         default: break
         }
     }
@@ -103,6 +109,8 @@ private final class ScriptPlayer: ChannelInboundHandler {
         case .stopReading:
             context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
             playNext(context: context)
+        case .awaitPing:
+            awaitingPing = true
         }
     }
 }

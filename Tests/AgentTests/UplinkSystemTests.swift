@@ -1,0 +1,78 @@
+import Foundation
+import Glibc
+import TestSupport
+import Testing
+
+/// The real `dashcam-agent` and `guidance-server` binaries, as separate processes.
+@Suite(.serialized) struct UplinkSystemTests {
+    /// Starts the server and waits for its "listening on" line; returns it with its port.
+    func startServer(_ files: LoopFiles, port: Int = 0, prefix: [String] = [], host: String = "127.0.0.1") throws -> (Spawned, Int) {
+        let server = try Spawned("guidance-server", ["--config", try files.serverConfig(host: host, port: port)],
+                                 prefix: prefix, folder: files.folder)
+        try #require(server.wait(for: .seconds(20)) { $0.stderr.contains("listening on") }, "server did not start: \(server.stderr)")
+        let line = server.stderr.split(separator: "\n").first { $0.contains("listening on") } ?? ""
+        let bound = Int(line.split(separator: ":").last ?? "") ?? 0
+        return (server, bound)
+    }
+
+    @Test func twentyServerRestartsLeakNoSocketsOrThreadsInTheAgent() throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        var (server, port) = try startServer(files)
+        let agent = try Spawned(
+            "dashcam-agent",
+            ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["reconnectBackoffMs": "[50, 300]"])],
+            folder: files.folder)
+        defer { agent.stop() }
+        try #require(server.wait(for: .seconds(30)) { $0.stderr.contains("opened") }, "no session: \(agent.stderr)")
+
+        var baseline: (fds: Int, threads: Int, rssKiB: Int)?
+        for restart in 1...20 {
+            server.stop(SIGKILL)
+            (server, _) = try startServer(files, port: port)
+            let reconnected = server.wait(for: .seconds(15)) { $0.stderr.contains("opened") }
+            try #require(reconnected, "restart \(restart): the agent did not come back: \(agent.stderr.suffix(2000))")
+            if restart == 2 { baseline = agent.resources }
+        }
+        let after = agent.resources
+        let before = try #require(baseline)
+        // A leaked session would hold a socket (and its event-loop work) per restart: 18 more.
+        #expect(after.fds <= before.fds + 2, "fds \(before.fds) → \(after.fds)")
+        #expect(after.threads <= before.threads + 2, "threads \(before.threads) → \(after.threads)")
+        #expect(agent.process.isRunning)
+        server.stop()
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func aServerThatStopsReadingLeavesMemoryFlatAndDropsAreCounted() async throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        // Takes the upgrade, then never reads again. Lossless segments at full speed (about
+        // 13 MB a minute) fill the socket buffers on both ends within seconds.
+        let server = try await RawWebSocketServer(receiveBuffer: 4096) { _ in [.stopReading] }
+        let agent = try Spawned(
+            "dashcam-agent",
+            ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(server.port)/v1/stream", pace: "fast", crf: 0)],
+            folder: files.folder)
+        try await Task.sleep(for: .seconds(20))
+        let early = agent.resources
+        try await Task.sleep(for: .seconds(40))
+        let late = agent.resources
+        #expect(agent.stop() == 0)
+        await server.stop()
+
+        let produced = agent.stdout.split(separator: "\n").count
+        let summary = try #require(agent.stderr.split(separator: "\n").last { $0.contains("uplink: sent") }, "\(agent.stderr.suffix(2000))")
+        func number(after word: String) -> Int {
+            guard let range = summary.range(of: word + " ") else { return -1 }
+            return Int(summary[range.upperBound...].prefix { $0.isNumber }) ?? -1
+        }
+        let sent = number(after: "sent"), dropped = number(after: "dropped")
+        #expect(produced > 100, "the test pattern at full speed makes many segments a minute")
+        #expect(dropped > 0)
+        // Every segment is sent, dropped and counted, or still queued (3) or in flight (1) at the end.
+        #expect((0...4).contains(produced - sent - dropped), "produced \(produced), sent \(sent), dropped \(dropped)")
+        #expect(late.rssKiB - early.rssKiB < 12 * 1024, "RSS \(early.rssKiB) KiB at 20 s, \(late.rssKiB) KiB at 60 s")
+        print("stalled server: produced \(produced), sent \(sent), dropped \(dropped); RSS \(early.rssKiB) KiB at 20 s, \(late.rssKiB) KiB at 60 s")
+    }
+}
