@@ -75,4 +75,34 @@ import Testing
         #expect(late.rssKiB - early.rssKiB < 12 * 1024, "RSS \(early.rssKiB) KiB at 20 s, \(late.rssKiB) KiB at 60 s")
         print("stalled server: produced \(produced), sent \(sent), dropped \(dropped); RSS \(early.rssKiB) KiB at 20 s, \(late.rssKiB) KiB at 60 s")
     }
+
+    @Test(.enabled(if: TwoPaths.available, "needs root and network namespaces"))
+    func movingTheCarsDefaultRouteOpensANewSessionOverTheOtherPath() throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        let paths = try TwoPaths()
+        defer { paths.remove() }
+        let (server, port) = try startServer(files, prefix: paths.exec(in: paths.server), host: TwoPaths.serverAddress)
+        defer { server.stop() }
+        let agent = try Spawned(
+            "dashcam-agent",
+            ["record", "--config", try files.agentConfig(url: "ws://\(TwoPaths.serverAddress):\(port)/v1/stream")],
+            prefix: paths.exec(in: paths.car), folder: files.folder)
+        defer { agent.stop() }
+        try #require(server.wait(for: .seconds(30)) { $0.count("opened", in: $0.stderr) == 1 }, "no session: \(agent.stderr)")
+        // The old path stays up, so its TCP connection would live on: only the route change can
+        // make the agent open a second session.
+        let moved = ContinuousClock.now
+        try paths.switchToPath(2)
+        let reopened = server.wait(for: .seconds(10)) { $0.count("opened", in: $0.stderr) == 2 }
+        let elapsed = ContinuousClock.now - moved
+        try #require(reopened, "no new session after the route moved: \(agent.stderr.suffix(2000))")
+        print("route moved → the server logged the new session after \(elapsed)")
+        #expect(agent.stderr.contains("network changed"))
+        #expect(agent.stderr.contains("moved from va1 to va2"), "\(agent.stderr.suffix(1000))")
+        // The server lets the old session go: the agent's 1001 ends it, or the new one supersedes it.
+        #expect(server.wait(for: .seconds(5)) { $0.stderr.contains("ended") || $0.stderr.contains("superseded") },
+                "\(server.stderr.suffix(2000))")
+        #expect(agent.stop() == 0)
+    }
 }

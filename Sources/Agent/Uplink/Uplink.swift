@@ -280,6 +280,9 @@ public actor Uplink {
             }
         }
         stats.sent += 1
+        let sinceClosedUs = (MonotonicClock.now() - segment.closedMonotonicNs) / 1000
+        logger.debug("uplink: segment \(m.seq) sent, last byte written \(Double(sinceClosedUs) / 1000) ms after it closed",
+                     metadata: ["bytes": "\(m.bytes)", "chunks": "\(base64 ? 0 : chunks)"])
     }
 
     private func countDrops(_ count: Int) {

@@ -58,9 +58,12 @@ public struct SegmentMetadata: Codable, Sendable, Equatable {
 public struct Segment: Sendable {
     public var metadata: SegmentMetadata
     public var data: [UInt8]
+    /// `CLOCK_MONOTONIC` nanoseconds when the segmenter closed it: where its way to the wire starts.
+    public var closedMonotonicNs: UInt64
 
-    public init(metadata: SegmentMetadata, data: [UInt8]) {
+    public init(metadata: SegmentMetadata, data: [UInt8], closedMonotonicNs: UInt64 = MonotonicClock.now()) {
         self.metadata = metadata
         self.data = data
+        self.closedMonotonicNs = closedMonotonicNs
     }
 }
