@@ -157,6 +157,23 @@ extension ConfigKeyInfo {
         }
     }
 
+    /// A list of `count` integers, each in `each`.
+    public static func intList(
+        _ name: String, _ path: Path<[Int]>, each: ClosedRange<Int>, count: ClosedRange<Int>, _ summary: String
+    ) -> Self {
+        Self(
+            name, type: "[int]", allowed: "\(count.lowerBound)–\(count.upperBound) items, each \(each)",
+            defaultValue: "[\(Root()[keyPath: path].map(String.init).joined(separator: ", "))]", summary: summary,
+            expected: "a list of \(count.lowerBound) to \(count.upperBound) integers, each \(each)", shape: .intList
+        ) { value, config in
+            guard case .ints(let items) = value, count.contains(items.count), items.allSatisfy(each.contains) else {
+                return false
+            }
+            config[keyPath: path] = items
+            return true
+        }
+    }
+
     /// A non-empty list of non-empty strings.
     public static func list(_ name: String, _ path: Path<[String]>, _ summary: String) -> Self {
         Self(

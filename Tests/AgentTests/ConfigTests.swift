@@ -199,7 +199,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(!message.contains("encoder."))
     #expect(
         try await failure(yaml: "network:\n  port: 1\n")
-            == "FILE:1: unknown key 'network' (valid keys here: camera, encoder, output, uplink, guidance, log)")
+            == "FILE:1: unknown key 'network' (valid keys here: camera, encoder, output, uplink, guidance, speech, haptics, status, log)")
 }
 
 @Test func sectionMustBeAMapping() async throws {
@@ -207,7 +207,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(message.hasPrefix("FILE:1: 'camera' must be a mapping of keys such as camera.source, camera.device, "))
     #expect(
         try await failure(yaml: "- camera\n")
-            == "FILE:1: the top level must be a mapping of keys such as camera, encoder, output, uplink, guidance, log")
+            == "FILE:1: the top level must be a mapping of keys such as camera, encoder, output, uplink, guidance, speech, haptics, status, log")
 }
 
 @Test(arguments: [
@@ -319,4 +319,53 @@ func rejectedFileValue(yaml: String, message: String) async throws {
         mismatch == nil,
         "device-config/README.md's key table differs from AgentConfig.keys; run UPDATE_CONFIG_DOCS=1 swift test --filter readmeKeyTable"
     )
+}
+
+@Test func speechAndHapticsKeysAreReadFromYAML() async throws {
+    let yaml = """
+        speech:
+          locale: ko-KR
+          sink: wav:/tmp/speech
+          device: hw:1,0
+        haptics:
+          chip: gpio-sim.0-node0
+          line: 5
+          activeLow: true
+          required: false
+          clear: [100]
+          alert: [60, 40, 60]
+        status:
+          socket: /tmp/agent.sock
+        """
+    let config = try await withYAML(yaml) { try await AgentConfig.load(file: $0, environment: [:]) }
+    #expect(config.speech.locale == "ko-KR" && config.speech.sink == "wav:/tmp/speech" && config.speech.device == "hw:1,0")
+    // A bare number in YAML is the line's offset, kept as text until the line is opened.
+    #expect(config.haptics.line == "5")
+    #expect(config.haptics.chip == "gpio-sim.0-node0")
+    #expect(config.haptics.activeLow && !config.haptics.required)
+    #expect(config.haptics.clear == [100] && config.haptics.alert == [60, 40, 60])
+    #expect(config.status.socket == "/tmp/agent.sock")
+}
+
+@Test(arguments: [
+    ("haptics:\n  clear: [0]\n", "haptics.clear: '[0]' is not allowed; expected a list of 1 to 16 integers, each 1...5000 (given at FILE:2)"),
+    ("haptics:\n  alert: []\n", "haptics.alert: '[]' is not allowed; expected a list of 1 to 16 integers, each 1...5000 (given at FILE:2)"),
+    ("haptics:\n  required: maybe\n", "haptics.required: 'maybe' is not allowed; expected true or false (given at FILE:2)"),
+    ("speech:\n  sink: pulse\n", "speech.sink: 'pulse' is not allowed; expected `alsa` or `wav:DIR`"),
+])
+func rejectedVoiceAndTouchValue(yaml: String, message: String) async throws {
+    #expect(try await failure(yaml: yaml) == message)
+}
+
+@Test func theDeviceLocaleComesFromConfigThenLCAllThenLCMessagesThenLang() {
+    var config = AgentConfig()
+    #expect(config.deviceLocale(environment: [:]) == "en-US")
+    #expect(config.deviceLocale(environment: ["LANG": "ko_KR.UTF-8"]) == "ko-KR")
+    #expect(config.deviceLocale(environment: ["LANG": "ko_KR.UTF-8", "LC_MESSAGES": "ja_JP.UTF-8"]) == "ja-JP")
+    #expect(config.deviceLocale(environment: ["LC_ALL": "de_DE@euro", "LC_MESSAGES": "ja_JP.UTF-8"]) == "de-DE")
+    // An empty variable is unset; `C` is set and means no language.
+    #expect(config.deviceLocale(environment: ["LC_ALL": "", "LANG": "fr_FR.UTF-8"]) == "fr-FR")
+    #expect(config.deviceLocale(environment: ["LC_ALL": "C", "LANG": "fr_FR.UTF-8"]) == "en-US")
+    config.speech.locale = "pt-BR"
+    #expect(config.deviceLocale(environment: ["LC_ALL": "ko_KR.UTF-8"]) == "pt-BR")
 }

@@ -15,6 +15,8 @@ public enum ExitStatus {
     public static let noEncoder: Int32 = 70
     /// `EX_CANTCREAT`: the output folder cannot be written.
     public static let output: Int32 = 73
+    /// `EX_TEMPFAIL`: the vibration motor's GPIO line is held by another program.
+    public static let busy: Int32 = 75
     /// `EX_IOERR`: anything else that stopped the pipeline.
     public static let failure: Int32 = 74
 
@@ -26,6 +28,9 @@ public enum ExitStatus {
         case is SourceError: notACamera
         case let error as EncoderError where !error.attempts.isEmpty: noEncoder
         case is OutputError: output
+        case let error as HapticsError where error.isNotFound: noInput
+        case let error as HapticsError where error.isBusy: busy
+        case is HapticsError: notACamera
         default: failure
         }
         var standardError = StandardError()

@@ -52,20 +52,45 @@ struct RecordCommand: AsyncParsableCommand {
             logger: logger)
 
         let uplink = try config.makeUplink(logger: logger)
+        let haptics = try config.makeHaptics(logger: logger)
+        defer { haptics.close() }
+        let patterns = try config.hapticPatterns()
+        let voice = config.makeVoice(logger: logger)
+        defer { voice.close() }
+        let announcer = StatusAnnouncer { phrases in voice.announce(phrases) }
+        let board = StatusBoard(AgentStatus(
+            camera: .init(source: pipeline.cameraName, format: pipeline.cameraFormat, fps: config.camera.fps, state: "recording"),
+            encoder: pipeline.encoderName, speech: .init(output: voice.output, locale: voice.deviceLocale),
+            haptics: .init(line: haptics.lineDescription, released: false)))
+        let router = GuidanceRouter(voice: voice, haptics: haptics, clear: patterns.clear, alert: patterns.alert,
+                                    announcer: announcer, board: board, logger: logger)
+        let control = ControlRequests(board: board, uplink: uplink, server: config.uplink.url, voice: voice, haptics: haptics)
 
         let signals = SignalStop(pipeline: pipeline)
         defer { signals.cancel() }
         try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await StatusSocket.serve(path: config.status.socket, logger: logger, answer: control.answer) }
+            group.addTask {
+                for await event in pipeline.events {
+                    board.camera(event)
+                    await announcer.camera(event)
+                }
+            }
             if let uplink {
                 let changes = networkChanges(logger: logger)
                 group.addTask { await uplink.run(networkChanges: changes) }
-                group.addTask { for await message in uplink.messages { GuidanceLog.log(message, logger: logger) } }
+                // One guidance message from the wire to the speaker and the motor.
+                group.addTask { for await message in uplink.messages { await router.route(message, receivedAt: .now) } }
+                group.addTask { for await state in uplink.states { await announcer.uplink(state) } }
             }
             pipeline.start()
+            await announcer.started()
+            // One frame from the camera to the wire: capture → encoder → segment → disk → uplink.
             for try await segment in pipeline.segments {
                 let file = try writer.write(segment)
                 // One line per segment, written at once: a reader sees each as soon as it is on disk.
                 FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: file) + "\n").utf8))
+                board.recorded(segment.metadata)
                 await uplink?.enqueue(segment)
             }
             if let uplink {

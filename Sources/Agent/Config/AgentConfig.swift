@@ -14,6 +14,9 @@ public struct AgentConfig: LoadableConfig {
     public var output = Output()
     public var uplink = Uplink()
     public var guidance = Guidance()
+    public var speech = Speech()
+    public var haptics = HapticsSettings()
+    public var status = Status()
     public var log = Log()
 
     public init() {}
@@ -68,7 +71,8 @@ public struct AgentConfig: LoadableConfig {
         public var caFile: String?
         public var allowInsecure = false
         public var deviceId = "dashcam"
-        public var locale = "en-US"
+        /// Unset: the device's locale (``AgentConfig/deviceLocale(environment:)``).
+        public var locale: String?
         public var payload: Payload = .chunks
         public var pingSeconds = 10
         public var reconnectBackoffMs = 250...30_000
@@ -80,6 +84,36 @@ public struct AgentConfig: LoadableConfig {
 
     public struct Guidance: Sendable, Equatable {
         public var maxAgeMs = 10_000
+
+        public init() {}
+    }
+
+    public struct Speech: Sendable, Equatable {
+        /// Unset: `LC_ALL`, `LC_MESSAGES` or `LANG`, else `en-US`.
+        public var locale: String?
+        /// `alsa`, or `wav:DIR` for one WAV file per utterance.
+        public var sink = "alsa"
+        public var device = "default"
+
+        public init() {}
+    }
+
+    // Not `Haptics`: that is the HAL player.
+    public struct HapticsSettings: Sendable, Equatable {
+        /// Unset: no vibration motor; the pulses are logged.
+        public var chip: String?
+        /// An offset on the chip (`5`) or a line name (`haptic`).
+        public var line = "0"
+        public var activeLow = false
+        public var required = true
+        public var clear = [150]
+        public var alert = [80, 80, 80, 80, 80]
+
+        public init() {}
+    }
+
+    public struct Status: Sendable, Equatable {
+        public var socket = "/run/dashcam-agent/status.sock"
 
         public init() {}
     }
@@ -192,9 +226,9 @@ extension AgentConfig {
             "uplink.allowInsecure", \.uplink.allowInsecure,
             "Allow a plain `ws://` URL (no TLS); for a server on the same machine or in tests."),
         .string("uplink.deviceId", \.uplink.deviceId, type: "string", "Device id sent in `hello`."),
-        .string(
+        .optionalString(
             "uplink.locale", \.uplink.locale, type: "BCP 47",
-            "Language the driver wants guidance in, sent in `hello`."),
+            "Language the driver wants guidance in, sent in `hello`; unset means the device's locale (see speech.locale)."),
         .choice(
             "uplink.payload", \.uplink.payload,
             "`chunks` sends each MP4 as binary messages after its header; `base64` puts it in the header."),
@@ -213,6 +247,34 @@ extension AgentConfig {
         .int(
             "guidance.maxAgeMs", \.guidance.maxAgeMs, 1000...600_000,
             "Guidance about a segment captured longer ago than this is dropped: stale road information is worse than none."),
+        .optionalString(
+            "speech.locale", \.speech.locale, type: "BCP 47",
+            "The device's language, for status phrases and guidance without `lang`; unset means LC_ALL, LC_MESSAGES or LANG, else en-US."),
+        .string(
+            "speech.sink", \.speech.sink, type: "string",
+            "Where speech goes: `alsa` (the sound card, speech.device) or `wav:DIR` (one WAV file per utterance)."),
+        .string(
+            "speech.device", \.speech.device, type: "string",
+            "ALSA playback device for the `alsa` sink, e.g. `default`, `hw:1,0`, `plughw:CARD=Loopback,DEV=0`."),
+        .optionalString(
+            "haptics.chip", \.haptics.chip, type: "string",
+            "GPIO chip of the vibration motor: path, name, number or label; unset means no motor (pulses are logged)."),
+        .string(
+            "haptics.line", \.haptics.line, type: "string",
+            "The motor's line on that chip: an offset (`5`) or the line's name (`haptic`)."),
+        .bool("haptics.activeLow", \.haptics.activeLow, "The motor runs while the line is low."),
+        .bool(
+            "haptics.required", \.haptics.required,
+            "A missing chip or busy line stops the agent at start; `false` warns and runs without vibration."),
+        .intList(
+            "haptics.clear", \.haptics.clear, each: HapticPattern.stepRange, count: 1...HapticPattern.maxSteps,
+            "Pattern for a clear road, in ms: on, off, on, …"),
+        .intList(
+            "haptics.alert", \.haptics.alert, each: HapticPattern.stepRange, count: 1...HapticPattern.maxSteps,
+            "Pattern played with urgent guidance, in ms: on, off, on, …"),
+        .string(
+            "status.socket", \.status.socket, type: "path",
+            "Unix socket where `dashcam-agent status` and `say-status` reach the running agent."),
         .choice("log.level", \.log.level, "Least severe log level that is printed."),
     ]
 
@@ -221,6 +283,9 @@ extension AgentConfig {
 
     /// Checks between keys, run by `load` after every key is read.
     public func validate() throws(ConfigError) {
+        if speech.sink != "alsa", !(speech.sink.hasPrefix("wav:") && speech.sink.count > 4) {
+            throw .invalidOption("speech.sink", speech.sink, "`alsa` or `wav:DIR`")
+        }
         if camera.source == .file, camera.file == nil {
             throw .missingKey("camera.file", reason: "camera.source is 'file'; set it to the video file to play")
         }

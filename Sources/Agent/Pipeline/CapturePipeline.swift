@@ -29,6 +29,13 @@ public final class CapturePipeline: Sendable {
     /// Finished segments, oldest first; ends when the pipeline ends, throwing if it failed.
     public let segments: AsyncThrowingStream<Segment, any Error>
     private let continuation: AsyncThrowingStream<Segment, any Error>.Continuation
+    /// The camera going and coming back, as it happens (not a segment later).
+    public let events: AsyncStream<CameraEvent>
+    private let eventSink: AsyncStream<CameraEvent>.Continuation
+    /// For `status`: the source and the format it opened with, and the encoder in use.
+    public let cameraName: String
+    public let cameraFormat: String
+    public let encoderName: String
     private let stopRequested = Atomic<Bool>(false)
     private let state: Mutex<Loop?>
 
@@ -46,7 +53,11 @@ public final class CapturePipeline: Sendable {
             "swscale": "\(source.pixelFormat != encoder.encoderPixelFormat || format.width != settings.encoder.format.width || format.height != settings.encoder.format.height)",
         ])
         (segments, continuation) = AsyncThrowingStream.makeStream(bufferingPolicy: .unbounded)
-        state = Mutex(Loop(source: source, encoder: encoder, settings: settings, logger: logger))
+        cameraName = source.name
+        cameraFormat = "\(format) \(source.pixelFormat)"
+        encoderName = encoder.name
+        (events, eventSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
+        state = Mutex(Loop(source: source, encoder: encoder, settings: settings, logger: logger, events: eventSink))
     }
 
     /// Starts capturing on a thread of its own.
@@ -59,6 +70,7 @@ public final class CapturePipeline: Sendable {
             } catch {
                 continuation.finish(throwing: error)
             }
+            eventSink.finish()
         }
         thread.name = "capture"
         thread.start()
@@ -70,12 +82,19 @@ public final class CapturePipeline: Sendable {
     }
 }
 
+public enum CameraEvent: Sendable, Equatable {
+    /// Lost (unplugged) or stalled; the pipeline keeps trying to reopen it.
+    case lost(reason: String)
+    case back
+}
+
 /// The capture loop's state; owned by the capture thread once started.
 private struct Loop: @unchecked Sendable {
     let source: any FrameSource
     let encoder: HEVCEncoder
     let settings: CapturePipeline.Settings
     let logger: Logger
+    let events: AsyncStream<CameraEvent>.Continuation
 
     func run(emit: (Segment) -> Void, stopRequested: () -> Bool) throws {
         let segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds)
@@ -110,6 +129,7 @@ private struct Loop: @unchecked Sendable {
                 frame = next
             } catch let error as SourceError where error.isRecoverable {
                 logger.error("\(error)")
+                events.yield(.lost(reason: "\(error)"))
                 try closeEarly(error.isLost ? .cameraLost : .cameraStalled)
                 if deliver() { return }
                 source.close()
@@ -138,6 +158,7 @@ private struct Loop: @unchecked Sendable {
             do {
                 let format = try source.open()
                 logger.notice("camera back: \(source.name)", metadata: ["format": "\(format)"])
+                events.yield(.back)
                 return
             } catch {
                 logger.warning("camera: \(source.name) not back yet: \(error)", metadata: ["retryInMs": "\(delay)"])

@@ -15,7 +15,7 @@ extension AgentConfig {
             tls = configuration
         }
         let hello = ClientMessage.Hello(
-            device: uplink.deviceId, locale: uplink.locale, agent: AgentVersion.current,
+            device: uplink.deviceId, locale: uplink.locale ?? deviceLocale(), agent: AgentVersion.current,
             video: .init(width: camera.width, height: camera.height, fps: camera.fps, segmentMs: encoder.segmentSeconds * 1000))
         return Agent.Uplink(
             settings: .init(url: url, token: token, tls: tls, hello: hello, payload: uplink.payload,
@@ -30,22 +30,4 @@ extension AgentConfig {
 
 public enum AgentVersion {
     public static let current = "0.1.0"
-}
-
-/// Until the speaker and the vibration motor take over, guidance goes to the log.
-enum GuidanceLog {
-    static func log(_ message: ServerMessage, logger: Logger) {
-        switch message {
-        case .guidance(let guidance) where guidance.clear:
-            logger.notice("guidance: segment \(guidance.seq): clear")
-        case .guidance(let guidance):
-            logger.notice("guidance: segment \(guidance.seq): \(guidance.text)", metadata: [
-                "lang": "\(guidance.lang ?? "-")", "priority": "\(guidance.priority.rawValue)",
-            ])
-        case .usage(let remaining):
-            logger.info("usage: \(remaining) s of guidance left")
-        default:
-            logger.debug("server: \(message)")
-        }
-    }
 }

@@ -1,0 +1,35 @@
+public import HAL
+public import Logging
+
+extension AgentConfig {
+    /// The vibration motor on `haptics.chip`/`haptics.line`, or the log when no chip is set.
+    ///
+    /// A missing chip, a missing line or a line held by another program throws ``HapticsError``
+    /// naming chip and line; with `haptics.required: false` it is a warning and the pulses are logged.
+    public func makeHaptics(logger: Logger) throws -> Haptics {
+        try Haptics(line: hapticLine(logger: logger), logger: logger)
+    }
+
+    private func hapticLine(logger: Logger) throws(HapticsError) -> any HapticLine {
+        guard let chip = haptics.chip else {
+            logger.info("haptics: no haptics.chip set; the pulses are logged")
+            return LoggingHapticLine(logger: logger)
+        }
+        let selector: GPIOLine.Selector = Int(haptics.line).map { .offset($0) } ?? .name(haptics.line)
+        let line: GPIOLine
+        do {
+            line = try GPIOLine(chip: chip, line: selector, activeLow: haptics.activeLow)
+        } catch {
+            guard !haptics.required else { throw error }
+            logger.warning("haptics: \(error); haptics.required is false, so the pulses are only logged")
+            return LoggingHapticLine(logger: logger)
+        }
+        logger.info("haptics: \(line)", metadata: ["gpiod": "\(GPIOLine.libraryVersion)"])
+        return line
+    }
+
+    /// `haptics.clear` and `haptics.alert`; the key table has checked their lengths and times.
+    public func hapticPatterns() throws -> (clear: HapticPattern, alert: HapticPattern) {
+        (try HapticPattern(haptics.clear, name: "clear"), try HapticPattern(haptics.alert, name: "alert"))
+    }
+}

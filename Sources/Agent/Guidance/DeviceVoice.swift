@@ -1,0 +1,107 @@
+public import Foundation
+public import HAL
+public import Logging
+import Synchronization
+
+/// The device's voice: speaks guidance and status phrases through one ``Speaker``, choosing the
+/// eSpeak-ng voice for each language tag with a ``VoiceMap``.
+///
+/// The device's own language (``deviceLocale``) speaks status phrases and any guidance that carries
+/// no `lang`. Which voice serves which locale is logged once per locale.
+public final class DeviceVoice: Sendable {
+    public let deviceLocale: String
+    /// Where speech goes, e.g. `alsa:default`, `wav:out/speech`, or `none`.
+    public let output: String
+    private let speaker: Speaker?
+    private let voices: VoiceMap
+    private let announced = Mutex<Set<String>>([])
+    private let logger: Logger
+
+    /// `speaker` nil: there is no sound output; what would be spoken is logged instead.
+    public init(deviceLocale: String, speaker: Speaker?, output: String, voices: VoiceMap, logger: Logger) {
+        self.deviceLocale = deviceLocale
+        self.speaker = speaker
+        self.output = speaker == nil ? "none" : output
+        self.voices = voices
+        self.logger = logger
+    }
+
+    /// Speaks `text` in `locale` (the device's when nil). Returns at once.
+    public func say(_ text: String, locale: String?, urgent: Bool, receivedAt: ContinuousClock.Instant = .now) {
+        let choice = voice(for: locale ?? deviceLocale)
+        guard let speaker else {
+            logger.notice("speech (no sound output): \(text)", metadata: ["voice": "\(choice.voice)"])
+            return
+        }
+        speaker.say(text: text, voice: choice.voice, urgent: urgent, receivedAt: receivedAt)
+    }
+
+    /// Speaks status phrases, as one utterance, in the device's language. (As separate utterances
+    /// each would replace the one before it while waiting.)
+    public func announce(_ phrases: [StatusPhrase]) {
+        guard !phrases.isEmpty else { return }
+        let choice = voice(for: deviceLocale)
+        let text = phrases.map { $0.text(language: choice.language) }.joined(separator: " ")
+        logger.info("status: \(text)")
+        say(text, locale: deviceLocale, urgent: false)
+    }
+
+    public var stats: Speaker.Stats? { speaker?.stats }
+    public var recentLatencies: [Duration] { speaker?.recentLatencies ?? [] }
+
+    public func waitUntilIdle() async { await speaker?.waitUntilIdle() }
+
+    public func close() { speaker?.close() }
+
+    /// The voice for `locale`, logging the choice the first time a locale is seen.
+    public func voice(for locale: String) -> VoiceMap.Choice {
+        let choice = voices.voice(for: locale)
+        let first = announced.withLock { $0.insert(locale).inserted }
+        if first {
+            if choice.fellBack {
+                logger.warning("speech: no eSpeak-ng voice speaks \(locale); using '\(choice.voice)'")
+            } else {
+                logger.info("speech: locale \(locale) is spoken by the eSpeak-ng voice '\(choice.voice)'")
+            }
+        }
+        return choice
+    }
+}
+
+extension AgentConfig {
+    /// The device's language: `speech.locale`, else the process locale (`LC_ALL`, `LC_MESSAGES`,
+    /// `LANG`, the first one set and not empty), else `en-US`. `C` and `POSIX` count as unset.
+    public func deviceLocale(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let locale = speech.locale { return locale }
+        for name in ["LC_ALL", "LC_MESSAGES", "LANG"] {
+            guard let value = environment[name], !value.isEmpty else { continue }
+            // The first one set decides, as for setlocale(3); `C` means no language.
+            return VoiceMap.languageTag(fromPOSIXLocale: value) ?? "en-US"
+        }
+        return "en-US"
+    }
+
+    /// The speaker on `speech.sink`. A sound card that cannot be opened is logged, and the agent
+    /// goes on without speech (recording and the uplink matter more); nil then.
+    public func makeVoice(logger: Logger) -> DeviceVoice {
+        let locale = deviceLocale()
+        let synthesizer: EspeakSynthesizer
+        do {
+            synthesizer = try EspeakSynthesizer(logger: logger)
+        } catch {
+            logger.error("speech: eSpeak-ng does not start: \(error); guidance will only be logged")
+            return DeviceVoice(deviceLocale: locale, speaker: nil, output: "none", voices: VoiceMap(available: []), logger: logger)
+        }
+        let voices = VoiceMap(available: VoiceMap.voiceNames(identifiers: synthesizer.voiceIdentifiers()))
+        var speaker: Speaker?
+        let output = speech.sink == "alsa" ? "alsa:\(speech.device)" : speech.sink
+        do {
+            let spec = try AudioSinkSpec(parsing: output)
+            speaker = try Speaker(synthesizer: synthesizer, sink: spec.makeSink(), logger: logger)
+            logger.info("speech: speaking to \(spec)", metadata: ["locale": "\(locale)"])
+        } catch {
+            logger.error("speech: \(error); guidance will only be logged")
+        }
+        return DeviceVoice(deviceLocale: locale, speaker: speaker, output: output, voices: voices, logger: logger)
+    }
+}

@@ -1,0 +1,57 @@
+public import GuidanceProtocol
+public import HAL
+public import Logging
+
+/// One guidance message from the wire to the driver: `Uplink.messages → route → speaker / motor`.
+///
+/// - clear road: the `clear` pattern on the vibration motor, nothing spoken;
+/// - urgent guidance: the `alert` pattern, and the text cuts off whatever is being spoken;
+/// - normal guidance: spoken after the current utterance, replacing one still waiting;
+/// - usage (welcome, usage, quota exhausted): to the announcer, which speaks what changed.
+///
+/// Neither the speaker nor the motor is waited for: both play on threads of their own.
+public struct GuidanceRouter: Sendable {
+    public let voice: DeviceVoice
+    public let haptics: Haptics
+    public let clear: HapticPattern
+    public let alert: HapticPattern
+    public let announcer: StatusAnnouncer
+    public let board: StatusBoard
+    public let logger: Logger
+
+    public init(voice: DeviceVoice, haptics: Haptics, clear: HapticPattern, alert: HapticPattern,
+                announcer: StatusAnnouncer, board: StatusBoard, logger: Logger) {
+        self.voice = voice
+        self.haptics = haptics
+        self.clear = clear
+        self.alert = alert
+        self.announcer = announcer
+        self.board = board
+        self.logger = logger
+    }
+
+    public func route(_ message: ServerMessage, receivedAt: ContinuousClock.Instant = .now) async {
+        board.received(message)
+        switch message {
+        case .guidance(let guidance) where guidance.clear:
+            haptics.play(clear, receivedAt: receivedAt)
+            logger.notice("guidance: segment \(guidance.seq): clear")
+        case .guidance(let guidance):
+            let urgent = guidance.priority == .urgent
+            if urgent { haptics.play(alert, receivedAt: receivedAt) }
+            voice.say(guidance.text, locale: guidance.lang, urgent: urgent, receivedAt: receivedAt)
+            logger.notice("guidance: segment \(guidance.seq): \(guidance.text)", metadata: [
+                "lang": "\(guidance.lang ?? voice.deviceLocale)", "priority": "\(guidance.priority.rawValue)",
+            ])
+        case .welcome(_, let remaining):
+            await announcer.usage(remainingSeconds: remaining, fromWelcome: true)
+        case .usage(let remaining):
+            logger.info("usage: \(remaining) s of guidance left")
+            await announcer.usage(remainingSeconds: remaining, fromWelcome: false)
+        case .error(.quotaExhausted, _, _):
+            await announcer.usageExhausted()
+        default:
+            logger.debug("server: \(message)")
+        }
+    }
+}

@@ -1,0 +1,130 @@
+public import Foundation
+public import GuidanceProtocol
+public import HAL
+import Synchronization
+
+/// What `dashcam-agent status` prints: the running agent's live state.
+public struct AgentStatus: Codable, Sendable, Equatable {
+    public struct Camera: Codable, Sendable, Equatable {
+        public var source: String
+        public var format: String
+        public var fps: Int
+        /// `recording` or `lost`.
+        public var state: String
+        public var segments = 0
+        public var droppedFrames = 0
+    }
+
+    public struct UplinkStatus: Codable, Sendable, Equatable {
+        /// `off` (no uplink.url), `connecting`, `connected`, `disconnected`, `authentication failed`, `stopped`.
+        public var state = "off"
+        public var server: String?
+        public var session: String?
+        public var sessionAgeSeconds: Int?
+        public var sent = 0
+        public var acked = 0
+        public var dropped = 0
+        public var reconnects = 0
+        public var paused = false
+    }
+
+    public struct Guidance: Codable, Sendable, Equatable {
+        public var seq: Int
+        public var text: String
+        public var lang: String?
+        public var clear: Bool
+        public var priority: String
+        public var receivedAt: String
+    }
+
+    public struct Speech: Codable, Sendable, Equatable {
+        public var output: String
+        public var locale: String
+        public var spoken = 0
+        public var cutOff = 0
+        public var replaced = 0
+        public var failures = 0
+    }
+
+    public struct HapticsStatus: Codable, Sendable, Equatable {
+        public var line: String
+        public var released: Bool
+    }
+
+    public var camera: Camera
+    public var encoder: String
+    public var uplink = UplinkStatus()
+    /// Seconds of guidance left; nil when unlimited or not known yet (``usageKnown``).
+    public var remainingSeconds: Int?
+    /// A welcome or usage message has told the remaining usage.
+    public var usageKnown = false
+    public var lastGuidance: Guidance?
+    public var speech: Speech
+    public var haptics: HapticsStatus
+
+    /// Lines for people; `--json` prints the JSON instead.
+    public var text: String {
+        var lines = [
+            "camera: \(camera.source), \(camera.format) at \(camera.fps) fps, \(camera.state); \(camera.segments) segments, \(camera.droppedFrames) frames dropped",
+            "encoder: \(encoder)",
+        ]
+        var link = "uplink: \(uplink.state)"
+        if let server = uplink.server { link += " to \(server)" }
+        if let session = uplink.session, let age = uplink.sessionAgeSeconds { link += ", session \(session) for \(age) s" }
+        link += "; sent \(uplink.sent), acked \(uplink.acked), dropped \(uplink.dropped), reconnects \(uplink.reconnects)"
+        if uplink.paused { link += "; uploads paused (usage exhausted)" }
+        lines.append(link)
+        lines.append("usage: " + (!usageKnown ? "not known yet" : remainingSeconds.map { "\($0 / 60) min \($0 % 60) s left" } ?? "unlimited"))
+        if let last = lastGuidance {
+            lines.append("last guidance: segment \(last.seq) at \(last.receivedAt): " + (last.clear ? "clear" : "[\(last.priority)] \(last.text)"))
+        } else {
+            lines.append("last guidance: none yet")
+        }
+        lines.append("speech: \(speech.output), \(speech.locale); spoken \(speech.spoken), cut off \(speech.cutOff), replaced \(speech.replaced), failed \(speech.failures)")
+        lines.append("haptics: \(haptics.line)" + (haptics.released ? " (released)" : ""))
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// The parts of ``AgentStatus`` only the record loop knows, kept as they change.
+public final class StatusBoard: Sendable {
+    private let state: Mutex<AgentStatus>
+
+    public init(_ initial: AgentStatus) {
+        state = Mutex(initial)
+    }
+
+    public func update(_ change: (inout AgentStatus) -> Void) {
+        state.withLock { change(&$0) }
+    }
+
+    public var current: AgentStatus { state.withLock { $0 } }
+
+    public func recorded(_ segment: SegmentMetadata) {
+        update {
+            $0.camera.segments += 1
+            $0.camera.droppedFrames += segment.droppedFrames
+        }
+    }
+
+    public func camera(_ event: CameraEvent) {
+        update { $0.camera.state = event == .back ? "recording" : "lost" }
+    }
+
+    public func received(_ message: ServerMessage, at date: Date = Date()) {
+        update { status in
+            switch message {
+            case .welcome(_, let remaining):
+                status.remainingSeconds = remaining
+                status.usageKnown = true
+            case .usage(let remaining):
+                status.remainingSeconds = remaining
+                status.usageKnown = true
+            case .guidance(let guidance):
+                status.lastGuidance = .init(seq: guidance.seq, text: guidance.text, lang: guidance.lang, clear: guidance.clear,
+                                            priority: guidance.priority.rawValue, receivedAt: date.rfc3339Milliseconds)
+            default: break
+            }
+        }
+    }
+}

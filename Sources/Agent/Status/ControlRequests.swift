@@ -1,0 +1,69 @@
+import Foundation
+import HAL
+
+/// Answers the requests of ``StatusSocket``: `status` and `say-status`.
+struct ControlRequests: Sendable {
+    let board: StatusBoard
+    let uplink: Uplink?
+    let server: String?
+    let voice: DeviceVoice
+    let haptics: Haptics
+
+    func answer(_ request: String) async -> String {
+        switch request {
+        case "status":
+            return Self.json(await status())
+        case "say-status":
+            let phrase = spokenStatus(board.current)
+            voice.announce([phrase])
+            return Self.json(["said": phrase.text(language: voice.voice(for: voice.deviceLocale).language)])
+        default:
+            return Self.json(["error": "unknown request '\(request.prefix(64))'; the agent answers `status` and `say-status`"])
+        }
+    }
+
+    /// The remaining usage, or why it is not known.
+    private func spokenStatus(_ status: AgentStatus) -> StatusPhrase {
+        guard status.usageKnown else { return status.uplink.state == "connected" ? .connected : .connectionLost }
+        guard let seconds = status.remainingSeconds else { return .usageUnlimited }
+        return seconds <= 0 ? .usageExhausted : .usageRemaining(minutes: seconds / 60)
+    }
+
+    func status() async -> AgentStatus {
+        var status = board.current
+        if let uplink {
+            let (state, stats, opened, paused) = await (uplink.state, uplink.stats, uplink.sessionOpenedAt, uplink.paused)
+            status.uplink.server = server
+            status.uplink.sent = stats.sent
+            status.uplink.acked = stats.acked
+            status.uplink.dropped = stats.dropped
+            status.uplink.reconnects = stats.reconnects
+            status.uplink.paused = paused
+            switch state {
+            case .connecting: status.uplink.state = "connecting"
+            case .connected(let session):
+                status.uplink.state = "connected"
+                status.uplink.session = session
+                status.uplink.sessionAgeSeconds = opened.map { Int((ContinuousClock.now - $0).components.seconds) }
+            case .disconnected: status.uplink.state = "disconnected"
+            case .authenticationFailed: status.uplink.state = "authentication failed"
+            case .stopped: status.uplink.state = "stopped"
+            }
+        }
+        if let stats = voice.stats {
+            status.speech.spoken = stats.spoken
+            status.speech.cutOff = stats.cutOff
+            status.speech.replaced = stats.replaced
+            status.speech.failures = stats.failures
+        }
+        status.haptics.released = haptics.isReleased
+        return status
+    }
+
+    static func json(_ value: some Encodable) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        guard let data = try? encoder.encode(value) else { return #"{"error":"cannot encode the status"}"# }
+        return String(decoding: data, as: UTF8.self)
+    }
+}
