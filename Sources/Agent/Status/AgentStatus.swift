@@ -13,6 +13,13 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var state: String
         public var segments = 0
         public var droppedFrames = 0
+
+        public init(source: String, format: String, fps: Int, state: String) {
+            self.source = source
+            self.format = format
+            self.fps = fps
+            self.state = state
+        }
     }
 
     public struct UplinkStatus: Codable, Sendable, Equatable {
@@ -44,11 +51,21 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var cutOff = 0
         public var replaced = 0
         public var failures = 0
+
+        public init(output: String, locale: String) {
+            self.output = output
+            self.locale = locale
+        }
     }
 
     public struct HapticsStatus: Codable, Sendable, Equatable {
         public var line: String
         public var released: Bool
+
+        public init(line: String, released: Bool) {
+            self.line = line
+            self.released = released
+        }
     }
 
     public var camera: Camera
@@ -61,6 +78,13 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var lastGuidance: Guidance?
     public var speech: Speech
     public var haptics: HapticsStatus
+
+    public init(camera: Camera, encoder: String, speech: Speech, haptics: HapticsStatus) {
+        self.camera = camera
+        self.encoder = encoder
+        self.speech = speech
+        self.haptics = haptics
+    }
 
     /// Lines for people; `--json` prints the JSON instead.
     public var text: String {
