@@ -1,3 +1,4 @@
+import Agent
 import Foundation
 import Glibc
 import TestSupport
@@ -104,5 +105,49 @@ import Testing
         #expect(server.wait(for: .seconds(5)) { $0.stderr.contains("ended") || $0.stderr.contains("superseded") },
                 "\(server.stderr.suffix(2000))")
         #expect(agent.stop() == 0)
+    }
+}
+
+/// `status` and `say-status` against a running agent, and the spoken status it starts with.
+@Suite struct StatusCommandSystemTests {
+    @Test func statusShowsTheLiveAgentAndSayStatusSpeaksTheUsage() throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        let server = try Spawned("guidance-server", ["--config", try files.serverConfig()], folder: files.folder)
+        defer { server.stop() }
+        try #require(server.wait(for: .seconds(20)) { $0.stderr.contains("listening on") }, "server: \(server.stderr)")
+        let port = Int(server.stderr.split(separator: "\n").first { $0.contains("listening on") }?.split(separator: ":").last ?? "") ?? 0
+        let agent = try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream")],
+                                folder: files.folder)
+        defer { agent.stop() }
+        // The first segment (5 s) is answered with "slow down" by the script.
+        try #require(agent.wait(for: .seconds(30)) { $0.stderr.contains("guidance: segment 0") }, "\(agent.stderr.suffix(2000))")
+
+        let json = try Command.execute(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+                                       ["status", "--json", "--socket", files.path("status.sock")])
+        #expect(json.status == 0, "\(json.stderr)")
+        let status = try JSONDecoder().decode(AgentStatus.self, from: Data(json.stdout.utf8))
+        #expect(status.uplink.state == "connected")
+        #expect(status.uplink.sent >= 1)
+        #expect(status.camera.source == "test-pattern" && status.camera.segments >= 1)
+        #expect(status.lastGuidance?.text == "slow down")
+        #expect(status.speech.output == "wav:\(files.path("speech"))")
+        #expect(status.usageKnown && status.remainingSeconds == nil)
+
+        let before = try FileManager.default.contentsOfDirectory(atPath: files.path("speech")).count
+        let said = try Command.execute(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+                                       ["say-status", "--socket", files.path("status.sock")])
+        #expect(said.stdout.contains(#""said":"Unlimited guidance.""#), "\(said.stdout) \(said.stderr)")
+        #expect(agent.wait(for: .seconds(10)) { _ in
+            ((try? FileManager.default.contentsOfDirectory(atPath: files.path("speech")).count) ?? 0) > before
+        }, "say-status wrote no new utterance")
+        // The start was announced: ready, connected and the usage, as one utterance.
+        #expect(agent.stderr.contains("status: Dashcam ready. Connected to guidance. Unlimited guidance."))
+        #expect(agent.stop() == 0)
+
+        let gone = try Command.execute(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+                                       ["status", "--socket", files.path("status.sock")])
+        #expect(gone.status == 66)
+        #expect(gone.stderr.contains("no running agent answers on \(files.path("status.sock"))"))
     }
 }

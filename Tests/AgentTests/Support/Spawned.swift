@@ -113,6 +113,7 @@ struct LoopFiles {
 
     /// An agent config: the test pattern, streaming to `url`; `uplink` adds keys to that section.
     /// `crf: 0` makes segments big (lossless), to fill socket buffers quickly.
+    /// Speech goes to WAV files in `speech/`, the status socket is `status.sock`, both in the folder.
     func agentConfig(url: String, pace: String = "realtime", crf: Int = 28, uplink: [String: String] = [:]) throws -> String {
         try write("agent.yaml", """
             camera:
@@ -132,6 +133,11 @@ struct LoopFiles {
               tokenFile: \(path("token"))
               deviceId: loop-car
             \(uplink.map { "  \($0.key): \($0.value)" }.joined(separator: "\n"))
+            speech:
+              sink: wav:\(path("speech"))
+              locale: en-US
+            status:
+              socket: \(path("status.sock"))
 
             """)
         return path("agent.yaml")
