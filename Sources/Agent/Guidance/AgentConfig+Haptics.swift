@@ -7,7 +7,9 @@ extension AgentConfig {
     /// A missing chip, a missing line or a line held by another program throws ``HapticsError``
     /// naming chip and line; with `haptics.required: false` it is a warning and the pulses are logged.
     public func makeHaptics(logger: Logger) throws -> Haptics {
-        try Haptics(line: hapticLine(logger: logger), logger: logger)
+        try Haptics(line: hapticLine(logger: logger), logger: logger) { latency, pattern in
+            logger.debug("haptics: \(pattern.name) line set \(latency.milliseconds) ms after the message arrived")
+        }
     }
 
     private func hapticLine(logger: Logger) throws(HapticsError) -> any HapticLine {

@@ -68,6 +68,14 @@ public final class DeviceVoice: Sendable {
     }
 }
 
+extension Duration {
+    /// Milliseconds with three decimals, for latency logs.
+    var milliseconds: Double {
+        let (seconds, attoseconds) = components
+        return (Double(seconds) * 1e6 + (Double(attoseconds) / 1e12).rounded()) / 1000
+    }
+}
+
 extension AgentConfig {
     /// The device's language: `speech.locale`, else the process locale (`LC_ALL`, `LC_MESSAGES`,
     /// `LANG`, the first one set and not empty), else `en-US`. `C` and `POSIX` count as unset.
@@ -97,7 +105,9 @@ extension AgentConfig {
         let output = speech.sink == "alsa" ? "alsa:\(speech.device)" : speech.sink
         do {
             let spec = try AudioSinkSpec(parsing: output)
-            speaker = try Speaker(synthesizer: synthesizer, sink: spec.makeSink(), logger: logger)
+            speaker = try Speaker(synthesizer: synthesizer, sink: spec.makeSink(), logger: logger, options: .init { latency in
+                logger.debug("speech: first sample handed to \(spec) \(latency.milliseconds) ms after the message arrived")
+            })
             logger.info("speech: speaking to \(spec)", metadata: ["locale": "\(locale)"])
         } catch {
             logger.error("speech: \(error); guidance will only be logged")
