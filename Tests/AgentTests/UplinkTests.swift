@@ -112,7 +112,8 @@ private func segment(seq: Int, capturedAt: UInt64, bytes: Int = 100) -> Segment 
         let uplink = makeUplink(port: port)
         let running = Task { await uplink.run(networkChanges: AsyncStream { _ in }) }
         let now = MonotonicClock.now()
-        for seq in 0..<3 { await uplink.enqueue(segment(seq: seq, capturedAt: now, bytes: 150_000)) }
+        // The last as a file played fast makes it: captured "later" than now.
+        for seq in 0..<3 { await uplink.enqueue(segment(seq: seq, capturedAt: seq == 2 ? now + 60_000_000_000 : now, bytes: 150_000)) }
         var acks: [Int] = [], guidance: [ServerMessage.Guidance] = []
         for await message in uplink.messages {
             if case .ack(let seq) = message { acks.append(seq) }

@@ -280,7 +280,7 @@ public actor Uplink {
             }
         }
         stats.sent += 1
-        let sinceClosedUs = (MonotonicClock.now() - segment.closedMonotonicNs) / 1000
+        let sinceClosedUs = MonotonicClock.now().subtractingReportingOverflow(segment.closedMonotonicNs).partialValue / 1000
         logger.debug("uplink: segment \(m.seq) sent, last byte written \(Double(sinceClosedUs) / 1000) ms after it closed",
                      metadata: ["bytes": "\(m.bytes)", "chunks": "\(base64 ? 0 : chunks)"])
     }
@@ -317,7 +317,9 @@ public actor Uplink {
         case .ack:
             stats.acked += 1
         case .guidance(let guidance):
-            if let captured = captureTimes[guidance.seq], MonotonicClock.now() - captured > UInt64(settings.guidanceMaxAgeMs) * 1_000_000 {
+            // A file or test pattern played fast has capture times ahead of the clock: not stale.
+            let now = MonotonicClock.now()
+            if let captured = captureTimes[guidance.seq], now > captured, now - captured > UInt64(settings.guidanceMaxAgeMs) * 1_000_000 {
                 stats.staleGuidance += 1
                 logger.notice("uplink: dropped stale guidance for segment \(guidance.seq)")
                 return
