@@ -83,6 +83,8 @@ class Program:
         while time.monotonic() < deadline:
             if condition(self.stderr()):
                 return time.monotonic()
+            if self.process.poll() is not None:
+                sys.exit(f"{self.process.args[0]} exited with {self.process.returncode}:\n" + self.stderr()[-3000:])
             time.sleep(0.002)
         return None
 

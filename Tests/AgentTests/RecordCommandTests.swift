@@ -16,10 +16,12 @@ import Testing
         var folder: URL
     }
 
-    func record(_ arguments: [String], config: String = "device-config/demo.yaml") throws -> Run {
+    /// `environment` adds variables (`DASHCAM_…` set config keys).
+    func record(_ arguments: [String], config: String = "device-config/demo.yaml", environment: [String: String] = [:]) throws -> Run {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("record-\(UUID().uuidString)")
         let result = try Command.execute(
-            Self.agent, ["record", "--config", Self.repo.appendingPathComponent(config).path, "--out", folder.path] + arguments)
+            Self.agent, ["record", "--config", Self.repo.appendingPathComponent(config).path, "--out", folder.path] + arguments,
+            environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
         let lines = result.stdout.split(separator: "\n").compactMap {
             try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }
@@ -90,6 +92,20 @@ import Testing
         #expect(run.status == 66)
         #expect(run.stderr.contains("/dev/no-such-camera: no such device"))
         #expect(run.stderr.split(separator: "\n").count == 1)
+    }
+
+    @Test func aMissingVibrationMotorChipNamesChipAndLineAndExits66UnlessNotRequired() throws {
+        let motor = ["DASHCAM_HAPTICS_CHIP": "gpiochip-missing-7", "DASHCAM_HAPTICS_LINE": "haptic"]
+        let run = try record(["--source", "test-pattern", "--segments", "1"], environment: motor)
+        #expect(run.status == 66)
+        #expect(run.stderr.contains(#"GPIO chip "gpiochip-missing-7""#) && run.stderr.contains(#"line "haptic""#), "\(run.stderr)")
+        #expect(run.lines.isEmpty, "nothing is recorded before the start-up checks pass")
+
+        let optional = try record(["--source", "test-pattern", "--segments", "1", "--fast"],
+                                  environment: motor.merging(["DASHCAM_HAPTICS_REQUIRED": "false"]) { $1 })
+        #expect(optional.status == 0)
+        #expect(optional.lines.count == 1)
+        #expect(optional.stderr.contains("haptics.required is false, so the pulses are only logged"))
     }
 
     @Test func aPathThatIsNotACameraExits69() throws {
