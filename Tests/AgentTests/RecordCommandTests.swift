@@ -17,9 +17,9 @@ import Testing
     }
 
     /// `environment` adds variables (`DASHCAM_…` set config keys).
-    func record(_ arguments: [String], config: String = "device-config/demo.yaml", environment: [String: String] = [:]) throws -> Run {
+    func record(_ arguments: [String], config: String = "device-config/demo.yaml", environment: [String: String] = [:]) async throws -> Run {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("record-\(UUID().uuidString)")
-        let result = try Command.execute(
+        let result = try await Command.executeAsync(
             Self.agent, ["record", "--config", Self.repo.appendingPathComponent(config).path, "--out", folder.path] + arguments,
             environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
         let lines = result.stdout.split(separator: "\n").compactMap {
@@ -39,8 +39,8 @@ import Testing
         #expect(probed.moovBeforeMdat)
     }
 
-    @Test func testPatternRecordsConsecutiveFiveSecondSegments() throws {
-        let run = try record(["--source", "test-pattern", "--fast", "--segments", "3"])
+    @Test func testPatternRecordsConsecutiveFiveSecondSegments() async throws {
+        let run = try await record(["--source", "test-pattern", "--fast", "--segments", "3"])
         defer { try? FileManager.default.removeItem(at: run.folder) }
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.lines.count == 3)
@@ -68,7 +68,7 @@ import Testing
         #expect(stamps.count == 3 && stamps.allSatisfy { $0.hasSuffix("Z") && $0.contains(".") })
     }
 
-    @Test func aVideoFileIsReplayedIntoSegmentsAndItsTailIsKept() throws {
+    @Test func aVideoFileIsReplayedIntoSegmentsAndItsTailIsKept() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("input-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
@@ -76,7 +76,7 @@ import Testing
         // 12 s at 10 fps, 352x288, in another codec: decoded and scaled to the configured size.
         try Command.run("ffmpeg", ["-v", "error", "-f", "lavfi", "-i", "testsrc=size=352x288:rate=10", "-t", "12",
                                    "-c:v", "mpeg4", "-q:v", "5", input.path])
-        let run = try record(["--source", "file:\(input.path)", "--fast"])
+        let run = try await record(["--source", "file:\(input.path)", "--fast"])
         defer { try? FileManager.default.removeItem(at: run.folder) }
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.lines.map { $0["frames"] as? Int } == [50, 50, 20])
@@ -87,41 +87,41 @@ import Testing
         }
     }
 
-    @Test func aMissingCameraNamesThePathAndExits66() throws {
-        let run = try record(["--source", "v4l2:/dev/no-such-camera"], config: "device-config/default.yaml")
+    @Test func aMissingCameraNamesThePathAndExits66() async throws {
+        let run = try await record(["--source", "v4l2:/dev/no-such-camera"], config: "device-config/default.yaml")
         #expect(run.status == 66)
         #expect(run.stderr.contains("/dev/no-such-camera: no such device"))
         #expect(run.stderr.split(separator: "\n").count == 1)
     }
 
-    @Test func aMissingVibrationMotorChipNamesChipAndLineAndExits66UnlessNotRequired() throws {
+    @Test func aMissingVibrationMotorChipNamesChipAndLineAndExits66UnlessNotRequired() async throws {
         let motor = ["DASHCAM_HAPTICS_CHIP": "gpiochip-missing-7", "DASHCAM_HAPTICS_LINE": "haptic"]
-        let run = try record(["--source", "test-pattern", "--segments", "1"], environment: motor)
+        let run = try await record(["--source", "test-pattern", "--segments", "1"], environment: motor)
         #expect(run.status == 66)
         #expect(run.stderr.contains(#"GPIO chip "gpiochip-missing-7""#) && run.stderr.contains(#"line "haptic""#), "\(run.stderr)")
         #expect(run.lines.isEmpty, "nothing is recorded before the start-up checks pass")
 
-        let optional = try record(["--source", "test-pattern", "--segments", "1", "--fast"],
+        let optional = try await record(["--source", "test-pattern", "--segments", "1", "--fast"],
                                   environment: motor.merging(["DASHCAM_HAPTICS_REQUIRED": "false"]) { $1 })
         #expect(optional.status == 0)
         #expect(optional.lines.count == 1)
         #expect(optional.stderr.contains("haptics.required is false, so the pulses are only logged"))
     }
 
-    @Test func aPathThatIsNotACameraExits69() throws {
-        let run = try record(["--source", "v4l2:/dev/null"], config: "device-config/default.yaml")
+    @Test func aPathThatIsNotACameraExits69() async throws {
+        let run = try await record(["--source", "v4l2:/dev/null"], config: "device-config/default.yaml")
         #expect(run.status == 69)
         #expect(run.stderr.contains("/dev/null: not a video capture device"))
     }
 
-    @Test func noEncoderOpeningListsWhatWasTriedAndExits70() throws {
-        let run = try record(["--source", "test-pattern", "--segments", "1"],
+    @Test func noEncoderOpeningListsWhatWasTriedAndExits70() async throws {
+        let run = try await record(["--source", "test-pattern", "--segments", "1"],
                              config: "Tests/AgentTests/Fixtures/no-encoder.yaml")
         #expect(run.status == 70)
         #expect(run.stderr.contains("no HEVC encoder opens; tried no_such_encoder (not in this FFmpeg build), mpeg4 (not an HEVC encoder)"))
     }
 
-    @Test func anUnwritableOutputFolderExits73() throws {
+    @Test func anUnwritableOutputFolderExits73() async throws {
         let result = try Command.execute(Self.agent, [
             "record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path,
             "--out", "/proc/dashcam-segments", "--segments", "1",
@@ -130,14 +130,14 @@ import Testing
         #expect(result.stderr.contains("output folder /proc/dashcam-segments is not writable"))
     }
 
-    @Test func anUnknownConfigKeyExits78AndNamesTheKey() throws {
-        let run = try record(["--segments", "1"], config: "Tests/AgentTests/Fixtures/typo.yaml")
+    @Test func anUnknownConfigKeyExits78AndNamesTheKey() async throws {
+        let run = try await record(["--segments", "1"], config: "Tests/AgentTests/Fixtures/typo.yaml")
         #expect(run.status == 78)
         #expect(run.stderr.contains("camera.fsp"))
         #expect(run.stderr.contains("camera.fps"))
     }
 
-    @Test func stopSignalClosesTheSegmentInProgressAndExitsZero() throws {
+    @Test func stopSignalClosesTheSegmentInProgressAndExitsZero() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("record-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }
         let process = Process()
@@ -148,7 +148,7 @@ import Testing
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
         try process.run()
-        Thread.sleep(forTimeInterval: 2.5)
+        try await Task.sleep(for: .seconds(2.5))
         process.terminate()
         let stdout = String(decoding: try out.fileHandleForReading.readToEnd() ?? Data(), as: UTF8.self)
         process.waitUntilExit()
@@ -164,7 +164,7 @@ import Testing
 }
 
 @Suite struct ProbeCommandTests {
-    @Test func probeReportsWhichEncodersOpenAndWhy() throws {
+    @Test func probeReportsWhichEncodersOpenAndWhy() async throws {
         let result = try Command.execute(RecordCommandTests.agent, ["probe", "--json", "--device", "/dev/null"])
         #expect(result.status == 0, "\(result.stderr)")
         let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])

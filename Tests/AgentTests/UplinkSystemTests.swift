@@ -7,31 +7,31 @@ import Testing
 /// The real `dashcam-agent` and `guidance-server` binaries, as separate processes.
 @Suite(.serialized) struct UplinkSystemTests {
     /// Starts the server and waits for its "listening on" line; returns it with its port.
-    func startServer(_ files: LoopFiles, port: Int = 0, prefix: [String] = [], host: String = "127.0.0.1") throws -> (Spawned, Int) {
+    func startServer(_ files: LoopFiles, port: Int = 0, prefix: [String] = [], host: String = "127.0.0.1") async throws -> (Spawned, Int) {
         let server = try Spawned("guidance-server", ["--config", try files.serverConfig(host: host, port: port)],
                                  prefix: prefix, folder: files.folder)
-        try #require(server.wait(for: .seconds(20)) { $0.stderr.contains("listening on") }, "server did not start: \(server.stderr)")
+        try #require(await server.wait(for: .seconds(20)) { $0.stderr.contains("listening on") }, "server did not start: \(server.stderr)")
         let line = server.stderr.split(separator: "\n").first { $0.contains("listening on") } ?? ""
         let bound = Int(line.split(separator: ":").last ?? "") ?? 0
         return (server, bound)
     }
 
-    @Test func twentyServerRestartsLeakNoSocketsOrThreadsInTheAgent() throws {
+    @Test func twentyServerRestartsLeakNoSocketsOrThreadsInTheAgent() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
-        var (server, port) = try startServer(files)
+        var (server, port) = try await startServer(files)
         let agent = try Spawned(
             "dashcam-agent",
             ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["reconnectBackoffMs": "[50, 300]"])],
             folder: files.folder)
         defer { agent.stop() }
-        try #require(server.wait(for: .seconds(30)) { $0.stderr.contains("opened") }, "no session: \(agent.stderr)")
+        try #require(await server.wait(for: .seconds(30)) { $0.stderr.contains("opened") }, "no session: \(agent.stderr)")
 
         var baseline: (fds: Int, threads: Int, rssKiB: Int)?
         for restart in 1...20 {
             server.stop(SIGKILL)
-            (server, _) = try startServer(files, port: port)
-            let reconnected = server.wait(for: .seconds(15)) { $0.stderr.contains("opened") }
+            (server, _) = try await startServer(files, port: port)
+            let reconnected = await server.wait(for: .seconds(15)) { $0.stderr.contains("opened") }
             try #require(reconnected, "restart \(restart): the agent did not come back: \(agent.stderr.suffix(2000))")
             if restart == 2 { baseline = agent.resources }
         }
@@ -78,31 +78,31 @@ import Testing
     }
 
     @Test(.enabled(if: TwoPaths.available, "needs root and network namespaces"))
-    func movingTheCarsDefaultRouteOpensANewSessionOverTheOtherPath() throws {
+    func movingTheCarsDefaultRouteOpensANewSessionOverTheOtherPath() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
         let paths = try TwoPaths()
         defer { paths.remove() }
-        let (server, port) = try startServer(files, prefix: paths.exec(in: paths.server), host: TwoPaths.serverAddress)
+        let (server, port) = try await startServer(files, prefix: paths.exec(in: paths.server), host: TwoPaths.serverAddress)
         defer { server.stop() }
         let agent = try Spawned(
             "dashcam-agent",
             ["record", "--config", try files.agentConfig(url: "ws://\(TwoPaths.serverAddress):\(port)/v1/stream")],
             prefix: paths.exec(in: paths.car), folder: files.folder)
         defer { agent.stop() }
-        try #require(server.wait(for: .seconds(30)) { $0.count("opened", in: $0.stderr) == 1 }, "no session: \(agent.stderr)")
+        try #require(await server.wait(for: .seconds(30)) { $0.count("opened", in: $0.stderr) == 1 }, "no session: \(agent.stderr)")
         // The old path stays up, so its TCP connection would live on: only the route change can
         // make the agent open a second session.
         let moved = ContinuousClock.now
         try paths.switchToPath(2)
-        let reopened = server.wait(for: .seconds(10)) { $0.count("opened", in: $0.stderr) == 2 }
+        let reopened = await server.wait(for: .seconds(10)) { $0.count("opened", in: $0.stderr) == 2 }
         let elapsed = ContinuousClock.now - moved
         try #require(reopened, "no new session after the route moved: \(agent.stderr.suffix(2000))")
         print("route moved → the server logged the new session after \(elapsed)")
         #expect(agent.stderr.contains("network changed"))
         #expect(agent.stderr.contains("moved from va1 to va2"), "\(agent.stderr.suffix(1000))")
         // The server lets the old session go: the agent's 1001 ends it, or the new one supersedes it.
-        #expect(server.wait(for: .seconds(5)) { $0.stderr.contains("ended") || $0.stderr.contains("superseded") },
+        #expect(await server.wait(for: .seconds(5)) { $0.stderr.contains("ended") || $0.stderr.contains("superseded") },
                 "\(server.stderr.suffix(2000))")
         #expect(agent.stop() == 0)
     }
@@ -110,20 +110,20 @@ import Testing
 
 /// `status` and `say-status` against a running agent, and the spoken status it starts with.
 @Suite struct StatusCommandSystemTests {
-    @Test func statusShowsTheLiveAgentAndSayStatusSpeaksTheUsage() throws {
+    @Test func statusShowsTheLiveAgentAndSayStatusSpeaksTheUsage() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
         let server = try Spawned("guidance-server", ["--config", try files.serverConfig()], folder: files.folder)
         defer { server.stop() }
-        try #require(server.wait(for: .seconds(20)) { $0.stderr.contains("listening on") }, "server: \(server.stderr)")
+        try #require(await server.wait(for: .seconds(20)) { $0.stderr.contains("listening on") }, "server: \(server.stderr)")
         let port = Int(server.stderr.split(separator: "\n").first { $0.contains("listening on") }?.split(separator: ":").last ?? "") ?? 0
         let agent = try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream")],
                                 folder: files.folder)
         defer { agent.stop() }
         // The first segment (5 s) is answered with "slow down" by the script.
-        try #require(agent.wait(for: .seconds(30)) { $0.stderr.contains("guidance: segment 0") }, "\(agent.stderr.suffix(2000))")
+        try #require(await agent.wait(for: .seconds(30)) { $0.stderr.contains("guidance: segment 0") }, "\(agent.stderr.suffix(2000))")
 
-        let json = try Command.execute(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+        let json = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
                                        ["status", "--json", "--socket", files.path("status.sock")])
         #expect(json.status == 0, "\(json.stderr)")
         let status = try JSONDecoder().decode(AgentStatus.self, from: Data(json.stdout.utf8))
@@ -135,17 +135,17 @@ import Testing
         #expect(status.usageKnown && status.remainingSeconds == nil)
 
         let before = try FileManager.default.contentsOfDirectory(atPath: files.path("speech")).count
-        let said = try Command.execute(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+        let said = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
                                        ["say-status", "--socket", files.path("status.sock")])
         #expect(said.stdout.contains(#""said":"Unlimited guidance.""#), "\(said.stdout) \(said.stderr)")
-        #expect(agent.wait(for: .seconds(10)) { _ in
+        #expect(await agent.wait(for: .seconds(10)) { _ in
             ((try? FileManager.default.contentsOfDirectory(atPath: files.path("speech")).count) ?? 0) > before
         }, "say-status wrote no new utterance")
         // The start was announced: ready, connected and the usage, as one utterance.
         #expect(agent.stderr.contains("status: Dashcam ready. Connected to guidance. Unlimited guidance."))
         #expect(agent.stop() == 0)
 
-        let gone = try Command.execute(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+        let gone = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
                                        ["status", "--socket", files.path("status.sock")])
         #expect(gone.status == 66)
         #expect(gone.stderr.contains("no running agent answers on \(files.path("status.sock"))"))

@@ -135,7 +135,7 @@ import WSClient
                 "-H", "Authorization: Bearer wrong", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)",
             ])
             let good = try await Command.executeAsync("curl", [
-                "-s", "-o", "/dev/null", "-m", "1", "-w", "%{http_code}", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
+                "-s", "-o", "/dev/null", "-m", "3", "-w", "%{http_code}", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
                 "-H", "Sec-WebSocket-Version: 13", "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
                 "-H", "Authorization: Bearer good-token", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)",
             ])

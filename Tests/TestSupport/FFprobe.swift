@@ -112,9 +112,9 @@ public enum Command {
 
     /// `execute` on a thread of its own, so a slow tool does not hold one of the few threads
     /// that run every test's tasks.
-    public static func executeAsync(_ tool: String, _ arguments: [String]) async throws -> Result {
+    public static func executeAsync(_ tool: String, _ arguments: [String], environment: [String: String]? = nil) async throws -> Result {
         try await withCheckedThrowingContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(with: Swift.Result { try execute(tool, arguments) }) }
+            Thread.detachNewThread { continuation.resume(with: Swift.Result { try execute(tool, arguments, environment: environment) }) }
         }
     }
 

@@ -41,11 +41,12 @@ final class Spawned {
 
     /// Polls `condition` every 10 ms; false if `timeout` passes first.
     @discardableResult
-    func wait(for timeout: Duration, until condition: (Spawned) -> Bool) -> Bool {
+    /// Sleeps between polls without holding one of the few threads every test's tasks run on.
+    func wait(for timeout: Duration, until condition: (Spawned) -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if condition(self) { return true }
-            Thread.sleep(forTimeInterval: 0.01)
+            try? await Task.sleep(for: .milliseconds(10))
         }
         return condition(self)
     }
