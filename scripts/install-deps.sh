@@ -10,6 +10,7 @@ PACKAGES=(
     libgpiod-dev libespeak-ng-dev espeak-ng-data libasound2-dev   # haptics, speech, sound
     sox                                                           # checks speech audio
     ffmpeg                                                        # ffprobe checks every segment
+    systemd                                                       # systemd-analyze checks the unit
 )
 
 missing=()

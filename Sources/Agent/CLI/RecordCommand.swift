@@ -66,9 +66,18 @@ struct RecordCommand: AsyncParsableCommand {
                                     announcer: announcer, board: board, logger: logger)
         let control = ControlRequests(board: board, uplink: uplink, server: config.uplink.url, voice: voice, haptics: haptics)
 
-        let signals = SignalStop(pipeline: pipeline)
+        let notifier = SystemdNotifier()
+        let heartbeat = ServiceHeartbeat(
+            health: pipeline.health, notifier: notifier,
+            segmentDeadline: .seconds(config.encoder.segmentSeconds * 2 + 5),
+            frameDeadline: .milliseconds(config.camera.pollTimeoutMs * config.camera.stallTimeouts + 1000),
+            watchdogMicroseconds: ProcessInfo.processInfo.environment["WATCHDOG_USEC"],
+            readyStatus: "recording \(pipeline.cameraName) with \(pipeline.encoderName)")
+
+        let signals = SignalStop(pipeline: pipeline, notifier: notifier)
         defer { signals.cancel() }
         try await withThrowingTaskGroup(of: Void.self) { group in
+            if notifier.isActive { group.addTask { await heartbeat.run() } }
             group.addTask { await StatusSocket.serve(path: config.status.socket, logger: logger, answer: control.answer) }
             group.addTask {
                 for await event in pipeline.events {
@@ -139,11 +148,14 @@ struct RecordCommand: AsyncParsableCommand {
 private final class SignalStop {
     private let sources: [any DispatchSourceSignal]
 
-    init(pipeline: CapturePipeline) {
+    init(pipeline: CapturePipeline, notifier: SystemdNotifier) {
         sources = [SIGINT, SIGTERM].map { number in
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number)
-            source.setEventHandler { pipeline.stop() }
+            source.setEventHandler {
+                notifier.stopping()
+                pipeline.stop()
+            }
             source.resume()
             return source
         }

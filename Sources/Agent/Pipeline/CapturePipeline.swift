@@ -32,6 +32,8 @@ public final class CapturePipeline: Sendable {
     /// The camera going and coming back, as it happens (not a segment later).
     public let events: AsyncStream<CameraEvent>
     private let eventSink: AsyncStream<CameraEvent>.Continuation
+    /// When frames and segments last came out, for the service watchdog.
+    public let health = PipelineHealth()
     /// For `status`: the source and the format it opened with, and the encoder in use.
     public let cameraName: String
     public let cameraFormat: String
@@ -57,7 +59,7 @@ public final class CapturePipeline: Sendable {
         cameraFormat = "\(format) \(source.pixelFormat)"
         encoderName = encoder.name
         (events, eventSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
-        state = Mutex(Loop(source: source, encoder: encoder, settings: settings, logger: logger, events: eventSink))
+        state = Mutex(Loop(source: source, encoder: encoder, settings: settings, logger: logger, events: eventSink, health: health))
     }
 
     /// Starts capturing on a thread of its own.
@@ -82,6 +84,27 @@ public final class CapturePipeline: Sendable {
     }
 }
 
+/// `CLOCK_MONOTONIC` nanoseconds of the last encoded frame and the last closed segment (0: none yet).
+public final class PipelineHealth: Sendable {
+    private let lastFrame = Atomic<UInt64>(0)
+    private let lastSegment = Atomic<UInt64>(0)
+    private let firstFrame = Atomic<UInt64>(0)
+
+    public init() {}
+
+    func frameEncoded() {
+        let now = MonotonicClock.now()
+        lastFrame.store(now, ordering: .relaxed)
+        _ = firstFrame.compareExchange(expected: 0, desired: now, ordering: .relaxed)
+    }
+
+    func segmentClosed() { lastSegment.store(MonotonicClock.now(), ordering: .relaxed) }
+
+    public var lastFrameNs: UInt64 { lastFrame.load(ordering: .relaxed) }
+    public var lastSegmentNs: UInt64 { lastSegment.load(ordering: .relaxed) }
+    public var firstFrameNs: UInt64 { firstFrame.load(ordering: .relaxed) }
+}
+
 public enum CameraEvent: Sendable, Equatable {
     /// Lost (unplugged) or stalled; the pipeline keeps trying to reopen it.
     case lost(reason: String)
@@ -95,12 +118,14 @@ private struct Loop: @unchecked Sendable {
     let settings: CapturePipeline.Settings
     let logger: Logger
     let events: AsyncStream<CameraEvent>.Continuation
+    let health: PipelineHealth
 
     func run(emit: (Segment) -> Void, stopRequested: () -> Bool) throws {
         let segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds)
         var emitted = 0
         func deliver() -> Bool {
             for segment in segmenter.takeClosed() {
+                health.segmentClosed()
                 emit(segment)
                 emitted += 1
             }
@@ -141,6 +166,7 @@ private struct Loop: @unchecked Sendable {
             }
             guard let placement = segmenter.place(frame) else { continue }
             try encoder.encode(frame, slot: placement.slot, keyframe: placement.startsSegment, into: segmenter)
+            health.frameEncoded()
             if deliver() { return }
         }
     }
