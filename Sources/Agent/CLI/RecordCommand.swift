@@ -3,6 +3,8 @@ import ConfigSupport
 import Foundation
 import HAL
 import Logging
+import ServiceLifecycle
+import UnixSignals
 
 struct RecordCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -74,9 +76,13 @@ struct RecordCommand: AsyncParsableCommand {
             watchdogMicroseconds: ProcessInfo.processInfo.environment["WATCHDOG_USEC"],
             readyStatus: "recording \(pipeline.cameraName) with \(pipeline.encoderName)")
 
-        let signals = SignalStop(pipeline: pipeline, notifier: notifier)
-        defer { signals.cancel() }
-        try await withThrowingTaskGroup(of: Void.self) { group in
+        // SIGTERM (systemd stopping the service) and SIGINT end the recording gracefully: the
+        // segment in progress is closed and written, the session closed with 1001, the line released.
+        let recording = RecordingService(stop: {
+            notifier.stopping()
+            pipeline.stop()
+        }) {
+          try await withThrowingTaskGroup(of: Void.self) { group in
             if notifier.isActive { group.addTask { await heartbeat.run() } }
             group.addTask { await StatusSocket.serve(path: config.status.socket, logger: logger, answer: control.answer) }
             group.addTask {
@@ -103,12 +109,17 @@ struct RecordCommand: AsyncParsableCommand {
                 await uplink?.enqueue(segment)
             }
             if let uplink {
-                await uplink.shutdown()
+                await uplink.shutdown(flushFor: .seconds(1))
                 let stats = await uplink.stats
                 logger.notice("uplink: sent \(stats.sent), acked \(stats.acked), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)")
             }
             group.cancelAll()
+          }
         }
+        try await ServiceGroup(configuration: .init(
+            services: [.init(service: recording, successTerminationBehavior: .gracefullyShutdownGroup,
+                             failureTerminationBehavior: .gracefullyShutdownGroup)],
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
     }
 
     /// Changes of the default route or its addresses, which make the uplink open a new session.
@@ -144,24 +155,15 @@ struct RecordCommand: AsyncParsableCommand {
     }
 }
 
-/// SIGINT and SIGTERM close the segment in progress and end the pipeline.
-private final class SignalStop {
-    private let sources: [any DispatchSourceSignal]
+/// The recording as a service of swift-service-lifecycle: a graceful shutdown asks the pipeline
+/// to stop, and `run` returns once everything after it has been closed in order.
+private struct RecordingService: Service {
+    let stop: @Sendable () -> Void
+    let body: @Sendable () async throws -> Void
 
-    init(pipeline: CapturePipeline, notifier: SystemdNotifier) {
-        sources = [SIGINT, SIGTERM].map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number)
-            source.setEventHandler {
-                notifier.stopping()
-                pipeline.stop()
-            }
-            source.resume()
-            return source
-        }
+    func run() async throws {
+        try await withGracefulShutdownHandler(operation: body, onGracefulShutdown: stop)
     }
-
-    func cancel() { sources.forEach { $0.cancel() } }
 }
 
 extension Array where Element == String {
