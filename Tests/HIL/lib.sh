@@ -235,6 +235,12 @@ hil_audio_running() {
 hil_audio_playback_running() { hil_audio_running pcm0p; }
 hil_audio_capture_running() { hil_audio_running pcm1c; }
 
+# sox_stat WAV > FILE, then stat_figure FILE NAME: NAME's number (e.g. "RMS amplitude").
+sox_stat() { sox "$1" -n stat 2>&1; }
+stat_figure() { awk -F: -v n="$2" '{ gsub(/ +/, " ", $1) } $1 == n { gsub(/ /, "", $2); print $2 }' "$1"; }
+# at_least A B: the number A >= B.
+at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
+
 # Loads snd-aloop and waits for its card. Called once per boot by in-vm.sh.
 hil_load_snd_aloop() {
     if [ ! -d /sys/module/snd_aloop ]; then

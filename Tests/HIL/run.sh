@@ -146,7 +146,7 @@ esac
 VNG_ARGS=(--run "/boot/vmlinuz-$KVER" --disable-kvm --memory "${HIL_VM_MEMORY:-2G}" --rwdir "$WORK")
 "$VNG" --help 2>/dev/null | grep -q -- '--cpus' && VNG_ARGS+=(--cpus 2)
 VM_ENV=("HIL_WORK=$WORK" "AGENT_BIN=$AGENT_BIN")
-for v in HIL_CASES HIL_MODULES HIL_CASE_TIMEOUT HIL_TERM_WITHIN; do
+for v in HIL_CASES HIL_MODULES HIL_CASE_TIMEOUT HIL_TERM_WITHIN HIL_VOICE_TOUCH_ROUNDS HIL_SEGMENT_SECONDS; do
     [ -n "${!v:-}" ] && VM_ENV+=("$v=${!v}")
 done
 VM_CMD=$(printf '%q ' env "${VM_ENV[@]}" bash "$HIL_DIR/in-vm.sh")

@@ -17,11 +17,6 @@ RECORD_SECONDS=4
 MIN_MAX_AMPLITUDE=0.1
 MIN_RMS=0.005
 
-# sox_stat WAV > FILE, then stat_figure FILE NAME: NAME's number (e.g. "RMS amplitude").
-sox_stat() { sox "$1" -n stat 2>&1; }
-stat_figure() { awk -F: -v n="$2" '{ gsub(/ +/, " ", $1) } $1 == n { gsub(/ /, "", $2); print $2 }' "$1"; }
-# at_least A B: the number A >= B.
-at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
 
 # ---------------------------------------------------------------- GPIO
 if [ -z "${HIL_GPIO_CHIP:-}" ]; then
