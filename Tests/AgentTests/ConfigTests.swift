@@ -369,3 +369,18 @@ func rejectedVoiceAndTouchValue(yaml: String, message: String) async throws {
     config.speech.locale = "pt-BR"
     #expect(config.deviceLocale(environment: ["LC_ALL": "ko_KR.UTF-8"]) == "pt-BR")
 }
+
+@Test func everyBoardProfileLoadsAndNamesCameraEncoderSpeech() async throws {
+    let boards = deviceConfig.appendingPathComponent("boards")
+    let files = try FileManager.default.contentsOfDirectory(atPath: boards.path).filter { $0.hasSuffix(".yaml") }.sorted()
+    #expect(files == ["nvidia-jetson.yaml", "raspberry-pi-4.yaml", "raspberry-pi-5.yaml", "rockchip-rk3588.yaml", "usb-webcam.yaml"])
+    for file in files {
+        let config = try await AgentConfig.load(file: boards.appendingPathComponent(file).path, environment: [:])
+        #expect(config.camera.device == "/dev/dashcam-camera", "\(file)")
+        #expect(config.encoder.preference.last == "libx265", "\(file): software encoding is always the last resort")
+        #expect(config.speech.sink == "alsa", "\(file)")
+    }
+    let pi4 = try await AgentConfig.load(file: boards.appendingPathComponent("raspberry-pi-4.yaml").path, environment: [:])
+    #expect(pi4.encoder.preference == ["libx265"], "the Pi 4 has no HEVC encoder")
+    #expect(pi4.haptics.chip == "gpiochip0" && pi4.haptics.line == "17")
+}
