@@ -44,3 +44,43 @@ import Testing
         }
     }
 }
+
+/// deploy/build-deb.sh, packaging the binary just built; dpkg-deb reads the result.
+@Suite struct DebianPackageTests {
+    @Test func thePackageHoldsTheAgentTheUnitTheConfigAsConffileAndTheMaintainerScripts() async throws {
+        let out = FileManager.default.temporaryDirectory.appendingPathComponent("deb-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: out) }
+        let built = try await Command.executeAsync("/usr/bin/env", [
+            "AGENT_BIN=\(RecordCommandTests.agent)", "DEB_OUT=\(out.path)", "DEB_COMPRESSION=none", "bash",
+            RecordCommandTests.repo.appendingPathComponent("deploy/build-deb.sh").path,
+        ])
+        #expect(built.status == 0, "\(built.stderr)")
+        let deb = built.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(deb.hasSuffix(".deb"))
+
+        let contents = try await Command.executeAsync("dpkg-deb", ["--contents", deb])
+        let listed = contents.stdout.split(separator: "\n").map { line in
+            (mode: String(line.prefix(10)), path: String(line.split(separator: " ").last ?? ""))
+        }
+        for (mode, path) in [("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", "./lib/systemd/system/dashcam-agent.service"),
+                             ("-rw-r--r--", "./etc/dashcam-agent/agent.yaml"), ("-rw-r--r--", "./lib/udev/rules.d/60-dashcam-agent.rules"),
+                             ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4.yaml"),
+                             ("-rw-r--r--", "./usr/share/doc/dashcam-agent/copyright")] {
+            #expect(listed.contains { $0.mode == mode && $0.path == path }, "\(mode) \(path) in \(contents.stdout)")
+        }
+        #expect(!listed.contains { $0.path.hasSuffix("/token") }, "the token file is made on the board, never shipped")
+        #expect(contents.stdout.contains("root/root"), "files owned by root")
+
+        let control = try await Command.executeAsync("dpkg-deb", ["--field", deb, "Package", "Version", "Depends"])
+        #expect(control.stdout.contains("Package: dashcam-agent"))
+        #expect(control.stdout.contains("libespeak-ng1") && control.stdout.contains("libgpiod2"))
+        let scripts = FileManager.default.temporaryDirectory.appendingPathComponent("deb-control-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: scripts) }
+        let extracted = try await Command.executeAsync("dpkg-deb", ["--control", deb, scripts.path])
+        #expect(extracted.status == 0)
+        let conffiles = try String(contentsOf: scripts.appendingPathComponent("conffiles"), encoding: .utf8)
+        #expect(conffiles == "/etc/dashcam-agent/agent.yaml\n")
+        let postinst = try String(contentsOf: scripts.appendingPathComponent("postinst"), encoding: .utf8)
+        #expect(postinst.contains("adduser --system") && postinst.contains("install -m 0600"))
+    }
+}

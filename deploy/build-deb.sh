@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds dashcam-agent_VERSION_ARCH.deb into deploy/out/: the agent built with the static Swift
+# standard library, the systemd unit, /etc/dashcam-agent/agent.yaml as a conffile, the board
+# profiles, a udev rule (/dev/dashcam-camera, gpio group) and maintainer scripts that create the
+# system user and an empty private token file. See deploy/README.md.
+#
+#     bash deploy/build-deb.sh                  # release build, static Swift stdlib
+#     AGENT_BIN=path bash deploy/build-deb.sh   # package a binary built elsewhere (the tests do)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VERSION=$(sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/Agent/Uplink/AgentConfig+Uplink.swift)
+ARCH=$(dpkg --print-architecture)
+if [ -z "${AGENT_BIN:-}" ]; then
+    swift build -c release --static-swift-stdlib --product dashcam-agent
+    AGENT_BIN=.build/release/dashcam-agent
+fi
+OUT="${DEB_OUT:-deploy/out}"
+ROOT=$(mktemp -d)
+chmod 0755 "$ROOT"
+trap 'rm -rf "$ROOT"' EXIT
+
+install -D -m 0755 "$AGENT_BIN" "$ROOT/usr/bin/dashcam-agent"
+install -D -m 0644 deploy/dashcam-agent.service "$ROOT/lib/systemd/system/dashcam-agent.service"
+install -D -m 0644 deploy/60-dashcam-agent.rules "$ROOT/lib/udev/rules.d/60-dashcam-agent.rules"
+install -D -m 0644 device-config/default.yaml "$ROOT/etc/dashcam-agent/agent.yaml"
+for board in device-config/boards/*.yaml; do
+    install -D -m 0644 "$board" "$ROOT/usr/share/dashcam-agent/boards/$(basename "$board")"
+done
+install -D -m 0644 README.md "$ROOT/usr/share/doc/dashcam-agent/README.md"
+install -D -m 0644 deploy/README.md "$ROOT/usr/share/doc/dashcam-agent/INSTALL.md"
+install -D -m 0644 device-config/README.md "$ROOT/usr/share/doc/dashcam-agent/CONFIG.md"
+install -D -m 0644 deploy/copyright "$ROOT/usr/share/doc/dashcam-agent/copyright"
+
+mkdir -p "$ROOT/DEBIAN"
+cat > "$ROOT/DEBIAN/control" <<CONTROL
+Package: dashcam-agent
+Version: $VERSION
+Architecture: $ARCH
+Maintainer: dashcam-agent maintainers <dashcam-agent@localhost>
+Section: video
+Priority: optional
+Depends: adduser, libavcodec59, libavformat59, libswscale6, libavutil57, libv4l-0, libgpiod2, libespeak-ng1, espeak-ng-data, libasound2
+Recommends: v4l-utils, gpiod, alsa-utils
+Description: dashcam agent: records a camera, streams it for driver guidance
+ Captures a V4L2 camera, encodes 5-second HEVC segments, streams them over WebSocket to a
+ guidance server, speaks the guidance with eSpeak-ng and pulses a GPIO vibration motor when
+ the road is clear. Runs as a systemd service with a watchdog.
+CONTROL
+echo /etc/dashcam-agent/agent.yaml > "$ROOT/DEBIAN/conffiles"
+install -m 0755 deploy/debian/postinst "$ROOT/DEBIAN/postinst"
+install -m 0755 deploy/debian/prerm "$ROOT/DEBIAN/prerm"
+install -m 0755 deploy/debian/postrm "$ROOT/DEBIAN/postrm"
+
+mkdir -p "$OUT"
+DEB="$OUT/dashcam-agent_${VERSION}_${ARCH}.deb"
+dpkg-deb --root-owner-group -Z"${DEB_COMPRESSION:-xz}" --build "$ROOT" "$DEB" >/dev/null
+echo "$DEB"
