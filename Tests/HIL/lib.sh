@@ -267,6 +267,9 @@ camera:
   width: $HIL_WIDTH
   height: $HIL_HEIGHT
   fps: $HIL_FPS
+  # Under TCG the encoder's first frames take seconds; 16 buffers (3 s at 5 fps) let the camera
+  # keep every frame meanwhile instead of overrunning.
+  buffers: 16
 encoder:
   preference: [libx265]
   segmentSeconds: $HIL_SEGMENT_SECONDS

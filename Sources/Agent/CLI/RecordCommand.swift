@@ -49,6 +49,9 @@ struct RecordCommand: AsyncParsableCommand {
         }
         let logger = Logger(label: "dashcam-agent")
         let writer = try SegmentFileWriter(directory: config.output.dir)
+        if !writer.removedLeftovers.isEmpty {
+            logger.notice("output: removed \(writer.removedLeftovers.count) temporary file(s) an interrupted run left in \(config.output.dir)")
+        }
         let pipeline = try CapturePipeline(
             source: config.makeSource(logger: logger), settings: config.pipelineSettings(maxSegments: segments),
             logger: logger)
@@ -100,13 +103,14 @@ struct RecordCommand: AsyncParsableCommand {
             }
             pipeline.start()
             await announcer.started()
-            // One frame from the camera to the wire: capture → encoder → segment → disk → uplink.
+            // One frame from the camera to the wire: capture → encoder → segment → uplink, and disk.
             for try await segment in pipeline.segments {
+                // The network does not wait for the disk (the file is flushed before its rename).
+                await uplink?.enqueue(segment)
                 let file = try writer.write(segment)
                 // One line per segment, written at once: a reader sees each as soon as it is on disk.
                 FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: file) + "\n").utf8))
                 board.recorded(segment.metadata)
-                await uplink?.enqueue(segment)
             }
             if let uplink {
                 await uplink.shutdown(flushFor: .seconds(1))

@@ -8,7 +8,8 @@ public struct OutputError: Error, CustomStringConvertible {
 }
 
 /// Writes segments as `<seq>-<UTC time>.mp4` into a folder: first under a hidden temporary name,
-/// then renamed, so a reader never sees half a file.
+/// flushed to the disk, then renamed, and the folder flushed too. A power cut leaves whole
+/// segments and, at worst, a temporary file, which the next start removes.
 public struct SegmentFileWriter: Sendable {
     public let directory: URL
 
@@ -23,6 +24,17 @@ public struct SegmentFileWriter: Sendable {
         } catch {
             throw OutputError(path: path, reason: Self.reason(error))
         }
+        removedLeftovers = Self.removeLeftovers(in: directory)
+    }
+
+    /// Temporary files a power cut or a kill left behind, removed when the writer was made.
+    public private(set) var removedLeftovers: [String] = []
+
+    private static func removeLeftovers(in directory: URL) -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        let leftovers = names.filter { $0.hasPrefix(".") && ($0.hasSuffix(".partial") || $0.hasPrefix(".write-test-")) }
+        for name in leftovers { try? FileManager.default.removeItem(at: directory.appendingPathComponent(name)) }
+        return leftovers
     }
 
     /// Writes the segment and returns its file name.
@@ -34,6 +46,12 @@ public struct SegmentFileWriter: Sendable {
         let final = directory.appendingPathComponent(name)
         guard rename(temporary.path, final.path) == 0 else {
             throw OutputError(path: directory.path, reason: String(cString: strerror(errno)))
+        }
+        // The rename itself is only durable once the folder's entry is on the disk.
+        let folder = open(directory.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if folder >= 0 {
+            fsync(folder)
+            close(folder)
         }
         return name
     }
@@ -50,6 +68,7 @@ public struct SegmentFileWriter: Sendable {
             guard n > 0 else { throw OutputError(path: path, reason: String(cString: strerror(errno))) }
             written += n
         }
+        guard fsync(fd) == 0 else { throw OutputError(path: path, reason: String(cString: strerror(errno))) }
     }
 
     public static func fileName(for metadata: SegmentMetadata) -> String {
