@@ -49,6 +49,9 @@ struct RecordCommand: AsyncParsableCommand {
         }
         let logger = Logger(label: "dashcam-agent")
         let writer = try SegmentFileWriter(directory: config.output.dir)
+        let retention = Retention(
+            directory: writer.directory, maxBytes: config.output.maxMegabytes.map { Int64($0) << 20 },
+            minFreeBytes: Int64(config.output.minFreeMegabytes) << 20)
         if !writer.removedLeftovers.isEmpty {
             logger.notice("output: removed \(writer.removedLeftovers.count) temporary file(s) an interrupted run left in \(config.output.dir)")
         }
@@ -104,10 +107,22 @@ struct RecordCommand: AsyncParsableCommand {
             pipeline.start()
             await announcer.started()
             // One frame from the camera to the wire: capture → encoder → segment → uplink, and disk.
+            var diskTrouble = DiskTrouble()
             for try await segment in pipeline.segments {
                 // The network does not wait for the disk (the file is flushed before its rename).
                 await uplink?.enqueue(segment)
-                let file = try writer.write(segment)
+                let deleted = retention.makeRoom(for: segment.data.count)
+                if !deleted.isEmpty {
+                    logger.info("output: deleted \(deleted.count) oldest segment(s) to make room", metadata: ["oldest": "\(deleted[0])"])
+                }
+                // A full or failing disk never stops the recording or the stream: the segment
+                // is still sent, and its line says it has no file.
+                var file: String?
+                do {
+                    file = try writer.write(segment)
+                } catch {
+                    diskTrouble.report(error, logger: logger)
+                }
                 // One line per segment, written at once: a reader sees each as soon as it is on disk.
                 FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: file) + "\n").utf8))
                 board.recorded(segment.metadata)
@@ -156,6 +171,20 @@ struct RecordCommand: AsyncParsableCommand {
             }
         }
         return values
+    }
+}
+
+/// Segment files that could not be written: every failure counted, logged at most once a minute.
+private struct DiskTrouble {
+    var failures = 0
+    var lastLog: ContinuousClock.Instant?
+
+    mutating func report(_ error: any Error, logger: Logger) {
+        failures += 1
+        let now = ContinuousClock.now
+        if let lastLog, now - lastLog < .seconds(60) { return }
+        lastLog = now
+        logger.error("output: \(error); recording and streaming go on without the file", metadata: ["failedWrites": "\(failures)"])
     }
 }
 

@@ -60,6 +60,9 @@ public struct AgentConfig: LoadableConfig {
 
     public struct Output: Sendable, Equatable {
         public var dir = "segments"
+        /// Unset: no cap; the oldest segments go when the free space runs low.
+        public var maxMegabytes: Int?
+        public var minFreeMegabytes = 256
 
         public init() {}
     }
@@ -213,6 +216,12 @@ extension AgentConfig {
         .string(
             "output.dir", \.output.dir, type: "path",
             "Directory segments are written to; a relative path is taken from the working directory."),
+        .optionalInt(
+            "output.maxMegabytes", \.output.maxMegabytes, 1...10_000_000,
+            "Loop recording: the oldest segments are deleted to keep the folder under this size, in MB; unset means no cap."),
+        .int(
+            "output.minFreeMegabytes", \.output.minFreeMegabytes, 0...1_000_000,
+            "Loop recording: the oldest segments are deleted to keep this much free space on the disk, in MB."),
         .optionalString(
             "uplink.url", \.uplink.url, type: "url",
             "Guidance server, `wss://HOST[:PORT]/v1/stream`; unset records without streaming."),

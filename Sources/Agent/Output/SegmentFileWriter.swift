@@ -42,7 +42,13 @@ public struct SegmentFileWriter: Sendable {
     public func write(_ segment: Segment) throws -> String {
         let name = Self.fileName(for: segment.metadata)
         let temporary = directory.appendingPathComponent(".\(name).partial")
-        try Self.writeFile(temporary.path, segment.data)
+        do {
+            try Self.writeFile(temporary.path, segment.data)
+        } catch {
+            // A full disk must not leave half a segment behind.
+            unlink(temporary.path)
+            throw error
+        }
         let final = directory.appendingPathComponent(name)
         guard rename(temporary.path, final.path) == 0 else {
             throw OutputError(path: directory.path, reason: String(cString: strerror(errno)))
