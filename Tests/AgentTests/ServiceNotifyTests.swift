@@ -80,7 +80,8 @@ final class NotifyListener: @unchecked Sendable {
         #expect(!messages[..<ready].contains("WATCHDOG=1"), "no watchdog ping before ready")
         // Pings every 200 ms (half of WATCHDOG_USEC) for about 2.5 s.
         #expect(messages.filter { $0 == "WATCHDOG=1" }.count >= 5, "\(messages)")
-        #expect(messages.last?.hasPrefix("STOPPING=1") == true, "\(messages)")
+        let stopping = try #require(messages.firstIndex { $0.hasPrefix("STOPPING=1") }, "\(messages)")
+        #expect(stopping > ready)
         print("READY=1 \(listener.timed[ready].at - started) after start")
     }
 

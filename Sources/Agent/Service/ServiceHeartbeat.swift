@@ -33,6 +33,7 @@ public struct ServiceHeartbeat: Sendable {
             if !ready, health.firstFrameNs != 0 {
                 notifier.ready(status: readyStatus)
                 ready = true
+                healthy = true
             }
             let isHealthy = Self.isHealthy(
                 now: now, lastFrame: health.lastFrameNs, lastSegment: health.lastSegmentNs, firstFrame: health.firstFrameNs,
