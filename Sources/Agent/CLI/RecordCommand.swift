@@ -88,52 +88,52 @@ struct RecordCommand: AsyncParsableCommand {
             notifier.stopping()
             pipeline.stop()
         }) {
-          try await withThrowingTaskGroup(of: Void.self) { group in
-            if notifier.isActive { group.addTask { await heartbeat.run() } }
-            group.addTask { await StatusSocket.serve(path: config.status.socket, logger: logger, answer: control.answer) }
-            group.addTask {
-                for await event in pipeline.events {
-                    board.camera(event)
-                    await announcer.camera(event)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                if notifier.isActive { group.addTask { await heartbeat.run() } }
+                group.addTask { await StatusSocket.serve(path: config.status.socket, logger: logger, answer: control.answer) }
+                group.addTask {
+                    for await event in pipeline.events {
+                        board.camera(event)
+                        await announcer.camera(event)
+                    }
                 }
-            }
-            if let uplink {
-                let changes = networkChanges(logger: logger)
-                group.addTask { await uplink.run(networkChanges: changes) }
-                // One guidance message from the wire to the speaker and the motor.
-                group.addTask { for await message in uplink.messages { await router.route(message, receivedAt: .now) } }
-                group.addTask { for await state in uplink.states { await announcer.uplink(state) } }
-            }
-            pipeline.start()
-            await announcer.started()
-            // One frame from the camera to the wire: capture → encoder → segment → uplink, and disk.
-            var diskTrouble = DiskTrouble()
-            for try await segment in pipeline.segments {
-                // The network does not wait for the disk (the file is flushed before its rename).
-                await uplink?.enqueue(segment)
-                let deleted = retention.makeRoom(for: segment.data.count)
-                if !deleted.isEmpty {
-                    logger.info("output: deleted \(deleted.count) oldest segment(s) to make room", metadata: ["oldest": "\(deleted[0])"])
+                if let uplink {
+                    let changes = networkChanges(logger: logger)
+                    group.addTask { await uplink.run(networkChanges: changes) }
+                    // One guidance message from the wire to the speaker and the motor.
+                    group.addTask { for await message in uplink.messages { await router.route(message, receivedAt: .now) } }
+                    group.addTask { for await state in uplink.states { await announcer.uplink(state) } }
                 }
-                // A full or failing disk never stops the recording or the stream: the segment
-                // is still sent, and its line says it has no file.
-                var file: String?
-                do {
-                    file = try writer.write(segment)
-                } catch {
-                    diskTrouble.report(error, logger: logger)
+                pipeline.start()
+                await announcer.started()
+                // One frame from the camera to the wire: capture → encoder → segment → uplink, and disk.
+                var diskTrouble = DiskTrouble()
+                for try await segment in pipeline.segments {
+                    // The network does not wait for the disk (the file is flushed before its rename).
+                    await uplink?.enqueue(segment)
+                    let deleted = retention.makeRoom(for: segment.data.count)
+                    if !deleted.isEmpty {
+                        logger.info("output: deleted \(deleted.count) oldest segment(s) to make room", metadata: ["oldest": "\(deleted[0])"])
+                    }
+                    // A full or failing disk never stops the recording or the stream: the segment
+                    // is still sent, and its line says it has no file.
+                    var file: String?
+                    do {
+                        file = try writer.write(segment)
+                    } catch {
+                        diskTrouble.report(error, logger: logger)
+                    }
+                    // One line per segment, written at once: a reader sees each as soon as it is on disk.
+                    FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: file) + "\n").utf8))
+                    board.recorded(segment.metadata)
                 }
-                // One line per segment, written at once: a reader sees each as soon as it is on disk.
-                FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: file) + "\n").utf8))
-                board.recorded(segment.metadata)
+                if let uplink {
+                    await uplink.shutdown(flushFor: .seconds(1))
+                    let stats = await uplink.stats
+                    logger.notice("uplink: sent \(stats.sent), acked \(stats.acked), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)")
+                }
+                group.cancelAll()
             }
-            if let uplink {
-                await uplink.shutdown(flushFor: .seconds(1))
-                let stats = await uplink.stats
-                logger.notice("uplink: sent \(stats.sent), acked \(stats.acked), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)")
-            }
-            group.cancelAll()
-          }
         }
         try await ServiceGroup(configuration: .init(
             services: [.init(service: recording, successTerminationBehavior: .gracefullyShutdownGroup,
