@@ -59,6 +59,12 @@ import Testing
         let early = agent.resources
         try await Task.sleep(for: .seconds(40))
         let late = agent.resources
+        // This server never acknowledges: every recorded segment is only on disk.
+        let json = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+                                                  ["status", "--json", "--socket", files.path("status.sock")])
+        let status = try JSONDecoder().decode(AgentStatus.self, from: Data(json.stdout.utf8))
+        #expect(status.uplink.acked == 0 && status.uplink.notSent == status.camera.segments && status.camera.segments > 100,
+                "\(json.stdout)")
         #expect(agent.stop() == 0)
         await server.stop()
 

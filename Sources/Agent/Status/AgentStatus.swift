@@ -33,6 +33,9 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var dropped = 0
         public var reconnects = 0
         public var paused = false
+        /// Segments recorded that the server has not acknowledged (dropped, queued, in flight, or
+        /// recorded while offline): they are only in the output folder.
+        public var notSent = 0
     }
 
     public struct Guidance: Codable, Sendable, Equatable {
@@ -96,6 +99,7 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         if let server = uplink.server { link += " to \(server)" }
         if let session = uplink.session, let age = uplink.sessionAgeSeconds { link += ", session \(session) for \(age) s" }
         link += "; sent \(uplink.sent), acked \(uplink.acked), dropped \(uplink.dropped), reconnects \(uplink.reconnects)"
+        if uplink.state != "off" { link += "; \(uplink.notSent) segments only on disk" }
         if uplink.paused { link += "; uploads paused (usage exhausted)" }
         lines.append(link)
         lines.append("usage: " + (!usageKnown ? "not known yet" : remainingSeconds.map { "\($0 / 60) min \($0 % 60) s left" } ?? "unlimited"))

@@ -39,6 +39,7 @@ struct ControlRequests: Sendable {
             status.uplink.dropped = stats.dropped
             status.uplink.reconnects = stats.reconnects
             status.uplink.paused = paused
+            status.uplink.notSent = max(0, status.camera.segments - stats.acked)
             switch state {
             case .connecting: status.uplink.state = "connecting"
             case .connected(let session):
