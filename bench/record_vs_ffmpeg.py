@@ -50,7 +50,7 @@ def agent_command(agent, folder, source, width, height, fps):
     with open(config, "w") as file:
         file.write(f"camera:\n  source: file\n  file: {source}\n  width: {width}\n  height: {height}\n"
                    f"  fps: {fps}\n  pace: fast\nencoder:\n  preference: [libx265]\n  crf: 28\n"
-                   f"  segmentSeconds: 5\noutput:\n  dir: {folder}/agent-out\nlog:\n  level: error\n")
+                   f"  segmentSeconds: 5\nrecording:\n  dir: {folder}/agent-out\nlog:\n  level: error\n")
     return [agent, "record", "--config", config]
 
 
@@ -86,7 +86,8 @@ def main():
                         shutil.rmtree(os.path.join(folder, sub), ignore_errors=True)
                         os.makedirs(os.path.join(folder, sub))
                     results[tool].append(run_measured(commands[tool]))
-                    produced = len(os.listdir(os.path.join(folder, f"{tool}-out")))
+                    # The agent files segments by day: count files, not folder entries.
+                    produced = sum(len(files) for _, _, files in os.walk(os.path.join(folder, f"{tool}-out")))
                     if produced != seconds // 5:
                         sys.exit(f"{tool} wrote {produced} segments for {label}, expected {seconds // 5}")
             medians = {}

@@ -60,7 +60,7 @@ class Files:
     def agent(self, url, pace="realtime", segment_seconds=5, level="info"):
         return self.write("agent.yaml", f"camera:\n  source: test-pattern\n  width: 640\n  height: 360\n  fps: 10\n  pace: {pace}\n"
                                         f"encoder:\n  preference: [libx265]\n  segmentSeconds: {segment_seconds}\n"
-                                        f"output:\n  dir: {self.path('segments')}\n"
+                                        f"recording:\n  dir: {self.path('segments')}\n"
                                         f"uplink:\n  url: {url}\n  allowInsecure: true\n  tokenFile: {self.path('token')}\n"
                                         f"  deviceId: bench-car\nlog:\n  level: {level}\n")
 

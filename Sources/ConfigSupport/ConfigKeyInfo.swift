@@ -16,6 +16,8 @@ public struct ConfigKeyInfo<Root: LoadableConfig>: Sendable {
     public let defaultValue: String?
     /// What the key does.
     public let summary: String
+    /// The key's value in a configuration, spelled like `defaultValue`; nil when unset.
+    public let text: @Sendable (Root) -> String?
     /// The environment variable that sets this key: `Root.environmentPrefix`, `_`, then the key in
     /// upper snake case, e.g. `DASHCAM_CAMERA_POLL_TIMEOUT_MS`.
     public let environmentVariable: String
@@ -23,6 +25,7 @@ public struct ConfigKeyInfo<Root: LoadableConfig>: Sendable {
     /// Completes "expected …" in error messages.
     let expected: String
     let shape: ConfigKeyShape
+    let copyValue: @Sendable (inout Root, Root) -> Void
     /// Stores an accepted value; returns false when the value isn't allowed.
     let assign: @Sendable (ConfigKeyValue, inout Root) -> Bool
 
@@ -30,13 +33,15 @@ public struct ConfigKeyInfo<Root: LoadableConfig>: Sendable {
     var leaf: String { String(name.drop { $0 != "." }.dropFirst()) }
 
     init(
-        _ name: String, type: String, allowed: String, defaultValue: String?, summary: String,
+        _ name: String, copy: @escaping @Sendable (inout Root, Root) -> Void, type: String, allowed: String, text: @escaping @Sendable (Root) -> String?, summary: String,
         expected: String, shape: ConfigKeyShape, assign: @escaping @Sendable (ConfigKeyValue, inout Root) -> Bool
     ) {
         self.name = name
         self.type = type
         self.allowed = allowed
-        self.defaultValue = defaultValue
+        self.text = text
+        self.copyValue = copy
+        self.defaultValue = text(Root())
         self.summary = summary
         self.environmentVariable = ConfigEnvironment.variable(for: name, prefix: Root.environmentPrefix)
         self.expected = expected
@@ -65,8 +70,8 @@ extension ConfigKeyInfo {
         _ name: String, _ path: Path<Int>, _ range: ClosedRange<Int>, even: Bool = false, _ summary: String
     ) -> Self {
         Self(
-            name, type: "int", allowed: even ? "even, \(range)" : "\(range)",
-            defaultValue: "\(Root()[keyPath: path])", summary: summary,
+            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "int", allowed: even ? "even, \(range)" : "\(range)",
+            text: { "\($0[keyPath: path])" }, summary: summary,
             expected: even ? "an even integer \(range)" : "an integer \(range)", shape: .int
         ) { value, config in
             guard case .int(let n) = value, range.contains(n), !even || n.isMultiple(of: 2) else { return false }
@@ -80,7 +85,7 @@ extension ConfigKeyInfo {
         _ name: String, _ path: Path<Int?>, _ range: ClosedRange<Int>, _ summary: String
     ) -> Self {
         Self(
-            name, type: "int", allowed: "\(range)", defaultValue: Root()[keyPath: path].map { "\($0)" },
+            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "int", allowed: "\(range)", text: { $0[keyPath: path].map { "\($0)" } },
             summary: summary, expected: "an integer \(range)", shape: .int
         ) { value, config in
             guard case .int(let n) = value, range.contains(n) else { return false }
@@ -92,7 +97,7 @@ extension ConfigKeyInfo {
     /// `true` or `false`.
     public static func bool(_ name: String, _ path: Path<Bool>, _ summary: String) -> Self {
         Self(
-            name, type: "bool", allowed: "true, false", defaultValue: "\(Root()[keyPath: path])", summary: summary,
+            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "bool", allowed: "true, false", text: { "\($0[keyPath: path])" }, summary: summary,
             expected: "true or false", shape: .bool
         ) { value, config in
             guard case .bool(let flag) = value else { return false }
@@ -104,7 +109,7 @@ extension ConfigKeyInfo {
     /// Non-empty text; `type` is how the docs and errors call it, e.g. `string` or `path`.
     public static func string(_ name: String, _ path: Path<String>, type: String, _ summary: String) -> Self {
         Self(
-            name, type: type, allowed: "non-empty", defaultValue: Root()[keyPath: path], summary: summary,
+            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: type, allowed: "non-empty", text: { $0[keyPath: path] }, summary: summary,
             expected: "a non-empty \(type)", shape: .string
         ) { value, config in
             guard case .string(let text) = value, !text.isEmpty else { return false }
@@ -116,7 +121,7 @@ extension ConfigKeyInfo {
     /// Non-empty text, or unset (nil).
     public static func optionalString(_ name: String, _ path: Path<String?>, type: String, _ summary: String) -> Self {
         Self(
-            name, type: type, allowed: "non-empty", defaultValue: Root()[keyPath: path], summary: summary,
+            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: type, allowed: "non-empty", text: { $0[keyPath: path] }, summary: summary,
             expected: "a non-empty \(type)", shape: .string
         ) { value, config in
             guard case .string(let text) = value, !text.isEmpty else { return false }
@@ -131,7 +136,7 @@ extension ConfigKeyInfo {
     ) -> Self {
         let names = Choice.allCases.map(\.rawValue).joined(separator: ", ")
         return Self(
-            name, type: "string", allowed: names, defaultValue: Root()[keyPath: path].rawValue,
+            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "string", allowed: names, text: { $0[keyPath: path].rawValue },
             summary: summary, expected: "one of \(names)", shape: .string
         ) { value, config in
             guard case .string(let text) = value, let choice = Choice(rawValue: text) else { return false }
@@ -144,10 +149,9 @@ extension ConfigKeyInfo {
     public static func range(
         _ name: String, _ path: Path<ClosedRange<Int>>, within bounds: ClosedRange<Int>, _ summary: String
     ) -> Self {
-        let fallback = Root()[keyPath: path]
-        return Self(
-            name, type: "[int, int]", allowed: "[min, max], each \(bounds), min ≤ max",
-            defaultValue: "[\(fallback.lowerBound), \(fallback.upperBound)]", summary: summary,
+        Self(
+            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "[int, int]", allowed: "[min, max], each \(bounds), min ≤ max",
+            text: { "[\($0[keyPath: path].lowerBound), \($0[keyPath: path].upperBound)]" }, summary: summary,
             expected: "two integers [min, max] with min ≤ max, each \(bounds)", shape: .intList
         ) { value, config in
             guard case .ints(let pair) = value, pair.count == 2, pair.allSatisfy(bounds.contains), pair[0] <= pair[1]
@@ -162,8 +166,8 @@ extension ConfigKeyInfo {
         _ name: String, _ path: Path<[Int]>, each: ClosedRange<Int>, count: ClosedRange<Int>, _ summary: String
     ) -> Self {
         Self(
-            name, type: "[int]", allowed: "\(count.lowerBound)–\(count.upperBound) items, each \(each)",
-            defaultValue: "[\(Root()[keyPath: path].map(String.init).joined(separator: ", "))]", summary: summary,
+            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "[int]", allowed: "\(count.lowerBound)–\(count.upperBound) items, each \(each)",
+            text: { "[\($0[keyPath: path].map(String.init).joined(separator: ", "))]" }, summary: summary,
             expected: "a list of \(count.lowerBound) to \(count.upperBound) integers, each \(each)", shape: .intList
         ) { value, config in
             guard case .ints(let items) = value, count.contains(items.count), items.allSatisfy(each.contains) else {
@@ -177,8 +181,8 @@ extension ConfigKeyInfo {
     /// A non-empty list of non-empty strings.
     public static func list(_ name: String, _ path: Path<[String]>, _ summary: String) -> Self {
         Self(
-            name, type: "[string]", allowed: "non-empty list",
-            defaultValue: "[\(Root()[keyPath: path].joined(separator: ", "))]", summary: summary,
+            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "[string]", allowed: "non-empty list",
+            text: { "[\($0[keyPath: path].joined(separator: ", "))]" }, summary: summary,
             expected: "a non-empty list of non-empty strings", shape: .stringList
         ) { value, config in
             guard case .strings(let items) = value, !items.isEmpty, !items.contains(where: \.isEmpty) else {
@@ -187,6 +191,20 @@ extension ConfigKeyInfo {
             config[keyPath: path] = items
             return true
         }
+    }
+}
+
+// MARK: - Comparing
+
+extension ConfigKeyInfo {
+    /// The keys whose values differ between two configurations, in documentation order.
+    public static func changes(in keys: [Self], from old: Root, to new: Root) -> [Self] {
+        keys.filter { $0.text(old) != $0.text(new) }
+    }
+
+    /// Sets this key in `target` to its value in `source`.
+    public func copy(from source: Root, to target: inout Root) {
+        copyValue(&target, source)
     }
 }
 

@@ -1,6 +1,8 @@
 import Agent
 import ConfigSupport
 import Foundation
+import Logging
+import Synchronization
 import TestSupport
 import Testing
 
@@ -57,7 +59,8 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(encoder.preference == ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc", "libx265"])
     #expect(encoder.rateControl == .crf && encoder.crf == 28 && encoder.segmentSeconds == 5)
     #expect(encoder.bitrateKbps == 1000 && encoder.effectiveMaxrateKbps == 1000 && encoder.effectiveBufsizeKbps == 2000)
-    #expect(config.output.dir == "segments")
+    #expect(config.recording.dir == "/var/lib/dashcam-agent/recordings")
+    #expect(config.recording.maxMegabytes == nil && config.recording.protectedMaxMegabytes == 2048 && config.recording.minFreeMegabytes == 256)
     #expect("\(config.log.level)" == "info")
 }
 
@@ -65,13 +68,13 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     var expected = AgentConfig()
     expected.camera.source = .testPattern
     expected.encoder.preference = ["libx265"]
-    expected.output.dir = "out/demo-segments"
+    expected.recording.dir = "out/demo-segments"
     #expect(try await load("demo.yaml") == expected)
 }
 
 @Test func defaultYAML() async throws {
-    var expected = AgentConfig()
-    expected.output.dir = "/var/lib/dashcam-agent/segments"
+    // The installed config spells out the built-in recording settings.
+    let expected = AgentConfig()
     #expect(try await load("default.yaml") == expected)
 }
 
@@ -98,8 +101,11 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
           maxrateKbps: 3000
           bufsizeKbps: 6000
           segmentSeconds: 10
-        output:
+        recording:
           dir: /tmp/segs
+          maxMegabytes: 900
+          protectedMaxMegabytes: 300
+          minFreeMegabytes: 50
         log:
           level: debug
         """
@@ -124,7 +130,11 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     expected.encoder.maxrateKbps = 3000
     expected.encoder.bufsizeKbps = 6000
     expected.encoder.segmentSeconds = 10
-    expected.output.dir = "/tmp/segs"
+    expected.recording = .init()
+    expected.recording.dir = "/tmp/segs"
+    expected.recording.maxMegabytes = 900
+    expected.recording.protectedMaxMegabytes = 300
+    expected.recording.minFreeMegabytes = 50
     expected.log = config.log
     #expect(config == expected)
     #expect("\(config.log.level)" == "debug")
@@ -199,7 +209,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(!message.contains("encoder."))
     #expect(
         try await failure(yaml: "network:\n  port: 1\n")
-            == "FILE:1: unknown key 'network' (valid keys here: camera, encoder, output, uplink, guidance, speech, haptics, status, log)")
+            == "FILE:1: unknown key 'network' (valid keys here: camera, encoder, recording, uplink, guidance, speech, haptics, status, log)")
 }
 
 @Test func sectionMustBeAMapping() async throws {
@@ -207,7 +217,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(message.hasPrefix("FILE:1: 'camera' must be a mapping of keys such as camera.source, camera.device, "))
     #expect(
         try await failure(yaml: "- camera\n")
-            == "FILE:1: the top level must be a mapping of keys such as camera, encoder, output, uplink, guidance, speech, haptics, status, log")
+            == "FILE:1: the top level must be a mapping of keys such as camera, encoder, recording, uplink, guidance, speech, haptics, status, log")
 }
 
 @Test(arguments: [
@@ -233,7 +243,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
         "camera.reopenBackoffMs: '[5000, 250]' is not allowed; expected two integers [min, max] with min ≤ max, each 1...600000 (given at FILE:2)"
     ),
     ("camera:\n  file: ~\n", "camera.file: '~' is not allowed; expected a non-empty path (given at FILE:2)"),
-    ("output:\n  dir: ''\n", "output.dir: '' is not allowed; expected a non-empty path (given at FILE:2)"),
+    ("recording:\n  dir: ''\n", "recording.dir: '' is not allowed; expected a non-empty path (given at FILE:2)"),
     // Not one of the choices.
     (
         "camera:\n  source: usb\n",
@@ -383,4 +393,48 @@ func rejectedVoiceAndTouchValue(yaml: String, message: String) async throws {
     let pi4 = try await AgentConfig.load(file: boards.appendingPathComponent("raspberry-pi-4.yaml").path, environment: [:])
     #expect(pi4.encoder.preference == ["libx265"], "the Pi 4 has no HEVC encoder")
     #expect(pi4.haptics.chip == "gpiochip0" && pi4.haptics.line == "17")
+}
+
+@Test func theKeysSIGHUPReloadsAreTheOnesDocumentedSo() {
+    let documented = Set(AgentConfig.keys.filter { $0.summary.contains("Reloaded on SIGHUP") }.map(\.name))
+    #expect(documented == AgentConfig.reloadableKeys)
+    #expect(AgentConfig.reloadableKeys.isSubset(of: Set(AgentConfig.keys.map(\.name))))
+}
+
+@Test func aReloadAppliesWhatItCanNamesWhatNeedsARestartAndSurvivesABadFile() async throws {
+    let files = Mutex<[Result<AgentConfig, ConfigError>]>([])
+    let applied = Mutex<[AgentConfig]>([])
+    var edited = AgentConfig()
+    edited.recording.maxMegabytes = 500
+    edited.log.level = .debug
+    edited.camera.fps = 25
+    files.withLock {
+        $0 = [.success(edited), .failure(.invalidOption("haptics.clear", "[0]", "a list of 1 to 16 integers")), .success(edited)]
+    }
+    var reloader = ConfigReloader(running: AgentConfig(), logger: Logger(label: "test")) {
+        try files.withLock { $0.removeFirst() }.get()
+    } apply: { config in
+        applied.withLock { $0.append(config) }
+    }
+
+    let first = await reloader.reload()
+    #expect(first.applied == ["recording.maxMegabytes", "log.level"] && first.needRestart == ["camera.fps"] && first.error == nil)
+    #expect(reloader.running.recording.maxMegabytes == 500 && reloader.running.camera.fps == AgentConfig().camera.fps)
+
+    let broken = await reloader.reload()
+    #expect(broken.error?.contains("haptics.clear") == true && broken.applied.isEmpty)
+    #expect(reloader.running.log.level == .debug, "the running config stays")
+
+    // Nothing new to apply; the key that needs a restart is still named.
+    let again = await reloader.reload()
+    #expect(again.applied.isEmpty && again.needRestart == ["camera.fps"])
+    #expect(applied.withLock { $0.count } == 1)
+}
+
+@Test func loggersAlreadyMadeFollowAReloadedLevel() {
+    let level = Reloadable(Logger.Level.info)
+    let logger = Logger(label: "test") { ReloadableLevelLogHandler(label: $0, level: level) }
+    #expect(logger.logLevel == .info)
+    level.current = .debug
+    #expect(logger.logLevel == .debug, "a copy made before the reload sees the new level")
 }

@@ -10,25 +10,35 @@ import Testing
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("powercut-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }
         let config = RecordCommandTests.repo.appendingPathComponent("device-config/demo.yaml").path
+        let lines = URL(fileURLWithPath: folder.path + ".out")
+        defer { try? FileManager.default.removeItem(at: lines) }
         var interruptedWrites = 0
-        for _ in 0..<20 {
+        for run in 0..<20 {
+            FileManager.default.createFile(atPath: lines.path, contents: nil)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: RecordCommandTests.agent)
             process.arguments = ["record", "--config", config, "--out", folder.path, "--fast"]
             process.environment = ProcessInfo.processInfo.environment.merging([
                 "DASHCAM_SPEECH_SINK": "wav:\(folder.path)/speech", "DASHCAM_STATUS_SOCKET": "\(folder.path)/status.sock",
             ]) { $1 }
-            process.standardOutput = FileHandle.nullDevice
+            process.standardOutput = try FileHandle(forWritingTo: lines)
             process.standardError = FileHandle.nullDevice
             try process.run()
-            // At full speed a segment closes every few hundred milliseconds: kills land anywhere.
-            try await Task.sleep(for: .milliseconds(Int.random(in: 500...2500)))
+            // Even runs: a kill anywhere from start-up on. Odd runs: once segments flow (a busy
+            // machine can take seconds to start), where a segment closes every few hundred ms.
+            if !run.isMultiple(of: 2) {
+                let deadline = ContinuousClock.now + .seconds(60)
+                while (try? Data(contentsOf: lines))?.isEmpty != false, ContinuousClock.now < deadline, process.isRunning {
+                    try await Task.sleep(for: .milliseconds(10))
+                }
+            }
+            try await Task.sleep(for: .milliseconds(Int.random(in: run.isMultiple(of: 2) ? 500...2500 : 0...1500)))
             kill(process.processIdentifier, SIGKILL)
             while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
-            let names = try FileManager.default.contentsOfDirectory(atPath: folder.path)
+            let names = files(under: folder)
             if names.contains(where: { $0.hasSuffix(".partial") }) { interruptedWrites += 1 }
         }
-        let segments = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".mp4") }.sorted()
+        let segments = files(under: folder).filter { $0.hasSuffix(".mp4") }
         #expect(!segments.isEmpty, "no segment survived to check")
         for name in segments {
             let probed = try FFprobe.probe(folder.appendingPathComponent(name))
@@ -36,13 +46,14 @@ import Testing
         }
 
         // A write the power cut tore (rarely caught by a kill above): half a segment, hidden.
-        try Data(repeating: 0, count: 4096).write(to: folder.appendingPathComponent(".000099-20261123T000000.000Z.mp4.partial"))
+        let day = try #require(segments.first?.split(separator: "/").first)
+        try Data(repeating: 0, count: 4096).write(to: folder.appendingPathComponent("\(day)/.000099-20261123T000000.000Z.mp4.partial"))
         let again = try await Command.executeAsync("/usr/bin/env", [
             "DASHCAM_SPEECH_SINK=wav:\(folder.path)/speech", "DASHCAM_STATUS_SOCKET=\(folder.path)/status.sock",
             RecordCommandTests.agent, "record", "--config", config, "--out", folder.path, "--fast", "--segments", "1",
         ])
         #expect(again.status == 0, "\(again.stderr)")
-        let left = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasPrefix(".") }
+        let left = files(under: folder).filter { $0.split(separator: "/").last?.hasPrefix(".") == true }
         #expect(left.isEmpty, "temporary files after a clean start: \(left)")
         #expect(again.stderr.contains("removed \(interruptedWrites + 1) temporary file(s) an interrupted run left"), "\(again.stderr)")
         print("power cuts: 20 kills, \(segments.count) whole segments, \(interruptedWrites) kills caught a write in progress")

@@ -44,8 +44,8 @@ import Testing
         defer { try? FileManager.default.removeItem(at: run.folder) }
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.lines.count == 3)
-        let files = try FileManager.default.contentsOfDirectory(atPath: run.folder.path).sorted()
-        #expect(files.count == 3 && files.allSatisfy { $0.hasSuffix(".mp4") }, "no temporary files left: \(files)")
+        let stored = files(under: run.folder)
+        #expect(stored.count == 3 && stored.allSatisfy { $0.hasSuffix(".mp4") }, "no temporary files left: \(stored)")
         for (index, line) in run.lines.enumerated() {
             #expect(line["seq"] as? Int == index)
             #expect(line["frames"] as? Int == 50 && line["droppedFrames"] as? Int == 0)
@@ -53,7 +53,10 @@ import Testing
             #expect(line["durationMs"] as? Int == 5000)
             #expect(line["encoder"] as? String == "libx265")
             let name = try #require(line["file"] as? String)
-            #expect(files.contains(name))
+            #expect(stored.contains(name))
+            // One folder per UTC day: the date of the capture time (RFC 3339 UTC).
+            let day = try #require((line["capturedAt"] as? String)?.prefix(10))
+            #expect(name.hasPrefix("\(day)/"), "\(name)")
             let file = run.folder.appendingPathComponent(name)
             try checkSegment(file, frames: 50)
             let bytes = try Data(contentsOf: file)
@@ -121,13 +124,13 @@ import Testing
         #expect(run.stderr.contains("no HEVC encoder opens; tried no_such_encoder (not in this FFmpeg build), mpeg4 (not an HEVC encoder)"))
     }
 
-    @Test func anUnwritableOutputFolderExits73() async throws {
+    @Test func anUnwritableRecordingFolderExits73() async throws {
         let result = try Command.execute(Self.agent, [
             "record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path,
             "--out", "/proc/dashcam-segments", "--segments", "1",
         ])
         #expect(result.status == 73)
-        #expect(result.stderr.contains("output folder /proc/dashcam-segments is not writable"))
+        #expect(result.stderr.contains("recording folder /proc/dashcam-segments is not writable"))
     }
 
     @Test func anUnknownConfigKeyExits78AndNamesTheKey() async throws {

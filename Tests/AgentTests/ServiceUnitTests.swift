@@ -38,7 +38,7 @@ import Testing
 
     @Test func theUnitWaitsForReadinessAndIsWatched() throws {
         let text = try String(contentsOf: Self.unit, encoding: .utf8)
-        for line in ["Type=notify", "WatchdogSec=", "Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict",
+        for line in ["Type=notify", "WatchdogSec=", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict",
                      "DevicePolicy=closed", "SystemCallFilter=@system-service", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK"] {
             #expect(text.split(separator: "\n").contains { $0.hasPrefix(line) }, "missing \(line)")
         }
@@ -65,15 +65,22 @@ import Testing
         for (mode, path) in [("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", "./lib/systemd/system/dashcam-agent.service"),
                              ("-rw-r--r--", "./etc/dashcam-agent/agent.yaml"), ("-rw-r--r--", "./lib/udev/rules.d/60-dashcam-agent.rules"),
                              ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4.yaml"),
-                             ("-rw-r--r--", "./usr/share/doc/dashcam-agent/copyright")] {
+                             ("-rw-r--r--", "./usr/share/doc/dashcam-agent/copyright"),
+                             ("-rw-r--r--", "./usr/share/doc/dashcam-agent/changelog.gz"),
+                             ("-rw-r--r--", "./usr/share/doc/dashcam-agent/README.Debian"),
+                             ("-rw-r--r--", "./usr/share/lintian/overrides/dashcam-agent")] {
             #expect(listed.contains { $0.mode == mode && $0.path == path }, "\(mode) \(path) in \(contents.stdout)")
         }
         #expect(!listed.contains { $0.path.hasSuffix("/token") }, "the token file is made on the board, never shipped")
         #expect(contents.stdout.contains("root/root"), "files owned by root")
 
-        let control = try await Command.executeAsync("dpkg-deb", ["--field", deb, "Package", "Version", "Depends"])
+        let control = try await Command.executeAsync("dpkg-deb", ["--field", deb, "Package", "Version", "Depends", "Installed-Size"])
         #expect(control.stdout.contains("Package: dashcam-agent"))
-        #expect(control.stdout.contains("libespeak-ng1") && control.stdout.contains("libgpiod2"))
+        #expect(control.stdout.contains("libespeak-ng1") && control.stdout.contains("libgpiod2") && control.stdout.contains("libc6"))
+        // The binary is stripped in the package: far smaller than the one built.
+        let installed = control.stdout.split(separator: "\n").first { $0.hasPrefix("Installed-Size: ") }.flatMap { Int($0.dropFirst(16)) }
+        let binary = try FileManager.default.attributesOfItem(atPath: RecordCommandTests.agent)[.size] as? Int ?? 0
+        #expect(installed.map { $0 * 1024 < binary } == true, "Installed-Size \(installed ?? -1) KiB, binary \(binary) bytes")
         let scripts = FileManager.default.temporaryDirectory.appendingPathComponent("deb-control-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: scripts) }
         let extracted = try await Command.executeAsync("dpkg-deb", ["--control", deb, scripts.path])
@@ -81,6 +88,6 @@ import Testing
         let conffiles = try String(contentsOf: scripts.appendingPathComponent("conffiles"), encoding: .utf8)
         #expect(conffiles == "/etc/dashcam-agent/agent.yaml\n")
         let postinst = try String(contentsOf: scripts.appendingPathComponent("postinst"), encoding: .utf8)
-        #expect(postinst.contains("adduser --system") && postinst.contains("install -m 0600"))
+        #expect(postinst.contains("adduser --system") && postinst.contains("install -m 0600") && postinst.contains("deb-systemd-helper enable"))
     }
 }

@@ -70,6 +70,22 @@ import Testing
         await server.stop()
     }
 
+    @Test func shutdownClosesTheSessionWithGoingAway() async throws {
+        let server = try await RawWebSocketServer { _ in [.text(Self.welcome("s1"))] }
+        let uplink = makeUplink(port: server.port)
+        let running = Task { await uplink.run(networkChanges: AsyncStream { _ in }) }
+        for await message in uplink.messages {
+            if case .welcome = message { break }
+        }
+        await uplink.shutdown(flushFor: .seconds(1))
+        await running.value
+        let deadline = ContinuousClock.now + .seconds(5)
+        while server.closeCodes.isEmpty, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(server.closeCodes == [1001], "the close frame says the device is going away")
+        #expect(server.connections == 1, "and it does not reconnect")
+        await server.stop()
+    }
+
     @Test func aWrongTokenIsReportedAsAnAuthFailureAndRetriedOnlyMuchLater() async throws {
         let server = GuidanceServer(
             settings: .init(host: "127.0.0.1", port: 0), tokens: DeviceTokens(["right": "car-9"]),

@@ -273,27 +273,28 @@ camera:
 encoder:
   preference: [libx265]
   segmentSeconds: $HIL_SEGMENT_SECONDS
-output:
+recording:
   dir: $2
 EOF
 }
 
-# Completed segments in DIR, sorted: <seq>-<utc time>.mp4 (the agent writes a temp name, then
-# renames, so only these are complete). Bash globbing only: cheap enough to poll.
+# Completed segments in the recording folder DIR, sorted: <utc day>/<seq>-<utc time>.mp4 (the
+# agent writes a temp name, then renames, so only these are complete). Bash globbing only: cheap
+# enough to poll.
 hil_segments() {
     local f
     shopt -s nullglob
-    for f in "$1"/[0-9]*-*.mp4; do
-        f=${f##*/}
-        [[ $f =~ ^[0-9]+-[^/]*\.mp4$ ]] && printf '%s\n' "$f"
+    for f in "$1"/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]/[0-9]*-*.mp4; do
+        f=${f#"$1"/}
+        [[ $f =~ ^[0-9-]{10}/[0-9]+-[^/]*\.mp4$ ]] && printf '%s\n' "$f"
     done
     shopt -u nullglob
 }
 hil_segment_count() { local a; mapfile -t a < <(hil_segments "$1"); echo "${#a[@]}"; }
 hil_has_segments() { [ "$(hil_segment_count "$1")" -ge "$2" ]; }
-# Anything else left in DIR (temp files) - after a clean exit there should be none.
+# Any other file left in DIR (temp files) - after a clean exit there should be none.
 hil_leftovers() {
-    find "$1" -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | grep -vE '^[0-9]+-[^/]*\.mp4$' | sort
+    find "$1" -mindepth 1 -type f -printf '%P\n' 2>/dev/null | grep -vE '^[0-9-]{10}/[0-9]+-[^/]*\.mp4$' | sort
 }
 
 # The sequence number in a segment's name (<seq>-<utc time>.mp4), without leading zeros.

@@ -21,16 +21,19 @@ public final class RawWebSocketServer: Sendable {
     private let channel: any Channel
     private let accepted = NIOLockedValueBox(0)
     private let framesReceived = NIOLockedValueBox(0)
+    private let closes = NIOLockedValueBox<[Int]>([])
     public var port: Int { channel.localAddress?.port ?? 0 }
     /// Connections upgraded so far.
     public var connections: Int { accepted.withLockedValue { $0 } }
     /// Data frames read from clients so far (pings excluded).
     public var dataFrames: Int { framesReceived.withLockedValue { $0 } }
+    /// The status codes of the close frames clients sent, in order (1005 for a close without one).
+    public var closeCodes: [Int] { closes.withLockedValue { $0 } }
 
     /// Starts on 127.0.0.1 and an ephemeral port; `script(n)` is what connection n (from 0) gets.
     /// `receiveBuffer` sets SO_RCVBUF, so a server that stops reading pushes back quickly.
     public init(receiveBuffer: Int? = nil, script: @escaping @Sendable (Int) -> [Step]) async throws {
-        let accepted = self.accepted, framesReceived = self.framesReceived
+        let accepted = self.accepted, framesReceived = self.framesReceived, closes = self.closes
         var bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
         if let receiveBuffer {
@@ -44,7 +47,7 @@ public final class RawWebSocketServer: Sendable {
                     let index = accepted.withLockedValue { n in defer { n += 1 }; return n }
                     return channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(
-                            ScriptPlayer(steps: script(index), framesReceived: framesReceived))
+                            ScriptPlayer(steps: script(index), framesReceived: framesReceived, closes: closes))
                     }
                 })
             return channel.pipeline.configureHTTPServerPipeline(
@@ -58,18 +61,21 @@ public final class RawWebSocketServer: Sendable {
     }
 }
 
-/// Plays the steps to one connection; reads frames only to count them (no pong, no close reply).
+/// Plays the steps to one connection; reads frames only to count them and note close codes (no
+/// pong, no close reply).
 private final class ScriptPlayer: ChannelInboundHandler {
     typealias InboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
 
     private var steps: ArraySlice<RawWebSocketServer.Step>
     private let framesReceived: NIOLockedValueBox<Int>
+    private let closes: NIOLockedValueBox<[Int]>
     private var awaitingPing = false
 
-    init(steps: [RawWebSocketServer.Step], framesReceived: NIOLockedValueBox<Int>) {
+    init(steps: [RawWebSocketServer.Step], framesReceived: NIOLockedValueBox<Int>, closes: NIOLockedValueBox<[Int]>) {
         self.steps = steps[...]
         self.framesReceived = framesReceived
+        self.closes = closes
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -80,7 +86,11 @@ private final class ScriptPlayer: ChannelInboundHandler {
         let frame = unwrapInboundIn(data)
         switch frame.opcode {
         case .text, .binary, .continuation: framesReceived.withLockedValue { $0 += 1 }
-        case .connectionClose: context.close(promise: nil)
+        case .connectionClose:
+            var data = frame.unmaskedData
+            let code = data.readInteger(as: UInt16.self).map(Int.init) ?? 1005
+            closes.withLockedValue { $0.append(code) }
+            context.close(promise: nil)
         case .ping where awaitingPing:
             awaitingPing = false
             playNext(context: context)

@@ -13,7 +13,7 @@ public enum ExitStatus {
     public static let notACamera: Int32 = 69
     /// `EX_SOFTWARE`: no HEVC encoder opens on this machine.
     public static let noEncoder: Int32 = 70
-    /// `EX_CANTCREAT`: the output folder cannot be written.
+    /// `EX_CANTCREAT`: the recording folder cannot be written.
     public static let output: Int32 = 73
     /// `EX_TEMPFAIL`: the vibration motor's GPIO line is held by another program.
     public static let busy: Int32 = 75

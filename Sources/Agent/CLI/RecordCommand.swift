@@ -15,7 +15,7 @@ struct RecordCommand: AsyncParsableCommand {
     @Option(help: "YAML config file (see device-config/).")
     var config: String?
 
-    @Option(help: "Output folder (overrides output.dir).")
+    @Option(help: "Recording folder (overrides recording.dir).")
     var out: String?
 
     @Option(help: "Stop after this many segments.")
@@ -41,19 +41,17 @@ struct RecordCommand: AsyncParsableCommand {
         if let segments, segments < 1 {
             throw ConfigError.invalidOption("--segments", "\(segments)", "a whole number of segments, 1 or more")
         }
-        let config = try await AgentConfig.load(file: self.config, overrides: overrides())
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = config.log.level
-            return handler
-        }
+        let overrides = try overrides()
+        let config = try await AgentConfig.load(file: self.config, overrides: overrides)
+        let logLevel = Reloadable(config.log.level)
+        LoggingSystem.bootstrap { ReloadableLevelLogHandler(label: $0, level: logLevel) }
         let logger = Logger(label: "dashcam-agent")
-        let writer = try SegmentFileWriter(directory: config.output.dir)
-        let retention = Retention(
-            directory: writer.directory, maxBytes: config.output.maxMegabytes.map { Int64($0) << 20 },
-            minFreeBytes: Int64(config.output.minFreeMegabytes) << 20)
-        if !writer.removedLeftovers.isEmpty {
-            logger.notice("output: removed \(writer.removedLeftovers.count) temporary file(s) an interrupted run left in \(config.output.dir)")
+        // Trapped before anything starts: SIGHUP's default would end the agent.
+        let hangups = await UnixSignalsSequence(trapping: .sighup)
+        let store = try RecordingStore(
+            directory: config.recording.dir, retention: config.retention, segmentSeconds: config.encoder.segmentSeconds)
+        if !store.removedLeftovers.isEmpty {
+            logger.notice("recording: removed \(store.removedLeftovers.count) temporary file(s) an interrupted run left in \(config.recording.dir)")
         }
         let pipeline = try CapturePipeline(
             source: config.makeSource(logger: logger), settings: config.pipelineSettings(maxSegments: segments),
@@ -70,9 +68,19 @@ struct RecordCommand: AsyncParsableCommand {
             camera: .init(source: pipeline.cameraName, format: pipeline.cameraFormat, fps: config.camera.fps, state: "recording"),
             encoder: pipeline.encoderName, speech: .init(output: voice.output, locale: voice.deviceLocale),
             haptics: .init(line: haptics.lineDescription, released: false)))
+        board.update { $0.recording = .init(dir: config.recording.dir) }
         let router = GuidanceRouter(voice: voice, haptics: haptics, clear: patterns.clear, alert: patterns.alert,
                                     announcer: announcer, board: board, logger: logger)
-        let control = ControlRequests(board: board, uplink: uplink, server: config.uplink.url, voice: voice, haptics: haptics)
+        let control = ControlRequests(board: board, store: store, uplink: uplink, server: config.uplink.url, voice: voice, haptics: haptics)
+
+        let reloader = ConfigReloader(running: config, logger: logger) { [file = self.config] in
+            try await AgentConfig.load(file: file, overrides: overrides)
+        } apply: { new in
+            let patterns = try new.hapticPatterns()
+            router.patterns.current = patterns
+            store.retention = new.retention
+            logLevel.current = new.log.level
+        }
 
         let notifier = SystemdNotifier()
         let heartbeat = ServiceHeartbeat(
@@ -90,6 +98,10 @@ struct RecordCommand: AsyncParsableCommand {
         }) {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 if notifier.isActive { group.addTask { await heartbeat.run() } }
+                group.addTask {
+                    var reloader = reloader
+                    for await _ in hangups { await reloader.reload() }
+                }
                 group.addTask { await StatusSocket.serve(path: config.status.socket, logger: logger, answer: control.answer) }
                 group.addTask {
                     for await event in pipeline.events {
@@ -111,21 +123,16 @@ struct RecordCommand: AsyncParsableCommand {
                 for try await segment in pipeline.segments {
                     // The network does not wait for the disk (the file is flushed before its rename).
                     await uplink?.enqueue(segment)
-                    let deleted = retention.makeRoom(for: segment.data.count)
-                    if !deleted.isEmpty {
-                        logger.info("output: deleted \(deleted.count) oldest segment(s) to make room", metadata: ["oldest": "\(deleted[0])"])
+                    // The oldest go first; a full or failing disk never stops the recording or
+                    // the stream: the segment is still sent, and its line says it has no file.
+                    let recorded = store.record(segment)
+                    if let oldest = recorded.deleted.first {
+                        logger.info("recording: deleted \(recorded.deleted.count) oldest segment(s) to make room", metadata: ["oldest": "\(oldest.path)"])
                     }
-                    // A full or failing disk never stops the recording or the stream: the segment
-                    // is still sent, and its line says it has no file.
-                    var file: String?
-                    do {
-                        file = try writer.write(segment)
-                    } catch {
-                        diskTrouble.report(error, logger: logger)
-                    }
+                    if let error = recorded.error { diskTrouble.report(error, logger: logger) }
                     // One line per segment, written at once: a reader sees each as soon as it is on disk.
-                    FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: file) + "\n").utf8))
-                    board.recorded(segment.metadata)
+                    FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: recorded.path) + "\n").utf8))
+                    board.recorded(segment.metadata, written: recorded.path != nil)
                 }
                 if let uplink {
                     await uplink.shutdown(flushFor: .seconds(1))
@@ -154,7 +161,7 @@ struct RecordCommand: AsyncParsableCommand {
     /// Flags that override config keys (CLI > environment > file > defaults).
     private func overrides() throws -> [String: String] {
         var values: [String: String] = [:]
-        if let out { values["output.dir"] = out }
+        if let out { values["recording.dir"] = out }
         if fast { values["camera.pace"] = "fast" }
         if let source {
             let (kind, argument) = source.split(separator: ":", maxSplits: 1).map(String.init).pair
@@ -184,7 +191,7 @@ private struct DiskTrouble {
         let now = ContinuousClock.now
         if let lastLog, now - lastLog < .seconds(60) { return }
         lastLog = now
-        logger.error("output: \(error); recording and streaming go on without the file", metadata: ["failedWrites": "\(failures)"])
+        logger.error("recording: \(error); recording and streaming go on without the file", metadata: ["failedWrites": "\(failures)"])
     }
 }
 

@@ -11,7 +11,7 @@ public import Logging
 public struct AgentConfig: LoadableConfig {
     public var camera = Camera()
     public var encoder = Encoding()
-    public var output = Output()
+    public var recording = Recording()
     public var uplink = Uplink()
     public var guidance = Guidance()
     public var speech = Speech()
@@ -58,10 +58,11 @@ public struct AgentConfig: LoadableConfig {
         public var effectiveBufsizeKbps: Int { bufsizeKbps ?? 2 * bitrateKbps }
     }
 
-    public struct Output: Sendable, Equatable {
-        public var dir = "segments"
+    public struct Recording: Sendable, Equatable {
+        public var dir = "/var/lib/dashcam-agent/recordings"
         /// Unset: no cap; the oldest segments go when the free space runs low.
         public var maxMegabytes: Int?
+        public var protectedMaxMegabytes = 2048
         public var minFreeMegabytes = 256
 
         public init() {}
@@ -214,14 +215,17 @@ extension AgentConfig {
             "encoder.segmentSeconds", \.encoder.segmentSeconds, 1...60,
             "Length of each recorded segment file, in seconds."),
         .string(
-            "output.dir", \.output.dir, type: "path",
-            "Directory segments are written to; a relative path is taken from the working directory."),
+            "recording.dir", \.recording.dir, type: "path",
+            "Folder of the local recording: one subfolder per UTC day, and `protected/` for kept incidents; a relative path is taken from the working directory."),
         .optionalInt(
-            "output.maxMegabytes", \.output.maxMegabytes, 1...10_000_000,
-            "Loop recording: the oldest segments are deleted to keep the folder under this size, in MB; unset means no cap."),
+            "recording.maxMegabytes", \.recording.maxMegabytes, 1...10_000_000,
+            "Loop recording: the oldest unprotected segments are deleted to keep them under this size, in MB; unset means no cap. Reloaded on SIGHUP."),
         .int(
-            "output.minFreeMegabytes", \.output.minFreeMegabytes, 0...1_000_000,
-            "Loop recording: the oldest segments are deleted to keep this much free space on the disk, in MB."),
+            "recording.protectedMaxMegabytes", \.recording.protectedMaxMegabytes, 1...10_000_000,
+            "Cap of the segments kept with `dashcam-agent protect`, in MB; over it the oldest protected ones go. Reloaded on SIGHUP."),
+        .int(
+            "recording.minFreeMegabytes", \.recording.minFreeMegabytes, 0...1_000_000,
+            "Free space kept on the disk, in MB: the oldest unprotected segments go first, protected ones only when none is left. Reloaded on SIGHUP."),
         .optionalString(
             "uplink.url", \.uplink.url, type: "url",
             "Guidance server, `wss://HOST[:PORT]/v1/stream`; unset records without streaming."),
@@ -277,14 +281,14 @@ extension AgentConfig {
             "A missing chip or busy line stops the agent at start; `false` warns and runs without vibration."),
         .intList(
             "haptics.clear", \.haptics.clear, each: HapticPattern.stepRange, count: 1...HapticPattern.maxSteps,
-            "Pattern for a clear road, in ms: on, off, on, …"),
+            "Pattern for a clear road, in ms: on, off, on, …. Reloaded on SIGHUP."),
         .intList(
             "haptics.alert", \.haptics.alert, each: HapticPattern.stepRange, count: 1...HapticPattern.maxSteps,
-            "Pattern played with urgent guidance, in ms: on, off, on, …"),
+            "Pattern played with urgent guidance, in ms: on, off, on, …. Reloaded on SIGHUP."),
         .string(
             "status.socket", \.status.socket, type: "path",
             "Unix socket where `dashcam-agent status` and `say-status` reach the running agent."),
-        .choice("log.level", \.log.level, "Least severe log level that is printed."),
+        .choice("log.level", \.log.level, "Least severe log level that is printed. Reloaded on SIGHUP."),
     ]
 
     /// Environment variables that set keys start with this, e.g. `DASHCAM_CAMERA_FPS`.

@@ -13,8 +13,8 @@ public import Logging
 public struct GuidanceRouter: Sendable {
     public let voice: DeviceVoice
     public let haptics: Haptics
-    public let clear: HapticPattern
-    public let alert: HapticPattern
+    /// `haptics.clear` and `haptics.alert`, which SIGHUP may change.
+    public let patterns: Reloadable<(clear: HapticPattern, alert: HapticPattern)>
     public let announcer: StatusAnnouncer
     public let board: StatusBoard
     public let logger: Logger
@@ -23,8 +23,7 @@ public struct GuidanceRouter: Sendable {
                 announcer: StatusAnnouncer, board: StatusBoard, logger: Logger) {
         self.voice = voice
         self.haptics = haptics
-        self.clear = clear
-        self.alert = alert
+        self.patterns = Reloadable((clear, alert))
         self.announcer = announcer
         self.board = board
         self.logger = logger
@@ -34,11 +33,11 @@ public struct GuidanceRouter: Sendable {
         board.received(message)
         switch message {
         case .guidance(let guidance) where guidance.clear:
-            haptics.play(clear, receivedAt: receivedAt)
+            haptics.play(patterns.current.clear, receivedAt: receivedAt)
             logger.notice("guidance: segment \(guidance.seq): clear")
         case .guidance(let guidance):
             let urgent = guidance.priority == .urgent
-            if urgent { haptics.play(alert, receivedAt: receivedAt) }
+            if urgent { haptics.play(patterns.current.alert, receivedAt: receivedAt) }
             voice.say(guidance.text, locale: guidance.lang, urgent: urgent, receivedAt: receivedAt)
             logger.notice("guidance: segment \(guidance.seq): \(guidance.text)", metadata: [
                 "lang": "\(guidance.lang ?? voice.deviceLocale)", "priority": "\(guidance.priority.rawValue)",

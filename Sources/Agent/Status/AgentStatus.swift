@@ -34,8 +34,25 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var reconnects = 0
         public var paused = false
         /// Segments recorded that the server has not acknowledged (dropped, queued, in flight, or
-        /// recorded while offline): they are only in the output folder.
+        /// recorded while offline): they are only in the recording folder.
         public var notSent = 0
+    }
+
+    public struct RecordingStatus: Codable, Sendable, Equatable {
+        public var dir: String
+        public var segments = 0
+        public var bytes: Int64 = 0
+        /// Kept with `dashcam-agent protect`, under `protected/`.
+        public var protectedSegments = 0
+        public var protectedBytes: Int64 = 0
+        /// Sequence number of the newest segment written, for `protect`.
+        public var lastSeq: Int?
+        /// Segments the disk did not take (full or failing); they were still streamed.
+        public var failedWrites = 0
+
+        public init(dir: String) {
+            self.dir = dir
+        }
     }
 
     public struct Guidance: Codable, Sendable, Equatable {
@@ -74,6 +91,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var camera: Camera
     public var encoder: String
     public var uplink = UplinkStatus()
+    /// Nil for a status without a local recording.
+    public var recording: RecordingStatus?
     /// Seconds of guidance left; nil when unlimited or not known yet (``usageKnown``).
     public var remainingSeconds: Int?
     /// A welcome or usage message has told the remaining usage.
@@ -102,6 +121,13 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         if uplink.state != "off" { link += "; \(uplink.notSent) segments only on disk" }
         if uplink.paused { link += "; uploads paused (usage exhausted)" }
         lines.append(link)
+        if let recording {
+            var line = "recording: \(recording.dir); \(recording.segments) segments (\(Self.megabytes(recording.bytes))), "
+                + "\(recording.protectedSegments) protected (\(Self.megabytes(recording.protectedBytes)))"
+            if let seq = recording.lastSeq { line += "; newest segment \(seq)" }
+            if recording.failedWrites > 0 { line += "; \(recording.failedWrites) segments the disk did not take" }
+            lines.append(line)
+        }
         lines.append("usage: " + (!usageKnown ? "not known yet" : remainingSeconds.map { "\($0 / 60) min \($0 % 60) s left" } ?? "unlimited"))
         if let last = lastGuidance {
             lines.append("last guidance: segment \(last.seq) at \(last.receivedAt): " + (last.clear ? "clear" : "[\(last.priority)] \(last.text)"))
@@ -111,6 +137,13 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         lines.append("speech: \(speech.output), \(speech.locale); spoken \(speech.spoken), cut off \(speech.cutOff), replaced \(speech.replaced), failed \(speech.failures)")
         lines.append("haptics: \(haptics.line)" + (haptics.released ? " (released)" : ""))
         return lines.joined(separator: "\n")
+    }
+
+    /// `812 KB`, `3.4 MB`, `2.1 GB`.
+    static func megabytes(_ bytes: Int64) -> String {
+        let units = [("GB", 1 << 30), ("MB", 1 << 20)]
+        for (unit, size) in units where bytes >= Int64(size) { return String(format: "%.1f %@", Double(bytes) / Double(size), unit) }
+        return "\((bytes + 1023) / 1024) KB"
     }
 }
 
@@ -128,10 +161,16 @@ public final class StatusBoard: Sendable {
 
     public var current: AgentStatus { state.withLock { $0 } }
 
-    public func recorded(_ segment: SegmentMetadata) {
+    /// A segment closed; `written`: the recording folder took it.
+    public func recorded(_ segment: SegmentMetadata, written: Bool = true) {
         update {
             $0.camera.segments += 1
             $0.camera.droppedFrames += segment.droppedFrames
+            if written {
+                $0.recording?.lastSeq = segment.seq
+            } else {
+                $0.recording?.failedWrites += 1
+            }
         }
     }
 

@@ -1,9 +1,10 @@
 import Foundation
 import HAL
 
-/// Answers the requests of ``StatusSocket``: `status` and `say-status`.
+/// Answers the requests of ``StatusSocket``: `status`, `say-status` and `protect …`.
 struct ControlRequests: Sendable {
     let board: StatusBoard
+    let store: RecordingStore?
     let uplink: Uplink?
     let server: String?
     let voice: DeviceVoice
@@ -17,8 +18,18 @@ struct ControlRequests: Sendable {
             let phrase = spokenStatus(board.current)
             voice.announce([phrase])
             return Self.json(["said": phrase.text(language: voice.voice(for: voice.deviceLocale).language)])
+        case _ where request.hasPrefix("protect "):
+            guard let selection = SegmentSelection(request: request) else {
+                return Self.json(["error": "cannot read '\(request.prefix(64))'; expected `protect seq A B` or `protect time MS MS`"])
+            }
+            guard let store else { return Self.json(["error": "this agent keeps no local recording"]) }
+            do {
+                return Self.json(try store.protect(selection))
+            } catch {
+                return Self.json(["error": "\(error)"])
+            }
         default:
-            return Self.json(["error": "unknown request '\(request.prefix(64))'; the agent answers `status` and `say-status`"])
+            return Self.json(["error": "unknown request '\(request.prefix(64))'; the agent answers `status`, `say-status` and `protect`"])
         }
     }
 
@@ -58,6 +69,13 @@ struct ControlRequests: Sendable {
             status.speech.failures = stats.failures
         }
         status.haptics.released = haptics.isReleased
+        if let store, status.recording != nil {
+            let usage = store.usage()
+            status.recording?.segments = usage.segments
+            status.recording?.bytes = usage.bytes
+            status.recording?.protectedSegments = usage.protectedSegments
+            status.recording?.protectedBytes = usage.protectedBytes
+        }
         return status
     }
 

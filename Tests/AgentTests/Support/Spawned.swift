@@ -126,7 +126,7 @@ struct LoopFiles {
             encoder:
               preference: [libx265]
               crf: \(crf)
-            output:
+            recording:
               dir: \(path("segments"))
             uplink:
               url: \(url)

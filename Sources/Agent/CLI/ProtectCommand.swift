@@ -1,0 +1,73 @@
+import ArgumentParser
+import Foundation
+
+struct ProtectCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "protect",
+        abstract: "Keep recorded segments (an incident): the running agent moves them to protected/, which loop recording does not delete.",
+        discussion: """
+            Examples: `protect 42` (segment 42 of this run), `protect 40..45`, `protect 09:30..09:35` (today, \
+            local time), `protect 2026-11-23T09:30Z..2026-11-23T09:35Z`, `protect --last 2m` (the last two \
+            minutes and the segment being recorded). A range that reaches past the newest segment keeps the \
+            segments still to come until its end. Protected segments have their own cap \
+            (recording.protectedMaxMegabytes); over it, the oldest protected ones go.
+            """
+    )
+
+    @Argument(help: "A sequence number or range (`42`, `40..45`), or a time or time range (`09:30..09:35`, `…Z..…Z`, `now`).")
+    var selection: String?
+
+    @Option(help: "Protect the last DURATION instead (`90s`, `2m`, `1h`).")
+    var last: String?
+
+    @Flag(help: "Print the agent's JSON answer.")
+    var json = false
+
+    @OptionGroup var options: SocketOptions
+
+    func run() async throws {
+        let chosen: SegmentSelection
+        do {
+            switch (selection, last) {
+            case (let text?, nil): chosen = try SegmentSelection.parse(text)
+            case (nil, let duration?): chosen = try SegmentSelection.last(duration)
+            default: throw ValidationError("give either a selection or --last DURATION")
+            }
+        } catch let error as SelectionError {
+            throw ValidationError("\(error)")
+        }
+        let reply = try await options.ask(chosen.request).trimmingCharacters(in: .whitespacesAndNewlines)
+        var standardError = StandardError()
+        guard let result = try? JSONDecoder().decode(RecordingStore.Protection.self, from: Data(reply.utf8)) else {
+            print("dashcam-agent: \(Self.error(in: reply))", to: &standardError)
+            throw ExitCode(ExitStatus.failure)
+        }
+        if json {
+            print(reply)
+        } else {
+            print(Self.text(result))
+        }
+        if result.protected.isEmpty && result.alreadyProtected == 0 && result.pendingUntilMs == nil {
+            print("dashcam-agent: no recorded segment matches '\(selection ?? "--last \(last ?? "")")'", to: &standardError)
+            throw ExitCode(ExitStatus.noInput)
+        }
+    }
+
+    static func text(_ result: RecordingStore.Protection) -> String {
+        var lines = ["protected \(result.protected.count) segment(s)" + (result.alreadyProtected > 0 ? ", \(result.alreadyProtected) already were" : "")]
+        lines += result.protected.map { "  \($0)" }
+        if let until = result.pendingUntilMs {
+            lines.append("segments recorded until \(Date(timeIntervalSince1970: Double(until) / 1000).formatted(date: .omitted, time: .standard)) are protected as they close")
+        }
+        if !result.deleted.isEmpty {
+            lines.append("deleted \(result.deleted.count) older protected segment(s) to stay under recording.protectedMaxMegabytes")
+        }
+        lines.append("protected now: \(result.protectedSegments) segments, \(AgentStatus.megabytes(result.protectedBytes))")
+        return lines.joined(separator: "\n")
+    }
+
+    private static func error(in reply: String) -> String {
+        let object = try? JSONSerialization.jsonObject(with: Data(reply.utf8)) as? [String: Any]
+        return object?["error"] as? String ?? "the agent answered something else: \(reply.prefix(200))"
+    }
+}

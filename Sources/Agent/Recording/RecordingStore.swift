@@ -1,0 +1,184 @@
+public import Foundation
+public import HAL
+import Synchronization
+
+/// The local recording: every segment under `<dir>/<UTC day>/`, written whole or not at all,
+/// the oldest deleted to respect ``Retention``; segments kept for an incident under
+/// `<dir>/protected/<UTC day>/`, which only their own cap (or a disk with no other segment left
+/// to delete) removes.
+///
+/// One lock covers the folder: the segment loop writes and deletes, the control socket protects,
+/// and neither sees the other's half-done work. The folder is listed once, at start; from then on
+/// an index in memory follows every write, move and delete.
+public final class RecordingStore: Sendable {
+    public let root: URL
+    /// The nominal length of a segment, for matching files to a time range.
+    public let segmentSeconds: Int
+    /// Temporary files a power cut or a kill left behind, removed when the store was opened.
+    public let removedLeftovers: [String]
+    private let state: Mutex<State>
+
+    private struct State {
+        var retention: Retention
+        /// Every segment in the folder, oldest capture time first.
+        var index: [StoredSegment]
+        /// Time ranges of `protect` requests that reach past the newest segment written.
+        var pending: [ClosedRange<Date>] = []
+    }
+
+    /// What one segment did to the folder.
+    public struct Recorded: Sendable {
+        /// Relative to the folder; nil when the disk did not take it.
+        public var path: String?
+        public var error: OutputError?
+        public var deleted: [StoredSegment]
+    }
+
+    /// Opens the folder: creates it if needed, proves it takes a file, removes leftovers.
+    public init(directory: String, retention: Retention, segmentSeconds: Int) throws(OutputError) {
+        let root = URL(fileURLWithPath: directory, isDirectory: true)
+        self.root = root
+        self.segmentSeconds = segmentSeconds
+        try DurableFile.checkWritable(root)
+        removedLeftovers = StoredSegment.folders(in: root).flatMap { folder in
+            DurableFile.removeLeftovers(in: root.appendingPathComponent(folder)).map { folder.isEmpty ? $0 : folder + "/" + $0 }
+        }
+        state = Mutex(State(retention: retention, index: StoredSegment.all(in: root)))
+    }
+
+    public var retention: Retention {
+        get { state.withLock { $0.retention } }
+        set { state.withLock { $0.retention = newValue } }
+    }
+
+    /// Makes room, then writes the segment (into `protected/` if a pending `protect` covers it).
+    public func record(_ segment: Segment) -> Recorded {
+        state.withLock { state in
+            let start = segment.metadata.capturedAt
+            let length = Double(segment.metadata.durationMs) / 1000
+            state.pending.removeAll { $0.upperBound < start }
+            let protected = state.pending.contains { SegmentSelection.overlaps($0, start: start, length: length) }
+            let deleted = delete(state.retention.victims(
+                of: state.index, freeBytes: freeBytes(), incoming: Int64(segment.data.count), incomingProtected: protected), from: &state.index)
+            let path = StoredSegment.path(for: segment.metadata, protected: protected)
+            let file = root.appendingPathComponent(path)
+            do throws(OutputError) {
+                try DurableFile.makeFolder(file.deletingLastPathComponent())
+                try DurableFile.write(segment.data, to: file)
+                state.index.insertInOrder(StoredSegment(path: path, seq: segment.metadata.seq, capturedAt: start, bytes: Int64(segment.data.count)))
+                return Recorded(path: path, error: nil, deleted: deleted)
+            } catch {
+                return Recorded(path: nil, error: error, deleted: deleted)
+            }
+        }
+    }
+
+    /// What `protect` did.
+    public struct Protection: Codable, Sendable, Equatable {
+        /// Moved into `protected/` now, relative to the folder.
+        public var protected: [String] = []
+        public var alreadyProtected = 0
+        /// Older protected segments deleted to stay under recording.protectedMaxMegabytes.
+        public var deleted: [String] = []
+        /// Segments recorded until this time will be protected too (ms since 1970).
+        public var pendingUntilMs: Int64?
+        public var protectedSegments = 0
+        public var protectedBytes: Int64 = 0
+    }
+
+    /// Moves the selected segments into `protected/`, then applies the protected cap.
+    public func protect(_ selection: SegmentSelection, now: Date = .now) throws(OutputError) -> Protection {
+        try state.withLock { state throws(OutputError) in
+            let stored = state.index
+            var result = Protection()
+            let chosen: [StoredSegment]
+            switch selection {
+            case .sequence(let range):
+                // Newest first, so the first of each number is this run's.
+                var seen = Set<Int>()
+                chosen = stored.reversed().filter { range.contains($0.seq) && seen.insert($0.seq).inserted }
+            case .time(let range):
+                chosen = stored.filter { SegmentSelection.overlaps(range, start: $0.capturedAt, length: Double(segmentSeconds)) }
+                let newestEnd = stored.last.map { $0.capturedAt.addingTimeInterval(Double(segmentSeconds)) } ?? .distantPast
+                if range.upperBound >= max(newestEnd, now.addingTimeInterval(-Double(segmentSeconds))) {
+                    state.pending.append(range)
+                    result.pendingUntilMs = Int64(range.upperBound.timeIntervalSince1970 * 1000)
+                }
+            }
+            for segment in chosen.sorted(by: { $0.capturedAt < $1.capturedAt }) {
+                if segment.isProtected {
+                    result.alreadyProtected += 1
+                    continue
+                }
+                let path = [StoredSegment.protectedFolder, StoredSegment.dayFolder(for: segment.capturedAt), segment.name].joined(separator: "/")
+                let destination = root.appendingPathComponent(path)
+                let source = root.appendingPathComponent(segment.path)
+                // A segment deleted by hand since the folder was read is no longer there to keep.
+                guard FileManager.default.fileExists(atPath: source.path) else {
+                    state.index.removeAll { $0.path == segment.path }
+                    continue
+                }
+                try DurableFile.makeFolder(destination.deletingLastPathComponent())
+                try DurableFile.move(source, to: destination)
+                state.index.removeAll { $0.path == segment.path }
+                removeFolderIfEmpty(of: segment.path)
+                result.protected.append(path)
+                state.index.insertInOrder(StoredSegment(path: path, seq: segment.seq, capturedAt: segment.capturedAt, bytes: segment.bytes))
+            }
+            let capped = Retention(maxBytes: nil, protectedMaxBytes: state.retention.protectedMaxBytes, minFreeBytes: 0)
+            result.deleted = delete(capped.victims(of: state.index, freeBytes: nil), from: &state.index).map(\.path)
+            let kept = state.index.filter(\.isProtected)
+            result.protectedSegments = kept.count
+            result.protectedBytes = kept.reduce(0) { $0 + $1.bytes }
+            return result
+        }
+    }
+
+    /// Segments and bytes in the folder, protected ones apart.
+    public func usage() -> (segments: Int, bytes: Int64, protectedSegments: Int, protectedBytes: Int64) {
+        state.withLock { state in
+            let stored = state.index
+            let kept = stored.filter(\.isProtected)
+            let loop = stored.filter { !$0.isProtected }
+            return (loop.count, loop.reduce(0) { $0 + $1.bytes }, kept.count, kept.reduce(0) { $0 + $1.bytes })
+        }
+    }
+
+    /// Deletes the files and drops them from the index; returns those that were deleted. One
+    /// already gone (removed by hand) leaves the index too; one that cannot be deleted stays.
+    private func delete(_ victims: [StoredSegment], from index: inout [StoredSegment]) -> [StoredSegment] {
+        var deleted: [StoredSegment] = []
+        for segment in victims {
+            let gone = unlink(root.appendingPathComponent(segment.path).path) == 0
+            if gone || errno == ENOENT { index.removeAll { $0.path == segment.path } }
+            guard gone else { continue }
+            removeFolderIfEmpty(of: segment.path)
+            deleted.append(segment)
+        }
+        return deleted
+    }
+
+    /// A day folder goes with its last segment (rmdir refuses a folder that still holds anything).
+    private func removeFolderIfEmpty(of path: String) {
+        let folder = (path as NSString).deletingLastPathComponent
+        guard !folder.isEmpty else { return }
+        if rmdir(root.appendingPathComponent(folder).path) == 0 {
+            DurableFile.syncFolder(root.appendingPathComponent(folder).deletingLastPathComponent())
+        }
+    }
+
+    /// Free bytes for an unprivileged writer on the folder's filesystem; nil if unknown.
+    private func freeBytes() -> Int64? {
+        var info = statvfs()
+        guard statvfs(root.path, &info) == 0 else { return nil }
+        return Int64(info.f_bavail) * Int64(info.f_frsize)
+    }
+}
+
+extension [StoredSegment] {
+    /// New segments are normally the newest: the search starts from the end.
+    fileprivate mutating func insertInOrder(_ segment: StoredSegment) {
+        let index = lastIndex { ($0.capturedAt, $0.path) <= (segment.capturedAt, segment.path) }.map { $0 + 1 } ?? 0
+        insert(segment, at: index)
+    }
+}
