@@ -6,7 +6,8 @@
 #   * the haptic line (gpio-sim line 5, named "haptic", found by name) goes 1 then 0: the clear
 #     pulse, then the three urgent pulses
 #   * `dashcam-agent status --json` reports the session and the sound output while it runs
-#   * after SIGTERM the agent exits 0, and the line is released (gpioinfo: unused) and reads 0
+#   * after SIGTERM the agent exits 0 within 2 s, the segment in progress is written, and the
+#     line is released (gpioinfo: unused) and reads 0
 # HIL_VOICE_TOUCH_ROUNDS=N (bench/voice_touch.sh) plays N longer rounds, with room between spoken
 # items, for latency figures; the agent logs every latency at debug level.
 set -uo pipefail
@@ -128,8 +129,21 @@ stop=$(hil_now)
 kill -TERM "$agent_pid"
 wait "$agent_pid"
 rc=$?
-if [ "$rc" -eq 0 ]; then hil_ok "agent exit 0 on SIGTERM after $(hil_since "$stop")s"
+stop_us=$(( $(hil_us "$EPOCHREALTIME") - $(hil_us "$stop") ))
+if [ "$rc" -eq 0 ]; then hil_ok "agent exit 0 on SIGTERM after $(hil_fmt_us "$stop_us")s"
 else hil_fail "agent exit 0 on SIGTERM (got $rc)"; fi
+# systemd waits TimeoutStopSec; the agent's own goal is 2 s, segment and line included.
+if [ "$stop_us" -le 2000000 ]; then hil_ok "SIGTERM to exit within 2 s ($(hil_fmt_us "$stop_us")s)"
+else hil_fail "SIGTERM to exit within 2 s (took $(hil_fmt_us "$stop_us")s)"; fi
+# The segment in progress was closed and written, not lost (unless SIGTERM fell right on a
+# segment boundary, when none was in progress).
+last=$(tail -n 1 "$CASE_DIR/agent.jsonl")
+read -r last_reason last_file < <(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r.get("endReason", "?"), r.get("file", "-"))' "$last" 2>/dev/null)
+if [ "${last_reason:-}" = shutdown ] && ffprobe -v error -show_entries stream=codec_name -of csv=p=0 "$OUT/$last_file" | grep -qx hevc; then
+    hil_ok "the segment in progress at SIGTERM was written: $last_file (endReason shutdown, ffprobe: hevc)"
+elif [ "${last_reason:-}" = complete ]; then
+    hil_log "info: SIGTERM came on a segment boundary: the last segment is complete ($last_file)"
+else hil_fail "the segment in progress at SIGTERM was written (last line: $last)"; fi
 touch "$CASE_DIR/stop-watch"
 wait "$watch_pid"
 kill -INT "$arecord_pid" 2>/dev/null
