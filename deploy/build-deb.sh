@@ -6,21 +6,30 @@
 #
 #     bash deploy/build-deb.sh                  # release build, static Swift stdlib
 #     AGENT_BIN=path bash deploy/build-deb.sh   # package a binary built elsewhere (the tests do)
+#
+# DEB_OUT (folder), DEB_COMPRESSION (xz, gzip, none), DEB_MAINTAINER ("Name <address>") and
+# DEB_SCRATCH (the build folder) change the defaults. The binary is stripped in the package, not
+# in place. The package's path is the only line printed on stdout.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 VERSION=$(sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/Agent/Uplink/AgentConfig+Uplink.swift)
 ARCH=$(dpkg --print-architecture)
 if [ -z "${AGENT_BIN:-}" ]; then
-    swift build -c release --static-swift-stdlib --product dashcam-agent
-    AGENT_BIN=.build/release/dashcam-agent
+    # No RUNPATH: every library the binary needs comes from the system's own folders. The build's
+    # progress goes to stderr: stdout carries only the package's path.
+    swift build -c release --static-swift-stdlib --disable-local-rpath --product dashcam-agent ${DEB_SCRATCH:+--scratch-path "$DEB_SCRATCH"} >&2
+    AGENT_BIN=${DEB_SCRATCH:-.build}/release/dashcam-agent
 fi
 OUT="${DEB_OUT:-deploy/out}"
 ROOT=$(mktemp -d)
 chmod 0755 "$ROOT"
 trap 'rm -rf "$ROOT"' EXIT
 
+MAINTAINER="${DEB_MAINTAINER:-dashcam-agent maintainers <maintainers@dashcam-agent.invalid>}"
+
 install -D -m 0755 "$AGENT_BIN" "$ROOT/usr/bin/dashcam-agent"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/dashcam-agent"
 install -D -m 0644 deploy/dashcam-agent.service "$ROOT/lib/systemd/system/dashcam-agent.service"
 install -D -m 0644 deploy/60-dashcam-agent.rules "$ROOT/lib/udev/rules.d/60-dashcam-agent.rules"
 install -D -m 0644 device-config/default.yaml "$ROOT/etc/dashcam-agent/agent.yaml"
@@ -28,24 +37,29 @@ for board in device-config/boards/*.yaml; do
     install -D -m 0644 "$board" "$ROOT/usr/share/dashcam-agent/boards/$(basename "$board")"
 done
 install -D -m 0644 README.md "$ROOT/usr/share/doc/dashcam-agent/README.md"
-install -D -m 0644 deploy/README.md "$ROOT/usr/share/doc/dashcam-agent/INSTALL.md"
+install -D -m 0644 deploy/README.md "$ROOT/usr/share/doc/dashcam-agent/README.Debian"
 install -D -m 0644 device-config/README.md "$ROOT/usr/share/doc/dashcam-agent/CONFIG.md"
 install -D -m 0644 deploy/copyright "$ROOT/usr/share/doc/dashcam-agent/copyright"
+gzip -9n < deploy/debian/changelog > "$ROOT/usr/share/doc/dashcam-agent/changelog.gz"
+chmod 0644 "$ROOT/usr/share/doc/dashcam-agent/changelog.gz"
+install -D -m 0644 deploy/debian/lintian-overrides "$ROOT/usr/share/lintian/overrides/dashcam-agent"
 
 mkdir -p "$ROOT/DEBIAN"
 cat > "$ROOT/DEBIAN/control" <<CONTROL
 Package: dashcam-agent
 Version: $VERSION
 Architecture: $ARCH
-Maintainer: dashcam-agent maintainers <dashcam-agent@localhost>
+Installed-Size: $(du -sk --exclude=DEBIAN "$ROOT" | cut -f1)
+Maintainer: $MAINTAINER
 Section: video
 Priority: optional
-Depends: adduser, libavcodec59, libavformat59, libswscale6, libavutil57, libv4l-0, libgpiod2, libespeak-ng1, espeak-ng-data, libasound2
+Depends: adduser, libc6 (>= 2.34), libstdc++6, libgcc-s1, libavcodec59, libavformat59, libswscale6, libavutil57, libv4l-0, libgpiod2, libespeak-ng1, espeak-ng-data, libasound2
 Recommends: v4l-utils, gpiod, alsa-utils
 Description: dashcam agent: records a camera, streams it for driver guidance
- Captures a V4L2 camera, encodes 5-second HEVC segments, streams them over WebSocket to a
- guidance server, speaks the guidance with eSpeak-ng and pulses a GPIO vibration motor when
- the road is clear. Runs as a systemd service with a watchdog.
+ Captures a V4L2 camera, encodes 5-second HEVC segments and keeps a loop
+ recording of them, streams them over WebSocket to a guidance server, speaks
+ the guidance with eSpeak-ng and pulses a GPIO vibration motor when the road is
+ clear. Runs as a systemd service with a watchdog.
 CONTROL
 echo /etc/dashcam-agent/agent.yaml > "$ROOT/DEBIAN/conffiles"
 install -m 0755 deploy/debian/postinst "$ROOT/DEBIAN/postinst"

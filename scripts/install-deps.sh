@@ -11,6 +11,7 @@ PACKAGES=(
     sox                                                           # checks speech audio
     ffmpeg                                                        # ffprobe checks every segment
     systemd                                                       # systemd-analyze checks the unit
+    lintian                                                       # checks the .deb
 )
 
 missing=()
