@@ -1,4 +1,4 @@
-import Agent
+@testable import Agent
 import Foundation
 import Glibc
 import HAL
@@ -71,9 +71,11 @@ import Testing
         #expect(limits(max: 150).victims(of: all, freeBytes: nil, incoming: 100) == Array(loop.prefix(3)))
         // Their own cap takes the oldest protected ones.
         #expect(limits(protectedMax: 250).victims(of: all, freeBytes: nil, incoming: 100, incomingProtected: true) == Array(kept.prefix(2)))
-        // A disk that runs out deletes every unprotected segment before the first protected one.
-        #expect(limits(minFree: 1000).victims(of: all, freeBytes: 650, incoming: 100) == loop + kept.prefix(2))
+        // The free space floor takes every unprotected segment, never a protected one …
+        #expect(limits(minFree: 1000).victims(of: all, freeBytes: 650, incoming: 100) == loop)
         #expect(limits(minFree: 1000).victims(of: all, freeBytes: 2000, incoming: 100).isEmpty)
+        // … unless the segment would not fit at all: then the oldest protected, only as many as it needs.
+        #expect(limits(minFree: 1000).victims(of: all, freeBytes: 50, incoming: 500) == loop + kept.prefix(2))
     }
 
     @Test func protectMovesTheNewestOfASequenceNumberAndKeepsSegmentsStillToCome() throws {
@@ -106,15 +108,25 @@ import Testing
         #expect(reopened.usage() == store.usage())
     }
 
-    @Test func protectingOverTheCapDeletesTheOldestProtected() throws {
+    @Test func protectingOverTheCapDeletesWhatWasProtectedBeforeNeverTheRequest() throws {
         let root = try folder()
         defer { try? FileManager.default.removeItem(at: root) }
-        let store = try RecordingStore(directory: root.path, retention: limits(protectedMax: 250), segmentSeconds: 5)
-        for seq in 0..<4 { _ = store.record(try segment(seq: seq, at: "20261123T09000\(seq * 2).000Z", bytes: 100)) }
-        _ = try store.protect(.sequence(0...1))
-        let result = try store.protect(.sequence(2...2))
-        #expect(result.deleted == ["protected/2026-11-23/000000-20261123T090000.000Z.mp4"])
-        #expect(result.protectedSegments == 2 && result.protectedBytes == 200)
+        let store = try RecordingStore(directory: root.path, retention: limits(protectedMax: 350), segmentSeconds: 5)
+        for seq in 0..<6 { _ = store.record(try segment(seq: seq, at: "20261123T09000\(seq).000Z", bytes: 100)) }
+        func kept(_ seq: Int) -> String { "protected/2026-11-23/00000\(seq)-20261123T09000\(seq).000Z.mp4" }
+        _ = try store.protect(.sequence(3...4))
+        // An older incident, protected after a newer one: the cap makes room among the segments
+        // protected before (the oldest of them, 3), never among the two just asked for.
+        let older = try store.protect(.sequence(1...2))
+        #expect(older.protected == [kept(1), kept(2)] && older.deleted == [kept(3)])
+        #expect(older.protectedSegments == 3 && older.protectedBytes == 300)
+        // A request larger than the cap keeps its newest segments (5, and 4 and 2 already kept);
+        // its oldest unprotected one (0) stays in the loop, and 1, protected before, makes room.
+        let large = try store.protect(.sequence(0...5))
+        #expect(large.protected == [kept(5)] && large.alreadyProtected == 2 && large.overCap == 1)
+        #expect(large.deleted == [kept(1)] && large.protectedSegments == 3 && large.protectedBytes == 300)
+        #expect(files(under: root).contains("2026-11-23/000000-20261123T090000.000Z.mp4"))
+        #expect(ProtectCommand.text(large).contains("1 older segment(s) of the selection stay in the loop"))
     }
 
     @Test func aSegmentDeletedByHandIsSkippedNotAnError() throws {

@@ -6,11 +6,14 @@ struct ProtectCommand: AsyncParsableCommand {
         commandName: "protect",
         abstract: "Keep recorded segments (an incident): the running agent moves them to protected/, which loop recording does not delete.",
         discussion: """
-            Examples: `protect 42` (segment 42 of this run), `protect 40..45`, `protect 09:30..09:35` (today, \
-            local time), `protect 2026-11-23T09:30Z..2026-11-23T09:35Z`, `protect --last 2m` (the last two \
-            minutes and the segment being recorded). A range that reaches past the newest segment keeps the \
+            Examples: `protect 42` (the newest segment numbered 42: numbers restart with each run, and the \
+            reply names the files), `protect 40..45`, `protect 09:30..09:35` (local time, the latest such \
+            time: a time of day more than an hour ahead is yesterday's), `protect 23:58..00:02`, \
+            `protect 2026-11-23T09:30Z..2026-11-23T09:35Z`, `protect --last 2m` (the last two minutes and \
+            the segment being recorded). A time range that reaches past the newest segment keeps the \
             segments still to come until its end. Protected segments have their own cap \
-            (recording.protectedMaxMegabytes); over it, the oldest protected ones go.
+            (recording.protectedMaxMegabytes): a request makes room by deleting segments protected \
+            before it, oldest first, never its own; what the cap cannot hold stays in the loop.
             """
     )
 
@@ -48,6 +51,10 @@ struct ProtectCommand: AsyncParsableCommand {
             print(Self.text(result))
         }
         if result.protected.isEmpty && result.alreadyProtected == 0 && result.pendingUntilMs == nil {
+            if result.overCap > 0 {
+                print("dashcam-agent: not one segment of the selection fits under recording.protectedMaxMegabytes", to: &standardError)
+                throw ExitCode(ExitStatus.failure)
+            }
             print("dashcam-agent: no recorded segment matches '\(selection ?? "--last \(last ?? "")")'", to: &standardError)
             throw ExitCode(ExitStatus.noInput)
         }
@@ -59,8 +66,11 @@ struct ProtectCommand: AsyncParsableCommand {
         if let until = result.pendingUntilMs {
             lines.append("segments recorded until \(Date(timeIntervalSince1970: Double(until) / 1000).formatted(date: .omitted, time: .standard)) are protected as they close")
         }
+        if result.overCap > 0 {
+            lines.append("\(result.overCap) older segment(s) of the selection stay in the loop: recording.protectedMaxMegabytes cannot hold them")
+        }
         if !result.deleted.isEmpty {
-            lines.append("deleted \(result.deleted.count) older protected segment(s) to stay under recording.protectedMaxMegabytes")
+            lines.append("deleted \(result.deleted.count) segment(s) protected earlier to stay under recording.protectedMaxMegabytes")
         }
         lines.append("protected now: \(result.protectedSegments) segments, \(AgentStatus.megabytes(result.protectedBytes))")
         return lines.joined(separator: "\n")

@@ -222,10 +222,10 @@ extension AgentConfig {
             "Loop recording: the oldest unprotected segments are deleted to keep them under this size, in MB; unset means no cap. Reloaded on SIGHUP."),
         .int(
             "recording.protectedMaxMegabytes", \.recording.protectedMaxMegabytes, 1...10_000_000,
-            "Cap of the segments kept with `dashcam-agent protect`, in MB; over it the oldest protected ones go. Reloaded on SIGHUP."),
+            "Cap of the segments kept with `dashcam-agent protect`, in MB; a request makes room by deleting those protected before it, oldest first. Reloaded on SIGHUP."),
         .int(
             "recording.minFreeMegabytes", \.recording.minFreeMegabytes, 0...1_000_000,
-            "Free space kept on the disk, in MB: the oldest unprotected segments go first, protected ones only when none is left. Reloaded on SIGHUP."),
+            "Free space kept on the disk, in MB, by deleting the oldest unprotected segments; a protected one goes only when the next segment would not fit at all. Reloaded on SIGHUP."),
         .optionalString(
             "uplink.url", \.uplink.url, type: "url",
             "Guidance server, `wss://HOST[:PORT]/v1/stream`; unset records without streaming."),

@@ -17,6 +17,11 @@ public final class RecordingStore: Sendable {
     /// Temporary files a power cut or a kill left behind, removed when the store was opened.
     public let removedLeftovers: [String]
     private let state: Mutex<State>
+    /// What ``usage()`` answers, refreshed after every change: a status request never waits for
+    /// a segment's fsync.
+    private let counts: Mutex<Usage>
+
+    public typealias Usage = (segments: Int, bytes: Int64, protectedSegments: Int, protectedBytes: Int64)
 
     private struct State {
         var retention: Retention
@@ -43,7 +48,9 @@ public final class RecordingStore: Sendable {
         removedLeftovers = StoredSegment.folders(in: root).flatMap { folder in
             DurableFile.removeLeftovers(in: root.appendingPathComponent(folder)).map { folder.isEmpty ? $0 : folder + "/" + $0 }
         }
-        state = Mutex(State(retention: retention, index: StoredSegment.all(in: root)))
+        let index = StoredSegment.all(in: root)
+        state = Mutex(State(retention: retention, index: index))
+        counts = Mutex(Self.usage(of: index))
     }
 
     public var retention: Retention {
@@ -54,6 +61,7 @@ public final class RecordingStore: Sendable {
     /// Makes room, then writes the segment (into `protected/` if a pending `protect` covers it).
     public func record(_ segment: Segment) -> Recorded {
         state.withLock { state in
+            defer { counts.withLock { $0 = Self.usage(of: state.index) } }
             let start = segment.metadata.capturedAt
             let length = Double(segment.metadata.durationMs) / 1000
             state.pending.removeAll { $0.upperBound < start }
@@ -80,18 +88,24 @@ public final class RecordingStore: Sendable {
         public var alreadyProtected = 0
         /// Older protected segments deleted to stay under recording.protectedMaxMegabytes.
         public var deleted: [String] = []
+        /// Selected segments left in the loop: recording.protectedMaxMegabytes cannot hold them
+        /// along with the newer ones of the same request.
+        public var overCap = 0
         /// Segments recorded until this time will be protected too (ms since 1970).
         public var pendingUntilMs: Int64?
         public var protectedSegments = 0
         public var protectedBytes: Int64 = 0
     }
 
-    /// Moves the selected segments into `protected/`, then applies the protected cap.
+    /// Moves the selected segments into `protected/`, then applies the protected cap to the
+    /// segments protected before: a request never deletes what it keeps. When the request alone
+    /// is more than the cap, its newest segments are kept and the oldest stay in the loop.
     public func protect(_ selection: SegmentSelection, now: Date = .now) throws(OutputError) -> Protection {
         try state.withLock { state throws(OutputError) in
+            defer { counts.withLock { $0 = Self.usage(of: state.index) } }
             let stored = state.index
             var result = Protection()
-            let chosen: [StoredSegment]
+            var chosen: [StoredSegment]
             switch selection {
             case .sequence(let range):
                 // Newest first, so the first of each number is this run's.
@@ -102,12 +116,26 @@ public final class RecordingStore: Sendable {
                 let newestEnd = stored.last.map { $0.capturedAt.addingTimeInterval(Double(segmentSeconds)) } ?? .distantPast
                 if range.upperBound >= max(newestEnd, now.addingTimeInterval(-Double(segmentSeconds))) {
                     state.pending.append(range)
-                    result.pendingUntilMs = Int64(range.upperBound.timeIntervalSince1970 * 1000)
+                    result.pendingUntilMs = SegmentSelection.ms(range.upperBound)
                 }
             }
-            for segment in chosen.sorted(by: { $0.capturedAt < $1.capturedAt }) {
+            // Newest first: what the cap cannot hold is the oldest of the request.
+            chosen.sort { $0.capturedAt > $1.capturedAt }
+            var budget = state.retention.protectedMaxBytes
+            var kept: [StoredSegment] = []
+            for segment in chosen {
+                guard segment.bytes <= budget else {
+                    if !segment.isProtected { result.overCap += 1 }
+                    continue
+                }
+                budget -= segment.bytes
+                kept.append(segment)
+            }
+            var protectedNow = Set<String>()
+            for segment in kept.reversed() {
                 if segment.isProtected {
                     result.alreadyProtected += 1
+                    protectedNow.insert(segment.path)
                     continue
                 }
                 let path = [StoredSegment.protectedFolder, StoredSegment.dayFolder(for: segment.capturedAt), segment.name].joined(separator: "/")
@@ -123,25 +151,31 @@ public final class RecordingStore: Sendable {
                 state.index.removeAll { $0.path == segment.path }
                 removeFolderIfEmpty(of: segment.path)
                 result.protected.append(path)
+                protectedNow.insert(path)
                 state.index.insertInOrder(StoredSegment(path: path, seq: segment.seq, capturedAt: segment.capturedAt, bytes: segment.bytes))
             }
+            // The cap makes room among the segments protected before this request, oldest first.
+            let earlier = state.index.filter { !protectedNow.contains($0.path) }
+            let requestBytes = state.index.filter { protectedNow.contains($0.path) }.reduce(0) { $0 + $1.bytes }
             let capped = Retention(maxBytes: nil, protectedMaxBytes: state.retention.protectedMaxBytes, minFreeBytes: 0)
-            result.deleted = delete(capped.victims(of: state.index, freeBytes: nil), from: &state.index).map(\.path)
-            let kept = state.index.filter(\.isProtected)
-            result.protectedSegments = kept.count
-            result.protectedBytes = kept.reduce(0) { $0 + $1.bytes }
+            let victims = capped.victims(of: earlier, freeBytes: nil, incoming: requestBytes, incomingProtected: true)
+            result.deleted = delete(victims, from: &state.index).map(\.path)
+            let all = state.index.filter(\.isProtected)
+            result.protectedSegments = all.count
+            result.protectedBytes = all.reduce(0) { $0 + $1.bytes }
             return result
         }
     }
 
     /// Segments and bytes in the folder, protected ones apart.
-    public func usage() -> (segments: Int, bytes: Int64, protectedSegments: Int, protectedBytes: Int64) {
-        state.withLock { state in
-            let stored = state.index
-            let kept = stored.filter(\.isProtected)
-            let loop = stored.filter { !$0.isProtected }
-            return (loop.count, loop.reduce(0) { $0 + $1.bytes }, kept.count, kept.reduce(0) { $0 + $1.bytes })
-        }
+    public func usage() -> Usage {
+        counts.withLock { $0 }
+    }
+
+    private static func usage(of index: [StoredSegment]) -> Usage {
+        let kept = index.filter(\.isProtected)
+        let loop = index.filter { !$0.isProtected }
+        return (loop.count, loop.reduce(0) { $0 + $1.bytes }, kept.count, kept.reduce(0) { $0 + $1.bytes })
     }
 
     /// Deletes the files and drops them from the index; returns those that were deleted. One

@@ -3,8 +3,9 @@
 /// - Unprotected segments are kept under `maxBytes`, the oldest capture time going first.
 /// - Protected segments (an incident the driver kept) are kept under `protectedMaxBytes`, the
 ///   oldest going first.
-/// - The disk keeps `minFreeBytes` free: the oldest unprotected segments go first, protected
-///   ones only once no unprotected one is left.
+/// - The disk keeps `minFreeBytes` free with the oldest unprotected segments. Protected ones go
+///   (oldest first) only when no unprotected one is left and the incoming segment would not fit
+///   at all: other programs filling the disk cost the loop, not the incidents.
 public struct Retention: Sendable, Equatable {
     /// Nil: no cap; the free space floor alone limits the recording.
     public var maxBytes: Int64?
@@ -42,7 +43,10 @@ public struct Retention: Sendable, Equatable {
             keptBytes -= oldest.bytes
             take(oldest)
         }
-        while let left = free, left < minFreeBytes, let oldest = loop.popFirst() ?? kept.popFirst() {
+        while let left = free, left < minFreeBytes, let oldest = loop.popFirst() {
+            take(oldest)
+        }
+        while let left = free, left < 0, let oldest = kept.popFirst() {
             take(oldest)
         }
         return victims

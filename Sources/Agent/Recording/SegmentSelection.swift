@@ -16,11 +16,14 @@ public enum SegmentSelection: Sendable, Equatable {
     case time(ClosedRange<Date>)
 
     static let forms = "a sequence number (`42`), a range of them (`40..45`), a time or time range "
-        + "(`09:30..09:35` today, `2026-11-23T09:30..2026-11-23T09:35`, `…Z` or `+01:00` for a zone, `now`), "
+        + "(`09:30..09:35` the latest such, `2026-11-23T09:30..2026-11-23T09:35`, `…Z` or `+01:00` for a zone, `now`), "
         + "or --last with a duration (`90s`, `2m`, `1h`)"
 
     /// What the user typed: `42`, `40..45`, `09:30`, `09:30..now`, `2026-11-23T09:30:00Z..2026-11-23T09:35:00Z`.
-    /// Times without a zone are the device's local time; a time of day alone is today.
+    /// Times without a zone are the device's local time. A time of day alone starts a range at
+    /// its latest occurrence, counting up to an hour ahead as today's (just after midnight,
+    /// `23:55` is last night's), and ends it at its first occurrence after the start
+    /// (`23:58..00:02` crosses midnight).
     public static func parse(_ text: String, now: Date = .now, timeZone: TimeZone = .current) throws(SelectionError) -> Self {
         let parts = text.components(separatedBy: "..")
         guard (1...2).contains(parts.count), parts.allSatisfy({ !$0.isEmpty }) else {
@@ -35,8 +38,14 @@ public enum SegmentSelection: Sendable, Equatable {
         }
         var times: [Date] = []
         for part in parts {
-            guard let time = moment(part, now: now, timeZone: timeZone) else {
+            // The start is looked for back from now, the end forward from the start.
+            let near: Moment.Near = times.last.map { .atOrAfter($0) } ?? .atOrBefore(now.addingTimeInterval(3600))
+            guard let (time, movedDay) = Moment(part, now: now, timeZone: timeZone)?.date(near: near) else {
                 throw SelectionError(text: text, reason: "'\(part)' is not a time; expected \(forms)")
+            }
+            // `09:35..09:30` is more likely a slip than a day: across midnight, 12 hours at most.
+            if let start = times.last, movedDay, time.timeIntervalSince(start) > 12 * 3600 {
+                throw SelectionError(text: text, reason: "the range ends before it starts (a range across midnight lasts 12 hours at most)")
             }
             times.append(time)
         }
@@ -48,7 +57,7 @@ public enum SegmentSelection: Sendable, Equatable {
 
     /// The last `duration` (`90s`, `2m`, `1h`, at most a day) up to now, and the segment in progress.
     public static func last(_ duration: String, now: Date = .now) throws(SelectionError) -> Self {
-        guard let unit = duration.last, let count = Int(duration.dropLast()), count > 0,
+        guard let unit = duration.last, let count = Int(duration.dropLast()), (1...86_400).contains(count),
               let seconds = ["s": 1, "m": 60, "h": 3600][String(unit)].map({ $0 * count }), seconds <= 86_400
         else {
             throw SelectionError(text: duration, reason: "expected a duration up to a day: seconds, minutes or hours (`90s`, `2m`, `1h`)")
@@ -80,18 +89,47 @@ public enum SegmentSelection: Sendable, Equatable {
         start <= range.upperBound && start.addingTimeInterval(length) > range.lowerBound
     }
 
-    private static func ms(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+    /// Unix milliseconds, held within what an Int64 can say (a request may name any number).
+    static func ms(_ date: Date) -> Int64 {
+        let ms = (date.timeIntervalSince1970 * 1000).rounded()
+        return Int64(exactly: ms) ?? (ms < 0 ? Int64.min : Int64.max)
+    }
 
-    /// `now`, `HH:MM[:SS]` (today), or `YYYY-MM-DD[T ]HH:MM[:SS[.fff]]` with an optional `Z` or `±HH:MM`.
-    private static func moment(_ text: String, now: Date, timeZone: TimeZone) -> Date? {
-        if text == "now" { return now }
-        var calendar = Calendar(identifier: .gregorian)
+    static func offsetZone(_ text: Substring) -> TimeZone? {
+        let digits = text.dropFirst().filter(\.isNumber)
+        guard digits.count == 4, let hours = Int(digits.prefix(2)), let minutes = Int(digits.suffix(2)), hours < 24, minutes < 60 else { return nil }
+        let seconds = (hours * 3600 + minutes * 60) * (text.first == "-" ? -1 : 1)
+        return TimeZone(secondsFromGMT: seconds)
+    }
+}
+
+/// One end of a time selection as typed: `now`, a date and time, or a time of day whose date
+/// depends on where it is looked for.
+private struct Moment {
+    enum Near {
+        /// The latest occurrence not after this moment.
+        case atOrBefore(Date)
+        /// The first occurrence not before this moment.
+        case atOrAfter(Date)
+    }
+
+    private let now: Date
+    private var calendar: Calendar
+    /// Nil for `now`.
+    private var components: DateComponents?
+    private var timeOfDay = false
+
+    /// `now`, `HH:MM[:SS[.fff]]`, or `YYYY-MM-DD[T ]HH:MM[:SS[.fff]]`, each with an optional `Z` or `±HH:MM`.
+    init?(_ text: String, now: Date, timeZone: TimeZone) {
+        self.now = now
+        calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
-        var components: DateComponents
-        var time: (hour: Substring, minute: Substring, second: Substring?, fraction: Substring?)
-        var zoneText: Substring?
+        if text == "now" { return }
+        var components = DateComponents()
+        let time: (hour: Substring, minute: Substring, second: Substring?, fraction: Substring?)
+        let zoneText: Substring?
         if let match = text.wholeMatch(of: /(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,3}))?)?(Z|[+-]\d{2}:?\d{2})?/) {
-            components = calendar.dateComponents([.year, .month, .day], from: now)
+            timeOfDay = true
             time = (match.1, match.2, match.3, match.4)
             zoneText = match.5
         } else if let match = text.wholeMatch(of: /(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,3}))?)?(Z|[+-]\d{2}:?\d{2})?/) {
@@ -101,24 +139,39 @@ public enum SegmentSelection: Sendable, Equatable {
         } else {
             return nil
         }
+        if let zoneText {
+            guard let zone = zoneText == "Z" ? TimeZone.gmt : SegmentSelection.offsetZone(zoneText) else { return nil }
+            calendar.timeZone = zone
+        }
         components.hour = Int(time.hour)
         components.minute = Int(time.minute)
         components.second = time.second.flatMap { Int($0) } ?? 0
         components.nanosecond = time.fraction.flatMap { Int($0.padding(toLength: 3, withPad: "0", startingAt: 0)) }.map { $0 * 1_000_000 } ?? 0
-        if let zoneText {
-            guard let zone = zoneText == "Z" ? TimeZone.gmt : offsetZone(zoneText) else { return nil }
-            calendar.timeZone = zone
+        guard let hour = components.hour, let minute = components.minute, let second = components.second,
+              hour < 24, minute < 60, second < 60 else { return nil }
+        if !timeOfDay {
+            components.calendar = calendar
+            components.timeZone = calendar.timeZone
+            guard components.isValidDate else { return nil }
         }
-        components.calendar = calendar
-        components.timeZone = calendar.timeZone
-        guard components.isValidDate else { return nil }
-        return components.date
+        self.components = components
     }
 
-    private static func offsetZone(_ text: Substring) -> TimeZone? {
-        let digits = text.dropFirst().filter(\.isNumber)
-        guard digits.count == 4, let hours = Int(digits.prefix(2)), let minutes = Int(digits.suffix(2)), hours < 24, minutes < 60 else { return nil }
-        let seconds = (hours * 3600 + minutes * 60) * (text.first == "-" ? -1 : 1)
-        return TimeZone(secondsFromGMT: seconds)
+    /// The moment; a time of day is taken on the day, in its own zone, that `near` asks for
+    /// (`movedDay`: the day before or after the reference's).
+    func date(near: Near) -> (date: Date, movedDay: Bool)? {
+        guard var components else { return (now, false) }
+        guard timeOfDay else { return calendar.date(from: components).map { ($0, false) } }
+        let (reference, step) = switch near {
+        case .atOrBefore(let date): (date, -1)
+        case .atOrAfter(let date): (date, 1)
+        }
+        let day = calendar.dateComponents([.year, .month, .day], from: reference)
+        components.year = day.year
+        components.month = day.month
+        components.day = day.day
+        guard let sameDay = calendar.date(from: components) else { return nil }
+        guard step < 0 ? sameDay > reference : sameDay < reference else { return (sameDay, false) }
+        return calendar.date(byAdding: .day, value: step, to: sameDay).map { ($0, true) }
     }
 }
