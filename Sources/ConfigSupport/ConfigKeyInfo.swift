@@ -32,15 +32,15 @@ public struct ConfigKeyInfo<Root: LoadableConfig>: Sendable {
     var section: String { String(name.prefix { $0 != "." }) }
     var leaf: String { String(name.drop { $0 != "." }.dropFirst()) }
 
-    init(
-        _ name: String, copy: @escaping @Sendable (inout Root, Root) -> Void, type: String, allowed: String, text: @escaping @Sendable (Root) -> String?, summary: String,
+    init<Value>(
+        _ name: String, _ path: Path<Value>, type: String, allowed: String, text: @escaping @Sendable (Root) -> String?, summary: String,
         expected: String, shape: ConfigKeyShape, assign: @escaping @Sendable (ConfigKeyValue, inout Root) -> Bool
     ) {
         self.name = name
         self.type = type
         self.allowed = allowed
         self.text = text
-        self.copyValue = copy
+        self.copyValue = { target, source in target[keyPath: path] = source[keyPath: path] }
         self.defaultValue = text(Root())
         self.summary = summary
         self.environmentVariable = ConfigEnvironment.variable(for: name, prefix: Root.environmentPrefix)
@@ -70,7 +70,7 @@ extension ConfigKeyInfo {
         _ name: String, _ path: Path<Int>, _ range: ClosedRange<Int>, even: Bool = false, _ summary: String
     ) -> Self {
         Self(
-            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "int", allowed: even ? "even, \(range)" : "\(range)",
+            name, path, type: "int", allowed: even ? "even, \(range)" : "\(range)",
             text: { "\($0[keyPath: path])" }, summary: summary,
             expected: even ? "an even integer \(range)" : "an integer \(range)", shape: .int
         ) { value, config in
@@ -85,7 +85,7 @@ extension ConfigKeyInfo {
         _ name: String, _ path: Path<Int?>, _ range: ClosedRange<Int>, _ summary: String
     ) -> Self {
         Self(
-            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "int", allowed: "\(range)", text: { $0[keyPath: path].map { "\($0)" } },
+            name, path, type: "int", allowed: "\(range)", text: { $0[keyPath: path].map { "\($0)" } },
             summary: summary, expected: "an integer \(range)", shape: .int
         ) { value, config in
             guard case .int(let n) = value, range.contains(n) else { return false }
@@ -97,7 +97,7 @@ extension ConfigKeyInfo {
     /// `true` or `false`.
     public static func bool(_ name: String, _ path: Path<Bool>, _ summary: String) -> Self {
         Self(
-            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "bool", allowed: "true, false", text: { "\($0[keyPath: path])" }, summary: summary,
+            name, path, type: "bool", allowed: "true, false", text: { "\($0[keyPath: path])" }, summary: summary,
             expected: "true or false", shape: .bool
         ) { value, config in
             guard case .bool(let flag) = value else { return false }
@@ -109,7 +109,7 @@ extension ConfigKeyInfo {
     /// Non-empty text; `type` is how the docs and errors call it, e.g. `string` or `path`.
     public static func string(_ name: String, _ path: Path<String>, type: String, _ summary: String) -> Self {
         Self(
-            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: type, allowed: "non-empty", text: { $0[keyPath: path] }, summary: summary,
+            name, path, type: type, allowed: "non-empty", text: { $0[keyPath: path] }, summary: summary,
             expected: "a non-empty \(type)", shape: .string
         ) { value, config in
             guard case .string(let text) = value, !text.isEmpty else { return false }
@@ -121,7 +121,7 @@ extension ConfigKeyInfo {
     /// Non-empty text, or unset (nil).
     public static func optionalString(_ name: String, _ path: Path<String?>, type: String, _ summary: String) -> Self {
         Self(
-            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: type, allowed: "non-empty", text: { $0[keyPath: path] }, summary: summary,
+            name, path, type: type, allowed: "non-empty", text: { $0[keyPath: path] }, summary: summary,
             expected: "a non-empty \(type)", shape: .string
         ) { value, config in
             guard case .string(let text) = value, !text.isEmpty else { return false }
@@ -136,7 +136,7 @@ extension ConfigKeyInfo {
     ) -> Self {
         let names = Choice.allCases.map(\.rawValue).joined(separator: ", ")
         return Self(
-            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "string", allowed: names, text: { $0[keyPath: path].rawValue },
+            name, path, type: "string", allowed: names, text: { $0[keyPath: path].rawValue },
             summary: summary, expected: "one of \(names)", shape: .string
         ) { value, config in
             guard case .string(let text) = value, let choice = Choice(rawValue: text) else { return false }
@@ -150,7 +150,7 @@ extension ConfigKeyInfo {
         _ name: String, _ path: Path<ClosedRange<Int>>, within bounds: ClosedRange<Int>, _ summary: String
     ) -> Self {
         Self(
-            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "[int, int]", allowed: "[min, max], each \(bounds), min ≤ max",
+            name, path, type: "[int, int]", allowed: "[min, max], each \(bounds), min ≤ max",
             text: { "[\($0[keyPath: path].lowerBound), \($0[keyPath: path].upperBound)]" }, summary: summary,
             expected: "two integers [min, max] with min ≤ max, each \(bounds)", shape: .intList
         ) { value, config in
@@ -166,7 +166,7 @@ extension ConfigKeyInfo {
         _ name: String, _ path: Path<[Int]>, each: ClosedRange<Int>, count: ClosedRange<Int>, _ summary: String
     ) -> Self {
         Self(
-            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "[int]", allowed: "\(count.lowerBound)–\(count.upperBound) items, each \(each)",
+            name, path, type: "[int]", allowed: "\(count.lowerBound)–\(count.upperBound) items, each \(each)",
             text: { "[\($0[keyPath: path].map(String.init).joined(separator: ", "))]" }, summary: summary,
             expected: "a list of \(count.lowerBound) to \(count.upperBound) integers, each \(each)", shape: .intList
         ) { value, config in
@@ -181,7 +181,7 @@ extension ConfigKeyInfo {
     /// A non-empty list of non-empty strings.
     public static func list(_ name: String, _ path: Path<[String]>, _ summary: String) -> Self {
         Self(
-            name, copy: { target, source in target[keyPath: path] = source[keyPath: path] }, type: "[string]", allowed: "non-empty list",
+            name, path, type: "[string]", allowed: "non-empty list",
             text: { "[\($0[keyPath: path].joined(separator: ", "))]" }, summary: summary,
             expected: "a non-empty list of non-empty strings", shape: .stringList
         ) { value, config in

@@ -160,9 +160,9 @@ public final class RecordingStore: Sendable {
             let capped = Retention(maxBytes: nil, protectedMaxBytes: state.retention.protectedMaxBytes, minFreeBytes: 0)
             let victims = capped.victims(of: earlier, freeBytes: nil, incoming: requestBytes, incomingProtected: true)
             result.deleted = delete(victims, from: &state.index).map(\.path)
-            let all = state.index.filter(\.isProtected)
-            result.protectedSegments = all.count
-            result.protectedBytes = all.reduce(0) { $0 + $1.bytes }
+            let usage = Self.usage(of: state.index)
+            result.protectedSegments = usage.protectedSegments
+            result.protectedBytes = usage.protectedBytes
             return result
         }
     }
