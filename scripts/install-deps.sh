@@ -9,6 +9,7 @@ PACKAGES=(
     libv4l-dev v4l-utils                                          # camera
     libgpiod-dev libespeak-ng-dev espeak-ng-data libasound2-dev   # haptics, speech, sound
     sox                                                           # checks speech audio
+    nginx openssl iproute2                                        # the reverse proxy, its test certificates, network namespaces
     ffmpeg                                                        # ffprobe checks every segment
     systemd                                                       # systemd-analyze checks the unit
     lintian                                                       # checks the .deb

@@ -27,13 +27,18 @@ public enum ClientMessage: Sendable, Equatable {
         public var locale: String
         public var agent: String
         public var video: Video
+        /// Chosen once per agent start (a UUID, say), so that device, stream and seq name one
+        /// segment: a server can then recognise a re-sent segment. Optional and additive; written
+        /// only when set.
+        public var stream: String?
 
-        public init(device: String, locale: String, agent: String, video: Video) {
+        public init(device: String, locale: String, agent: String, video: Video, stream: String? = nil) {
             self.protocol = GuidanceProtocol.version
             self.device = device
             self.locale = locale
             self.agent = agent
             self.video = video
+            self.stream = stream
         }
     }
 

@@ -12,6 +12,8 @@ actor SessionRegistry {
     /// Seconds of guidance left per device; `nil` is unlimited.
     private var remaining: [String: Int?] = [:]
     private let initialUsage: Int?
+    /// Segments acknowledged per device, whichever session acknowledged them.
+    private var acknowledged: [String: AcknowledgedSegments] = [:]
 
     init(initialUsage: Int?) { self.initialUsage = initialUsage }
 
@@ -38,4 +40,48 @@ actor SessionRegistry {
     }
 
     var activeDevices: [String] { sessions.keys.sorted() }
+
+    /// Whether the device's segment `seq` of `stream` was already acknowledged with this SHA-256.
+    func wasAcknowledged(device: String, stream: String, seq: Int, sha256: String) -> Bool {
+        acknowledged[device]?.sha256(of: .init(stream: stream, seq: seq)) == sha256
+    }
+
+    /// Remembers that the device's segment `seq` of `stream` was acknowledged; a different SHA-256
+    /// for the same segment replaces the one remembered.
+    func recordAcknowledged(device: String, stream: String, seq: Int, sha256: String) {
+        acknowledged[device, default: AcknowledgedSegments()].record(.init(stream: stream, seq: seq), sha256: sha256)
+    }
+}
+
+/// One device's acknowledged segments, keyed by stream and seq, with their SHA-256.
+///
+/// Bounded: the last ``limit`` (256) recorded are kept and the oldest is forgotten first. An agent
+/// re-sends only what a lost connection left unacknowledged, a few segments at most, so 256 (over
+/// 20 minutes of 5 s segments) is plenty; a re-send older than that is simply analysed again.
+struct AcknowledgedSegments {
+    struct Key: Hashable {
+        let stream: String
+        let seq: Int
+    }
+
+    static let limit = 256
+
+    private var digests: [Key: String] = [:]
+    /// Keys from oldest to newest record.
+    private var order: [Key] = []
+
+    func sha256(of key: Key) -> String? { digests[key] }
+
+    mutating func record(_ key: Key, sha256: String) {
+        if digests.updateValue(sha256, forKey: key) != nil {
+            // Recorded again: it is now the newest.
+            order.removeAll { $0 == key }
+        }
+        order.append(key)
+        while order.count > Self.limit {
+            digests[order.removeFirst()] = nil
+        }
+    }
+
+    var count: Int { digests.count }
 }

@@ -19,11 +19,23 @@ struct StreamSession {
     let analyzer: any SegmentAnalyzer
     let logger: Logger
 
+    /// What the agent said in its `hello` that segments need.
+    private struct Agent {
+        let locale: String
+        /// The agent's per-start stream id; `nil`: re-sent segments are not recognised.
+        let stream: String?
+    }
+
     private enum State {
         case awaitingHello
-        case ready(locale: String)
-        case receiving(locale: String, header: ClientMessage.SegmentHeader, data: Data, chunks: Int)
+        case ready(Agent)
+        case receiving(Agent, header: ClientMessage.SegmentHeader, data: Data, chunks: Int)
     }
+
+    /// Longest stream id remembered; a longer one is ignored (as if the hello had none).
+    static let maxStreamLength = 128
+    /// Longest `durationMs` accepted: segments last a minute at most, so this leaves a wide margin.
+    static let maxDurationMs = 10 * 60 * 1000
 
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
         let lastActivity = Activity()
@@ -71,13 +83,21 @@ struct StreamSession {
             }
             let remaining = await registry.remainingSeconds(device: device)
             try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
-            logger.info("session \(id) opened", metadata: ["device": "\(device)", "locale": "\(hello.locale)", "agent": "\(hello.agent)"])
-            return .ready(locale: hello.locale)
+            var stream = hello.stream
+            if let given = stream, given.isEmpty || given.utf8.count > Self.maxStreamLength {
+                logger.notice("session \(id): ignoring a stream id that is empty or over \(Self.maxStreamLength) bytes; re-sent segments will be analysed again",
+                              metadata: ["device": "\(device)"])
+                stream = nil
+            }
+            logger.info("session \(id) opened", metadata: [
+                "device": "\(device)", "locale": "\(hello.locale)", "agent": "\(hello.agent)", "stream": "\(stream ?? "-")",
+            ])
+            return .ready(Agent(locale: hello.locale, stream: stream))
 
         case (.awaitingHello, .binary):
             throw ClosingError(reason: "first message must be hello")
 
-        case (.ready(let locale), .text(let text)):
+        case (.ready(let agent), .text(let text)):
             let decoded: ClientMessage
             do {
                 decoded = try ClientMessage.decode(text)
@@ -92,7 +112,7 @@ struct StreamSession {
                         try await sendError(.badSegment, "data is not base64", seq: header.seq, outbound)
                         return state
                     }
-                    try await finish(header, data: data, chunks: 0, locale: locale, outbound)
+                    try await finish(header, data: data, agent: agent, outbound)
                     return state
                 }
                 guard let chunks = header.chunks, chunks > 0, header.bytes > 0 else {
@@ -101,7 +121,7 @@ struct StreamSession {
                 }
                 var data = Data()
                 data.reserveCapacity(min(header.bytes, 64 << 20))
-                return .receiving(locale: locale, header: header, data: data, chunks: 0)
+                return .receiving(agent, header: header, data: data, chunks: 0)
             case .hello:
                 try await sendError(.internal, "hello was already received", seq: nil, outbound)
                 return state
@@ -114,27 +134,27 @@ struct StreamSession {
             try await sendError(.badSegment, "binary data without a segment header", seq: nil, outbound)
             return state
 
-        case (.receiving(let locale, let header, var data, let chunks), .binary(let buffer)):
+        case (.receiving(let agent, let header, var data, let chunks), .binary(let buffer)):
             data.append(contentsOf: buffer.readableBytesView)
             let received = chunks + 1
             guard received == header.chunks else {
                 guard data.count <= header.bytes else {
                     try await sendError(.badSegment, "more bytes than the header's \(header.bytes)", seq: header.seq, outbound)
-                    return .ready(locale: locale)
+                    return .ready(agent)
                 }
-                return .receiving(locale: locale, header: header, data: data, chunks: received)
+                return .receiving(agent, header: header, data: data, chunks: received)
             }
-            try await finish(header, data: data, chunks: received, locale: locale, outbound)
-            return .ready(locale: locale)
+            try await finish(header, data: data, agent: agent, outbound)
+            return .ready(agent)
 
-        case (.receiving(let locale, let header, _, let chunks), .text):
+        case (.receiving(let agent, let header, _, let chunks), .text):
             try await sendError(.badSegment, "got \(chunks) of \(header.chunks ?? 0) chunks before the next message", seq: header.seq, outbound)
             // The text starts something new: handle it as such.
-            return try await handle(message, in: .ready(locale: locale), outbound: outbound)
+            return try await handle(message, in: .ready(agent), outbound: outbound)
         }
     }
 
-    private func finish(_ header: ClientMessage.SegmentHeader, data: Data, chunks: Int, locale: String,
+    private func finish(_ header: ClientMessage.SegmentHeader, data: Data, agent: Agent,
                         _ outbound: WebSocketOutboundWriter) async throws {
         guard data.count == header.bytes else {
             try await sendError(.badSegment, "received \(data.count) bytes, header says \(header.bytes)", seq: header.seq, outbound)
@@ -145,7 +165,24 @@ struct StreamSession {
             try await sendError(.badSegment, "SHA-256 does not match", seq: header.seq, outbound)
             return
         }
+        // Checked before anything is acknowledged, analysed or charged for it.
+        guard (0...Self.maxDurationMs).contains(header.durationMs) else {
+            try await sendError(.badSegment, "durationMs \(header.durationMs) is not within 0…\(Self.maxDurationMs)", seq: header.seq, outbound)
+            return
+        }
+        if let stream = agent.stream,
+           await registry.wasAcknowledged(device: device, stream: stream, seq: header.seq, sha256: digest) {
+            // Its ack was lost with an earlier connection: acknowledge it again, and only that.
+            try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
+            logger.info("segment \(header.seq) re-sent, acknowledged again", metadata: ["device": "\(device)", "stream": "\(stream)"])
+            return
+        }
         try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
+        // Recorded once the ack is written, so that a re-send on the device's next session (which may
+        // open while this one is still analysing or closing) is not analysed or charged again.
+        if let stream = agent.stream {
+            await registry.recordAcknowledged(device: device, stream: stream, seq: header.seq, sha256: digest)
+        }
         logger.info("segment \(header.seq) verified", metadata: ["device": "\(device)", "bytes": "\(data.count)"])
         if let folder = settings.keepDir {
             let file = URL(fileURLWithPath: folder).appendingPathComponent("\(device)-\(String(format: "%06d", header.seq)).mp4")
@@ -153,7 +190,7 @@ struct StreamSession {
                 logger.error("cannot keep segment \(header.seq) in \(folder): \(error.localizedDescription)")
             }
         }
-        let segment = ReceivedSegment(device: device, locale: locale, header: header, data: data)
+        let segment = ReceivedSegment(device: device, locale: agent.locale, header: header, data: data)
         do {
             if let guidance = try await analyzer.analyze(segment) {
                 try await outbound.write(.text(ServerMessage.guidance(guidance).encoded()))

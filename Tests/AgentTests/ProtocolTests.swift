@@ -45,4 +45,21 @@ import Testing
         #expect(try ClientMessage.decode(header.encoded()) == header)
         #expect(!header.encoded().contains("data"))
     }
+
+    @Test func helloCarriesItsStreamOnlyWhenSet() throws {
+        let video = ClientMessage.Hello.Video(width: 640, height: 360, fps: 10, segmentMs: 5000)
+        let withStream = ClientMessage.hello(.init(device: "car-1", locale: "ko-KR", agent: "0.1.0", video: video, stream: "s-1"))
+        #expect(withStream.encoded().contains(#""stream":"s-1""#))
+        #expect(try ClientMessage.decode(withStream.encoded()) == withStream)
+
+        let without = ClientMessage.hello(.init(device: "car-1", locale: "ko-KR", agent: "0.1.0", video: video))
+        #expect(!without.encoded().contains("stream"), "left out, so older servers see the hello they know")
+        #expect(try ClientMessage.decode(without.encoded()) == without)
+
+        // A hello from an older agent, without a stream, still reads.
+        let old = #"{"type":"hello","protocol":1,"device":"car-1","locale":"ko-KR","agent":"0.0.9","#
+            + #""video":{"codec":"hevc","container":"mp4","width":640,"height":360,"fps":10,"segmentMs":5000}}"#
+        guard case .hello(let hello) = try ClientMessage.decode(old) else { Issue.record("not a hello"); return }
+        #expect(hello.stream == nil && hello.device == "car-1")
+    }
 }

@@ -10,38 +10,6 @@ import Synchronization
 import TestSupport
 import Testing
 
-private func segment(seq: Int, capturedAt: UInt64, bytes: Int = 100) -> Segment {
-    let data = (0..<bytes).map { UInt8(truncatingIfNeeded: $0 &+ seq) }
-    return Segment(
-        metadata: SegmentMetadata(
-            seq: seq, capturedAt: Date(), captureStartMonotonicNs: capturedAt, durationMs: 5000, frames: 50,
-            droppedFrames: 0, bytes: data.count,
-            sha256: SHA256Hex.of(data), encoder: "test", width: 320, height: 180, fps: 10,
-            complete: true, endReason: .complete),
-        data: data)
-}
-
-@Suite struct SendQueueTests {
-    @Test func overTheCountBoundTheOldestGoesFirst() {
-        var queue = SendQueue(maxCount: 3, maxAgeMs: 15_000)
-        let now: UInt64 = 100_000_000_000
-        for seq in 0..<5 { _ = queue.push(segment(seq: seq, capturedAt: now), now: now) }
-        #expect(queue.items.map(\.metadata.seq) == [2, 3, 4])
-        #expect(queue.dropped == 2)
-    }
-
-    @Test func segmentsOlderThanTheAgeBoundAreDroppedNotSent() {
-        var queue = SendQueue(maxCount: 3, maxAgeMs: 15_000)
-        let start: UInt64 = 100_000_000_000
-        _ = queue.push(segment(seq: 0, capturedAt: start), now: start)
-        _ = queue.push(segment(seq: 1, capturedAt: start + 10_000_000_000), now: start + 10_000_000_000)
-        let (next, expired) = queue.pop(now: start + 16_000_000_000)
-        #expect(expired.map(\.metadata.seq) == [0])
-        #expect(next?.metadata.seq == 1)
-        #expect(queue.dropped == 1 && queue.items.isEmpty)
-    }
-}
-
 @Suite struct BackoffTests {
     @Test func delaysDoubleUpToTheCapWithFullJitter() {
         var backoff = Backoff()
@@ -113,7 +81,7 @@ private func segment(seq: Int, capturedAt: UInt64, bytes: Int = 100) -> Segment 
         let running = Task { await uplink.run(networkChanges: AsyncStream { _ in }) }
         let now = MonotonicClock.now()
         // The last as a file played fast makes it: captured "later" than now.
-        for seq in 0..<3 { await uplink.enqueue(segment(seq: seq, capturedAt: seq == 2 ? now + 60_000_000_000 : now, bytes: 150_000)) }
+        for seq in 0..<3 { await uplink.enqueue(testSegment(seq: seq, capturedAt: seq == 2 ? now + 60_000_000_000 : now, bytes: 150_000)) }
         var acks: [Int] = [], guidance: [ServerMessage.Guidance] = []
         for await message in uplink.messages {
             if case .ack(let seq) = message { acks.append(seq) }
@@ -134,14 +102,14 @@ private func segment(seq: Int, capturedAt: UInt64, bytes: Int = 100) -> Segment 
         let uplink = makeUplink(port: port)
         let running = Task { await uplink.run(networkChanges: AsyncStream { _ in }) }
         let now = MonotonicClock.now()
-        await uplink.enqueue(segment(seq: 0, capturedAt: now))
+        await uplink.enqueue(testSegment(seq: 0, capturedAt: now))
         var iterator = uplink.messages.makeAsyncIterator()
         while let message = await iterator.next() { if case .ack(0) = message { break } }
         first.cancel()
         _ = try? await first.value
         let (second, _) = try await start(makeServer(port: port))
         defer { second.cancel() }
-        await uplink.enqueue(segment(seq: 1, capturedAt: MonotonicClock.now()))
+        await uplink.enqueue(testSegment(seq: 1, capturedAt: MonotonicClock.now()))
         while let message = await iterator.next() { if case .ack(1) = message { break } }
         let stats = await uplink.stats
         #expect(stats.sessions == 2)
@@ -201,17 +169,18 @@ enum SHA256Hex {
         var token: String { folder.appendingPathComponent("token").path }
     }
 
-    func makeCredentials() throws -> Credentials {
+    /// A CA and a server certificate for `host`, and a private token file.
+    func makeCredentials(host: String = "localhost") throws -> Credentials {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tls-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let c = Credentials(folder: folder)
         let san = folder.appendingPathComponent("san.cnf").path
-        try "subjectAltName=DNS:localhost,IP:127.0.0.1\n".write(toFile: san, atomically: true, encoding: .utf8)
+        try "subjectAltName=DNS:\(host),IP:127.0.0.1\n".write(toFile: san, atomically: true, encoding: .utf8)
         let csr = folder.appendingPathComponent("server.csr").path
         let caKey = folder.appendingPathComponent("ca.key").path
         for arguments in [
             ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", caKey, "-out", c.ca, "-days", "1", "-subj", "/CN=dashcam test CA"],
-            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", c.key, "-out", csr, "-subj", "/CN=localhost"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", c.key, "-out", csr, "-subj", "/CN=\(host)"],
             ["x509", "-req", "-in", csr, "-CA", c.ca, "-CAkey", caKey, "-CAcreateserial", "-out", c.cert, "-days", "1", "-extfile", san],
         ] {
             let result = try TestSupport.Command.execute("openssl", arguments)

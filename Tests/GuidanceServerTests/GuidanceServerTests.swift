@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 import GuidanceProtocol
-import GuidanceServer
+@testable import GuidanceServer
 import Hummingbird
 import Logging
 import NIOCore
@@ -35,14 +35,14 @@ import WSClient
         }
     }
 
-    static func hello(_ device: String = "car-1") -> String {
+    static func hello(_ device: String = "car-1", stream: String? = nil) -> String {
         ClientMessage.hello(.init(device: device, locale: "ko-KR", agent: "test",
-                                  video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000))).encoded()
+                                  video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: stream)).encoded()
     }
 
-    static func header(seq: Int, data: [UInt8], chunks: Int, sha: String? = nil) -> String {
+    static func header(seq: Int, data: [UInt8], chunks: Int, sha: String? = nil, durationMs: Int = 5000) -> String {
         ClientMessage.segment(.init(
-            seq: seq, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: 5000, frames: 50, bytes: data.count,
+            seq: seq, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: durationMs, frames: 50, bytes: data.count,
             sha256: sha ?? SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined(),
             chunks: chunks, data: nil)).encoded()
     }
@@ -167,6 +167,111 @@ import WSClient
             #expect(messages.contains(.usage(remainingSeconds: 0)))
             #expect(close?.closeCode == .init(codeNumber: 4402))
         }
+    }
+
+    /// Session 1 sends segment 5 and stays open; session 2 of the same device (which supersedes it)
+    /// sends `resend` as segment 5, then a new segment 6. Returns both sessions' messages.
+    func sendTwice(port: Int, stream: String?, resend: [UInt8]? = nil) async throws -> (first: [ServerMessage], second: [ServerMessage]) {
+        let data: [UInt8] = Array(repeating: 5, count: 3000)
+        let next: [UInt8] = Array(repeating: 6, count: 3000)
+        let resend = resend ?? data
+        let charged = Mutex(false)
+        let first = Task {
+            try await converse(
+                port: port, send: [.text(Self.hello(stream: stream)), .text(Self.header(seq: 5, data: data, chunks: 1)),
+                                   .binary(ByteBuffer(bytes: data))],
+                until: { messages in
+                    if messages.contains(where: { if case .usage = $0 { true } else { false } }) { charged.withLock { $0 = true } }
+                    return false
+                })
+        }
+        // The second session opens while the first one is still open, as after a network handover.
+        while !charged.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(20)) }
+        let second = try await converse(
+            port: port, send: [.text(Self.hello(stream: stream)), .text(Self.header(seq: 5, data: resend, chunks: 1)),
+                               .binary(ByteBuffer(bytes: resend)),
+                               .text(Self.header(seq: 6, data: next, chunks: 1)), .binary(ByteBuffer(bytes: next))],
+            until: { messages in
+                // Done once segment 6, the last one, is charged.
+                guard let acked = messages.firstIndex(of: .ack(seq: 6)) else { return false }
+                return messages[acked...].contains { if case .usage = $0 { true } else { false } }
+            })
+        return (try await first.value.messages, second.messages)
+    }
+
+    private static func guidance(_ messages: [ServerMessage], seq: Int) -> Int {
+        messages.count { if case .guidance(let guidance) = $0 { guidance.seq == seq } else { false } }
+    }
+
+    private static func usage(_ messages: [ServerMessage]) -> [Int] {
+        messages.compactMap { if case .usage(let left) = $0 { left } else { nil } }
+    }
+
+    @Test func aReSentSegmentIsAcknowledgedAgainButNotAnalysedOrChargedTwice() async throws {
+        try await withServer(usage: 60) { port in
+            let (first, second) = try await sendTwice(port: port, stream: "s-1")
+            #expect(first.contains(.ack(seq: 5)))
+            #expect(Self.guidance(first, seq: 5) == 1)
+            #expect(Self.usage(first) == [55])
+            #expect(second.first == .welcome(session: sessionID(second), remainingSeconds: 55))
+            #expect(second.contains(.ack(seq: 5)), "the re-send is acknowledged again")
+            #expect(Self.guidance(second, seq: 5) == 0, "and not analysed again")
+            #expect(Self.guidance(second, seq: 6) == 1)
+            #expect(Self.usage(second) == [50], "only segment 6 is charged")
+            #expect(!second.contains { if case .error = $0 { true } else { false } })
+        }
+    }
+
+    @Test func withoutAStreamAReSentSegmentIsAnalysedAgain() async throws {
+        try await withServer(usage: 60) { port in
+            let (first, second) = try await sendTwice(port: port, stream: nil)
+            #expect(first.contains(.ack(seq: 5)) && Self.usage(first) == [55])
+            #expect(second.contains(.ack(seq: 5)))
+            #expect(Self.guidance(first, seq: 5) == 1 && Self.guidance(second, seq: 5) == 1)
+            #expect(Self.usage(second) == [50, 45])
+        }
+    }
+
+    @Test func aReSendWithOtherBytesIsANewSegment() async throws {
+        try await withServer(usage: 60) { port in
+            let (_, second) = try await sendTwice(port: port, stream: "s-1", resend: Array(repeating: 9, count: 2000))
+            #expect(second.contains(.ack(seq: 5)))
+            #expect(Self.guidance(second, seq: 5) == 1)
+            #expect(Self.usage(second) == [50, 45])
+        }
+    }
+
+    @Test func anImpossibleDurationIsABadSegmentAndCostsNothing() async throws {
+        try await withServer(usage: 60) { port in
+            let data: [UInt8] = Array(repeating: 3, count: 100)
+            let (messages, _) = try await converse(
+                port: port,
+                send: [.text(Self.hello(stream: "s-1")),
+                       .text(Self.header(seq: 1, data: data, chunks: 1, durationMs: -3_600_000)), .binary(ByteBuffer(bytes: data)),
+                       .text(Self.header(seq: 2, data: data, chunks: 1, durationMs: .max)), .binary(ByteBuffer(bytes: data)),
+                       .text(Self.header(seq: 3, data: data, chunks: 1)), .binary(ByteBuffer(bytes: data))],
+                until: { $0.contains(.usage(remainingSeconds: 55)) })
+            let errors = messages.compactMap { message -> Int? in
+                if case .error(.badSegment, _, let seq) = message { return seq } else { return nil }
+            }
+            #expect(errors == [1, 2])
+            #expect(!messages.contains(.ack(seq: 1)) && !messages.contains(.ack(seq: 2)))
+            #expect(Self.usage(messages) == [55])
+        }
+    }
+
+    @Test func aDeviceRemembersItsLast256AcknowledgedSegments() {
+        var segments = AcknowledgedSegments()
+        for seq in 0..<300 { segments.record(.init(stream: "s-1", seq: seq), sha256: "d\(seq)") }
+        #expect(segments.count == AcknowledgedSegments.limit)
+        #expect(segments.sha256(of: .init(stream: "s-1", seq: 43)) == nil, "the oldest are forgotten")
+        #expect(segments.sha256(of: .init(stream: "s-1", seq: 44)) == "d44")
+        #expect(segments.sha256(of: .init(stream: "s-2", seq: 299)) == nil, "another stream is another segment")
+        segments.record(.init(stream: "s-1", seq: 44), sha256: "new")
+        segments.record(.init(stream: "s-1", seq: 300), sha256: "d300")
+        #expect(segments.sha256(of: .init(stream: "s-1", seq: 44)) == "new", "recording again makes it the newest")
+        #expect(segments.sha256(of: .init(stream: "s-1", seq: 45)) == nil)
+        #expect(segments.count == AcknowledgedSegments.limit)
     }
 
     private func sessionID(_ messages: [ServerMessage]) -> String {

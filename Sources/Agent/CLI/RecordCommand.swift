@@ -4,6 +4,7 @@ import Foundation
 import HAL
 import Logging
 import ServiceLifecycle
+import Synchronization
 import UnixSignals
 
 struct RecordCommand: AsyncParsableCommand {
@@ -92,7 +93,9 @@ struct RecordCommand: AsyncParsableCommand {
 
         // SIGTERM (systemd stopping the service) and SIGINT end the recording gracefully: the
         // segment in progress is closed and written, the session closed with 1001, the line released.
+        let stopRequested = StopFlag()
         let recording = RecordingService(stop: {
+            stopRequested.set()
             notifier.stopping()
             pipeline.stop()
         }) {
@@ -109,12 +112,18 @@ struct RecordCommand: AsyncParsableCommand {
                         await announcer.camera(event)
                     }
                 }
+                let (routed, routerDone) = AsyncStream.makeStream(of: Void.self)
                 if let uplink {
                     let changes = networkChanges(logger: logger)
                     group.addTask { await uplink.run(networkChanges: changes) }
                     // One guidance message from the wire to the speaker and the motor.
-                    group.addTask { for await message in uplink.messages { await router.route(message, receivedAt: .now) } }
+                    group.addTask {
+                        for await message in uplink.messages { await router.route(message, receivedAt: .now) }
+                        routerDone.finish()
+                    }
                     group.addTask { for await state in uplink.states { await announcer.uplink(state) } }
+                } else {
+                    routerDone.finish()
                 }
                 pipeline.start()
                 await announcer.started()
@@ -135,9 +144,22 @@ struct RecordCommand: AsyncParsableCommand {
                     board.recorded(segment.metadata, written: recorded.path != nil)
                 }
                 if let uplink {
-                    await uplink.shutdown(flushFor: .seconds(1))
+                    // The last segment is sent and its ack and guidance awaited (uplink.drainMs).
+                    await uplink.shutdown()
+                    for await _ in routed {}
                     let stats = await uplink.stats
-                    logger.notice("uplink: sent \(stats.sent), acked \(stats.acked), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)")
+                    logger.notice("uplink: sent \(stats.sent), acked \(stats.acked), re-sent \(stats.resent), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)")
+                    // A run of N segments ends once its last guidance has been spoken (bounded);
+                    // a service that is told to stop does not wait for speech.
+                    if segments != nil, !stopRequested.value {
+                        await withTaskGroup(of: Void.self) { speaking in
+                            speaking.addTask { await voice.waitUntilIdle() }
+                            speaking.addTask { try? await Task.sleep(for: .seconds(15)) }
+                            _ = await speaking.next()
+                            voice.close()  // past the bound: cut off, which also ends the wait
+                            speaking.cancelAll()
+                        }
+                    }
                 }
                 group.cancelAll()
             }
@@ -179,6 +201,13 @@ struct RecordCommand: AsyncParsableCommand {
         }
         return values
     }
+}
+
+/// Set once a stop was asked for (SIGTERM, SIGINT).
+private final class StopFlag: Sendable {
+    private let flag = Mutex(false)
+    func set() { flag.withLock { $0 = true } }
+    var value: Bool { flag.withLock { $0 } }
 }
 
 /// Segment files that could not be written: every failure counted, logged at most once a minute.

@@ -78,10 +78,14 @@ public struct AgentConfig: LoadableConfig {
         /// Unset: the device's locale (``AgentConfig/deviceLocale(environment:)``).
         public var locale: String?
         public var payload: Payload = .chunks
-        public var pingSeconds = 10
+        public var pingSeconds = 5
         public var reconnectBackoffMs = 250...30_000
         public var queueSegments = 3
         public var queueMaxAgeMs = 15_000
+        /// Unset: two ping periods, at most 10 s.
+        public var livenessMs: Int?
+        public var connectTimeoutMs = 5000
+        public var drainMs = 1500
 
         public init() {}
     }
@@ -247,16 +251,25 @@ extension AgentConfig {
             "`chunks` sends each MP4 as binary messages after its header; `base64` puts it in the header."),
         .int(
             "uplink.pingSeconds", \.uplink.pingSeconds, 1...300,
-            "Keepalive ping period; no pong within two periods means the connection is dead."),
+            "Keepalive ping period, in seconds; with nothing outstanding, no pong within two periods means the connection is dead."),
         .range(
             "uplink.reconnectBackoffMs", \.uplink.reconnectBackoffMs, within: 10...600_000,
             "Wait before reconnecting, in ms: a random wait up to min, doubling per failed attempt up to max."),
         .int(
             "uplink.queueSegments", \.uplink.queueSegments, 1...100,
-            "Segments waiting to be sent; when full the oldest is dropped (the camera never waits)."),
+            "Segments held for the server: waiting to be sent, or sent and not yet acknowledged; when full the oldest is dropped (the camera never waits)."),
         .int(
             "uplink.queueMaxAgeMs", \.uplink.queueMaxAgeMs, 1000...600_000,
-            "Segments captured longer ago than this are dropped instead of sent, in ms."),
+            "Segments captured longer ago than this are dropped instead of sent or re-sent, in ms."),
+        .optionalInt(
+            "uplink.livenessMs", \.uplink.livenessMs, 1000...600_000,
+            "A session with a segment or the welcome outstanding that hears nothing (no message, no pong) for this long is given up and a new one opened, in ms; unset means two ping periods, at most 10 s."),
+        .int(
+            "uplink.connectTimeoutMs", \.uplink.connectTimeoutMs, 500...120_000,
+            "Deadline for connect, TLS handshake and WebSocket upgrade together, in ms; then the attempt is given up and retried."),
+        .int(
+            "uplink.drainMs", \.uplink.drainMs, 0...60_000,
+            "On shutdown, how long to wait for the server to acknowledge (and answer) the segments still held, in ms, before closing with 1001."),
         .int(
             "guidance.maxAgeMs", \.guidance.maxAgeMs, 1000...600_000,
             "Guidance about a segment captured longer ago than this is dropped: stale road information is worse than none."),

@@ -16,14 +16,18 @@ extension AgentConfig {
         }
         let hello = ClientMessage.Hello(
             device: uplink.deviceId, locale: uplink.locale ?? deviceLocale(), agent: AgentVersion.current,
-            video: .init(width: camera.width, height: camera.height, fps: camera.fps, segmentMs: encoder.segmentSeconds * 1000))
+            video: .init(width: camera.width, height: camera.height, fps: camera.fps, segmentMs: encoder.segmentSeconds * 1000),
+            // One per run: with the device and seq it names a segment, so the server knows a re-send.
+            stream: UUID().uuidString.lowercased())
         return Agent.Uplink(
             settings: .init(url: url, token: token, tls: tls, hello: hello, payload: uplink.payload,
                             ping: .seconds(uplink.pingSeconds),
                             backoff: Backoff(base: .milliseconds(uplink.reconnectBackoffMs.lowerBound),
                                              cap: .milliseconds(uplink.reconnectBackoffMs.upperBound)),
                             queueSegments: uplink.queueSegments,
-                            queueMaxAgeMs: uplink.queueMaxAgeMs, guidanceMaxAgeMs: guidance.maxAgeMs),
+                            queueMaxAgeMs: uplink.queueMaxAgeMs, guidanceMaxAgeMs: guidance.maxAgeMs,
+                            liveness: uplink.livenessMs.map { .milliseconds($0) },
+                            connectTimeout: .milliseconds(uplink.connectTimeoutMs), drain: .milliseconds(uplink.drainMs)),
             logger: logger)
     }
 }

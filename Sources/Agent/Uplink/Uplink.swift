@@ -1,19 +1,16 @@
 import Foundation
 public import GuidanceProtocol
-import HTTPTypes
 public import HAL
 public import Logging
 import NIOCore
 public import NIOSSL
-import NIOWebSocket
-import WSClient
 
 /// Streams segments to the guidance server and hands its answers back.
 ///
-/// `enqueue(_:)` never waits for the network. ``run(networkChanges:)`` keeps one session open:
-/// it reconnects with ``Backoff`` when the server goes away or the connection silently dies
-/// (pings unanswered), waits long after an auth refusal, and on a network change closes the
-/// session with 1001 and opens a new one at once.
+/// ``Uplink/StateMachine`` holds every rule (when to open or give up a session, what to send or
+/// re-send, pauses, stale guidance, the shutdown drain); this actor performs its actions. Each
+/// session runs in a child task of ``run(networkChanges:)`` that can be cancelled at any point,
+/// including in the middle of a blocked write. `enqueue(_:)` never waits for the network.
 public actor Uplink {
     public struct Settings: Sendable {
         public var url: String
@@ -27,10 +24,17 @@ public actor Uplink {
         public var queueSegments: Int
         public var queueMaxAgeMs: Int
         public var guidanceMaxAgeMs: Int
+        /// A session with something outstanding that hears nothing for this long is given up.
+        public var liveness: Duration
+        /// Connect, TLS handshake and upgrade together.
+        public var connectTimeout: Duration
+        /// How long a shutdown waits for the last acknowledgements and guidance.
+        public var drain: Duration
 
         public init(url: String, token: String, tls: TLSConfiguration?, hello: ClientMessage.Hello,
                     payload: AgentConfig.Payload, ping: Duration, backoff: Backoff = Backoff(), queueSegments: Int,
-                    queueMaxAgeMs: Int, guidanceMaxAgeMs: Int) {
+                    queueMaxAgeMs: Int, guidanceMaxAgeMs: Int, liveness: Duration? = nil,
+                    connectTimeout: Duration = .seconds(5), drain: Duration = .milliseconds(1500)) {
             self.url = url
             self.token = token
             self.tls = tls
@@ -41,11 +45,16 @@ public actor Uplink {
             self.queueSegments = queueSegments
             self.queueMaxAgeMs = queueMaxAgeMs
             self.guidanceMaxAgeMs = guidanceMaxAgeMs
+            self.liveness = liveness ?? min(ping * 2, .seconds(10))
+            self.connectTimeout = connectTimeout
+            self.drain = drain
         }
     }
 
     public struct Stats: Sendable, Equatable {
         public var sent = 0
+        /// Of `sent`: segments sent again on a later session because the earlier one never acknowledged them.
+        public var resent = 0
         public var acked = 0
         public var dropped = 0
         public var staleGuidance = 0
@@ -70,276 +79,290 @@ public actor Uplink {
     /// Every change of ``state``, in order.
     public nonisolated let states: AsyncStream<ConnectionState>
     private let stateSink: AsyncStream<ConnectionState>.Continuation
-    public private(set) var state = ConnectionState.connecting {
-        didSet { if state != oldValue { stateSink.yield(state) } }
-    }
+
+    public var state: ConnectionState { machine.state }
+    public var stats: Stats { machine.stats }
+    /// Uploads stop on 4402 until usage comes back; recording goes on.
+    public var paused: Bool { machine.paused }
     /// When the current session opened, if one is open.
-    public private(set) var sessionOpenedAt: ContinuousClock.Instant?
+    public var sessionOpenedAt: ContinuousClock.Instant? {
+        machine.sessionOpenedAt.map { .now - .nanoseconds(Int64(clamping: MonotonicClock.now() &- $0)) }
+    }
 
     private let settings: Settings
     private let logger: Logger
-    private var queue: SendQueue
-    private var backoff: Backoff
-    public private(set) var stats = Stats()
-    /// Uploads stop on 4402 until usage comes back; recording goes on.
-    public private(set) var paused = false
-    private var captureTimes: [Int: UInt64] = [:]
-    private var wake: AsyncStream<Void>.Continuation?
-    private var closeSession: (@Sendable () async -> Void)?
-    private var networkChanged = false
-    private var stopping = false
-    private var backoffSleep: Task<Void, Never>?
-    private var lastDropLog: ContinuousClock.Instant?
+    private var machine: StateMachine
+    private var sessions: [SessionID: SessionHandle] = [:]
+    private let (spawns, spawnSink) = AsyncStream.makeStream(of: SessionID.self)
+    private var finishedWaiters: [CheckedContinuation<Void, Never>] = []
+
+    /// What the actor keeps of a running session.
+    private struct SessionHandle {
+        let control: AsyncStream<SessionControl>.Continuation
+        let wake: AsyncStream<Void>.Continuation
+        let wakes: AsyncStream<Void>
+        let controls: AsyncStream<SessionControl>
+        var connection: WebSocketConnection?
+    }
+
+    private enum SessionControl: Sendable {
+        case close(CloseCode, grace: Duration)
+        case cancel
+    }
 
     public init(settings: Settings, logger: Logger) {
         self.settings = settings
         self.logger = logger
-        self.queue = SendQueue(maxCount: settings.queueSegments, maxAgeMs: settings.queueMaxAgeMs)
-        self.backoff = settings.backoff
+        self.machine = StateMachine(settings: .init(
+            backoff: settings.backoff, liveness: settings.liveness, ping: settings.ping, drain: settings.drain,
+            guidanceMaxAge: .milliseconds(settings.guidanceMaxAgeMs),
+            queueSegments: settings.queueSegments, queueMaxAgeMs: settings.queueMaxAgeMs))
         (messages, messageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
         (states, stateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }
 
-    /// Queues a finished segment for sending; drops the oldest when over a bound.
+    /// Takes a finished segment into custody; drops the oldest when over a bound.
     public func enqueue(_ segment: Segment) {
-        let dropped = queue.push(segment, now: MonotonicClock.now())
-        countDrops(dropped.count)
-        wake?.yield()
+        perform(machine.segment(segment, now: MonotonicClock.now()))
     }
 
-    /// Runs sessions until ``shutdown(flushFor:)`` or cancellation; each network change opens a new session.
+    /// Runs sessions until ``shutdown()`` has drained; each network change opens a new session.
     public func run(networkChanges: AsyncStream<NetworkChange>) async {
-        await withTaskGroup(of: Void.self) { group in
+        await withDiscardingTaskGroup { group in
             group.addTask { [self] in
-                for await change in networkChanges { await self.networkDidChange(change) }
+                for await change in networkChanges { await self.perform { $0.networkChanged("\(change)", now: $1) } }
             }
-            await connectForever()
+            group.addTask { [self] in await self.tickUntilCancelled() }
+            perform(machine.start(now: MonotonicClock.now()))
+            for await id in spawns {
+                guard let handle = sessions[id] else { continue }
+                group.addTask { [self] in await self.runSession(id, controls: handle.controls, wakes: handle.wakes) }
+            }
             group.cancelAll()
         }
-        state = .stopped
         messageSink.finish()
         stateSink.finish()
+        for waiter in finishedWaiters { waiter.resume() }
+        finishedWaiters.removeAll()
     }
 
-    // MARK: - Sessions
-
-    private enum Outcome {
-        case closed(WebSocketErrorCode?, lived: Duration)
-        case failed(any Error)
+    /// Sends what is held, waits up to `settings.drain` for its acknowledgements and guidance,
+    /// then closes the session with 1001. Returns once ``run(networkChanges:)`` has ended.
+    public func shutdown() async {
+        guard !machine.isFinished else { return }
+        perform(machine.shutdown(now: MonotonicClock.now()))
+        guard !machine.isFinished else { return }
+        await withCheckedContinuation { finishedWaiters.append($0) }
     }
 
-    /// Sends what is queued if a session is open, then closes it with 1001 and stops reconnecting.
-    public func shutdown(flushFor timeout: Duration = .seconds(2)) async {
-        let deadline = ContinuousClock.now + timeout
-        while !queue.items.isEmpty, closeSession != nil, ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(20))
+    // MARK: - Performing the machine's actions
+
+    private func perform(_ event: @Sendable (inout StateMachine, UInt64) -> [StateMachine.Action]) {
+        perform(event(&machine, MonotonicClock.now()))
+    }
+
+    private func perform(_ actions: [StateMachine.Action]) {
+        for action in actions {
+            switch action {
+            case .connect(let id):
+                let (controls, control) = AsyncStream.makeStream(of: SessionControl.self, bufferingPolicy: .bufferingOldest(4))
+                let (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+                sessions[id] = SessionHandle(control: control, wake: wake, wakes: wakes, controls: controls)
+                spawnSink.yield(id)
+            case .wakeSender(let id):
+                sessions[id]?.wake.yield()
+            case .close(let id, let code, let grace):
+                sessions[id]?.control.yield(.close(code, grace: grace))
+            case .cancel(let id):
+                sessions[id]?.control.yield(.cancel)
+                sessions[id]?.control.finish()
+            case .report(let state):
+                stateSink.yield(state)
+            case .deliver(let message):
+                messageSink.yield(message)
+            case .log(let level, let text):
+                logger.log(level: level, "uplink: \(text)")
+            case .finish:
+                spawnSink.finish()
+            }
         }
-        stopping = true
-        backoffSleep?.cancel()
-        await closeSession?()
     }
 
-    private func connectForever() async {
-        while !Task.isCancelled && !stopping {
-            state = .connecting
-            let outcome = await connectOnce()
-            if Task.isCancelled || stopping { return }
-            stats.reconnects += 1
-            var delay: Duration
-            var refused = false
-            if networkChanged {
-                networkChanged = false
-                backoff.reset()
-                delay = .zero
-            } else {
-                switch outcome {
-                case .closed(let code, let lived):
-                    if code == .init(codeNumber: Int(CloseCode.unauthorized.rawValue)) {
-                        logger.error("uplink: authentication failed (the server closed with 4401); retrying in \(backoff.authFailure.spoken)")
-                        delay = backoff.authFailure
-                        refused = true
-                    } else {
-                        if code == .init(codeNumber: Int(CloseCode.quotaExhausted.rawValue)) { paused = true }
-                        delay = backoff.next(sessionLived: lived)
-                        logger.warning("uplink: session closed (\(code.map { "\($0)" } ?? "no close code: the connection dropped, a message was too big or pings went unanswered")); reconnecting in \(delay.spoken)")
+    private func tickUntilCancelled() async {
+        while !Task.isCancelled {
+            let now = MonotonicClock.now()
+            // Wake for the next deadline, and at least every 100 ms for those set meanwhile.
+            let wait = machine.nextDeadline.map { $0 > now ? min($0 - now, 100_000_000) : 0 } ?? 100_000_000
+            if wait > 0 { try? await Task.sleep(for: .nanoseconds(Int64(wait))) }
+            perform { $0.tick(now: $1) }
+        }
+    }
+
+    // MARK: - One session
+
+    /// Connects, says hello, then sends, pings and receives until the connection ends or the
+    /// machine closes or cancels it. A cancel ends every part of it at once.
+    private nonisolated func runSession(_ id: SessionID, controls: AsyncStream<SessionControl>, wakes: AsyncStream<Void>) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.sessionBody(id, wakes: wakes) }
+            group.addTask {
+                for await control in controls {
+                    switch control {
+                    case .cancel: return
+                    case .close(let code, let grace): await self.connection(id)?.close(code: code.rawValue, reason: "going away", grace: grace)
                     }
-                case .failed(let error as WebSocketClientError) where error == .webSocketUpgradeFailed:
-                    // The reference server refuses an upgrade only for a bad token (HTTP 401); the
-                    // client cannot see the status, so any refused upgrade counts as one.
-                    logger.error("uplink: authentication failed: the server refused the upgrade (check uplink.tokenFile); retrying in \(backoff.authFailure.spoken)")
-                    delay = backoff.authFailure
-                    refused = true
-                case .failed(let error):
-                    delay = backoff.next(sessionLived: nil)
-                    logger.warning("uplink: cannot reach \(settings.url): \(error); retrying in \(delay.spoken)")
                 }
             }
-            state = refused ? .authenticationFailed(retryIn: delay) : .disconnected(retryIn: delay)
-            await sleep(delay)
+            _ = await group.next()
+            group.cancelAll()
         }
+        await forget(id)
     }
 
-    private func connectOnce() async -> Outcome {
-        let started = ContinuousClock.now
-        var configuration = WebSocketClientConfiguration(
-            maxFrameSize: GuidanceProtocol.maxMessageBytes,
-            additionalHeaders: [.authorization: "Bearer \(settings.token)"],
-            autoPing: .enabled(timePeriod: settings.ping))
-        configuration.validateUTF8 = true
+    private nonisolated func sessionBody(_ id: SessionID, wakes: AsyncStream<Void>) async {
+        let connection: WebSocketConnection
         do {
-            let close = try await WebSocketClient.connect(
-                url: settings.url, configuration: configuration, tlsConfiguration: settings.tls, logger: logger
-            ) { inbound, outbound, _ in
-                let wakeUps = await self.sessionOpened(outbound: outbound)
-                do {
-                    try await outbound.write(.text(ClientMessage.hello(self.settings.hello).encoded()))
-                    try await withThrowingTaskGroup(of: Void.self) { group in
-                        group.addTask { try await self.sendLoop(outbound: outbound, wakeUps: wakeUps) }
-                        for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes) {
-                            await self.receive(message)
-                        }
-                        group.cancelAll()
-                    }
-                } catch {
-                    await self.sessionEnded()
-                    throw error
-                }
-                await self.sessionEnded()
-            }
-            return .closed(close?.closeCode, lived: ContinuousClock.now - started)
+            connection = try await WebSocketConnection.connect(connectOptions, logger: logger)
         } catch {
-            return .failed(error)
+            if !Task.isCancelled { await perform { $0.connectFailed(id, error.failure, now: $1) } }
+            return
         }
+        defer { connection.abort() }
+        guard await adopt(connection, for: id) else { return }
+        do {
+            try await connection.send(text: ClientMessage.hello(settings.hello).encoded())
+        } catch {
+            await perform { $0.ended(id, code: nil, now: $1) }
+            return
+        }
+        await perform { $0.opened(id, now: $1) }
+        var closeCode: UInt16?
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.sendLoop(id, connection: connection, wakes: wakes) }
+            group.addTask { await self.pingLoop(connection) }
+            for await inbound in connection.inbound {
+                switch inbound {
+                case .text(let text): await receive(text, on: id)
+                case .binary: logger.warning("uplink: ignoring a binary message from the server")
+                case .pong: await perform { $0.heard(id, now: $1); return [] }
+                case .closed(let code, _): closeCode = code
+                }
+            }
+            group.cancelAll()
+        }
+        let code = closeCode
+        if !Task.isCancelled { await perform { $0.ended(id, code: code, now: $1) } }
     }
 
-    private func sessionOpened(outbound: WebSocketOutboundWriter) -> AsyncStream<Void> {
-        let (wakeUps, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        wake = continuation
-        continuation.yield()
-        closeSession = { try? await outbound.close(.goingAway, reason: "going away") }
-        sessionOpenedAt = .now
-        stats.sessions += 1
-        return wakeUps
+    private nonisolated var connectOptions: WebSocketConnectOptions {
+        WebSocketConnectOptions(
+            url: settings.url, headers: [("Authorization", "Bearer \(settings.token)")], tls: settings.tls,
+            deadline: settings.connectTimeout, userTimeout: settings.liveness,
+            maxMessageBytes: GuidanceProtocol.maxMessageBytes)
     }
 
-    private func sessionEnded() {
-        wake?.finish()
-        wake = nil
-        closeSession = nil
-        sessionOpenedAt = nil
+    private func adopt(_ connection: WebSocketConnection, for id: SessionID) -> Bool {
+        guard sessions[id] != nil else { return false }
+        sessions[id]?.connection = connection
+        return true
     }
 
-    private func networkDidChange(_ change: NetworkChange) async {
-        logger.notice("uplink: network changed (\(change)); opening a new session")
-        networkChanged = true
-        backoffSleep?.cancel()
-        await closeSession?()
+    private func connection(_ id: SessionID) -> WebSocketConnection? { sessions[id]?.connection }
+
+    private func forget(_ id: SessionID) {
+        sessions[id]?.connection?.abort()
+        sessions[id] = nil
     }
 
-    /// Sleeps, unless a network change comes first.
-    private func sleep(_ delay: Duration) async {
-        guard delay > .zero else { return }
-        let task = Task { _ = try? await Task.sleep(for: delay) }
-        backoffSleep = task
-        await task.value
-        backoffSleep = nil
+    private nonisolated func pingLoop(_ connection: WebSocketConnection) async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: settings.ping)
+            guard !Task.isCancelled, (try? await connection.ping()) != nil else { return }
+        }
     }
 
     // MARK: - Sending
 
-    private func sendLoop(outbound: WebSocketOutboundWriter, wakeUps: AsyncStream<Void>) async throws {
-        for await _ in wakeUps {
-            while let segment = nextToSend() {
-                try await send(segment, outbound: outbound)
+    private nonisolated func sendLoop(_ id: SessionID, connection: WebSocketConnection, wakes: AsyncStream<Void>) async {
+        for await _ in wakes {
+            while let segment = await nextToSend(id) {
+                do {
+                    try await send(segment, connection: connection)
+                } catch {
+                    // The connection is going: the segment stays in flight and is re-sent on the next session.
+                    return
+                }
+                await sent(segment, on: id)
             }
         }
     }
 
-    private func nextToSend() -> Segment? {
-        guard !paused else { return nil }
-        let (next, expired) = queue.pop(now: MonotonicClock.now())
-        countDrops(expired.count)
-        return next
+    private func nextToSend(_ id: SessionID) -> Segment? {
+        let (segment, actions) = machine.nextToSend(session: id, now: MonotonicClock.now())
+        perform(actions)
+        return segment
     }
 
-    private func send(_ segment: Segment, outbound: WebSocketOutboundWriter) async throws {
+    private func sent(_ segment: Segment, on id: SessionID) {
+        machine.sent(session: id)
+        let sinceClosedUs = MonotonicClock.now().subtractingReportingOverflow(segment.closedMonotonicNs).partialValue / 1000
+        logger.debug("uplink: segment \(segment.metadata.seq) sent, last byte written \(Double(sinceClosedUs) / 1000) ms after it closed",
+                     metadata: ["bytes": "\(segment.metadata.bytes)", "session": "\(id)"])
+    }
+
+    private nonisolated func send(_ segment: Segment, connection: WebSocketConnection) async throws {
         let m = segment.metadata
         let chunkSize = GuidanceProtocol.maxMessageBytes
-        let chunks = (segment.data.count + chunkSize - 1) / chunkSize
         let base64 = settings.payload == .base64
         let header = ClientMessage.SegmentHeader(
             seq: m.seq, capturedAt: m.capturedAt.rfc3339Milliseconds,
             durationMs: m.durationMs, frames: m.frames, bytes: m.bytes, sha256: m.sha256,
-            chunks: base64 ? nil : chunks, data: base64 ? Data(segment.data).base64EncodedString() : nil)
-        captureTimes[m.seq] = m.captureStartMonotonicNs
-        if captureTimes.count > 64, let oldest = captureTimes.keys.min() { captureTimes[oldest] = nil }
-        try await outbound.write(.text(ClientMessage.segment(header).encoded()))
-        if !base64 {
-            for start in stride(from: 0, to: segment.data.count, by: chunkSize) {
-                try await outbound.write(.binary(ByteBuffer(bytes: segment.data[start..<min(start + chunkSize, segment.data.count)])))
-            }
+            chunks: base64 ? nil : (segment.data.count + chunkSize - 1) / chunkSize,
+            data: base64 ? Data(segment.data).base64EncodedString() : nil)
+        try await connection.send(text: ClientMessage.segment(header).encoded())
+        guard !base64 else { return }
+        for start in stride(from: 0, to: segment.data.count, by: chunkSize) {
+            try await connection.send(binary: segment.data[start..<min(start + chunkSize, segment.data.count)])
         }
-        stats.sent += 1
-        let sinceClosedUs = MonotonicClock.now().subtractingReportingOverflow(segment.closedMonotonicNs).partialValue / 1000
-        logger.debug("uplink: segment \(m.seq) sent, last byte written \(Double(sinceClosedUs) / 1000) ms after it closed",
-                     metadata: ["bytes": "\(m.bytes)", "chunks": "\(base64 ? 0 : chunks)"])
-    }
-
-    private func countDrops(_ count: Int) {
-        guard count > 0 else { return }
-        stats.dropped += count
-        // At most one line per interval, however fast drops come.
-        let now = ContinuousClock.now
-        if let last = lastDropLog, now - last < .seconds(10) { return }
-        lastDropLog = now
-        logger.warning("uplink: dropped \(count) segment(s) the network could not carry in time", metadata: ["droppedTotal": "\(stats.dropped)"])
     }
 
     // MARK: - Receiving
 
-    private func receive(_ message: WebSocketMessage) {
-        guard case .text(let text) = message else {
-            logger.warning("uplink: ignoring a binary message from the server")
-            return
-        }
+    private var unreadable = RateLimit(interval: .seconds(10))
+
+    private func receive(_ text: String, on id: SessionID) {
         let decoded: ServerMessage
         do {
             decoded = try ServerMessage.decode(text)
         } catch {
-            logger.warning("uplink: ignoring an unreadable server message: \(error)")
+            machine.heard(id, now: MonotonicClock.now())
+            if unreadable.allows() { logger.warning("uplink: ignoring an unreadable server message: \(error)") }
             return
         }
-        switch decoded {
-        case .welcome(let session, let remaining):
-            logger.info("uplink: session \(session) open", metadata: ["remainingSeconds": "\(remaining.map(String.init) ?? "unlimited")"])
-            state = .connected(session: session)
-            resume(remaining: remaining)
-        case .ack:
-            stats.acked += 1
-        case .guidance(let guidance):
-            // A file or test pattern played fast has capture times ahead of the clock: not stale.
-            let now = MonotonicClock.now()
-            if let captured = captureTimes[guidance.seq], now > captured, now - captured > UInt64(settings.guidanceMaxAgeMs) * 1_000_000 {
-                stats.staleGuidance += 1
-                logger.notice("uplink: dropped stale guidance for segment \(guidance.seq)")
-                return
-            }
-        case .usage(let remaining):
-            resume(remaining: remaining)
-        case .error(let code, let text, let seq):
-            logger.warning("uplink: server error \(code.rawValue): \(text)", metadata: seq.map { ["seq": "\($0)"] } ?? [:])
-            if code == .quotaExhausted { paused = true }
-        case .unknown(let type):
-            logger.debug("uplink: ignoring message type \(type)")
-            return
-        }
-        messageSink.yield(decoded)
+        perform { $0.received(decoded, on: id, now: $1) }
     }
+}
 
-    private func resume(remaining: Int?) {
-        guard paused, remaining.map({ $0 > 0 }) ?? true else { return }
-        paused = false
-        logger.notice("uplink: usage available again; uploads resume")
-        wake?.yield()
+/// At most one event per interval passes; for log lines that a peer could make come fast.
+struct RateLimit {
+    let interval: Duration
+    private var last: ContinuousClock.Instant?
+
+    init(interval: Duration) { self.interval = interval }
+
+    mutating func allows(now: ContinuousClock.Instant = .now) -> Bool {
+        if let last, now - last < interval { return false }
+        last = now
+        return true
+    }
+}
+
+extension WebSocketConnectFailure {
+    var failure: ConnectFailure {
+        switch self {
+        case .refused(let status, let retryAfter): .refused(status: status, retryAfter: retryAfter)
+        case .timedOut: .timedOut
+        case .failed(let reason): .unreachable(reason)
+        }
     }
 }

@@ -11,9 +11,10 @@ final class Spawned {
     let stderrFile: URL
 
     /// `prefix` runs first (e.g. `ip netns exec NAME`), with the program's path after it.
-    init(_ program: String, _ arguments: [String], prefix: [String] = [], folder: URL) throws {
-        let path = Self.buildFolder.appendingPathComponent(program).path
-        let name = "\(program)-\(UUID().uuidString.prefix(8))"
+    /// `absolute`: `program` is a path, not one of this package's programs.
+    init(_ program: String, _ arguments: [String], prefix: [String] = [], folder: URL, absolute: Bool = false) throws {
+        let path = absolute ? program : Self.buildFolder.appendingPathComponent(program).path
+        let name = "\(URL(fileURLWithPath: program).lastPathComponent)-\(UUID().uuidString.prefix(8))"
         stdoutFile = folder.appendingPathComponent("\(name).out")
         stderrFile = folder.appendingPathComponent("\(name).err")
         _ = FileManager.default.createFile(atPath: stdoutFile.path, contents: nil)
@@ -115,7 +116,8 @@ struct LoopFiles {
     /// An agent config: the test pattern, streaming to `url`; `uplink` adds keys to that section.
     /// `crf: 0` makes segments big (lossless), to fill socket buffers quickly.
     /// Speech goes to WAV files in `speech/`, the status socket is `status.sock`, both in the folder.
-    func agentConfig(url: String, pace: String = "realtime", crf: Int = 28, uplink: [String: String] = [:]) throws -> String {
+    func agentConfig(url: String, pace: String = "realtime", crf: Int = 28, segmentSeconds: Int = 5, caFile: String? = nil,
+                     uplink: [String: String] = [:]) throws -> String {
         try write("agent.yaml", """
             camera:
               source: test-pattern
@@ -126,11 +128,13 @@ struct LoopFiles {
             encoder:
               preference: [libx265]
               crf: \(crf)
+              segmentSeconds: \(segmentSeconds)
             recording:
               dir: \(path("segments"))
             uplink:
               url: \(url)
               allowInsecure: true
+            \(caFile.map { "  caFile: \($0)" } ?? "")
               tokenFile: \(path("token"))
               deviceId: loop-car
             \(uplink.map { "  \($0.key): \($0.value)" }.joined(separator: "\n"))

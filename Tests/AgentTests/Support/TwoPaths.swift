@@ -52,6 +52,13 @@ struct TwoPaths {
         }
     }
 
+    /// Names `address` `host` inside the car: `ip netns exec` mounts /etc/netns/NAME/hosts over /etc/hosts.
+    func nameInCar(_ host: String, _ address: String) throws {
+        let folder = "/etc/netns/\(car)"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try "127.0.0.1 localhost\n\(address) \(host)\n".write(toFile: folder + "/hosts", atomically: true, encoding: .utf8)
+    }
+
     /// Runs a program inside a namespace: the prefix for ``Spawned``.
     func exec(in namespace: String) -> [String] { [Self.ip ?? "ip", "netns", "exec", namespace] }
 
@@ -60,8 +67,15 @@ struct TwoPaths {
         try Self.ip(["-n", car, "route", "replace", "default", "via", "10.231.1\(path).1", "dev", "va\(path)"])
     }
 
+    /// Takes the car's side of a path down: whatever is in flight on it is lost, and the kernel
+    /// drops the routes through it.
+    func linkDown(_ path: Int) throws {
+        try Self.ip(["-n", car, "link", "set", "va\(path)", "down"])
+    }
+
     func remove() {
         for ns in [car, server] { _ = try? Command.execute(Self.ip ?? "ip", ["netns", "del", ns]) }
+        try? FileManager.default.removeItem(atPath: "/etc/netns/\(car)")
     }
 
     private static func ip(_ arguments: [String]) throws {

@@ -1,0 +1,452 @@
+public import GuidanceProtocol
+public import HAL
+public import Logging
+
+/// One connection attempt to the server, numbered in the order they were made.
+public struct SessionID: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public let number: Int
+    public init(_ number: Int) { self.number = number }
+    public static func < (a: Self, b: Self) -> Bool { a.number < b.number }
+    public var description: String { "#\(number)" }
+}
+
+/// Why a connection attempt gave no session.
+public enum ConnectFailure: Sendable, Equatable {
+    /// The server answered the upgrade with this HTTP status; `retryAfter` from its header.
+    case refused(status: Int, retryAfter: Duration?)
+    /// Connect, TLS and upgrade did not finish within `uplink.connectTimeoutMs`.
+    case timedOut
+    /// DNS, TCP or TLS failed.
+    case unreachable(String)
+}
+
+extension Uplink {
+    /// The uplink's rules, apart from any socket: events in, actions out.
+    ///
+    /// It decides when to open a session and when to give one up (network change, silence, a
+    /// close or a refused upgrade), which segment goes next and which come back for a re-send,
+    /// when uploads pause, which guidance is too old to speak, and when a shutdown has drained.
+    /// ``Uplink`` only performs the actions. Time is passed in (`CLOCK_MONOTONIC` nanoseconds,
+    /// the clock segments are stamped with), so every rule is tested without waiting.
+    public struct StateMachine: Sendable {
+        public struct Settings: Sendable {
+            public var backoff: Backoff
+            /// A session with something outstanding that hears nothing for this long is given up.
+            public var liveness: Duration
+            /// The agent's ping period; with nothing outstanding, two periods of silence end a session.
+            public var ping: Duration
+            /// How long an old session gets for its close handshake before its socket is closed.
+            public var closeGrace: Duration = .seconds(1)
+            /// How long a shutdown waits for the last acknowledgements and guidance.
+            public var drain: Duration
+            public var guidanceMaxAge: Duration
+            public var queueSegments: Int
+            public var queueMaxAgeMs: Int
+            /// After 401/403 or close 4401: a long wait, with jitter.
+            public var authFailureWait: Duration = .seconds(60)
+            /// A `Retry-After` longer than this is not believed.
+            public var retryAfterCap: Duration = .seconds(600)
+
+            public init(backoff: Backoff = Backoff(), liveness: Duration, ping: Duration, drain: Duration,
+                        guidanceMaxAge: Duration, queueSegments: Int, queueMaxAgeMs: Int) {
+                self.backoff = backoff
+                self.liveness = liveness
+                self.ping = ping
+                self.drain = drain
+                self.guidanceMaxAge = guidanceMaxAge
+                self.queueSegments = queueSegments
+                self.queueMaxAgeMs = queueMaxAgeMs
+            }
+        }
+
+        public enum Action: Sendable, Equatable {
+            /// Open a new session now (a connection attempt with its own deadline).
+            case connect(SessionID)
+            /// Segments are waiting and the session may send them.
+            case wakeSender(SessionID)
+            /// Send a close frame, allow `grace` for the handshake, then close the socket.
+            case close(SessionID, code: CloseCode, grace: Duration)
+            /// Close the socket now: the session is given up, whatever it was doing.
+            case cancel(SessionID)
+            case report(ConnectionState)
+            /// A message for the guidance router.
+            case deliver(ServerMessage)
+            case log(Logger.Level, String)
+            /// Nothing is left to do: `run` returns.
+            case finish
+        }
+
+        private struct Session {
+            let id: SessionID
+            var opened = false
+            var welcomed = false
+            var openedAt: UInt64 = 0
+            var lastHeard: UInt64 = 0
+            /// Since when something (a welcome, an ack) has been awaited without pause.
+            var awaitingSince: UInt64?
+            var reportedUnknownAck = false
+        }
+
+        private enum Stopping {
+            case running
+            case draining(until: UInt64)
+            case closing
+            case finished
+        }
+
+        public let settings: Settings
+        public private(set) var custody: Custody
+        public private(set) var stats = Stats()
+        /// Uploads stop on 4402 (usage exhausted) until usage comes back; recording goes on.
+        public private(set) var paused = false
+        public private(set) var state = ConnectionState.connecting
+        private var backoff: Backoff
+        private var random: @Sendable (ClosedRange<Double>) -> Double
+        private var current: Session?
+        /// Sessions given up and closing: their acks and guidance still count.
+        private var closing: Set<SessionID> = []
+        private var nextNumber = 0
+        private var retryAt: UInt64?
+        private var stopping = Stopping.running
+        /// Capture times of segments sent, for the stale-guidance rule.
+        private var captureTimes: [Int: UInt64] = [:]
+        /// Acknowledged segments whose guidance has not come yet (a drain waits for them).
+        private var awaitingGuidance: [Int: UInt64] = [:]
+        private var lastNotFoundLog: UInt64?
+        private var lastDropLog: UInt64?
+
+        public init(settings: Settings, random: @escaping @Sendable (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) {
+            self.settings = settings
+            self.backoff = settings.backoff
+            self.random = random
+            self.custody = Custody(maxCount: settings.queueSegments, maxAgeMs: settings.queueMaxAgeMs)
+        }
+
+        /// The session segments go to, once it has said `hello`.
+        public var currentSession: SessionID? { current?.id }
+        public var sessionOpenedAt: UInt64? { current.flatMap { $0.opened ? $0.openedAt : nil } }
+        public var isFinished: Bool { if case .finished = stopping { true } else { false } }
+
+        /// The earliest time ``tick(now:)`` has something to do, if any.
+        public var nextDeadline: UInt64? {
+            var times: [UInt64] = []
+            if let retryAt { times.append(retryAt) }
+            if case .draining(let until) = stopping { times.append(until) }
+            if let session = current, session.opened {
+                times.append(session.lastHeard + (session.awaitingSince != nil ? settings.liveness : settings.ping * 2).ns)
+            }
+            return times.min()
+        }
+
+        // MARK: - Starting and stopping
+
+        public mutating func start(now: UInt64) -> [Action] {
+            openSession(now: now)
+        }
+
+        /// SIGTERM or the last segment: send what is held, wait (bounded) for acks and guidance, close with 1001.
+        public mutating func shutdown(now: UInt64) -> [Action] {
+            guard case .running = stopping else { return [] }
+            retryAt = nil
+            // Guidance that would be stale by now is not worth waiting for (a server may send none).
+            awaitingGuidance = awaitingGuidance.filter { now - min(now, $0.value) < settings.guidanceMaxAge.ns }
+            if let session = current, !(custody.isEmpty && awaitingGuidance.isEmpty) {
+                stopping = .draining(until: now + settings.drain.ns)
+                return session.opened && !paused ? [.wakeSender(session.id)] : []
+            }
+            return closeAll()
+        }
+
+        private mutating func closeAll() -> [Action] {
+            stopping = .closing
+            var actions: [Action] = []
+            if let session = current {
+                current = nil
+                if session.opened {
+                    closing.insert(session.id)
+                    actions.append(.close(session.id, code: .goingAway, grace: min(settings.closeGrace, .milliseconds(500))))
+                } else {
+                    actions.append(.cancel(session.id))
+                }
+            }
+            return actions + finishIfDone()
+        }
+
+        private mutating func finishIfDone() -> [Action] {
+            guard case .closing = stopping, current == nil, closing.isEmpty else { return [] }
+            stopping = .finished
+            return report(.stopped) + [.finish]
+        }
+
+        private mutating func drainedIfDone() -> [Action] {
+            guard case .draining = stopping, custody.isEmpty, awaitingGuidance.isEmpty else { return [] }
+            return closeAll()
+        }
+
+        // MARK: - Segments
+
+        public mutating func segment(_ segment: Segment, now: UInt64) -> [Action] {
+            var actions = countDrops(custody.push(segment, now: now), now: now)
+            if let session = current, session.opened, !paused { actions.append(.wakeSender(session.id)) }
+            return actions
+        }
+
+        /// What `session` sends next, if anything; the segment is then in flight until its `ack`.
+        public mutating func nextToSend(session id: SessionID, now: UInt64) -> (segment: Segment?, actions: [Action]) {
+            guard let session = current, session.id == id, session.opened, !paused, !isClosingDown else { return (nil, []) }
+            let highestSent = custody.highestSent
+            let (next, dropped) = custody.takeNext(now: now)
+            let actions = countDrops(dropped, now: now)
+            if let next {
+                if let highestSent, next.metadata.seq <= highestSent { stats.resent += 1 }
+                captureTimes[next.metadata.seq] = next.metadata.captureStartMonotonicNs
+                if captureTimes.count > 64, let oldest = captureTimes.keys.min() { captureTimes[oldest] = nil }
+                if current?.awaitingSince == nil { current?.awaitingSince = now }
+            }
+            return (next, actions)
+        }
+
+        /// Every drop is counted; the log hears of them at most once per 10 s, however fast they come.
+        private mutating func countDrops(_ count: Int, now: UInt64) -> [Action] {
+            stats.dropped = custody.dropped
+            guard count > 0 else { return [] }
+            if let last = lastDropLog, now - last < Duration.seconds(10).ns { return [] }
+            lastDropLog = now
+            return [.log(.warning, "dropped \(count) segment(s) the network could not carry in time (\(stats.dropped) in all)")]
+        }
+
+        /// A segment's last byte was written.
+        public mutating func sent(session id: SessionID) {
+            stats.sent += 1
+        }
+
+        private var isClosingDown: Bool {
+            switch stopping {
+            case .running, .draining: false
+            case .closing, .finished: true
+            }
+        }
+
+        // MARK: - Session events
+
+        /// The upgrade succeeded and `hello` was written.
+        public mutating func opened(_ id: SessionID, now: UInt64) -> [Action] {
+            guard current?.id == id else { return [] }
+            current?.opened = true
+            current?.openedAt = now
+            current?.lastHeard = now
+            current?.awaitingSince = now
+            stats.sessions += 1
+            return !paused && !custody.isEmpty ? [.wakeSender(id)] : []
+        }
+
+        public mutating func connectFailed(_ id: SessionID, _ failure: ConnectFailure, now: UInt64) -> [Action] {
+            guard current?.id == id else { return [] }
+            current = nil
+            if isClosingDown { return finishIfDone() }
+            if case .draining = stopping { return closeAll() }
+            stats.reconnects += 1
+            switch failure {
+            case .refused(let status, _) where status == 401 || status == 403:
+                let delay = authWait()
+                return [.log(.error, "authentication failed: the server refused the upgrade with HTTP \(status) (check uplink.tokenFile); retrying in \(delay.spoken)")]
+                    + retry(after: delay, now: now, authentication: true)
+            case .refused(404, _):
+                // A wrong path or host: retrying soon will not fix it, and a log line a minute is enough.
+                let delay = settings.backoff.cap * random(0.75...1.0)
+                var actions: [Action] = []
+                if lastNotFoundLog.map({ now - $0 >= Duration.seconds(60).ns }) ?? true {
+                    lastNotFoundLog = now
+                    actions.append(.log(.error, "the server has no guidance stream at this URL (HTTP 404): check uplink.url; retrying in \(delay.spoken)"))
+                }
+                return actions + retry(after: delay, now: now)
+            case .refused(let status, let retryAfter):
+                var delay = backoff.next(sessionLived: nil, random: { random(0...$0) })
+                if let retryAfter, retryAfter > delay { delay = min(retryAfter, settings.retryAfterCap) }
+                return [.log(.warning, "the server refused the upgrade with HTTP \(status)\(retryAfter.map { " (Retry-After \($0.spoken))" } ?? ""); retrying in \(delay.spoken)")]
+                    + retry(after: delay, now: now)
+            case .timedOut:
+                let delay = backoff.next(sessionLived: nil, random: { random(0...$0) })
+                return [.log(.warning, "no session within the connect deadline (connect, TLS and upgrade); retrying in \(delay.spoken)")]
+                    + retry(after: delay, now: now)
+            case .unreachable(let reason):
+                let delay = backoff.next(sessionLived: nil, random: { random(0...$0) })
+                return [.log(.warning, "cannot reach the server: \(reason); retrying in \(delay.spoken)")] + retry(after: delay, now: now)
+            }
+        }
+
+        /// The session's connection ended: the peer's close code, or `nil` if it just dropped.
+        public mutating func ended(_ id: SessionID, code: UInt16?, now: UInt64) -> [Action] {
+            if closing.remove(id) != nil { return finishIfDone() }
+            guard let session = current, session.id == id else { return [] }
+            current = nil
+            custody.takeBackInFlight()
+            if isClosingDown { return finishIfDone() }
+            if case .draining = stopping { return closeAll() }
+            stats.reconnects += 1
+            let lived = Duration.nanoseconds(Int64(clamping: now - session.openedAt))
+            let codeText = code.map { "\($0)" } ?? "no close code: the connection dropped"
+            switch code {
+            case CloseCode.unauthorized.rawValue?:
+                let delay = authWait()
+                return [.log(.error, "authentication failed (the server closed with 4401); retrying in \(delay.spoken)")]
+                    + retry(after: delay, now: now, authentication: true)
+            case CloseCode.quotaExhausted.rawValue?:
+                paused = true
+                fallthrough
+            default:
+                let delay = backoff.next(sessionLived: lived, random: { random(0...$0) })
+                return [.log(.warning, "session closed (\(codeText)); reconnecting in \(delay.spoken)")] + retry(after: delay, now: now)
+            }
+        }
+
+        /// A pong, or any frame from the server: it is alive.
+        public mutating func heard(_ id: SessionID, now: UInt64) {
+            if current?.id == id { current?.lastHeard = now }
+        }
+
+        public mutating func received(_ message: ServerMessage, on id: SessionID, now: UInt64) -> [Action] {
+            let isCurrent = current?.id == id
+            guard isCurrent || closing.contains(id) else { return [] }
+            if isCurrent { current?.lastHeard = now }
+            switch message {
+            case .welcome(let session, let remaining):
+                guard isCurrent else { return [] }
+                current?.welcomed = true
+                if custody.inFlight.isEmpty { current?.awaitingSince = nil }
+                return [.log(.info, "session \(session) open")] + report(.connected(session: session)) + resume(remaining: remaining)
+                    + [.deliver(message)]
+            case .ack(let seq):
+                var actions: [Action] = []
+                switch custody.acknowledge(seq: seq) {
+                case .released:
+                    stats.acked += 1
+                    awaitingGuidance[seq] = now
+                    if awaitingGuidance.count > 16, let oldest = awaitingGuidance.keys.min() { awaitingGuidance[oldest] = nil }
+                case .late:
+                    actions.append(.log(.debug, "ack for segment \(seq), which is no longer held (acknowledged before, or dropped)"))
+                case .unknown:
+                    if isCurrent, current?.reportedUnknownAck == false {
+                        current?.reportedUnknownAck = true
+                        actions.append(.log(.warning, "the server acknowledged segment \(seq), which was never sent; ignored (logged once per session)"))
+                    }
+                }
+                // Progress: the silence clock restarts, and stops once nothing is awaited.
+                if isCurrent {
+                    let idle = custody.inFlight.isEmpty && current?.welcomed == true
+                    current?.awaitingSince = idle ? nil : now
+                }
+                return actions + [.deliver(message)] + drainedIfDone()
+            case .guidance(let guidance):
+                awaitingGuidance[guidance.seq] = nil
+                if let captured = captureTimes[guidance.seq], now > captured, now - captured > settings.guidanceMaxAge.ns {
+                    stats.staleGuidance += 1
+                    return [.log(.notice, "dropped stale guidance for segment \(guidance.seq)")] + drainedIfDone()
+                }
+                return [.deliver(message)] + drainedIfDone()
+            case .usage(let remaining):
+                return resume(remaining: remaining) + [.deliver(message)]
+            case .error(let code, let text, let seq):
+                if let seq { awaitingGuidance[seq] = nil }
+                if code == .quotaExhausted { paused = true }
+                return [.log(.warning, "server error \(code.rawValue): \(text)\(seq.map { " (segment \($0))" } ?? "")"), .deliver(message)]
+                    + drainedIfDone()
+            case .unknown(let type):
+                return [.log(.debug, "ignoring message type \(type)")]
+            }
+        }
+
+        /// The default route or its addresses changed: make before break.
+        public mutating func networkChanged(_ description: String, now: UInt64) -> [Action] {
+            guard case .running = stopping else { return [] }
+            backoff.reset()
+            return [.log(.notice, "network changed (\(description)); opening a new session")] + abandonCurrent(now: now)
+        }
+
+        /// Deadlines: a retry that is due, a silent session, a drain that ran out.
+        public mutating func tick(now: UInt64) -> [Action] {
+            if case .draining(let until) = stopping, now >= until {
+                return [.log(.notice, "shutdown: \(custody.count) segment(s) not acknowledged within \(settings.drain.spoken); closing")] + closeAll()
+            }
+            if let due = retryAt, now >= due, current == nil {
+                retryAt = nil
+                return openSession(now: now)
+            }
+            guard let session = current, session.opened else { return [] }
+            let silent = now - min(now, session.lastHeard)
+            if let since = session.awaitingSince, silent >= settings.liveness.ns, now - min(now, since) >= settings.liveness.ns / 2 {
+                let what = custody.inFlight.isEmpty ? "the welcome" : "\(custody.inFlight.count) unacknowledged segment(s)"
+                stats.reconnects += 1
+                return [.log(.warning, "no answer from the server for \(Duration.nanoseconds(Int64(clamping: silent)).spoken) with \(what) outstanding; opening a new session")]
+                    + abandonCurrent(now: now)
+            }
+            if session.awaitingSince == nil, silent >= (settings.ping * 2).ns {
+                stats.reconnects += 1
+                return [.log(.warning, "no pong within two ping periods; opening a new session")] + abandonCurrent(now: now)
+            }
+            return []
+        }
+
+        // MARK: - Helpers
+
+        /// Gives up the current session (a 1001 close with a short grace, or a cancel if it never
+        /// opened) and opens a new one at once; what it did not acknowledge goes first on the new one.
+        private mutating func abandonCurrent(now: UInt64) -> [Action] {
+            var actions: [Action] = []
+            if let session = current {
+                current = nil
+                custody.takeBackInFlight()
+                if session.opened {
+                    closing.insert(session.id)
+                    actions.append(.close(session.id, code: .goingAway, grace: settings.closeGrace))
+                } else {
+                    actions.append(.cancel(session.id))
+                }
+            }
+            retryAt = nil
+            return actions + openSession(now: now)
+        }
+
+        private mutating func openSession(now: UInt64) -> [Action] {
+            nextNumber += 1
+            let id = SessionID(nextNumber)
+            current = Session(id: id)
+            // While an older session still serves, the driver need not hear of a reconnect.
+            if case .connected = state, !closing.isEmpty { return [.connect(id)] }
+            return report(.connecting) + [.connect(id)]
+        }
+
+        private mutating func retry(after delay: Duration, now: UInt64, authentication: Bool = false) -> [Action] {
+            retryAt = now + delay.ns
+            return report(authentication ? .authenticationFailed(retryIn: delay) : .disconnected(retryIn: delay))
+        }
+
+        private func authWait() -> Duration {
+            settings.authFailureWait * random(0.75...1.25)
+        }
+
+        private mutating func resume(remaining: Int?) -> [Action] {
+            guard paused, remaining.map({ $0 > 0 }) ?? true else { return [] }
+            paused = false
+            var actions: [Action] = [.log(.notice, "usage available again; uploads resume")]
+            if let session = current, session.opened { actions.append(.wakeSender(session.id)) }
+            return actions
+        }
+
+        /// A change of state, for the driver and `status`; nothing when it did not change.
+        private mutating func report(_ new: ConnectionState) -> [Action] {
+            guard new != state else { return [] }
+            state = new
+            return [.report(new)]
+        }
+    }
+}
+
+extension Duration {
+    /// Nanoseconds, for arithmetic with `CLOCK_MONOTONIC` stamps; negative durations count as zero.
+    var ns: UInt64 {
+        let (seconds, attoseconds) = components
+        guard seconds >= 0 else { return 0 }
+        return UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
+    }
+}

@@ -1,0 +1,239 @@
+import Agent
+import GuidanceProtocol
+import HAL
+import Logging
+import Testing
+
+/// The uplink's rules as a table of scenarios: events in, actions out; no sockets, no waiting.
+@Suite struct UplinkStateMachineTests {
+    typealias Machine = Uplink.StateMachine
+    static let second: UInt64 = 1_000_000_000
+    static let t0: UInt64 = 1_000 * second
+
+    static func machine(queue: Int = 3, random: @escaping @Sendable (ClosedRange<Double>) -> Double = { $0.upperBound }) -> Machine {
+        Machine(settings: .init(liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
+                                queueSegments: queue, queueMaxAgeMs: 15_000), random: random)
+    }
+
+    /// A machine with session #1 open and welcomed at `t0`.
+    static func connected(queue: Int = 3) -> Machine {
+        var m = machine(queue: queue)
+        #expect(m.start(now: t0) == [.connect(SessionID(1))])
+        #expect(m.opened(SessionID(1), now: t0) == [])
+        _ = m.received(.welcome(session: "s1", remainingSeconds: nil), on: SessionID(1), now: t0)
+        #expect(m.state == .connected(session: "s1"))
+        return m
+    }
+
+    static func seg(_ seq: Int, at time: UInt64 = t0) -> Segment { testSegment(seq: seq, capturedAt: time) }
+
+    /// Sends everything the machine hands `id`, returning the sequence numbers in order.
+    static func drainSends(_ m: inout Machine, _ id: SessionID, now: UInt64) -> [Int] {
+        var sent: [Int] = []
+        while let next = m.nextToSend(session: id, now: now).segment {
+            m.sent(session: id)
+            sent.append(next.metadata.seq)
+        }
+        return sent
+    }
+
+    @Test func segmentsGoOutInOrderAndLeaveCustodyOnlyWhenAcknowledged() {
+        var m = Self.connected()
+        #expect(m.segment(Self.seg(0), now: Self.t0) == [.wakeSender(SessionID(1))])
+        _ = m.segment(Self.seg(1), now: Self.t0)
+        #expect(Self.drainSends(&m, SessionID(1), now: Self.t0) == [0, 1])
+        #expect(m.custody.inFlight.map(\.metadata.seq) == [0, 1])
+        _ = m.received(.ack(seq: 0), on: SessionID(1), now: Self.t0)
+        #expect(m.custody.inFlight.map(\.metadata.seq) == [1])
+        #expect(m.stats.sent == 2 && m.stats.acked == 1)
+    }
+
+    @Test func aNetworkChangeOpensTheNewSessionAtOnceAndResendsWhatTheOldOneNeverAcknowledged() {
+        var m = Self.connected()
+        for seq in 0..<3 { _ = m.segment(Self.seg(seq), now: Self.t0) }
+        _ = Self.drainSends(&m, SessionID(1), now: Self.t0)
+        _ = m.received(.ack(seq: 0), on: SessionID(1), now: Self.t0)
+
+        let actions = m.networkChanged("default route moved from va1 to va2", now: Self.t0 + Self.second)
+        // Make before break: the old session gets a 1001 with 1 s for its handshake, the new one
+        // opens now, and the driver hears of no reconnect while the old one still serves.
+        #expect(actions.dropFirst() == [.close(SessionID(1), code: .goingAway, grace: .seconds(1)), .connect(SessionID(2))])
+        #expect(m.state == .connected(session: "s1"))
+        #expect(m.custody.unsent.map(\.metadata.seq) == [1, 2])
+        // Nothing more goes to the old session.
+        #expect(m.nextToSend(session: SessionID(1), now: Self.t0 + Self.second).segment == nil)
+
+        #expect(m.opened(SessionID(2), now: Self.t0 + Self.second) == [.wakeSender(SessionID(2))])
+        _ = m.segment(Self.seg(3), now: Self.t0 + Self.second)
+        #expect(Self.drainSends(&m, SessionID(2), now: Self.t0 + Self.second) == [1, 2, 3])
+        #expect(m.stats.resent == 2)
+        // The old session's ack, late, still counts; the new session's duplicate is survived.
+        _ = m.received(.ack(seq: 1), on: SessionID(1), now: Self.t0 + Self.second)
+        #expect(m.custody.inFlight.map(\.metadata.seq) == [2, 3])
+        let duplicate = m.received(.ack(seq: 1), on: SessionID(2), now: Self.t0 + Self.second)
+        #expect(duplicate.contains { if case .log(.debug, _) = $0 { true } else { false } })
+        #expect(m.stats.acked == 2)
+        // The old session's end changes nothing for the new one.
+        #expect(m.ended(SessionID(1), code: nil, now: Self.t0 + 2 * Self.second) == [])
+        #expect(m.currentSession == SessionID(2))
+    }
+
+    @Test func aChangeWhileConnectingCancelsTheAttemptOnTheOldPath() {
+        var m = Self.machine()
+        _ = m.start(now: Self.t0)
+        #expect(m.networkChanged("x", now: Self.t0).dropFirst() == [.cancel(SessionID(1)), .connect(SessionID(2))])
+        // The cancelled attempt's failure, arriving late, is ignored.
+        #expect(m.connectFailed(SessionID(1), .timedOut, now: Self.t0 + Self.second) == [])
+    }
+
+    @Test func aSessionThatHearsNothingWithASegmentOutstandingIsGivenUp() {
+        var m = Self.connected()
+        _ = m.segment(Self.seg(0), now: Self.t0)
+        _ = Self.drainSends(&m, SessionID(1), now: Self.t0)
+        #expect(m.tick(now: Self.t0 + 9 * Self.second) == [])
+        let actions = m.tick(now: Self.t0 + 10 * Self.second)
+        #expect(actions.dropFirst() == [.close(SessionID(1), code: .goingAway, grace: .seconds(1)), .connect(SessionID(2))])
+        #expect(m.custody.unsent.map(\.metadata.seq) == [0])
+    }
+
+    @Test func acksAndPongsKeepASessionAlive() {
+        var m = Self.connected()
+        _ = m.segment(Self.seg(0), now: Self.t0)
+        _ = Self.drainSends(&m, SessionID(1), now: Self.t0)
+        m.heard(SessionID(1), now: Self.t0 + 8 * Self.second)
+        #expect(m.tick(now: Self.t0 + 12 * Self.second) == [])
+        _ = m.received(.ack(seq: 0), on: SessionID(1), now: Self.t0 + 12 * Self.second)
+        // Nothing outstanding: only two ping periods without a pong end it.
+        #expect(m.tick(now: Self.t0 + 21 * Self.second) == [])
+        #expect(m.tick(now: Self.t0 + 22 * Self.second).contains(.connect(SessionID(2))))
+    }
+
+    @Test func aPeerThatTakesTheUpgradeButNeverWelcomesIsGivenUp() {
+        var m = Self.machine()
+        _ = m.start(now: Self.t0)
+        _ = m.opened(SessionID(1), now: Self.t0)
+        #expect(m.tick(now: Self.t0 + 9 * Self.second) == [])
+        #expect(m.tick(now: Self.t0 + 10 * Self.second).contains(.connect(SessionID(2))))
+    }
+
+    @Test func refusedUpgradesAreToldApartByTheirStatus() {
+        // 401: authentication failure, a long wait with jitter.
+        var m = Self.machine(random: { $0.lowerBound })
+        _ = m.start(now: Self.t0)
+        let auth = m.connectFailed(SessionID(1), .refused(status: 401, retryAfter: nil), now: Self.t0)
+        #expect(auth.last == .report(.authenticationFailed(retryIn: .seconds(45))))
+        #expect(m.tick(now: Self.t0 + 44 * Self.second) == [])
+        #expect(m.tick(now: Self.t0 + 45 * Self.second) == [.report(.connecting), .connect(SessionID(2))])
+
+        // 503 with Retry-After: the server's wait, not the short backoff.
+        let retryAfter = m.connectFailed(SessionID(2), .refused(status: 503, retryAfter: .seconds(7)), now: Self.t0 + 45 * Self.second)
+        #expect(retryAfter.last == .report(.disconnected(retryIn: .seconds(7))))
+        _ = m.tick(now: Self.t0 + 52 * Self.second)
+        // 429 without one: backoff with full jitter (here the jitter's floor).
+        #expect(m.connectFailed(SessionID(3), .refused(status: 429, retryAfter: nil), now: Self.t0 + 52 * Self.second).last
+                == .report(.disconnected(retryIn: .zero)))
+        // An absurd Retry-After is capped.
+        _ = m.tick(now: Self.t0 + 52 * Self.second)
+        #expect(m.connectFailed(SessionID(4), .refused(status: 503, retryAfter: .seconds(1_000_000)), now: Self.t0 + 52 * Self.second).last
+                == .report(.disconnected(retryIn: .seconds(600))))
+    }
+
+    @Test func notFoundIsAConfigErrorLoggedAtMostOnceAMinute() {
+        var m = Self.machine()
+        _ = m.start(now: Self.t0)
+        func logs(_ actions: [Machine.Action]) -> Int { actions.filter { if case .log(.error, _) = $0 { true } else { false } }.count }
+        #expect(logs(m.connectFailed(SessionID(1), .refused(status: 404, retryAfter: nil), now: Self.t0)) == 1)
+        _ = m.tick(now: Self.t0 + 31 * Self.second)
+        #expect(logs(m.connectFailed(SessionID(2), .refused(status: 404, retryAfter: nil), now: Self.t0 + 31 * Self.second)) == 0)
+        _ = m.tick(now: Self.t0 + 62 * Self.second)
+        #expect(logs(m.connectFailed(SessionID(3), .refused(status: 404, retryAfter: nil), now: Self.t0 + 62 * Self.second)) == 1)
+    }
+
+    @Test func anUpgradeThatNeverComesIsRetriedAfterTheBackoff() {
+        var m = Self.machine(random: { $0.upperBound })
+        _ = m.start(now: Self.t0)
+        #expect(m.connectFailed(SessionID(1), .timedOut, now: Self.t0 + 5 * Self.second).last == .report(.disconnected(retryIn: .milliseconds(250))))
+        #expect(m.tick(now: Self.t0 + 5 * Self.second + 250_000_000).contains(.connect(SessionID(2))))
+    }
+
+    @Test func quotaExhaustedPausesUploadsUntilUsageReturns() {
+        var m = Self.connected()
+        _ = m.ended(SessionID(1), code: CloseCode.quotaExhausted.rawValue, now: Self.t0 + Self.second)
+        #expect(m.paused)
+        _ = m.tick(now: Self.t0 + 40 * Self.second)
+        _ = m.opened(SessionID(2), now: Self.t0 + 40 * Self.second)
+        #expect(m.segment(Self.seg(0, at: Self.t0 + 40 * Self.second), now: Self.t0 + 40 * Self.second) == [])
+        #expect(m.nextToSend(session: SessionID(2), now: Self.t0 + 40 * Self.second).segment == nil)
+        let resumed = m.received(.welcome(session: "s2", remainingSeconds: 120), on: SessionID(2), now: Self.t0 + 40 * Self.second)
+        #expect(resumed.contains(.wakeSender(SessionID(2))))
+        #expect(!m.paused)
+    }
+
+    @Test func heldSegmentsCountAgainstOneBoundAndTheOldestGoesFirst() {
+        var m = Self.connected(queue: 3)
+        _ = m.segment(Self.seg(0), now: Self.t0)
+        _ = Self.drainSends(&m, SessionID(1), now: Self.t0)
+        for seq in 1...3 { _ = m.segment(Self.seg(seq), now: Self.t0) }
+        #expect(m.custody.inFlight.isEmpty)
+        #expect(m.custody.unsent.map(\.metadata.seq) == [1, 2, 3])
+        #expect(m.stats.dropped == 1)
+        // Too old to be worth sending: dropped and counted instead.
+        let late = Self.t0 + 16 * Self.second
+        #expect(m.nextToSend(session: SessionID(1), now: late).segment == nil)
+        #expect(m.stats.dropped == 4)
+    }
+
+    @Test func unknownAcksAreLoggedOncePerSessionAndSurvived() {
+        var m = Self.connected()
+        func warnings(_ actions: [Machine.Action]) -> Int { actions.filter { if case .log(.warning, _) = $0 { true } else { false } }.count }
+        #expect(warnings(m.received(.ack(seq: 99), on: SessionID(1), now: Self.t0)) == 1)
+        #expect(warnings(m.received(.ack(seq: 98), on: SessionID(1), now: Self.t0)) == 0)
+        #expect(m.stats.acked == 0 && m.currentSession == SessionID(1))
+    }
+
+    @Test func guidanceOlderThanTheLimitIsNotDelivered() {
+        var m = Self.connected()
+        _ = m.segment(Self.seg(0), now: Self.t0)
+        _ = Self.drainSends(&m, SessionID(1), now: Self.t0)
+        let guidance = ServerMessage.Guidance(seq: 0, text: "slow down", lang: "en", clear: false, priority: .normal)
+        #expect(m.received(.guidance(guidance), on: SessionID(1), now: Self.t0 + 11 * Self.second).allSatisfy {
+            if case .deliver = $0 { false } else { true }
+        })
+        #expect(m.stats.staleGuidance == 1)
+        #expect(m.received(.guidance(guidance), on: SessionID(1), now: Self.t0 + 2 * Self.second).contains(.deliver(.guidance(guidance))))
+    }
+
+    @Test func shutdownSendsWhatIsHeldWaitsForAckAndGuidanceThenClosesWith1001() {
+        var m = Self.connected()
+        _ = m.segment(Self.seg(0), now: Self.t0)
+        #expect(m.shutdown(now: Self.t0) == [.wakeSender(SessionID(1))])
+        #expect(Self.drainSends(&m, SessionID(1), now: Self.t0) == [0])
+        #expect(m.received(.ack(seq: 0), on: SessionID(1), now: Self.t0).contains { if case .close = $0 { true } else { false } } == false)
+        let guidance = ServerMessage.Guidance(seq: 0, text: "clear", lang: nil, clear: true, priority: .normal)
+        #expect(m.received(.guidance(guidance), on: SessionID(1), now: Self.t0) == [
+            .deliver(.guidance(guidance)), .close(SessionID(1), code: .goingAway, grace: .milliseconds(500)),
+        ])
+        #expect(m.ended(SessionID(1), code: 1001, now: Self.t0) == [.report(.stopped), .finish])
+        #expect(m.isFinished)
+    }
+
+    @Test func aDrainThatRunsOutClosesAnyway() {
+        var m = Self.connected()
+        _ = m.segment(Self.seg(0), now: Self.t0)
+        _ = m.shutdown(now: Self.t0)
+        _ = Self.drainSends(&m, SessionID(1), now: Self.t0)
+        #expect(m.tick(now: Self.t0 + 1_400_000_000) == [])
+        #expect(m.tick(now: Self.t0 + 1_500_000_000).contains(.close(SessionID(1), code: .goingAway, grace: .milliseconds(500))))
+    }
+
+    @Test func shutdownWithNothingHeldOrNoSessionEndsAtOnce() {
+        var idle = Self.connected()
+        #expect(idle.shutdown(now: Self.t0) == [.close(SessionID(1), code: .goingAway, grace: .milliseconds(500))])
+        var waiting = Self.machine()
+        _ = waiting.start(now: Self.t0)
+        _ = waiting.connectFailed(SessionID(1), .unreachable("refused"), now: Self.t0)
+        #expect(waiting.shutdown(now: Self.t0) == [.report(.stopped), .finish])
+        // No reconnect after a shutdown.
+        #expect(waiting.tick(now: Self.t0 + 60 * Self.second) == [])
+    }
+}
