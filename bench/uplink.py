@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The uplink's three figures, with the real `dashcam-agent` and `guidance-server` binaries.
+"""The uplink's figures, with the real `dashcam-agent` and `guidance-server` binaries.
 
   send     segment closed -> its last byte written to the WebSocket, on loopback (p50/p99).
            The agent measures it itself and logs it at debug level for every segment sent.
@@ -8,9 +8,16 @@
            reconnect backoff starts from its base (250 ms, full jitter) every time.
   move     the car's default route moved to a second path (network namespaces, needs root) ->
            the server logs the new session. The old path stays up.
+  handover the car's link A taken down (its packets vanish) and the default route moved to link B
+           (namespaces, needs root) -> the agent logs the `welcome` of its new session.
+  silent   a forwarder between agent and server goes silent (reads and drops both ways) ->
+           the server logs the agent's new session.
+  stopread the forwarder stops reading from the agent -> the server logs the new session.
+  noanswer the first connection is accepted and never answered -> the agent connects again
+           (connect deadline plus the first backoff).
 
     swift build -c release --product dashcam-agent && swift build -c release --product guidance-server
-    python3 bench/uplink.py [--bin .build/release] [--only send,restart,move]
+    python3 bench/uplink.py [--bin .build/release] [--only send,restart,move,handover,silent,stopread,noanswer]
 """
 import argparse
 import os
@@ -18,6 +25,8 @@ import random
 import re
 import shutil
 import signal
+import socket
+import threading
 import statistics
 import subprocess
 import sys
@@ -142,6 +151,101 @@ def bench_restart(binaries, folder, restarts, lived):
     return from_kill, from_listening
 
 
+class Forwarder:
+    """A TCP forwarder on loopback whose connections can go silent, stop reading, or never answer."""
+
+    def __init__(self, target_port, never_answer_first=False):
+        self.target_port = target_port
+        self.never_answer_first = never_answer_first
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.accepted = []          # monotonic times
+        self.modes = []             # per connection: "forward", "silent", "stopread"
+        self.sockets = []
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def accept_loop(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            index = len(self.accepted)
+            self.accepted.append(time.monotonic())
+            if index == 0 and self.never_answer_first:
+                self.modes.append("silent")
+                self.sockets.append((client, None))
+                threading.Thread(target=self.pump, args=(index, client, None), daemon=True).start()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            self.modes.append("forward")
+            self.sockets.append((client, upstream))
+            threading.Thread(target=self.pump, args=(index, client, upstream), daemon=True).start()
+            threading.Thread(target=self.pump, args=(index, upstream, client), daemon=True).start()
+
+    def pump(self, index, source, sink):
+        while True:
+            mode = self.modes[index]
+            if mode == "stopread" and sink is not None and source is self.sockets[index][0]:
+                time.sleep(0.05)
+                continue
+            try:
+                data = source.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if self.modes[index] == "forward" and sink is not None:
+                try:
+                    sink.sendall(data)
+                except OSError:
+                    return
+
+    def set_mode(self, index, mode):
+        self.modes[index] = mode
+
+    def close(self):
+        self.listener.close()
+        for pair in self.sockets:
+            for s in pair:
+                if s is not None:
+                    s.close()
+
+
+def bench_fault(binaries, folder, mode, runs):
+    """Each run: a fresh agent through a forwarder; after two acked segments the link fails."""
+    values = []
+    for run in range(runs):
+        sub = os.path.join(folder, f"{mode}-{run}")
+        os.makedirs(sub)
+        files = Files(sub)
+        server, port = start_server(binaries, files, sub)
+        forwarder = Forwarder(port, never_answer_first=(mode == "noanswer"))
+        agent = Program([os.path.join(binaries, "dashcam-agent"), "record", "--config",
+                         files.agent(f"ws://127.0.0.1:{forwarder.port}/v1/stream", segment_seconds=1)], sub)
+        if mode == "noanswer":
+            if server.wait_for(lambda text: text.count(" opened") == 1, 30) is None:
+                sys.exit("no session after the unanswered one:\n" + agent.stderr()[-3000:])
+            values.append((forwarder.accepted[1] - forwarder.accepted[0]) * 1000)
+        else:
+            if server.wait_for(lambda text: text.count(" verified") >= 2, 30) is None:
+                sys.exit("no segments:\n" + agent.stderr()[-3000:])
+            failed = time.monotonic()
+            forwarder.set_mode(0, mode)
+            opened = server.wait_for(lambda text: text.count(" opened") == 2, 60)
+            if opened is None:
+                sys.exit(f"{mode}: no new session:\n" + agent.stderr()[-3000:])
+            values.append((opened - failed) * 1000)
+        agent.stop()
+        server.stop()
+        forwarder.close()
+    return values
+
+
 def ip(*arguments):
     subprocess.run(["ip", *arguments], check=True)
 
@@ -186,14 +290,63 @@ def bench_move(binaries, folder, moves):
             subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
 
 
+def bench_handover(binaries, folder, switches):
+    """Link A down and the route moved to B; then A comes back up for the next switch the other way."""
+    tag = f"{os.getpid()}"
+    srv, car = f"bench-srv-{tag}", f"bench-car-{tag}"
+    ip("netns", "add", srv)
+    ip("netns", "add", car)
+    try:
+        for ns in (srv, car):
+            ip("-n", ns, "link", "set", "lo", "up")
+        ip("-n", srv, "addr", "add", "10.231.10.1/32", "dev", "lo")
+        for path in (1, 2):
+            ip("-n", srv, "link", "add", f"vs{path}", "type", "veth", "peer", "name", f"va{path}", "netns", car)
+            ip("-n", srv, "addr", "add", f"10.231.1{path}.1/24", "dev", f"vs{path}")
+            ip("-n", car, "addr", "add", f"10.231.1{path}.2/24", "dev", f"va{path}")
+            ip("-n", srv, "link", "set", f"vs{path}", "up")
+            ip("-n", car, "link", "set", f"va{path}", "up")
+        ip("-n", car, "route", "add", "default", "via", "10.231.11.1", "dev", "va1")
+        files = Files(folder)
+        server, port = start_server(binaries, files, folder, host="10.231.10.1", prefix=("ip", "netns", "exec", srv))
+        agent = Program([os.path.join(binaries, "dashcam-agent"), "record", "--config",
+                         files.agent(f"ws://10.231.10.1:{port}/v1/stream", segment_seconds=1)], folder,
+                        prefix=("ip", "netns", "exec", car))
+        welcome = re.compile(r"uplink: session \S+ open")
+        if agent.wait_for(lambda text: len(welcome.findall(text)) == 1, 30) is None:
+            sys.exit("no first session:\n" + agent.stderr()[-3000:])
+        values = []
+        for switch in range(switches):
+            time.sleep(2)
+            old, new = (1, 2) if switch % 2 == 0 else (2, 1)
+            started = time.monotonic()
+            ip("-n", car, "link", "set", f"va{old}", "down")
+            ip("-n", car, "route", "replace", "default", "via", f"10.231.1{new}.1", "dev", f"va{new}")
+            opened = agent.wait_for(lambda text: len(welcome.findall(text)) >= switch + 2, 10)
+            if opened is None:
+                sys.exit("no welcome after the handover:\n" + agent.stderr()[-3000:])
+            values.append((opened - started) * 1000)
+            time.sleep(1)
+            ip("-n", car, "link", "set", f"va{old}", "up")
+        agent.stop()
+        server.stop()
+        summary_line = next((line for line in agent.stderr().splitlines() if "uplink: sent" in line), "")
+        print("  " + summary_line.split("[Agent] ")[-1])
+        return values
+    finally:
+        for ns in (car, srv):
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", default=".build/release")
-    parser.add_argument("--only", default="send,restart,move")
+    parser.add_argument("--only", default="send,restart,move,handover,silent,stopread,noanswer")
     parser.add_argument("--segments", type=int, default=200, help="segments for each send run")
     parser.add_argument("--restarts", type=int, default=10)
     parser.add_argument("--lived", type=float, default=31, help="seconds each session lives before a restart")
     parser.add_argument("--moves", type=int, default=20)
+    parser.add_argument("--faults", type=int, default=10, help="runs of each silent, stopread and noanswer")
     args = parser.parse_args()
     wanted = set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="bench-uplink-") as folder:
@@ -213,6 +366,19 @@ def main():
             else:
                 os.makedirs(os.path.join(folder, "d"))
                 print(summary("move, default route moved -> new session", bench_move(args.bin, os.path.join(folder, "d"), args.moves)))
+        if "handover" in wanted:
+            if os.geteuid() != 0 or shutil.which("ip") is None:
+                print("handover: skipped (needs root and iproute2)")
+            else:
+                os.makedirs(os.path.join(folder, "e"))
+                print(summary("handover, link A down and route moved -> welcome on the new session",
+                              bench_handover(args.bin, os.path.join(folder, "e"), args.moves)))
+        for mode, text in (("silent", "peer went silent -> new session at the server"),
+                           ("stopread", "peer stopped reading -> new session at the server"),
+                           ("noanswer", "upgrade never answered -> next connection attempt")):
+            if mode in wanted:
+                os.makedirs(os.path.join(folder, mode))
+                print(summary(text, bench_fault(args.bin, os.path.join(folder, mode), mode, args.faults)))
 
 
 if __name__ == "__main__":

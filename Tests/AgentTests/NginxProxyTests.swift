@@ -75,7 +75,8 @@ import Testing
             .write(to: proxyFolder.appendingPathComponent("site.conf"), atomically: true, encoding: .utf8)
         try Self.mainConfig(folder: proxyFolder).write(to: proxyFolder.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
         let nginxArguments = ["-p", proxyFolder.path, "-c", proxyFolder.appendingPathComponent("nginx.conf").path, "-e", proxyFolder.appendingPathComponent("error.log").path]
-        let check = try Command.execute(try #require(Self.nginx), ["-t"] + nginxArguments)
+        let inServer = paths.exec(in: paths.server)
+        let check = try Command.execute(inServer[0], Array(inServer.dropFirst()) + [try #require(Self.nginx), "-t"] + nginxArguments)
         try #require(check.status == 0, "nginx -t: \(check.stderr)")
         let proxy = try Spawned(try #require(Self.nginx), nginxArguments, prefix: paths.exec(in: paths.server), folder: files.folder, absolute: true)
         defer { proxy.stop(SIGQUIT) }
@@ -93,6 +94,8 @@ import Testing
             let reopened = await server.wait(for: .seconds(10)) { UplinkContinuityTests.sessions($0) == handover + 1 }
             try #require(reopened, "handover \(handover): no new session: \(agent.stderr.suffix(2000))")
             if handover == 2 { baselineFds = server.resources.fds }
+            // Segments flow across the handovers (1 s each).
+            try await Task.sleep(for: .milliseconds(400))
         }
         // The old streams are closed: the agent's 1001, or the server's 4000, or nginx's reap.
         let settled = await server.wait(for: .seconds(20)) { _ in

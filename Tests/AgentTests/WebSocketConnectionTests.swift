@@ -116,22 +116,22 @@ import Testing
 
     @Test func aServerThatNeverAnswersTimesOutAtTheDeadline() async throws {
         let silent = try await CannedHTTPServer(response: nil)
-        defer { Task { await silent.stop() } }
         let started = ContinuousClock.now
         #expect(await connectFailure(options(port: silent.port, deadline: .milliseconds(500))) == .timedOut(.milliseconds(500)))
         let took = ContinuousClock.now - started
         #expect(took >= .milliseconds(400) && took < .seconds(5))
+        await silent.stop()
     }
 
     @Test func cancellingConnectEndsItPromptly() async throws {
         let silent = try await CannedHTTPServer(response: nil)
-        defer { Task { await silent.stop() } }
         let connecting = Task { await connectFailure(options(port: silent.port, deadline: .seconds(60))) }
         try await Task.sleep(for: .milliseconds(200))
         let started = ContinuousClock.now
         connecting.cancel()
         #expect(await connecting.value == .failed("cancelled"))
         #expect(ContinuousClock.now - started < .seconds(2))
+        await silent.stop()
     }
 
     @Test func aSendToAServerThatStopsReadingWaitsAndCancellingItClosesTheSocket() async throws {
@@ -189,6 +189,19 @@ import Testing
         #expect(reason.contains("65536"))
         for _ in 0..<100 where server.closeCodes.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
         #expect(server.closeCodes == [1009])
+        await server.stop()
+    }
+
+    @Test func messagesLeftUnreadPastTheBoundCloseWith1008() async throws {
+        let server = try await RawWebSocketServer { _ in (0..<300).map { .text("m\($0)") } }
+        let connection = try await WebSocketConnection.connect(options(port: server.port), logger: Self.logger)
+        for _ in 0..<100 where server.closeCodes.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(server.closeCodes == [1008])
+        var received: [WebSocketInbound] = []
+        for await message in connection.inbound { received.append(message) }
+        #expect(received.count == 257)
+        #expect(Array(received.dropLast()) == (0..<256).map { .text("m\($0)") })
+        guard case .closed(nil, _) = received.last else { Issue.record("ended with \(String(describing: received.last))"); return }
         await server.stop()
     }
 }

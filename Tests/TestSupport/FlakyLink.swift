@@ -107,8 +107,8 @@ public final class FlakyLink: Sendable {
     }
 
     /// Connection `index` stops reading from the client and forwards nothing either way (what the
-    /// target sends is read and dropped): the client's writes pile up in the socket buffers until
-    /// they block, as on a path that has stopped draining.
+    /// target sends is read and dropped, and no close is relayed): the client's writes pile up in
+    /// the socket buffers until they block, as on a path that has stopped draining.
     public func stopReading(_ index: Int) {
         guard let link = link(index) else { return }
         link.setMode(.stalled)

@@ -78,7 +78,7 @@ public struct AgentConfig: LoadableConfig {
         /// Unset: the device's locale (``AgentConfig/deviceLocale(environment:)``).
         public var locale: String?
         public var payload: Payload = .chunks
-        public var pingSeconds = 5
+        public var pingSeconds = 4
         public var reconnectBackoffMs = 250...30_000
         public var queueSegments = 3
         public var queueMaxAgeMs = 15_000

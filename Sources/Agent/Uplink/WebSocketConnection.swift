@@ -72,15 +72,17 @@ public enum WebSocketInbound: Sendable, Equatable {
     /// The answer to a ping.
     case pong
     /// The connection ended; always the last element. `code` is the peer's close code (1005 for a close
-    /// frame without one), `nil` when there was no close frame from the peer.
+    /// frame without one); `nil` when the socket closed without one or this side failed the
+    /// connection (a message too big, a protocol error, too many unread messages): `reason` says why.
     case closed(code: UInt16?, reason: String)
 }
 
 /// A client WebSocket (RFC 6455) made of SwiftNIO parts.
 ///
 /// Control frames are handled on the event loop: pings are answered, a close from the server is
-/// answered and the socket closed. Sends wait while the socket cannot take more. Nothing closes the
-/// socket implicitly: end it with ``close(code:reason:grace:)`` or ``abort()``.
+/// answered and the socket closed. A send returns once the kernel has taken its frame, so a peer
+/// that stops reading holds the sender. Nothing closes the socket implicitly: end it with
+/// ``close(code:reason:grace:)`` or ``abort()``.
 public final class WebSocketConnection: Sendable {
     /// Every message from the server, in order; finishes after `.closed`. If 256 messages wait
     /// unread, the connection is closed with 1008 (one slot stays free for `.closed`).
@@ -88,14 +90,11 @@ public final class WebSocketConnection: Sendable {
     static let inboundLimit = 256
 
     private let channel: any Channel
-    private let outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>
     private let reader: Task<Void, Never>
     private let closing = Mutex(false)
 
-    private init(channel: any Channel, outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>,
-                 inbound: AsyncStream<WebSocketInbound>, reader: Task<Void, Never>) {
+    private init(channel: any Channel, inbound: AsyncStream<WebSocketInbound>, reader: Task<Void, Never>) {
         self.channel = channel
-        self.outbound = outbound
         self.inbound = inbound
         self.reader = reader
     }
@@ -126,7 +125,7 @@ public final class WebSocketConnection: Sendable {
             .channelOption(tcpOption(TCP_KEEPIDLE), value: SocketOptionValue(max(1, options.keepaliveIdle.components.seconds)))
             .channelOption(tcpOption(TCP_KEEPINTVL), value: SocketOptionValue(max(1, options.keepaliveInterval.components.seconds)))
             .channelOption(tcpOption(TCP_KEEPCNT), value: SocketOptionValue(max(1, options.keepaliveCount)))
-            .channelOption(tcpOption(TCP_USER_TIMEOUT), value: SocketOptionValue(milliseconds(options.userTimeout)))
+            .channelOption(tcpOption(TCP_USER_TIMEOUT), value: SocketOptionValue(options.userTimeout / .milliseconds(1)))
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     if let sslContext {
@@ -164,7 +163,7 @@ public final class WebSocketConnection: Sendable {
             throw .refused(status: status, retryAfter: retryAfter)
         case .upgraded(let webSocket):
             logger.debug("websocket: connected to \(target.host):\(target.port)")
-            return await start(webSocket, logger: logger, maxMessageBytes: options.maxMessageBytes)
+            return start(webSocket, logger: logger, maxMessageBytes: options.maxMessageBytes)
         }
     }
 
@@ -202,53 +201,49 @@ public final class WebSocketConnection: Sendable {
         channel.close(promise: nil)
     }
 
-    /// Waits while the socket cannot take more; cancelling the waiting task closes the socket.
+    /// Returns once the kernel has taken the frame, so a peer that stops reading stops the sender
+    /// and nothing piles up here; cancelling the waiting task closes the socket.
     private func write(_ frame: WebSocketFrame) async throws {
         guard !closing.withLock({ $0 }) else { throw ChannelError.outputClosed }
         let channel = channel
+        let written = channel.eventLoop.makePromise(of: Void.self)
+        channel.writeAndFlush(frame, promise: written)
         try await withTaskCancellationHandler {
-            try await outbound.write(frame)
+            try await written.futureResult.get()
         } onCancel: {
             channel.close(promise: nil)
         }
     }
 
     static func closeFrame(code: UInt16, reason: String) -> WebSocketFrame {
+        var reason = Substring(reason)
+        while reason.utf8.count > 123 { reason = reason.dropLast() }  // a control frame carries at most 125 bytes
         var data = ByteBuffer(integer: code)
-        var room = 123  // a control frame carries at most 125 bytes
-        for scalar in reason.unicodeScalars {
-            room -= String(scalar).utf8.count
-            guard room >= 0 else { break }
-            data.writeString(String(scalar))
-        }
+        data.writeString(String(reason))
         return WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
     }
 
     // MARK: - Reading
 
     private static func start(_ webSocket: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, logger: Logger,
-                              maxMessageBytes: Int) async -> WebSocketConnection {
+                              maxMessageBytes: Int) -> WebSocketConnection {
         let (inbound, sink) = AsyncStream.makeStream(of: WebSocketInbound.self,
                                                      bufferingPolicy: .bufferingOldest(inboundLimit + 1))
-        var reader: Task<Void, Never>?
-        let outbound = await withCheckedContinuation { ready in
-            reader = Task {
-                let last = try? await webSocket.executeThenClose { frames, outbound in
-                    ready.resume(returning: outbound)
-                    return await read(frames, into: sink, channel: webSocket.channel, logger: logger,
-                                      maxMessageBytes: maxMessageBytes)
-                }
-                sink.yield(last ?? .closed(code: nil, reason: "the connection dropped"))
-                sink.finish()
+        let reader = Task {
+            let last = try? await webSocket.executeThenClose { frames, _ in
+                await read(frames, into: sink, channel: webSocket.channel, logger: logger, maxMessageBytes: maxMessageBytes)
             }
+            sink.yield(last ?? .closed(code: nil, reason: "the connection dropped"))
+            sink.finish()
         }
-        return WebSocketConnection(channel: webSocket.channel, outbound: outbound, inbound: inbound, reader: reader!)
+        return WebSocketConnection(channel: webSocket.channel, inbound: inbound, reader: reader)
     }
 
     /// Hands messages to `sink` until the connection ends; returns the `.closed` that ends it.
     private static func read(_ frames: NIOAsyncChannelInboundStream<WebSocketFrame>,
                              into sink: AsyncStream<WebSocketInbound>.Continuation,
                              channel: any Channel, logger: Logger, maxMessageBytes: Int) async -> WebSocketInbound {
+        var overflowing = false
         do {
             for try await frame in frames {
                 let message: WebSocketInbound
@@ -267,16 +262,20 @@ public final class WebSocketConnection: Sendable {
                     return .closed(code: code, reason: data.readString(length: data.readableBytes) ?? "")
                 default: continue
                 }
+                if overflowing { continue }
                 if case .enqueued(let remaining) = sink.yield(message), remaining <= 1 {
                     logger.warning("websocket: \(inboundLimit) messages wait unread; closing with 1008")
-                    channel.writeAndFlush(closeFrame(code: 1008, reason: "receiver overloaded"), promise: nil)
-                    channel.close(promise: nil)
-                    return .closed(code: nil, reason: "\(inboundLimit) messages waited unread")
+                    channel.triggerUserOutboundEvent(FrameControl.Failure.overflow, promise: nil)
+                    overflowing = true
                 }
             }
             return .closed(code: nil, reason: "the connection dropped")
-        } catch FrameControl.TooBig.message {
+        } catch FrameControl.Failure.tooBig {
             return .closed(code: nil, reason: "a message over \(maxMessageBytes) bytes")
+        } catch FrameControl.Failure.protocolError {
+            return .closed(code: nil, reason: "a protocol error from the peer")
+        } catch FrameControl.Failure.overflow {
+            return .closed(code: nil, reason: "\(inboundLimit) messages waited unread")
         } catch {
             return .closed(code: nil, reason: "\(error)")
         }
@@ -347,10 +346,6 @@ public final class WebSocketConnection: Sendable {
         default: .failed("\(error)")
         }
     }
-}
-
-private func milliseconds(_ duration: Duration) -> Int {
-    Int(duration.components.seconds) * 1000 + Int(duration.components.attoseconds / 1_000_000_000_000_000)
 }
 
 private enum Upgrade: Sendable {
@@ -436,31 +431,35 @@ private final class UpgradeResponseRecorder: ChannelInboundHandler, RemovableCha
 }
 
 /// The control side of RFC 6455, on the event loop: masks every frame sent, answers pings,
-/// answers a close and closes the socket, fails every write after our close frame, and ends the
-/// connection with 1009 or 1002 on an oversized message or a protocol error.
+/// answers a close and closes the socket, and fails every write after our close frame.
+///
+/// On an oversized message (1009), a protocol error (1002) or an overflowing reader (1008) it fails
+/// the connection: sends the close, drops what still arrives, and closes the socket once the peer
+/// does or after a second (closing with unread data would reset the connection and lose the close
+/// frame). The reader learns why as the error that ends its stream.
 private final class FrameControl: ChannelDuplexHandler {
     typealias InboundIn = WebSocketFrame
     typealias InboundOut = WebSocketFrame
     typealias OutboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
 
-    enum TooBig: Error { case message }
+    enum Failure: Error, Sendable { case tooBig, protocolError, overflow }
     private var closeSent = false
+    private var failure: Failure?
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
         switch frame.opcode {
-        case .ping:
-            send(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData), context: context)
         case .connectionClose:
             // Echo the peer's code (RFC 6455 §5.5.1) unless we sent a close already, then hang up.
             var payload = frame.unmaskedData
             send(WebSocketFrame(fin: true, opcode: .connectionClose, data: payload.readSlice(length: 2) ?? ByteBuffer()),
                  context: context)
-            context.fireChannelRead(data)
+            if failure == nil { context.fireChannelRead(data) }
             context.close(promise: nil)
-        default:
-            context.fireChannelRead(data)
+        case _ where failure != nil: break
+        case .ping: send(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData), context: context)
+        default: context.fireChannelRead(data)
         }
     }
 
@@ -475,19 +474,37 @@ private final class FrameControl: ChannelDuplexHandler {
         context.write(wrapOutboundOut(frame), promise: promise)
     }
 
+    func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+        guard case Failure.overflow = event else { return context.triggerUserOutboundEvent(event, promise: promise) }
+        fail(.overflow, code: 1008, reason: "receiver overloaded", context: context)
+        promise?.succeed()
+    }
+
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        var forward = error
+        guard failure == nil else { return }  // the decoder's complaints about bytes after its error
         switch error {
         case NIOWebSocketError.invalidFrameLength, NIOWebSocketFrameAggregator.Error.accumulatedFrameSizeIsTooLarge,
              NIOWebSocketFrameAggregator.Error.tooManyFragments:
-            send(WebSocketConnection.closeFrame(code: 1009, reason: "message too big"), context: context)
-            forward = TooBig.message
+            fail(.tooBig, code: 1009, reason: "message too big", context: context)
         case is NIOWebSocketError, is NIOWebSocketFrameAggregator.Error:
-            send(WebSocketConnection.closeFrame(code: 1002, reason: "protocol error"), context: context)
-        default: break
+            fail(.protocolError, code: 1002, reason: "protocol error", context: context)
+        default:
+            context.fireErrorCaught(error)
+            context.close(promise: nil)
         }
-        context.fireErrorCaught(forward)
-        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if let failure { context.fireErrorCaught(failure) }
+        context.fireChannelInactive()
+    }
+
+    private func fail(_ failure: Failure, code: UInt16, reason: String, context: ChannelHandlerContext) {
+        guard self.failure == nil else { return }
+        self.failure = failure
+        send(WebSocketConnection.closeFrame(code: code, reason: reason), context: context)
+        let channel = context.channel
+        context.eventLoop.scheduleTask(in: .seconds(1)) { channel.close(promise: nil) }
     }
 
     private func send(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
