@@ -241,8 +241,9 @@ def bench_fault(binaries, folder, mode, runs):
                 sys.exit(f"{mode}: no new session:\n" + agent.stderr()[-3000:])
             values.append((opened - failed) * 1000)
         agent.stop()
-        server.stop()
+        # The forwarder first: a server holding a connection that went silent would wait for it.
         forwarder.close()
+        server.stop(signal.SIGKILL)
     return values
 
 
@@ -250,22 +251,27 @@ def ip(*arguments):
     subprocess.run(["ip", *arguments], check=True)
 
 
+def two_paths(srv, car):
+    """A server namespace reached from a car namespace over two veth paths; the default route on path 1."""
+    ip("netns", "add", srv)
+    ip("netns", "add", car)
+    for ns in (srv, car):
+        ip("-n", ns, "link", "set", "lo", "up")
+    ip("-n", srv, "addr", "add", "10.231.10.1/32", "dev", "lo")
+    for path in (1, 2):
+        ip("-n", srv, "link", "add", f"vs{path}", "type", "veth", "peer", "name", f"va{path}", "netns", car)
+        ip("-n", srv, "addr", "add", f"10.231.1{path}.1/24", "dev", f"vs{path}")
+        ip("-n", car, "addr", "add", f"10.231.1{path}.2/24", "dev", f"va{path}")
+        ip("-n", srv, "link", "set", f"vs{path}", "up")
+        ip("-n", car, "link", "set", f"va{path}", "up")
+    ip("-n", car, "route", "add", "default", "via", "10.231.11.1", "dev", "va1")
+
+
 def bench_move(binaries, folder, moves):
     tag = f"{os.getpid()}"
     srv, car = f"bench-srv-{tag}", f"bench-car-{tag}"
-    ip("netns", "add", srv)
-    ip("netns", "add", car)
     try:
-        for ns in (srv, car):
-            ip("-n", ns, "link", "set", "lo", "up")
-        ip("-n", srv, "addr", "add", "10.231.10.1/32", "dev", "lo")
-        for path in (1, 2):
-            ip("-n", srv, "link", "add", f"vs{path}", "type", "veth", "peer", "name", f"va{path}", "netns", car)
-            ip("-n", srv, "addr", "add", f"10.231.1{path}.1/24", "dev", f"vs{path}")
-            ip("-n", car, "addr", "add", f"10.231.1{path}.2/24", "dev", f"va{path}")
-            ip("-n", srv, "link", "set", f"vs{path}", "up")
-            ip("-n", car, "link", "set", f"va{path}", "up")
-        ip("-n", car, "route", "add", "default", "via", "10.231.11.1", "dev", "va1")
+        two_paths(srv, car)
         files = Files(folder)
         server, port = start_server(binaries, files, folder, host="10.231.10.1", prefix=("ip", "netns", "exec", srv))
         agent = Program([os.path.join(binaries, "dashcam-agent"), "record", "--config",
@@ -294,19 +300,8 @@ def bench_handover(binaries, folder, switches):
     """Link A down and the route moved to B; then A comes back up for the next switch the other way."""
     tag = f"{os.getpid()}"
     srv, car = f"bench-srv-{tag}", f"bench-car-{tag}"
-    ip("netns", "add", srv)
-    ip("netns", "add", car)
     try:
-        for ns in (srv, car):
-            ip("-n", ns, "link", "set", "lo", "up")
-        ip("-n", srv, "addr", "add", "10.231.10.1/32", "dev", "lo")
-        for path in (1, 2):
-            ip("-n", srv, "link", "add", f"vs{path}", "type", "veth", "peer", "name", f"va{path}", "netns", car)
-            ip("-n", srv, "addr", "add", f"10.231.1{path}.1/24", "dev", f"vs{path}")
-            ip("-n", car, "addr", "add", f"10.231.1{path}.2/24", "dev", f"va{path}")
-            ip("-n", srv, "link", "set", f"vs{path}", "up")
-            ip("-n", car, "link", "set", f"va{path}", "up")
-        ip("-n", car, "route", "add", "default", "via", "10.231.11.1", "dev", "va1")
+        two_paths(srv, car)
         files = Files(folder)
         server, port = start_server(binaries, files, folder, host="10.231.10.1", prefix=("ip", "netns", "exec", srv))
         agent = Program([os.path.join(binaries, "dashcam-agent"), "record", "--config",

@@ -86,6 +86,27 @@ import Testing
         print("stalled server: produced \(produced), sessions \(sessions), dropped \(dropped); RSS \(early.rssKiB) KiB at 20 s, \(late.rssKiB) KiB at 60 s")
     }
 
+    @Test func sigtermSendsTheLastSegmentThenClosesWithGoingAway() async throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        let welcome = #"{"type":"welcome","session":"s1","usage":{"remainingSeconds":null}}"#
+        let server = try await RawWebSocketServer { _ in [.text(welcome)] }
+        let agent = try Spawned(
+            "dashcam-agent", ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(server.port)/v1/stream", segmentSeconds: 1)],
+            folder: files.folder)
+        try #require(await agent.wait(for: .seconds(30)) { $0.stdout.split(separator: "\n").count >= 2 }, "\(agent.stderr.suffix(2000))")
+        let stopped = ContinuousClock.now
+        #expect(agent.stop() == 0)
+        let took = ContinuousClock.now - stopped
+        let recorded = agent.stdout.split(separator: "\n").count
+        // hello, then a header and one chunk per segment, the one closed by the stop included.
+        #expect(server.dataFrames == 1 + 2 * recorded, "\(server.dataFrames) frames for \(recorded) segments")
+        #expect(server.closeCodes == [1001], "\(server.closeCodes)")
+        // This server never acknowledges: the drain (uplink.drainMs) runs out, and the agent ends.
+        print("SIGTERM → exit \(took) (drain unanswered); \(recorded) segments, all sent, close 1001")
+        await server.stop()
+    }
+
     @Test(.enabled(if: TwoPaths.available, "needs root and network namespaces"))
     func movingTheCarsDefaultRouteOpensANewSessionOverTheOtherPath() async throws {
         let files = try LoopFiles()
