@@ -156,7 +156,7 @@ struct RecordCommand: AsyncParsableCommand {
                             speaking.addTask { await voice.waitUntilIdle() }
                             speaking.addTask { try? await Task.sleep(for: .seconds(15)) }
                             _ = await speaking.next()
-                            voice.close()  // past the bound: cut off, which also ends the wait
+                            voice.close()  // idle already, or past the bound: cut off (which ends the wait)
                             speaking.cancelAll()
                         }
                     }
