@@ -67,7 +67,7 @@ import Testing
         let credentials = try UplinkTLSTests().makeCredentials(host: Self.host)
         defer { try? FileManager.default.removeItem(at: credentials.folder) }
 
-        let (server, serverPort) = try await UplinkContinuityTests.startServer(files, prefix: paths.exec(in: paths.server))
+        let (server, serverPort) = try await files.startServer(prefix: paths.exec(in: paths.server))
         defer { server.stop() }
         let proxyFolder = files.folder.appendingPathComponent("nginx")
         try FileManager.default.createDirectory(at: proxyFolder, withIntermediateDirectories: true)

@@ -11,14 +11,6 @@ import Testing
     /// 1 s segments, and room to hold every segment of a long outage: only the age limit may drop one.
     static let uplinkKeys = ["queueSegments": "30", "reconnectBackoffMs": "[100, 1000]"]
 
-    static func startServer(_ files: LoopFiles, port: Int = 0, prefix: [String] = [], host: String = "127.0.0.1") async throws -> (Spawned, Int) {
-        let server = try Spawned("guidance-server", ["--config", try files.serverConfig(host: host, port: port)],
-                                 prefix: prefix, folder: files.folder)
-        try #require(await server.wait(for: .seconds(20)) { $0.stderr.contains("listening on") }, "server did not start: \(server.stderr)")
-        let line = server.stderr.split(separator: "\n").first { $0.contains("listening on") } ?? ""
-        return (server, Int(line.split(separator: ":").last ?? "") ?? 0)
-    }
-
     static func startAgent(_ files: LoopFiles, url: String, prefix: [String] = []) throws -> Spawned {
         try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(url: url, segmentSeconds: 1, uplink: uplinkKeys)],
                     prefix: prefix, folder: files.folder)
@@ -60,7 +52,7 @@ import Testing
     @Test func aPeerThatGoesSilentIsLeftAndNothingIsLost() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
-        let (server, port) = try await Self.startServer(files)
+        let (server, port) = try await files.startServer()
         defer { server.stop() }
         let link = try await FlakyLink(targetPort: port)
         let agent = try Self.startAgent(files, url: "ws://127.0.0.1:\(link.port)/v1/stream")
@@ -79,7 +71,7 @@ import Testing
     @Test func aPeerThatStopsReadingIsLeftAndNothingIsLost() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
-        let (server, port) = try await Self.startServer(files)
+        let (server, port) = try await files.startServer()
         defer { server.stop() }
         let link = try await FlakyLink(targetPort: port, receiveBuffer: 4096)
         // Lossless segments are large: the socket buffers fill within a segment or two.
@@ -99,7 +91,7 @@ import Testing
     @Test func anUpgradeThatNeverComesIsRetried() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
-        let (server, port) = try await Self.startServer(files)
+        let (server, port) = try await files.startServer()
         defer { server.stop() }
         // The first connection is accepted and never answered; the next go through.
         let link = try await FlakyLink(targetPort: port) { $0 == 0 ? .neverAnswer : .forward }
@@ -118,7 +110,7 @@ import Testing
     @Test func aServerKilledWhileStreamingLosesNothing() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
-        var (server, port) = try await Self.startServer(files)
+        var (server, port) = try await files.startServer()
         let agent = try Self.startAgent(files, url: "ws://127.0.0.1:\(port)/v1/stream")
         defer { agent.stop() }
         try #require(await server.wait(for: .seconds(30)) { Self.received([$0]).count >= 2 }, "\(agent.stderr.suffix(2000))")
@@ -127,7 +119,7 @@ import Testing
             server.stop(SIGKILL)
             // Down for a moment: segments recorded meanwhile are held and sent on the next session.
             try await Task.sleep(for: .milliseconds(1500))
-            (server, _) = try await Self.startServer(files, port: port)
+            (server, _) = try await files.startServer(port: port)
             servers.append(server)
             try #require(await server.wait(for: .seconds(15)) { Self.received([$0]).count >= 2 }, "\(agent.stderr.suffix(2000))")
         }
@@ -141,7 +133,7 @@ import Testing
         defer { files.remove() }
         let paths = try TwoPaths()
         defer { paths.remove() }
-        let (server, port) = try await Self.startServer(files, prefix: paths.exec(in: paths.server), host: TwoPaths.serverAddress)
+        let (server, port) = try await files.startServer(prefix: paths.exec(in: paths.server), host: TwoPaths.serverAddress)
         defer { server.stop() }
         let agent = try Self.startAgent(files, url: "ws://\(TwoPaths.serverAddress):\(port)/v1/stream", prefix: paths.exec(in: paths.car))
         defer { agent.stop() }

@@ -6,20 +6,10 @@ import Testing
 
 /// The real `dashcam-agent` and `guidance-server` binaries, as separate processes.
 @Suite(.serialized) struct UplinkSystemTests {
-    /// Starts the server and waits for its "listening on" line; returns it with its port.
-    func startServer(_ files: LoopFiles, port: Int = 0, prefix: [String] = [], host: String = "127.0.0.1") async throws -> (Spawned, Int) {
-        let server = try Spawned("guidance-server", ["--config", try files.serverConfig(host: host, port: port)],
-                                 prefix: prefix, folder: files.folder)
-        try #require(await server.wait(for: .seconds(20)) { $0.stderr.contains("listening on") }, "server did not start: \(server.stderr)")
-        let line = server.stderr.split(separator: "\n").first { $0.contains("listening on") } ?? ""
-        let bound = Int(line.split(separator: ":").last ?? "") ?? 0
-        return (server, bound)
-    }
-
     @Test func twentyServerRestartsLeakNoSocketsOrThreadsInTheAgent() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
-        var (server, port) = try await startServer(files)
+        var (server, port) = try await files.startServer()
         let agent = try Spawned(
             "dashcam-agent",
             ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["reconnectBackoffMs": "[50, 300]"])],
@@ -30,7 +20,7 @@ import Testing
         var baseline: (fds: Int, threads: Int, rssKiB: Int)?
         for restart in 1...20 {
             server.stop(SIGKILL)
-            (server, _) = try await startServer(files, port: port)
+            (server, _) = try await files.startServer(port: port)
             let reconnected = await server.wait(for: .seconds(15)) { $0.stderr.contains("opened") }
             try #require(reconnected, "restart \(restart): the agent did not come back: \(agent.stderr.suffix(2000))")
             if restart == 2 { baseline = agent.resources }
@@ -113,7 +103,7 @@ import Testing
         defer { files.remove() }
         let paths = try TwoPaths()
         defer { paths.remove() }
-        let (server, port) = try await startServer(files, prefix: paths.exec(in: paths.server), host: TwoPaths.serverAddress)
+        let (server, port) = try await files.startServer(prefix: paths.exec(in: paths.server), host: TwoPaths.serverAddress)
         defer { server.stop() }
         let agent = try Spawned(
             "dashcam-agent",
@@ -143,10 +133,8 @@ import Testing
     @Test func statusShowsTheLiveAgentAndSayStatusSpeaksTheUsage() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
-        let server = try Spawned("guidance-server", ["--config", try files.serverConfig()], folder: files.folder)
+        let (server, port) = try await files.startServer()
         defer { server.stop() }
-        try #require(await server.wait(for: .seconds(20)) { $0.stderr.contains("listening on") }, "server: \(server.stderr)")
-        let port = Int(server.stderr.split(separator: "\n").first { $0.contains("listening on") }?.split(separator: ":").last ?? "") ?? 0
         let agent = try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream")],
                                 folder: files.folder)
         defer { agent.stop() }

@@ -112,8 +112,8 @@ extension Uplink {
         private var captureTimes: [Int: UInt64] = [:]
         /// Acknowledged segments whose guidance has not come yet (a drain waits for them).
         private var awaitingGuidance: [Int: UInt64] = [:]
-        private var lastNotFoundLog: UInt64?
-        private var lastDropLog: UInt64?
+        private var notFoundLog = RateLimit(interval: .seconds(60))
+        private var dropLog = RateLimit(interval: .seconds(10))
 
         public init(settings: Settings, random: @escaping @Sendable (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) {
             self.settings = settings
@@ -209,9 +209,7 @@ extension Uplink {
         /// Every drop is counted; the log hears of them at most once per 10 s, however fast they come.
         private mutating func countDrops(_ count: Int, now: UInt64) -> [Action] {
             stats.dropped = custody.dropped
-            guard count > 0 else { return [] }
-            if let last = lastDropLog, now - last < Duration.seconds(10).ns { return [] }
-            lastDropLog = now
+            guard count > 0, dropLog.allows(now: now) else { return [] }
             return [.log(.warning, "dropped \(count) segment(s) the network could not carry in time (\(stats.dropped) in all)")]
         }
 
@@ -255,22 +253,21 @@ extension Uplink {
                 // A wrong path or host: retrying soon will not fix it, and a log line a minute is enough.
                 let delay = settings.backoff.cap * random(0.75...1.0)
                 var actions: [Action] = []
-                if lastNotFoundLog.map({ now - $0 >= Duration.seconds(60).ns }) ?? true {
-                    lastNotFoundLog = now
+                if notFoundLog.allows(now: now) {
                     actions.append(.log(.error, "the server has no guidance stream at this URL (HTTP 404): check uplink.url; retrying in \(delay.spoken)"))
                 }
                 return actions + retry(after: delay, now: now)
             case .refused(let status, let retryAfter):
-                var delay = backoff.next(sessionLived: nil, random: { random(0...$0) })
+                var delay = nextBackoff(lived: nil)
                 if let retryAfter, retryAfter > delay { delay = min(retryAfter, settings.retryAfterCap) }
                 return [.log(.warning, "the server refused the upgrade with HTTP \(status)\(retryAfter.map { " (Retry-After \($0.spoken))" } ?? ""); retrying in \(delay.spoken)")]
                     + retry(after: delay, now: now)
             case .timedOut:
-                let delay = backoff.next(sessionLived: nil, random: { random(0...$0) })
+                let delay = nextBackoff(lived: nil)
                 return [.log(.warning, "no session within the connect deadline (connect, TLS and upgrade); retrying in \(delay.spoken)")]
                     + retry(after: delay, now: now)
             case .unreachable(let reason):
-                let delay = backoff.next(sessionLived: nil, random: { random(0...$0) })
+                let delay = nextBackoff(lived: nil)
                 return [.log(.warning, "cannot reach the server: \(reason); retrying in \(delay.spoken)")] + retry(after: delay, now: now)
             }
         }
@@ -295,7 +292,7 @@ extension Uplink {
                 paused = true
                 fallthrough
             default:
-                let delay = backoff.next(sessionLived: lived, random: { random(0...$0) })
+                let delay = nextBackoff(lived: lived)
                 return [.log(.warning, "session closed (\(codeText)); reconnecting in \(delay.spoken)")] + retry(after: delay, now: now)
             }
         }
@@ -419,6 +416,12 @@ extension Uplink {
         private mutating func retry(after delay: Duration, now: UInt64, authentication: Bool = false) -> [Action] {
             retryAt = now + delay.ns
             return report(authentication ? .authenticationFailed(retryIn: delay) : .disconnected(retryIn: delay))
+        }
+
+        /// The ordinary backoff, with full jitter from the machine's random source.
+        private mutating func nextBackoff(lived: Duration?) -> Duration {
+            let random = self.random
+            return backoff.next(sessionLived: lived, random: { random(0...$0) })
         }
 
         private func authWait() -> Duration {

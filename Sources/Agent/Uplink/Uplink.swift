@@ -336,7 +336,7 @@ public actor Uplink {
             decoded = try ServerMessage.decode(text)
         } catch {
             machine.heard(id, now: MonotonicClock.now())
-            if unreadable.allows() { logger.warning("uplink: ignoring an unreadable server message: \(error)") }
+            if unreadable.allows(now: MonotonicClock.now()) { logger.warning("uplink: ignoring an unreadable server message: \(error)") }
             return
         }
         perform { $0.received(decoded, on: id, now: $1) }
@@ -344,14 +344,15 @@ public actor Uplink {
 }
 
 /// At most one event per interval passes; for log lines that a peer could make come fast.
-struct RateLimit {
+/// `now` is `CLOCK_MONOTONIC` nanoseconds, as in ``Uplink/StateMachine``.
+struct RateLimit: Sendable {
     let interval: Duration
-    private var last: ContinuousClock.Instant?
+    private var last: UInt64?
 
     init(interval: Duration) { self.interval = interval }
 
-    mutating func allows(now: ContinuousClock.Instant = .now) -> Bool {
-        if let last, now - last < interval { return false }
+    mutating func allows(now: UInt64) -> Bool {
+        if let last, now - min(now, last) < interval.ns { return false }
         last = now
         return true
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Testing
 
 /// A program of this package (beside the test bundle) running in the background, its output
 /// going to files the test reads while it runs.
@@ -146,6 +147,15 @@ struct LoopFiles {
 
             """)
         return path("agent.yaml")
+    }
+
+    /// Starts `guidance-server` with ``serverConfig(host:port:)`` and waits for its "listening on"
+    /// line; returns it with the port it bound (0 picks a free one).
+    func startServer(port: Int = 0, prefix: [String] = [], host: String = "127.0.0.1") async throws -> (Spawned, Int) {
+        let server = try Spawned("guidance-server", ["--config", try serverConfig(host: host, port: port)], prefix: prefix, folder: folder)
+        try #require(await server.wait(for: .seconds(20)) { $0.stderr.contains("listening on") }, "server did not start: \(server.stderr)")
+        let line = server.stderr.split(separator: "\n").first { $0.contains("listening on") } ?? ""
+        return (server, Int(line.split(separator: ":").last ?? "") ?? 0)
     }
 
     func remove() { try? FileManager.default.removeItem(at: folder) }
