@@ -46,6 +46,11 @@ import Testing
         let probed = try FFprobe.probe(URL(fileURLWithPath: loop.path("recordings/\(moved)")))
         #expect(probed.codec == "hevc" && probed.frames == 10, "\(probed)")
 
+        // Asked well inside a segment: a segment closes one frame before its nominal end, and a
+        // request in that gap ends before the next segment starts, so it keeps nothing pending.
+        let closed = lines(agent)
+        #expect(await agent.wait(for: .seconds(30)) { self.lines($0) > closed })
+        try await Task.sleep(for: .milliseconds(300))
         let last = try await agentCommand(["protect", "--last", "2s", "--json"], loop)
         #expect(last.status == 0, "\(last.stderr)")
         #expect(last.stdout.contains("\"pendingUntilMs\""), "the segment in progress is kept when it closes: \(last.stdout)")
