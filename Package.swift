@@ -55,11 +55,13 @@ let package = Package(
             name: "CShims",
             dependencies: ["CV4L2", "CFFmpeg"]
         ),
+        // pthread_setname_np, which needs _GNU_SOURCE.
+        .target(name: "CThreads"),
 
         .target(
             name: "HAL",
             dependencies: [
-                "CShims", "CV4L2", "CFFmpeg", "CGPIOD", "CALSA", "CEspeakNG",
+                "CShims", "CThreads", "CV4L2", "CFFmpeg", "CGPIOD", "CALSA", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

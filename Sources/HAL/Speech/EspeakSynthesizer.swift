@@ -67,13 +67,17 @@ private final class EspeakEngine: @unchecked Sendable {
 
     private init() throws(SpeechError) {
         let jobs = ConditionLock<[() -> Void]>([])
-        let started = startThread(name: "espeak") {
-            while true {
-                let job = jobs.wait(until: { !$0.isEmpty }) { $0.removeFirst() }
-                job()
-            }
+        do {
+            // Lives as long as the process: eSpeak-ng has one global state, used from this thread only.
+            try NamedThread.start(name: "espeak") {
+                while true {
+                    let job = jobs.wait(until: { !$0.isEmpty }) { $0.removeFirst() }
+                    job()
+                }
+            }.detach()
+        } catch {
+            throw .thread(error.code)
         }
-        if case .failure(let error) = started { throw .thread(error.code) }
         let rate = Self.run(on: jobs) { () -> Int32 in
             let rate = espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 100, nil, espeakINITIALIZE_DONT_EXIT)
             if rate > 0 { espeak_SetSynthCallback(collectSamples) }

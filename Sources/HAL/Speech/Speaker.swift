@@ -114,7 +114,7 @@ private final class SpeakerWorker: @unchecked Sendable {
         /// An urgent message (or shutdown) wants `current` cut off.
         var cutCurrent = false
         var shutDown = false
-        var thread: pthread_t?
+        var thread: NamedThread?
         var nextID = 1
         var stats = Speaker.Stats()
         var latencies: [Duration] = []
@@ -144,10 +144,10 @@ private final class SpeakerWorker: @unchecked Sendable {
         let (seconds, attoseconds) = options.block.components
         let perSecond = Double(seconds) + Double(attoseconds) / 1e18
         blockSamples = max(1, Int(perSecond * Double(synthesizer.sampleRate)))
-        switch startThread(name: "speech", { [self] in run() }) {
-        case .success(let thread):
+        do {
+            let thread = try NamedThread.start(name: "speech") { [self] in run() }
             lock.withLock { $0.thread = thread }
-        case .failure(let error):
+        } catch {
             sink.close()
             throw SpeechError.thread(error.code)
         }
@@ -191,7 +191,7 @@ private final class SpeakerWorker: @unchecked Sendable {
     }
 
     func shutdown() {
-        let thread = lock.update { state -> pthread_t? in
+        let thread = lock.update { state -> NamedThread? in
             guard !state.shutDown else { return nil }
             state.shutDown = true
             state.cutCurrent = true
@@ -199,12 +199,7 @@ private final class SpeakerWorker: @unchecked Sendable {
             defer { state.thread = nil }
             return state.thread
         }
-        guard let thread else { return }
-        if pthread_equal(thread, pthread_self()) != 0 {
-            pthread_detach(thread)
-        } else {
-            pthread_join(thread, nil)
-        }
+        thread?.join()
     }
 
     // MARK: - The thread
