@@ -27,6 +27,11 @@ public final class CapturePipeline: Sendable {
     }
 
     /// Finished segments, oldest first; ends when the pipeline ends, throwing if it failed.
+    ///
+    /// Holds at most ``bufferedSegments``: a consumer that falls that far behind (a disk that
+    /// stalls for half a minute) loses the oldest waiting segment rather than the capture thread
+    /// waiting, which would lose frames of the road ahead instead. Each loss is counted in
+    /// ``droppedSegments``.
     public let segments: AsyncThrowingStream<Segment, any Error>
     private let continuation: AsyncThrowingStream<Segment, any Error>.Continuation
     /// The camera going and coming back, as it happens (not a segment later).
@@ -39,7 +44,13 @@ public final class CapturePipeline: Sendable {
     public let cameraFormat: String
     public let encoderName: String
     private let stopRequested = Atomic<Bool>(false)
+    private let dropped = Atomic<Int>(0)
     private let state: Mutex<Loop?>
+
+    /// Segments the stream holds for a slow consumer (six 5-second segments: 30 s of video).
+    public static let bufferedSegments = 6
+    /// Segments the consumer was too far behind to take (see ``segments``).
+    public var droppedSegments: Int { dropped.load(ordering: .relaxed) }
 
     /// Opens the source and the encoder, so a missing device or a machine without an HEVC
     /// encoder fails here, before anything runs.
@@ -54,7 +65,7 @@ public final class CapturePipeline: Sendable {
             "format": "\(settings.encoder.format)", "pixelFormat": "\(encoder.encoderPixelFormat)",
             "swscale": "\(source.pixelFormat != encoder.encoderPixelFormat || format.width != settings.encoder.format.width || format.height != settings.encoder.format.height)",
         ])
-        (segments, continuation) = AsyncThrowingStream.makeStream(bufferingPolicy: .unbounded)
+        (segments, continuation) = AsyncThrowingStream.makeStream(bufferingPolicy: .bufferingNewest(Self.bufferedSegments))
         cameraName = source.name
         cameraFormat = "\(format) \(source.pixelFormat)"
         encoderName = encoder.name
@@ -65,17 +76,26 @@ public final class CapturePipeline: Sendable {
     /// Starts capturing on a thread of its own.
     public func start() {
         guard let loop = state.withLock({ $0.take() }) else { return }
-        let thread = Thread { [self] in
-            do {
-                try loop.run(emit: { continuation.yield($0) }, stopRequested: { stopRequested.load(ordering: .relaxed) })
-                continuation.finish()
-            } catch {
-                continuation.finish(throwing: error)
+        let emit: @Sendable (Segment) -> Void = { [self, logger = loop.logger] segment in
+            if case .dropped(let oldest) = continuation.yield(segment) {
+                let total = dropped.add(1, ordering: .relaxed).newValue
+                logger.error("pipeline: segment \(oldest.metadata.seq) dropped: \(Self.bufferedSegments) segments were waiting for the disk and the uplink", metadata: ["droppedTotal": "\(total)"])
             }
+        }
+        do {
+            try NamedThread.start(name: "capture") { [self] in
+                do {
+                    try loop.run(emit: emit, stopRequested: { stopRequested.load(ordering: .relaxed) })
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+                eventSink.finish()
+            }.detach()
+        } catch {
+            continuation.finish(throwing: error)
             eventSink.finish()
         }
-        thread.name = "capture"
-        thread.start()
     }
 
     /// Asks the pipeline to close the segment in progress and end.
