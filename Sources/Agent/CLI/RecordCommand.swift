@@ -92,92 +92,36 @@ struct RecordCommand: AsyncParsableCommand {
             readyStatus: "recording \(pipeline.cameraName) with \(pipeline.encoderName)")
 
         // SIGTERM (systemd stopping the service) and SIGINT end the recording gracefully: the
-        // segment in progress is closed and written, the session closed with 1001, the line released.
+        // group stops its services from the last to the first, each once the one after it has
+        // ended. The segment in progress is closed and written, the uplink drains and closes with
+        // 1001, the guidance it brought is routed; the line and the voice are released last.
         let stopRequested = StopFlag()
-        let recording = RecordingService(stop: {
-            stopRequested.set()
-            notifier.stopping()
-            pipeline.stop()
-        }) {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                if notifier.isActive { group.addTask { await heartbeat.run() } }
-                group.addTask {
-                    var reloader = reloader
-                    for await _ in hangups { await reloader.reload() }
-                }
-                group.addTask { await StatusSocket.serve(path: config.status.socket, logger: logger, answer: control.answer) }
-                group.addTask {
-                    for await event in pipeline.events {
-                        board.camera(event)
-                        await announcer.camera(event)
-                    }
-                }
-                let (routed, routerDone) = AsyncStream.makeStream(of: Void.self)
-                if let uplink {
-                    let changes = networkChanges(logger: logger)
-                    group.addTask { await uplink.run(networkChanges: changes) }
-                    // One guidance message from the wire to the speaker and the motor.
-                    group.addTask {
-                        for await message in uplink.messages { await router.route(message, receivedAt: .now) }
-                        routerDone.finish()
-                    }
-                    group.addTask { for await state in uplink.states { await announcer.uplink(state) } }
-                } else {
-                    routerDone.finish()
-                }
-                pipeline.start()
-                await announcer.started()
-                // One frame from the camera to the wire: capture → encoder → segment → uplink, and disk.
-                var diskTrouble = DiskTrouble()
-                for try await segment in pipeline.segments {
-                    // The network does not wait for the disk (the file is flushed before its rename).
-                    await uplink?.enqueue(segment)
-                    // The oldest go first; a full or failing disk never stops the recording or
-                    // the stream: the segment is still sent, and its line says it has no file.
-                    let recorded = store.record(segment)
-                    if let oldest = recorded.deleted.first {
-                        logger.info("recording: deleted \(recorded.deleted.count) oldest segment(s) to make room", metadata: ["oldest": "\(oldest.path)"])
-                    }
-                    if let error = recorded.error { diskTrouble.report(error, logger: logger) }
-                    // One line per segment, written at once: a reader sees each as soon as it is on disk.
-                    FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: recorded.path) + "\n").utf8))
-                    board.recorded(segment.metadata, written: recorded.path != nil)
-                }
-                if let uplink {
-                    // The last segment is sent and its ack and guidance awaited (uplink.drainMs).
-                    await uplink.shutdown()
-                    for await _ in routed {}
-                    let stats = await uplink.stats
-                    logger.notice("uplink: sent \(stats.sent), acked \(stats.acked), re-sent \(stats.resent), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)")
-                    // A run of N segments ends once its last guidance has been spoken (bounded);
-                    // a service that is told to stop does not wait for speech.
-                    if segments != nil, !stopRequested.value {
-                        await withTaskGroup(of: Void.self) { speaking in
-                            speaking.addTask { await voice.waitUntilIdle() }
-                            speaking.addTask { try? await Task.sleep(for: .seconds(15)) }
-                            _ = await speaking.next()
-                            voice.close()  // idle already, or past the bound: cut off (which ends the wait)
-                            speaking.cancelAll()
-                        }
-                    }
-                }
-                group.cancelAll()
-            }
-        }
-        try await ServiceGroup(configuration: .init(
-            services: [.init(service: recording, successTerminationBehavior: .gracefullyShutdownGroup,
-                             failureTerminationBehavior: .gracefullyShutdownGroup)],
-            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
-    }
+        let recording = RecordingService(
+            pipeline: pipeline, store: store, uplink: uplink, board: board, logger: logger,
+            started: { await announcer.started() },
+            stopping: {
+                stopRequested.set()
+                notifier.stopping()
+            })
+        let guidance = GuidanceService(
+            router: router, announcer: announcer, board: board, cameraEvents: pipeline.events, uplink: uplink, voice: voice,
+            speakToTheEnd: { segments != nil && !stopRequested.value })
+        var services: [any Service] = [ConfigReloadService(reloader: reloader, hangups: hangups)]
+        if notifier.isActive { services.append(heartbeat) }
+        services.append(StatusSocketService(path: config.status.socket, logger: logger, answer: control.answer))
+        services.append(guidance)
+        if let uplink { services.append(UplinkService(uplink: uplink, logger: logger)) }
+        services.append(recording)  // last: the first to be stopped
 
-    /// Changes of the default route or its addresses, which make the uplink open a new session.
-    private func networkChanges(logger: Logger) -> AsyncStream<NetworkChange> {
-        do {
-            return try RTNetlinkMonitor(logger: logger).changes()
-        } catch {
-            logger.warning("uplink: \(error); network changes will not trigger a new session")
-            return AsyncStream { $0.finish() }
-        }
+        try await ServiceGroup(configuration: .init(
+            services: services.map { service in
+                // The recording ends the agent (a run of N segments, a failed encoder); the others
+                // end only when told to, and one that fails still lets the recording close in order.
+                let ends: ServiceGroupConfiguration.ServiceConfiguration.TerminationBehavior =
+                    service is RecordingService ? .gracefullyShutdownGroup : .ignore
+                return .init(service: service, successTerminationBehavior: ends, failureTerminationBehavior: .gracefullyShutdownGroup)
+            },
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
     }
 
     /// Flags that override config keys (CLI > environment > file > defaults).
@@ -210,31 +154,14 @@ private final class StopFlag: Sendable {
     var value: Bool { flag.withLock { $0 } }
 }
 
-/// Segment files that could not be written: every failure counted, logged at most once a minute.
-private struct DiskTrouble {
-    var failures = 0
-    var lastLog: ContinuousClock.Instant?
-
-    mutating func report(_ error: any Error, logger: Logger) {
-        failures += 1
-        let now = ContinuousClock.now
-        if let lastLog, now - lastLog < .seconds(60) { return }
-        lastLog = now
-        logger.error("recording: \(error); recording and streaming go on without the file", metadata: ["failedWrites": "\(failures)"])
-    }
-}
-
-/// The recording as a service of swift-service-lifecycle: a graceful shutdown asks the pipeline
-/// to stop, and `run` returns once everything after it has been closed in order.
-private struct RecordingService: Service {
-    let stop: @Sendable () -> Void
-    let body: @Sendable () async throws -> Void
-
-    func run() async throws {
-        try await withGracefulShutdownHandler(operation: body, onGracefulShutdown: stop)
-    }
-}
-
 extension Array where Element == String {
     fileprivate var pair: (String, String?) { (self.first ?? "", self.count > 1 ? self[1] : nil) }
+}
+
+// Until the socket is a service of its own.
+private struct StatusSocketService: Service {
+    let path: String
+    let logger: Logger
+    let answer: @Sendable (String) async -> String
+    func run() async { await cancelWhenGracefulShutdown { await StatusSocket.serve(path: path, logger: logger, answer: answer) } }
 }

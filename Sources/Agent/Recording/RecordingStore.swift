@@ -7,9 +7,12 @@ import Synchronization
 /// `<dir>/protected/<UTC day>/`, which only their own cap (or a disk with no other segment left
 /// to delete) removes.
 ///
-/// One lock covers the folder: the segment loop writes and deletes, the control socket protects,
-/// and neither sees the other's half-done work. The folder is listed once, at start; from then on
-/// an index in memory follows every write, move and delete.
+/// One lock covers the index: the segment loop deletes and files segments, the control socket
+/// protects, and neither sees the other's half-done work. A segment's write and its fsyncs happen
+/// outside the lock, so a `protect` or a `status` never waits for the disk to take a segment. The
+/// folder is listed once, at start; from then on the index in memory follows every write, move and
+/// delete. Every method blocks on the disk: the agent calls them on a thread of the blocking pool,
+/// never on Swift's cooperative pool.
 public final class RecordingStore: Sendable {
     public let root: URL
     /// The nominal length of a segment, for matching files to a time range.
@@ -29,6 +32,16 @@ public final class RecordingStore: Sendable {
         var index: [StoredSegment]
         /// Time ranges of `protect` requests that reach past the newest segment written.
         var pending: [ClosedRange<Date>] = []
+        /// Segments being written, by path: not in the index yet, but a `protect` that covers
+        /// one asks for it (true), and it is moved into `protected/` as soon as it is whole.
+        var writing: [String: Writing] = [:]
+    }
+
+    private struct Writing {
+        var seq: Int
+        var capturedAt: Date
+        var length: TimeInterval
+        var protectRequested = false
     }
 
     /// What one segment did to the folder.
@@ -39,11 +52,22 @@ public final class RecordingStore: Sendable {
         public var deleted: [StoredSegment]
     }
 
+    /// Writes one segment file whole; a test holds it to show what does not wait for the disk.
+    private let writeFile: @Sendable ([UInt8], URL) throws(OutputError) -> Void
+
     /// Opens the folder: creates it if needed, proves it takes a file, removes leftovers.
-    public init(directory: String, retention: Retention, segmentSeconds: Int) throws(OutputError) {
+    public convenience init(directory: String, retention: Retention, segmentSeconds: Int) throws(OutputError) {
+        try self.init(directory: directory, retention: retention, segmentSeconds: segmentSeconds) { bytes, file throws(OutputError) in
+            try DurableFile.write(bytes, to: file)
+        }
+    }
+
+    init(directory: String, retention: Retention, segmentSeconds: Int,
+         writeFile: @escaping @Sendable ([UInt8], URL) throws(OutputError) -> Void) throws(OutputError) {
         let root = URL(fileURLWithPath: directory, isDirectory: true)
         self.root = root
         self.segmentSeconds = segmentSeconds
+        self.writeFile = writeFile
         try DurableFile.checkWritable(root)
         removedLeftovers = StoredSegment.folders(in: root).flatMap { folder in
             DurableFile.removeLeftovers(in: root.appendingPathComponent(folder)).map { folder.isEmpty ? $0 : folder + "/" + $0 }
@@ -60,25 +84,59 @@ public final class RecordingStore: Sendable {
 
     /// Makes room, then writes the segment (into `protected/` if a pending `protect` covers it).
     public func record(_ segment: Segment) -> Recorded {
-        state.withLock { state in
+        let start = segment.metadata.capturedAt
+        let length = Double(segment.metadata.durationMs) / 1000
+        // Under the lock: what makes room for it, and where it goes.
+        let (path, deleted) = state.withLock { state in
             defer { counts.withLock { $0 = Self.usage(of: state.index) } }
-            let start = segment.metadata.capturedAt
-            let length = Double(segment.metadata.durationMs) / 1000
             state.pending.removeAll { $0.upperBound < start }
             let protected = state.pending.contains { SegmentSelection.overlaps($0, start: start, length: length) }
             let deleted = delete(state.retention.victims(
                 of: state.index, freeBytes: freeBytes(), incoming: Int64(segment.data.count), incomingProtected: protected), from: &state.index)
             let path = StoredSegment.path(for: segment.metadata, protected: protected)
-            let file = root.appendingPathComponent(path)
-            do throws(OutputError) {
-                try DurableFile.makeFolder(file.deletingLastPathComponent())
-                try DurableFile.write(segment.data, to: file)
-                state.index.insertInOrder(StoredSegment(path: path, seq: segment.metadata.seq, capturedAt: start, bytes: Int64(segment.data.count)))
-                return Recorded(path: path, error: nil, deleted: deleted)
-            } catch {
-                return Recorded(path: nil, error: error, deleted: deleted)
-            }
+            state.writing[path] = Writing(seq: segment.metadata.seq, capturedAt: start, length: length)
+            return (path, deleted)
         }
+        // Outside it: the write, its flush and rename.
+        let file = root.appendingPathComponent(path)
+        var failure: OutputError?
+        do throws(OutputError) {
+            try DurableFile.makeFolder(file.deletingLastPathComponent())
+            try writeFile(segment.data, file)
+        } catch {
+            failure = error
+        }
+        // Under the lock again: into the index, or into `protected/` first if a request came meanwhile.
+        return state.withLock { state in
+            defer { counts.withLock { $0 = Self.usage(of: state.index) } }
+            let writing = state.writing.removeValue(forKey: path)
+            if let failure { return Recorded(path: nil, error: failure, deleted: deleted) }
+            var stored = StoredSegment(path: path, seq: segment.metadata.seq, capturedAt: start, bytes: Int64(segment.data.count))
+            if writing?.protectRequested == true, !stored.isProtected {
+                do throws(OutputError) {
+                    stored = try moveToProtected(stored)
+                } catch {
+                    // It stays in the loop, whole; the request's reply already named it.
+                    return Recorded(path: path, error: error, deleted: deleted)
+                }
+            }
+            state.index.insertInOrder(stored)
+            return Recorded(path: stored.path, error: nil, deleted: deleted)
+        }
+    }
+
+    /// Moves a segment's file into `protected/<day>/`; returns it as it is now.
+    private func moveToProtected(_ segment: StoredSegment) throws(OutputError) -> StoredSegment {
+        let path = Self.protectedPath(of: segment)
+        let destination = root.appendingPathComponent(path)
+        try DurableFile.makeFolder(destination.deletingLastPathComponent())
+        try DurableFile.move(root.appendingPathComponent(segment.path), to: destination)
+        removeFolderIfEmpty(of: segment.path)
+        return StoredSegment(path: path, seq: segment.seq, capturedAt: segment.capturedAt, bytes: segment.bytes)
+    }
+
+    private static func protectedPath(of segment: StoredSegment) -> String {
+        [StoredSegment.protectedFolder, StoredSegment.dayFolder(for: segment.capturedAt), segment.name].joined(separator: "/")
     }
 
     /// What `protect` did.
@@ -138,21 +196,26 @@ public final class RecordingStore: Sendable {
                     protectedNow.insert(segment.path)
                     continue
                 }
-                let path = [StoredSegment.protectedFolder, StoredSegment.dayFolder(for: segment.capturedAt), segment.name].joined(separator: "/")
-                let destination = root.appendingPathComponent(path)
-                let source = root.appendingPathComponent(segment.path)
                 // A segment deleted by hand since the folder was read is no longer there to keep.
-                guard FileManager.default.fileExists(atPath: source.path) else {
+                guard FileManager.default.fileExists(atPath: root.appendingPathComponent(segment.path).path) else {
                     state.index.removeAll { $0.path == segment.path }
                     continue
                 }
-                try DurableFile.makeFolder(destination.deletingLastPathComponent())
-                try DurableFile.move(source, to: destination)
+                let moved = try moveToProtected(segment)
                 state.index.removeAll { $0.path == segment.path }
-                removeFolderIfEmpty(of: segment.path)
-                result.protected.append(path)
-                protectedNow.insert(path)
-                state.index.insertInOrder(StoredSegment(path: path, seq: segment.seq, capturedAt: segment.capturedAt, bytes: segment.bytes))
+                result.protected.append(moved.path)
+                protectedNow.insert(moved.path)
+                state.index.insertInOrder(moved)
+            }
+            // A segment being written when the request came is moved as soon as it is whole.
+            for (path, writing) in state.writing where !writing.protectRequested && !path.hasPrefix(StoredSegment.protectedFolder + "/") {
+                let covered = switch selection {
+                case .sequence(let range): range.contains(writing.seq)
+                case .time(let range): SegmentSelection.overlaps(range, start: writing.capturedAt, length: writing.length)
+                }
+                guard covered else { continue }
+                state.writing[path]?.protectRequested = true
+                result.protected.append(Self.protectedPath(of: StoredSegment(path: path, seq: writing.seq, capturedAt: writing.capturedAt, bytes: 0)))
             }
             // The cap makes room among the segments protected before this request, oldest first.
             let earlier = state.index.filter { !protectedNow.contains($0.path) }

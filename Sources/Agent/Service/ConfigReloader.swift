@@ -1,5 +1,7 @@
 public import ConfigSupport
 public import Logging
+public import ServiceLifecycle
+public import UnixSignals
 
 extension AgentConfig {
     /// Keys SIGHUP applies while the agent runs; a change to any other key is logged as needing a
@@ -69,5 +71,22 @@ public struct ConfigReloader: Sendable {
             logger.warning("config: \(outcome.needRestart.joined(separator: ", ")) changed and take effect only after a restart (systemctl restart dashcam-agent)")
         }
         return outcome
+    }
+}
+
+/// The reloader as a service: one reload per SIGHUP until the agent stops.
+public struct ConfigReloadService: Service {
+    let reloader: ConfigReloader
+    /// Trapped before anything starts: SIGHUP's default would end the agent.
+    let hangups: UnixSignalsSequence
+
+    public init(reloader: ConfigReloader, hangups: UnixSignalsSequence) {
+        self.reloader = reloader
+        self.hangups = hangups
+    }
+
+    public func run() async {
+        var reloader = reloader
+        for await _ in hangups.cancelOnGracefulShutdown() { await reloader.reload() }
     }
 }

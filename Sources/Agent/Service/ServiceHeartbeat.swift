@@ -1,9 +1,13 @@
 public import HAL
+public import ServiceLifecycle
 
 /// Feeds systemd's watchdog from the pipeline's own progress: `READY=1` once frames flow, then
 /// `WATCHDOG=1` only while frames keep coming and segments keep closing on time. A wedged
 /// pipeline stops the pings, and systemd kills and restarts the service after `WatchdogSec`.
-public struct ServiceHeartbeat: Sendable {
+///
+/// First in the service group, so the last to stop: it keeps the watchdog fed while the
+/// recording closes its last segment and the uplink drains.
+public struct ServiceHeartbeat: Service {
     public let health: PipelineHealth
     public let notifier: SystemdNotifier
     /// The longest a segment may take to close: its length plus slack.
@@ -26,6 +30,10 @@ public struct ServiceHeartbeat: Sendable {
     }
 
     public func run() async {
+        await cancelWhenGracefulShutdown { await beat() }
+    }
+
+    private func beat() async {
         var ready = false
         var healthy = false
         while !Task.isCancelled {

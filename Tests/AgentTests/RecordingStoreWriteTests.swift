@@ -1,0 +1,59 @@
+@testable import Agent
+import Foundation
+import HAL
+import Testing
+
+/// A segment's write happens outside the store's lock: `protect` and `status` answer while the
+/// disk still holds a segment, and a `protect` that covers that segment still keeps it.
+@Suite struct RecordingStoreWriteTests {
+    /// A write that waits until the test lets it go, then writes the file for real.
+    final class HeldWrite: Sendable {
+        let gate = ConditionLock((started: false, released: false))
+
+        func write(_ bytes: [UInt8], to file: URL) throws(OutputError) {
+            gate.update { $0.started = true }
+            gate.wait(until: { $0.released }) { _ in }
+            try DurableFile.write(bytes, to: file)
+        }
+    }
+
+    func segment(seq: Int, at capturedAt: Date) -> Segment {
+        Segment(metadata: SegmentMetadata(
+            seq: seq, capturedAt: capturedAt, captureStartMonotonicNs: 0, durationMs: 5000, frames: 50, droppedFrames: 0,
+            bytes: 100, sha256: "", encoder: "test", width: 16, height: 16, fps: 10, complete: true, endReason: .complete),
+            data: [UInt8](repeating: 2, count: 100))
+    }
+
+    @Test func protectAndStatusDoNotWaitForASegmentOnItsWayToTheDisk() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("store-write-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let held = HeldWrite()
+        let store = try RecordingStore(
+            directory: root.path, retention: Retention(maxBytes: nil, protectedMaxBytes: 1 << 30, minFreeBytes: 0), segmentSeconds: 5
+        ) { bytes, file throws(OutputError) in try held.write(bytes, to: file) }
+        let start = Date(timeIntervalSince1970: 1_795_000_000)
+
+        // The recording writes segment 7 on a thread of its own; the disk does not let it finish.
+        let recorded = ConditionLock<RecordingStore.Recorded?>(nil)
+        let writer = try NamedThread.start(name: "test-writer") {
+            let result = store.record(segment(seq: 7, at: start))
+            recorded.update { $0 = result }
+        }
+        held.gate.wait(until: { $0.started }) { _ in }
+
+        // Both answer while the write is held; had they waited for it, they could not return here.
+        let usage = store.usage()
+        let protection = try store.protect(.sequence(7...7))
+        #expect(recorded.withLock { $0 } == nil, "the segment's write is still held")
+        #expect(usage.segments == 0)
+        #expect(protection.protected == [StoredSegment.path(for: segment(seq: 7, at: start).metadata, protected: true)])
+
+        held.gate.update { $0.released = true }
+        writer.join()
+        let result = try #require(recorded.withLock { $0 })
+        #expect(result.error == nil)
+        #expect(result.path == protection.protected.first, "the request that came during the write kept the segment")
+        #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent(protection.protected[0]).path))
+        #expect(store.usage().protectedSegments == 1 && store.usage().segments == 0)
+    }
+}
