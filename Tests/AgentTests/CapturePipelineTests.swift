@@ -85,4 +85,17 @@ private final class UnpluggedCamera: FrameSource {
             _ = try CapturePipeline(source: camera, settings: settings(), logger: Logger(label: "test"))
         }
     }
+
+    @Test func aConsumerThatFallsBehindLosesTheOldestSegmentsCounted() async throws {
+        let produced = CapturePipeline.bufferedSegments + 2
+        let pipeline = try CapturePipeline(
+            source: TestPatternSource(format: format, realtime: false), settings: settings(maxSegments: produced), logger: Logger(label: "test"))
+        pipeline.start()
+        // Nobody reads the segments until the capture thread has ended (its events end with it).
+        for await _ in pipeline.events {}
+        var received: [Int] = []
+        for try await segment in pipeline.segments { received.append(segment.metadata.seq) }
+        #expect(received == Array(2..<produced), "the stream holds the newest \(CapturePipeline.bufferedSegments)")
+        #expect(pipeline.droppedSegments == 2)
+    }
 }
