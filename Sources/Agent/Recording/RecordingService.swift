@@ -40,6 +40,7 @@ struct RecordingService: Service {
                 // One line per segment, written at once: a reader sees each as soon as it is on disk.
                 FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: recorded.path) + "\n").utf8))
                 board.recorded(segment.metadata, written: recorded.path != nil)
+                board.update { $0.recording?.droppedSegments = pipeline.droppedSegments }
             }
         } onGracefulShutdown: { [pipeline, stopping] in
             stopping()

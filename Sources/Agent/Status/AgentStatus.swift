@@ -49,6 +49,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var lastSeq: Int?
         /// Segments the disk did not take (full or failing); they were still streamed.
         public var failedWrites = 0
+        /// Segments lost before the disk: it and the uplink fell `CapturePipeline.bufferedSegments` behind.
+        public var droppedSegments = 0
 
         public init(dir: String) {
             self.dir = dir
