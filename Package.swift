@@ -9,7 +9,7 @@ let upcoming: [SwiftSetting] = [
 
 let package = Package(
     name: "dashcam-agent",
-    platforms: [.macOS(.v15)],
+    // Linux only (V4L2, libgpiod, ALSA, rtnetlink): no Apple platform is declared.
     products: [
         .executable(name: "dashcam-agent", targets: ["DashcamAgent"]),
         .executable(name: "guidance-server", targets: ["GuidanceServerMain"]),
@@ -38,9 +38,10 @@ let package = Package(
             name: "CFFmpeg", pkgConfig: "libavformat libavcodec libswscale libavutil",
             providers: [.apt(["libavformat-dev", "libavcodec-dev", "libswscale-dev", "libavutil-dev"])]
         ),
-        .systemLibrary(
-            name: "CGPIOD", pkgConfig: "libgpiod",
-            providers: [.apt(["libgpiod-dev"])]
+        // libgpiod 1.x or 2.x (libgpiod-dev): one C file picks the API at compile time.
+        .target(
+            name: "CGPIOD",
+            linkerSettings: [.linkedLibrary("gpiod")]
         ),
         .systemLibrary(
             name: "CEspeakNG", pkgConfig: "espeak-ng",
@@ -140,9 +141,11 @@ let package = Package(
         ),
 
         // Prints one JSON line per network change; run by HALTests inside network namespaces.
+        // A test tool, so it lives under Tests/; SwiftPM still builds it beside the test bundle.
         .executableTarget(
             name: "netmon-probe",
             dependencies: ["HAL", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/netmon-probe",
             swiftSettings: upcoming
         ),
         .target(

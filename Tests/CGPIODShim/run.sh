@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds shim_check.c against libgpiod with -Wall -Wextra -Werror and runs the checks that need
-# no GPIO chip. Ends with "N passed, N failed".
+# Builds the CGPIOD target's C file and shim_check.c against libgpiod with -Wall -Wextra -Werror
+# and runs the checks that need no GPIO chip. Ends with "N passed, N failed".
 #
 #     bash Tests/CGPIODShim/run.sh [OUT_DIR]
 #
@@ -23,6 +23,6 @@ else
 fi
 
 set -x
-"${CC:-cc}" -Wall -Wextra -Werror -I"$repo/Sources/CGPIOD" "${cflags[@]}" \
-    "$here/shim_check.c" -o "$out/shim_check" "${libs[@]}"
+"${CC:-cc}" -std=c11 -Wall -Wextra -Werror -I"$repo/Sources/CGPIOD/include" "${cflags[@]}" \
+    "$here/shim_check.c" "$repo/Sources/CGPIOD/gpiod.c" -o "$out/shim_check" "${libs[@]}"
 "$out/shim_check"

@@ -1,20 +1,23 @@
 /*
- * Checks for Sources/CGPIOD/shim.h, built against whichever libgpiod is on the include path.
+ * Checks for the CGPIOD target (Sources/CGPIOD), built against whichever libgpiod is on the
+ * include path: what Swift relies on is that every failure comes back as NULL or -1 with the
+ * errno it reads as a reason.
  *
  *   shim_check                          error paths that need no GPIO chip; "N passed, N failed"
  *   shim_check version                  libgpiod version and API the binary was built for
- *   shim_check try CHIP LINE [active-low]
- *       request the line and release it at once; prints "ok: DESCRIPTION" or "error: MESSAGE"
- *   shim_check hold CHIP LINE VALUE SECONDS [active-low]
- *       request, print "held: DESCRIPTION", set VALUE, wait SECONDS, release, print "released"
+ *   shim_check info PATH                the chip's name, label and lines (name, used, consumer)
+ *   shim_check find PATH NAME           "offset: N" for the line called NAME
+ *   shim_check try PATH OFFSET          request the line and release it at once: "ok"
+ *   shim_check hold PATH OFFSET VALUE SECONDS [active-low]
+ *       request, print "held", set VALUE, print "set: VALUE", wait SECONDS, release, print "released"
  *
- * CHIP is a path, name, number or label, or "-" for none; LINE is an offset if all digits, else a
- * line name. The consumer is "shim-check".
+ * A failure prints "error: ERRNO_NAME (text)" and exits 1. The consumer is "shim-check".
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "shim.h"
+#include "CGPIOD.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,120 +27,136 @@
 
 static int passed, failed;
 
-static void check(const char *name, bool ok, const char *detail)
+static const char *errno_name(int e)
 {
-    if (ok) {
-        passed++;
-        printf("ok: %s: %s\n", name, detail);
-    } else {
-        failed++;
-        printf("FAIL: %s: %s\n", name, detail);
+    switch (e) {
+    case 0: return "0";
+    case ENOENT: return "ENOENT";
+    case EACCES: return "EACCES";
+    case EPERM: return "EPERM";
+    case EBUSY: return "EBUSY";
+    case EINVAL: return "EINVAL";
+    case ENOTTY: return "ENOTTY";
+    case ENODEV: return "ENODEV";
+    case EISDIR: return "EISDIR";
+    default: return "other";
     }
 }
 
-/* Expects cgpiod_output_open to fail with a message containing every string in want (NULL-ended). */
-static void expect_open_error(const char *name, const char *chip, int offset, const char *line_name,
-                              int want_errno, const char *const *want)
+static void check(const char *name, bool ok, int e)
 {
-    char err[512];
-    cgpiod_output *out;
-    bool ok = true;
-    int e, i;
+    if (ok)
+        passed++;
+    else
+        failed++;
+    printf("%s: %s: errno %s (%s)\n", ok ? "ok" : "FAIL", name, errno_name(e), strerror(e));
+}
 
-    errno = 0;
-    out = cgpiod_output_open(chip, offset, line_name, false, CONSUMER, err, sizeof err);
-    e = errno;
-    if (out != NULL) {
-        check(name, false, "opened, expected an error");
-        cgpiod_output_release(out);
-        return;
-    }
-    for (i = 0; want[i] != NULL; i++)
-        if (strstr(err, want[i]) == NULL) {
-            ok = false;
-            printf("  message lacks \"%s\"\n", want[i]);
-        }
-    if (want_errno != 0 && e != want_errno) {
-        ok = false;
-        printf("  errno %d (%s), expected %d (%s)\n", e, strerror(e), want_errno, strerror(want_errno));
-    }
-    check(name, ok, err);
+/* Swift reads ENOTTY and ENODEV as "not a GPIO chip". */
+static bool not_a_chip(int e)
+{
+    return e == ENOTTY || e == ENODEV;
 }
 
 static int offline_checks(void)
 {
-    char err[512], tmpl[] = "/tmp/shim-check-XXXXXX";
-    char small[24];
-    cgpiod_output *out;
-    int fd;
+    char tmpl[] = "/tmp/shim-check-XXXXXX";
+    char name[16], consumer[16];
+    cgpiod_chip *chip;
+    int fd, r, e;
 
     printf("libgpiod %s (API v%d)\n", cgpiod_library_version(), cgpiod_api_major());
 
-    expect_open_error("missing chip by name", "gpiochip999", 3, NULL, ENOENT,
-                      (const char *const[]){"gpiochip999", "/dev/gpiochip999", "line 3", "no such chip",
-                                            strerror(ENOENT), NULL});
-    expect_open_error("missing chip by path", "/dev/gpiochip999", 0, NULL, ENOENT,
-                      (const char *const[]){"\"/dev/gpiochip999\"", "line 0", "no such chip", NULL});
-    expect_open_error("missing chip by number", "999", 0, NULL, ENOENT,
-                      (const char *const[]){"\"999\"", "/dev/gpiochip999", "no such chip", NULL});
-    expect_open_error("missing chip by label", "no-such-gpio-label", 1, NULL, ENOENT,
-                      (const char *const[]){"\"no-such-gpio-label\"", "line 1", "no such chip", NULL});
-    expect_open_error("missing chip, line by name", "gpiochip999", -1, "haptic", ENOENT,
-                      (const char *const[]){"gpiochip999", "line \"haptic\"", "no such chip", NULL});
-    expect_open_error("missing line name on all chips", NULL, -1, "no-such-gpio-line", ENOENT,
-                      (const char *const[]){"line \"no-such-gpio-line\"", "any chip", "no such line", NULL});
-    expect_open_error("character device that is not a GPIO chip", "/dev/null", 0, NULL, 0,
-                      (const char *const[]){"\"/dev/null\"", "line 0", "not a GPIO chip", NULL});
+    errno = 0;
+    chip = cgpiod_chip_open("/dev/gpiochip999");
+    e = errno;
+    check("missing chip device: NULL, ENOENT", chip == NULL && e == ENOENT, e);
+    cgpiod_chip_close(chip);
+
+    errno = 0;
+    chip = cgpiod_chip_open("/dev/null");
+    e = errno;
+    check("character device that is not a GPIO chip: NULL, ENOTTY or ENODEV", chip == NULL && not_a_chip(e), e);
+    cgpiod_chip_close(chip);
 
     fd = mkstemp(tmpl);
     if (fd >= 0) {
         close(fd);
-        expect_open_error("regular file", tmpl, 0, NULL, 0,
-                          (const char *const[]){tmpl, "not a GPIO chip", NULL});
+        errno = 0;
+        chip = cgpiod_chip_open(tmpl);
+        e = errno;
+        check("regular file: NULL, ENOTTY or ENODEV", chip == NULL && not_a_chip(e), e);
+        cgpiod_chip_close(chip);
         unlink(tmpl);
+    } else {
+        check("temporary file for the regular-file check", false, errno);
     }
 
-    expect_open_error("neither offset nor name", "gpiochip0", -1, NULL, EINVAL,
-                      (const char *const[]){"\"gpiochip0\"", "no line given", NULL});
-    expect_open_error("both offset and name", "gpiochip0", 2, "haptic", EINVAL,
-                      (const char *const[]){"\"gpiochip0\"", "line 2", "\"haptic\"", "not both", NULL});
-    expect_open_error("offset without chip", NULL, 2, "", EINVAL,
-                      (const char *const[]){"line 2", "no chip given", NULL});
+    errno = 0;
+    chip = cgpiod_chip_open(NULL);
+    e = errno;
+    check("no path: NULL, EINVAL", chip == NULL && e == EINVAL, e);
 
-    memset(small, 'x', sizeof small);
-    out = cgpiod_output_open("gpiochip999", 0, NULL, false, CONSUMER, small, sizeof small);
-    check("small error buffer is truncated and terminated",
-          out == NULL && memchr(small, '\0', sizeof small) == small + sizeof small - 1, small);
+    check("getters on no chip: empty",
+          strcmp(cgpiod_chip_name(NULL), "") == 0 && strcmp(cgpiod_chip_label(NULL), "") == 0 &&
+              cgpiod_chip_num_lines(NULL) == 0,
+          0);
 
     errno = 0;
-    out = cgpiod_output_open("gpiochip999", 0, NULL, true, CONSUMER, NULL, 0);
-    check("no error buffer", out == NULL && errno == ENOENT, strerror(errno));
+    r = cgpiod_chip_find_line(NULL, "haptic");
+    e = errno;
+    check("find a line on no chip: -1, EINVAL", r == -1 && e == EINVAL, e);
 
-    check("set on no handle", cgpiod_output_set(NULL, 1, err, sizeof err) == -1 && errno == EINVAL, err);
+    memset(name, 'x', sizeof name);
+    memset(consumer, 'x', sizeof consumer);
+    errno = 0;
+    r = cgpiod_chip_line_info(NULL, 0, name, sizeof name, consumer, sizeof consumer);
+    e = errno;
+    check("line info on no chip: -1, EINVAL, both names emptied",
+          r == -1 && e == EINVAL && name[0] == '\0' && consumer[0] == '\0', e);
+    errno = 0;
+    r = cgpiod_chip_line_info(NULL, 0, NULL, 0, NULL, 0);
+    e = errno;
+    check("line info without buffers: -1, EINVAL", r == -1 && e == EINVAL, e);
+
+    errno = 0;
+    r = cgpiod_output_request(NULL, 0, false, CONSUMER) == NULL;
+    e = errno;
+    check("request on no chip: NULL, EINVAL", r && e == EINVAL, e);
+    errno = 0;
+    r = cgpiod_output_set(NULL, true);
+    e = errno;
+    check("set on no output: -1, EINVAL", r == -1 && e == EINVAL, e);
+
     cgpiod_output_release(NULL);
-    check("release of no handle", true, "returned");
-    check("getters on no handle",
-          strcmp(cgpiod_output_description(NULL), "") == 0 && strcmp(cgpiod_output_chip_name(NULL), "") == 0 &&
-              strcmp(cgpiod_output_chip_label(NULL), "") == 0 && strcmp(cgpiod_output_line_name(NULL), "") == 0 &&
-              cgpiod_output_line_offset(NULL) == 0,
-          "empty");
+    cgpiod_chip_close(NULL);
+    check("release and close of nothing return", true, 0);
 
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }
 
-static cgpiod_output *open_from_args(const char *chip, const char *line, bool active_low, char *err, size_t len)
+static int fail_with(int e)
 {
-    const char *c = strcmp(chip, "-") == 0 ? NULL : chip;
-    if (cgpiod_priv_is_uint(line))
-        return cgpiod_output_open(c, atoi(line), NULL, active_low, CONSUMER, err, len);
-    return cgpiod_output_open(c, -1, line, active_low, CONSUMER, err, len);
+    printf("error: %s (%s)\n", errno_name(e), strerror(e));
+    return 1;
+}
+
+static cgpiod_chip *open_chip(const char *path)
+{
+    cgpiod_chip *chip = cgpiod_chip_open(path);
+    if (chip == NULL)
+        fail_with(errno);
+    return chip;
 }
 
 int main(int argc, char **argv)
 {
-    char err[512];
+    char name[64], consumer[64];
+    cgpiod_chip *chip;
     cgpiod_output *out;
+    unsigned int i;
+    int r;
 
     if (argc == 1)
         return offline_checks();
@@ -147,31 +166,58 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    if (strcmp(argv[1], "try") == 0 && (argc == 4 || argc == 5)) {
-        out = open_from_args(argv[2], argv[3], argc == 5 && strcmp(argv[4], "active-low") == 0, err, sizeof err);
-        if (out == NULL) {
-            printf("error: %s\n", err);
+    if (strcmp(argv[1], "info") == 0 && argc == 3) {
+        if ((chip = open_chip(argv[2])) == NULL)
             return 1;
+        printf("chip: %s [%s] lines %u\n", cgpiod_chip_name(chip), cgpiod_chip_label(chip), cgpiod_chip_num_lines(chip));
+        for (i = 0; i < cgpiod_chip_num_lines(chip); i++) {
+            r = cgpiod_chip_line_info(chip, i, name, sizeof name, consumer, sizeof consumer);
+            if (r < 0)
+                printf("line %u: error: %s\n", i, errno_name(errno));
+            else
+                printf("line %u: \"%s\" %s \"%s\"\n", i, name, r ? "used" : "free", consumer);
         }
-        printf("ok: %s (chip %s, label %s, offset %u, line name %s)\n", cgpiod_output_description(out),
-               cgpiod_output_chip_name(out), cgpiod_output_chip_label(out), cgpiod_output_line_offset(out),
-               cgpiod_output_line_name(out));
-        cgpiod_output_release(out);
+        cgpiod_chip_close(chip);
         return 0;
     }
 
-    if (strcmp(argv[1], "hold") == 0 && (argc == 6 || argc == 7)) {
-        out = open_from_args(argv[2], argv[3], argc == 7 && strcmp(argv[6], "active-low") == 0, err, sizeof err);
-        if (out == NULL) {
-            printf("error: %s\n", err);
+    if (strcmp(argv[1], "find") == 0 && argc == 4) {
+        if ((chip = open_chip(argv[2])) == NULL)
             return 1;
+        r = cgpiod_chip_find_line(chip, argv[3]);
+        if (r < 0) {
+            r = fail_with(errno);
+        } else {
+            printf("offset: %d\n", r);
+            r = 0;
         }
-        printf("held: %s\n", cgpiod_output_description(out));
-        fflush(stdout);
-        if (cgpiod_output_set(out, atoi(argv[4]), err, sizeof err) < 0) {
-            printf("error: %s\n", err);
-            cgpiod_output_release(out);
+        cgpiod_chip_close(chip);
+        return r;
+    }
+
+    if ((strcmp(argv[1], "try") == 0 && argc == 4) ||
+        (strcmp(argv[1], "hold") == 0 && (argc == 6 || argc == 7))) {
+        bool hold = argv[1][0] == 'h';
+        if ((chip = open_chip(argv[2])) == NULL)
             return 1;
+        out = cgpiod_output_request(chip, (unsigned int)atoi(argv[3]), argc == 7 && strcmp(argv[6], "active-low") == 0,
+                                    CONSUMER);
+        r = errno;
+        /* The output lives on without the chip handle. */
+        cgpiod_chip_close(chip);
+        if (out == NULL)
+            return fail_with(r);
+        if (!hold) {
+            cgpiod_output_release(out);
+            printf("ok\n");
+            return 0;
+        }
+        printf("held\n");
+        fflush(stdout);
+        if (cgpiod_output_set(out, atoi(argv[4]) != 0) < 0) {
+            r = fail_with(errno);
+            cgpiod_output_release(out);
+            return r;
         }
         printf("set: %d\n", atoi(argv[4]) != 0);
         fflush(stdout);
@@ -181,7 +227,8 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    fprintf(stderr, "usage: %s [version | try CHIP LINE [active-low] | hold CHIP LINE VALUE SECONDS [active-low]]\n",
+    fprintf(stderr,
+            "usage: %s [version | info PATH | find PATH NAME | try PATH OFFSET | hold PATH OFFSET VALUE SECONDS [active-low]]\n",
             argv[0]);
     return 2;
 }

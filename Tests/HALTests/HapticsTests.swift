@@ -4,8 +4,9 @@ import Logging
 import Synchronization
 import Testing
 
-// The player against a fake line that records every edge with its time, the pattern rules, the
-// log-only line, and the real libgpiod line where no chip is needed (missing chips and lines).
+// The player against a fake line that records every edge with its time and thread, the pattern
+// rules, the log-only line, and the real libgpiod line where no chip is needed (missing chips and
+// lines, paths that are no chip).
 // Timing bounds are wide on purpose: the tests run on a loaded machine. What must happen at a
 // given moment of a pattern (a newer pattern, a close) is done from a thread of its own: a test
 // task can wait seconds for the cooperative pool when other suites keep it busy.
@@ -15,6 +16,8 @@ private final class FakeHapticLine: HapticLine {
     struct Edge {
         var active: Bool
         var at: ContinuousClock.Instant
+        /// The thread that set it.
+        var thread: pthread_t
     }
 
     struct Failure: Error, CustomStringConvertible {
@@ -46,7 +49,7 @@ private final class FakeHapticLine: HapticLine {
                 state.failures += 1
                 throw Failure(call: state.calls)
             }
-            state.edges.append(Edge(active: active, at: now))
+            state.edges.append(Edge(active: active, at: now, thread: pthread_self()))
         }
     }
 
@@ -190,6 +193,60 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
         // What was measured is the time from `receivedAt` to the edge the fake recorded.
         #expect(latencies[0] >= received.duration(to: pulses[0].start))
         #expect(latencies[0] < .milliseconds(250), "\(latencies[0])")
+    }
+
+    @Test func theFirstEdgeIsSetOnTheCallersThreadBeforePlayReturns() async throws {
+        let line = FakeHapticLine()
+        let haptics = try Haptics(line: line, logger: logger)
+        defer { haptics.close() }
+        // A thread of the test's own: the caller's thread is known and nothing else runs on it.
+        let played = onThread(after: .zero) { () -> (caller: pthread_t, edges: [FakeHapticLine.Edge]) in
+            haptics.play(.clear)
+            return (pthread_self(), line.edges)
+        }
+        #expect(await eventually { played.done })
+        let (caller, edges) = try #require(played.value.withLock { $0 })
+        #expect(edges.map(\.active) == [false, true], "the line is active when play returns")
+        #expect(pthread_equal(try #require(edges.last).thread, caller) != 0, "set by the caller")
+        #expect(await eventually { line.values.count == 3 })
+        let end = try #require(line.edges.last)
+        #expect(!end.active)
+        #expect(pthread_equal(end.thread, caller) == 0, "the pulse is ended by the player's thread")
+    }
+
+    @Test func patternsStartedFromManyThreadsNeverOverlapAndTheLastOnePlaysWhole() async throws {
+        let line = FakeHapticLine()
+        let haptics = try Haptics(line: line, logger: logger)
+        defer { haptics.close() }
+        let short = try pattern([1, 1, 1, 1, 1], name: "short")
+        let threads = (0..<4).map { index in
+            onThread(after: .zero) { () -> Bool in
+                for round in 0..<50 {
+                    haptics.play(short)
+                    if (round + index) % 3 == 0 { Thread.sleep(forTimeInterval: 0.002) }
+                }
+                return true
+            }
+        }
+        #expect(await eventually(within: .seconds(30)) { threads.allSatisfy(\.done) })
+        let final = try pattern([20, 20, 20], name: "final")
+        let last = onThread(after: .zero) { () -> pthread_t in
+            haptics.play(final)
+            return pthread_self()
+        }
+        #expect(await eventually { last.done })
+        let caller = try #require(last.value.withLock { $0 })
+        let callerStarted = { (edges: [FakeHapticLine.Edge]) in edges.lastIndex { pthread_equal($0.thread, caller) != 0 } }
+        #expect(await eventually { callerStarted(line.edges).map { line.edges.count - $0 >= 4 } == true })
+        // Time for a stale edge of an older pattern to land, if one could.
+        try await Task.sleep(for: .milliseconds(100))
+        let edges = line.edges
+        // On, off, on, off, …: a pulse ended by a stale edge of an older pattern would show as
+        // two edges alike in a row, or the last pattern short of its four edges.
+        #expect(zip(edges, edges.dropFirst()).allSatisfy { $0.active != $1.active }, "\(edges.map(\.active))")
+        let start = try #require(callerStarted(edges))
+        #expect(edges[start...].map(\.active) == [true, false, true, false])
+        #expect(edges[(start + 1)...].allSatisfy { pthread_equal($0.thread, caller) == 0 })
     }
 
     @Test func alertIsThreePulsesWithGapsBetween() async throws {
@@ -376,13 +433,19 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
 }
 
 @Suite struct GPIOLineTests {
-    @Test func aMissingChipIsAnErrorNamingTheChipAndTheLine() {
+    /// What this machine's chips are, as the messages list them: none, or some.
+    private func namesTheChipsHere(_ text: String) -> Bool {
+        text.contains("chips here: gpiochip") || text.contains("there are no GPIO chips, /dev/gpiochipN")
+    }
+
+    @Test func aMissingChipIsAnErrorNamingTheChipTheLineAndTheChipsThereAre() {
         let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: "gpiochip999", line: .offset(5)) }
-        #expect(error?.description.hasPrefix("GPIO chip \"gpiochip999\" (/dev/gpiochip999) line 5: no such chip") == true,
-                "\(String(describing: error))")
-        #expect(error?.isNotFound == true)
-        #expect(error?.isOpenFailure == true)
-        #expect(error?.isBusy == false)
+        let text = error?.description ?? ""
+        #expect(text.hasPrefix("GPIO chip \"gpiochip999\" (/dev/gpiochip999) line 5: no such chip"), "\(text)")
+        #expect(namesTheChipsHere(text), "\(text)")
+        #expect(error?.isChipNotFound == true && error?.isNotFound == true && error?.isOpenFailure == true)
+        #expect(error?.isBusy == false && error?.isLineNotFound == false && error?.holder == nil)
+        #expect(error?.code == ENOENT)
     }
 
     @Test(arguments: ["gpiochip999", "/dev/gpiochip999", "999"])
@@ -391,20 +454,47 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
         let text = error?.description ?? ""
         #expect(text.contains("\"\(chip)\"") && text.contains("line \"haptic\""), "\(text)")
         #expect(text.contains("no such chip"), "\(text)")
-        #expect(error?.isNotFound == true)
+        #expect(error?.isChipNotFound == true)
     }
 
-    @Test func aLineNameFoundOnNoChipIsAnErrorNamingTheLine() {
+    @Test func aLabelNoChipHasIsAMissingChip() {
+        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: "dashcam-no-such-label", line: .offset(1)) }
+        let text = error?.description ?? ""
+        #expect(text.hasPrefix("GPIO chip \"dashcam-no-such-label\" line 1: no such chip"), "\(text)")
+        #expect(text.contains("no chip has that label") && namesTheChipsHere(text), "\(text)")
+        #expect(error?.isChipNotFound == true)
+    }
+
+    @Test func aLineNameFoundOnNoChipIsAMissingLine() {
         let error = #expect(throws: HapticsError.self) {
             try GPIOLine(chip: nil, line: .name("dashcam-no-such-line"))
         }
-        #expect(error?.description.hasPrefix("GPIO line \"dashcam-no-such-line\" (any chip): no such line") == true,
-                "\(String(describing: error))")
+        let text = error?.description ?? ""
+        #expect(text.hasPrefix("GPIO line \"dashcam-no-such-line\" (any chip): no such line"), "\(text)")
+        #expect(error?.isLineNotFound == true && error?.isNotFound == true && error?.isChipNotFound == false)
     }
 
-    @Test func anOffsetNeedsAChip() {
-        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: "", line: .offset(5)) }
-        #expect(error?.description.contains("line 5: no chip given") == true, "\(String(describing: error))")
+    @Test(arguments: ["/dev/null", "regular file"])
+    func aPathThatIsNoGPIOChipIsSaidSo(_ what: String) throws {
+        var path = what
+        if what == "regular file" {
+            path = FileManager.default.temporaryDirectory.appendingPathComponent("not-a-chip-\(UUID().uuidString)").path
+            try Data("gpio".utf8).write(to: URL(fileURLWithPath: path))
+        }
+        defer { if path != what { try? FileManager.default.removeItem(atPath: path) } }
+        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: path, line: .offset(0)) }
+        let text = error?.description ?? ""
+        #expect(text.hasPrefix("GPIO chip \"\(path)\" line 0: not a GPIO chip"), "\(text)")
+        #expect(error?.isNotAChip == true && error?.isNotFound == false && error?.isOpenFailure == true)
+    }
+
+    @Test func anOffsetNeedsAChipAndCannotBeNegative() {
+        let noChip = #expect(throws: HapticsError.self) { try GPIOLine(chip: "", line: .offset(5)) }
+        #expect(noChip?.description.contains("line 5: no chip given") == true, "\(String(describing: noChip))")
+        #expect(noChip?.isInvalidRequest == true && noChip?.isNotFound == false)
+        let negative = #expect(throws: HapticsError.self) { try GPIOLine(chip: "gpiochip0", line: .offset(-1)) }
+        #expect(negative?.description.contains("line -1: a line offset is 0 or more") == true, "\(String(describing: negative))")
+        #expect(negative?.isInvalidRequest == true)
     }
 
     @Test func theLibraryVersionIsKnown() {

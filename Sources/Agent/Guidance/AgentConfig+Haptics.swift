@@ -1,3 +1,4 @@
+import ConfigSupport
 public import HAL
 public import Logging
 
@@ -5,19 +6,20 @@ extension AgentConfig {
     /// The vibration motor on `haptics.chip`/`haptics.line`, or the log when no chip is set.
     ///
     /// A missing chip, a missing line or a line held by another program throws ``HapticsError``
-    /// naming chip and line; with `haptics.required: false` it is a warning and the pulses are logged.
+    /// naming chip and line; with `haptics.required: false` it is a warning and the pulses are
+    /// logged. A negative `haptics.line` is a ``ConfigError`` either way.
     public func makeHaptics(logger: Logger) throws -> Haptics {
         try Haptics(line: hapticLine(logger: logger), logger: logger) { latency, pattern in
             logger.debug("haptics: \(pattern.name) line set \(latency.milliseconds) ms after the message arrived")
         }
     }
 
-    private func hapticLine(logger: Logger) throws(HapticsError) -> any HapticLine {
+    private func hapticLine(logger: Logger) throws -> any HapticLine {
         guard let chip = haptics.chip else {
             logger.info("haptics: no haptics.chip set; the pulses are logged")
             return LoggingHapticLine(logger: logger)
         }
-        let selector: GPIOLine.Selector = Int(haptics.line).map { .offset($0) } ?? .name(haptics.line)
+        let selector = try hapticSelector()
         let line: GPIOLine
         do {
             line = try GPIOLine(chip: chip, line: selector, activeLow: haptics.activeLow)
@@ -28,6 +30,15 @@ extension AgentConfig {
         }
         logger.info("haptics: \(line)", metadata: ["gpiod": "\(GPIOLine.libraryVersion)"])
         return line
+    }
+
+    /// `haptics.line` as an offset or a name (the key table has made sure it is not empty).
+    private func hapticSelector() throws(ConfigError) -> GPIOLine.Selector {
+        guard let offset = Int(haptics.line) else { return .name(haptics.line) }
+        guard offset >= 0 else {
+            throw .invalidOption("haptics.line", haptics.line, "a line offset, 0 or more, or a line name such as `haptic`")
+        }
+        return .offset(offset)
     }
 
     /// `haptics.clear` and `haptics.alert`; the key table has checked their lengths and times.

@@ -33,40 +33,32 @@ public final class GPIOLine: HapticLine {
 
     /// The resolved chip and line, e.g. `gpiochip0 [gpio-sim.0-node0] line 5 "haptic" active-low`.
     public let description: String
-    private let output: Mutex<UnsafeMutablePointer<cgpiod_output>?>
+    private let output: Mutex<OpaquePointer?>
 
     /// Requests the line as an output, driven inactive.
     ///
     /// - Parameters:
     ///   - chip: A path (`/dev/gpiochip0`), a name (`gpiochip0`), a number (`0`) or a label
-    ///     (`gpio-sim.0-node0`). `nil` or empty: every chip is searched for a line given by name.
+    ///     (`gpio-sim.0-node0`). `nil` or empty: every chip is searched for a line given by name,
+    ///     like `gpiofind`.
     ///   - line: The offset on the chip, or the line's name.
     ///   - activeLow: The motor runs when the line is low.
-    /// - Throws: ``HapticsError`` naming the chip and the line: no such chip or line, permission
-    ///   denied, or the line busy (with the consumer that holds it, if the kernel tells).
+    /// - Throws: ``HapticsError`` naming the chip and the line: no such chip or line, not a GPIO
+    ///   chip, permission denied, or the line busy (with the consumer that holds it, if the
+    ///   kernel tells).
     public init(chip: String?, line: Selector, activeLow: Bool = false,
                 consumer: String = GPIOLine.defaultConsumer) throws(HapticsError) {
-        let offset: Int32, name: String
-        switch line {
-        case .offset(let value):
-            offset = value < 0 ? -1 : Int32(clamping: value)
-            name = ""
-        case .name(let value):
-            offset = -1
-            name = value
+        let (found, offset) = try Self.find(chip: chip ?? "", line: line)
+        let name = found.lineInfo(offset)?.name ?? ""
+        let resolved = name.isEmpty ? "line \(offset)" : "line \(offset) \"\(name)\""
+        let requested: OpaquePointer
+        do {
+            requested = try found.requestOutput(offset: offset, activeLow: activeLow, consumer: consumer)
+        } catch {
+            throw Self.requestError(error.code, line: resolved, chip: found, offset: offset)
         }
-        var message = [CChar](repeating: 0, count: 512)
-        let (opened, code) = message.withUnsafeMutableBufferPointer { buffer in
-            let opened = cgpiod_output_open(chip ?? "", offset, name, activeLow, consumer, buffer.baseAddress, buffer.count)
-            return (opened, errno)
-        }
-        guard let opened else {
-            var text = Self.text(message)
-            if text.isEmpty { text = "GPIO chip \"\(chip ?? "")\" \(line): \(String(cString: strerror(code)))" }
-            throw .open(text, code: code)
-        }
-        description = String(cString: cgpiod_output_description(opened))
-        output = Mutex(opened)
+        description = "\(found) \(resolved)" + (activeLow ? " active-low" : "")
+        output = Mutex(requested)
     }
 
     deinit { release() }
@@ -74,13 +66,10 @@ public final class GPIOLine: HapticLine {
     public func setActive(_ active: Bool) throws {
         try output.withLock { output throws(HapticsError) in
             guard let output else { throw .released(description) }
-            // On the stack: this is on the way from a message to the motor.
-            try withUnsafeTemporaryAllocation(of: CChar.self, capacity: 256) { buffer throws(HapticsError) in
-                buffer[0] = 0
-                guard cgpiod_output_set(output, active ? 1 : 0, buffer.baseAddress, buffer.count) == 0 else {
-                    let code = errno
-                    throw .set(String(cString: buffer.baseAddress!), code: code)
-                }
+            guard cgpiod_output_set(output, active) == 0 else {
+                let code = errno
+                throw .set("GPIO chip \(description): cannot set the line \(active ? "active" : "inactive") (\(Self.text(code)))",
+                           code: code)
             }
         }
     }
@@ -91,9 +80,5 @@ public final class GPIOLine: HapticLine {
             cgpiod_output_release(held)
             output = nil
         }
-    }
-
-    private static func text(_ buffer: [CChar]) -> String {
-        String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

@@ -1,14 +1,14 @@
-internal import Glibc
-// timespec is owned by CV4L2 (the first C module to include <time.h>); importing it names the type.
-internal import CV4L2
 public import Logging
 
 /// Plays ``HapticPattern``s on a ``HapticLine``: what the agent calls when guidance arrives.
 ///
-/// Patterns are played on a thread of the player's own, which waits for each edge with an
-/// absolute `CLOCK_MONOTONIC` deadline (`pthread_cond_timedwait`: the kernel's high-resolution
-/// timer, like `clock_nanosleep`, but a newer pattern wakes it at once). The cooperative pool
-/// could be busy with the encoder and the uplink when a pulse should end; this thread is not.
+/// ``play(_:receivedAt:)`` sets the pattern's first edge itself, on the caller's thread: one
+/// `ioctl`, so the motor starts without waiting for any thread to be scheduled while the encoder
+/// keeps every core busy. The rest of the pattern is timed on a thread of the player's own
+/// (`haptics`), which waits for each later edge with an absolute `CLOCK_MONOTONIC` deadline (the
+/// kernel's high-resolution timer, but a newer pattern wakes it at once). Every edge, the
+/// caller's and the thread's, is set under one lock, so a pulse that ends on the thread can
+/// never land after a newer pattern's start.
 ///
 /// - Important: The player owns its line from ``init(line:logger:latencyHistory:onLatency:)``
 ///   on: the line is driven inactive there and released by ``close()``, by `deinit`, when the
@@ -30,13 +30,7 @@ public final class Haptics: Sendable {
                 onLatency: (@Sendable (_ latency: Duration, _ pattern: HapticPattern) -> Void)? = nil) throws {
         do {
             try line.setActive(false)
-        } catch {
-            line.release()
-            throw error
-        }
-        worker = HapticsWorker(line: line, logger: logger, latencyHistory: max(1, latencyHistory), onLatency: onLatency)
-        do {
-            try worker.start()
+            worker = try HapticsWorker(line: line, logger: logger, latencyHistory: max(1, latencyHistory), onLatency: onLatency)
         } catch {
             line.release()
             throw error
@@ -49,14 +43,15 @@ public final class Haptics: Sendable {
     /// The line, for logs.
     public var lineDescription: String { worker.line.description }
 
-    /// Starts `pattern` and returns at once. A pattern still playing is cut short first: its
-    /// line goes inactive, then the new one starts. Does nothing after ``close()`` or once the
-    /// line was released after errors (see ``isReleased``).
+    /// Starts `pattern`: its first pulse is on when this returns, and the player's thread ends it
+    /// and plays the rest. A pattern still playing is cut short first: its line goes inactive,
+    /// then the new one starts. Does nothing after ``close()`` or once the line was released
+    /// after errors (see ``isReleased``).
     ///
     /// - Parameter receivedAt: When the event that asks for the pattern arrived; the latency to
     ///   the first pulse is measured from it.
     public func play(_ pattern: HapticPattern, receivedAt: ContinuousClock.Instant = .now) {
-        worker.play(HapticsWorker.Request(pattern: pattern, receivedAt: receivedAt))
+        worker.play(pattern, receivedAt: receivedAt)
     }
 
     /// The latest latencies, oldest first: from `receivedAt` to the moment the first pulse set
@@ -72,29 +67,50 @@ public final class Haptics: Sendable {
     public func close() { worker.close() }
 }
 
-/// The thread and what it shares with callers. `state` is guarded by `mutex`; `cond` tells the
-/// thread about a new request or a stop.
-private final class HapticsWorker: @unchecked Sendable {
-    struct Request {
+/// The thread and what it shares with callers, all under `lock`: the pattern being timed, the
+/// line's level, and what callers did that the thread still has to log and count.
+private final class HapticsWorker: Sendable {
+    struct Playing {
         var pattern: HapticPattern
-        var receivedAt: ContinuousClock.Instant
+        /// Index in `pattern.milliseconds` of the time running now: even while a pulse is on,
+        /// odd in a gap.
+        var step: Int
+        /// When that time is up (`CLOCK_MONOTONIC` ns).
+        var due: UInt64
     }
 
-    private struct State {
-        var pending: Request?
+    /// A pattern that stopped on an error.
+    struct Failure {
+        var pattern: HapticPattern
+        var error: any Error
+        /// Set when the line could not be driven inactive afterwards either.
+        var inactiveError: (any Error)?
+    }
+
+    enum Event {
+        case started(HapticPattern, latency: Duration, cut: HapticPattern?)
+        case failed(Failure)
+    }
+
+    struct State {
+        var playing: Playing?
+        /// Callers' starts and failures, oldest first, for the thread to log and count.
+        var events: [Event] = []
+        /// As the last edge that worked left the line.
+        var lineActive = false
         var stopping = false
-        var closed = false
         /// The thread released the line after errors and ended.
         var failed = false
-        var thread: pthread_t?
+        var thread: NamedThread?
         var latencies: [Duration] = []
     }
 
-    private enum Outcome {
+    /// What the thread found when it woke.
+    enum Wake {
+        case news([Event], stopping: Bool, inactiveError: (any Error)?)
         case finished
-        case interrupted
-        case failed
-        case gaveUp
+        case failed(Failure)
+        case timing
     }
 
     /// Patterns that fail in a row (each time the line could still be driven inactive) before
@@ -105,207 +121,192 @@ private final class HapticsWorker: @unchecked Sendable {
     private let logger: Logger
     private let latencyHistory: Int
     private let onLatency: (@Sendable (Duration, HapticPattern) -> Void)?
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private let cond: UnsafeMutablePointer<pthread_cond_t>
-    private var state = State()
+    private let lock = ConditionLock(State())
 
-    init(line: any HapticLine, logger: Logger, latencyHistory: Int, onLatency: (@Sendable (Duration, HapticPattern) -> Void)?) {
+    init(line: any HapticLine, logger: Logger, latencyHistory: Int,
+         onLatency: (@Sendable (Duration, HapticPattern) -> Void)?) throws(HapticsError) {
         self.line = line
         self.logger = logger
         self.latencyHistory = latencyHistory
         self.onLatency = onLatency
-        mutex = .allocate(capacity: 1)
-        pthread_mutex_init(mutex, nil)
-        cond = .allocate(capacity: 1)
-        var attributes = pthread_condattr_t()
-        pthread_condattr_init(&attributes)
-        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
-        pthread_cond_init(cond, &attributes)
-        pthread_condattr_destroy(&attributes)
-    }
-
-    deinit {
-        pthread_cond_destroy(cond)
-        pthread_mutex_destroy(mutex)
-        cond.deallocate()
-        mutex.deallocate()
-    }
-
-    private func withLock<T>(_ body: () throws -> T) rethrows -> T {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body()
+        do {
+            let thread = try NamedThread.start(name: "haptics") { [self] in run() }
+            lock.withLock { $0.thread = thread }
+        } catch {
+            throw .thread(error.code)
+        }
     }
 
     // MARK: - Callers
 
-    func play(_ request: Request) {
-        let (accepted, replaced) = withLock { () -> (Bool, Request?) in
-            guard !state.closed, !state.failed else { return (false, nil) }
-            defer {
-                state.pending = request
-                pthread_cond_signal(cond)
+    func play(_ pattern: HapticPattern, receivedAt: ContinuousClock.Instant) {
+        let accepted = lock.update { state -> Bool in
+            guard !state.stopping, !state.failed else { return false }
+            let cut = state.playing?.pattern
+            state.playing = nil
+            do {
+                // A pulse still on ends first: two pulses never merge into one.
+                if state.lineActive {
+                    try line.setActive(false)
+                    state.lineActive = false
+                }
+                try line.setActive(true)
+            } catch {
+                state.events.append(.failed(stop(pattern, error, &state)))
+                return true
             }
-            return (true, state.pending)
+            let edge = MonotonicClock.now()
+            let latency = ContinuousClock.now - receivedAt
+            state.lineActive = true
+            state.playing = Playing(pattern: pattern, step: 0, due: edge + Self.nanoseconds(pattern.milliseconds[0]))
+            if state.latencies.count >= latencyHistory {
+                state.latencies.removeFirst(state.latencies.count - latencyHistory + 1)
+            }
+            state.latencies.append(latency)
+            state.events.append(.started(pattern, latency: latency, cut: cut))
+            return true
         }
-        if !accepted {
-            logger.debug("haptics: \(request.pattern) not played: the line was released")
-        } else if let replaced {
-            logger.debug("haptics: \(replaced.pattern) replaced by \(request.pattern) before it started")
-        }
+        if !accepted { logger.debug("haptics: \(pattern) not played: the line was released") }
     }
 
-    var recentLatencies: [Duration] { withLock { state.latencies } }
+    var recentLatencies: [Duration] { lock.withLock { $0.latencies } }
 
-    var isReleased: Bool { withLock { state.closed || state.failed } }
+    var isReleased: Bool { lock.withLock { $0.stopping || $0.failed } }
 
     func close() {
-        let (first, thread) = withLock { () -> (Bool, pthread_t?) in
-            guard !state.closed else { return (false, nil) }
-            state.closed = true
+        let thread = lock.update { state -> NamedThread? in
+            guard !state.stopping else { return nil }
             state.stopping = true
-            state.pending = nil
-            pthread_cond_signal(cond)
             defer { state.thread = nil }
-            return (true, state.thread)
+            return state.thread
         }
-        guard first else { return }
-        if let thread, pthread_equal(thread, pthread_self()) != 0 {
-            // From the thread itself (a callback): it stops the pattern and releases the line
-            // as it ends.
-            pthread_detach(thread)
-            return
-        }
-        if let thread { pthread_join(thread, nil) }
+        guard let thread else { return }
+        // From the thread itself (a callback) this detaches: it stops the pattern and releases
+        // the line as it ends.
+        thread.join()
+        guard !thread.isCurrent else { return }
         line.release()
         logger.debug("haptics: closed; \(line) released")
-    }
-
-    func start() throws {
-        let context = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        let created = pthread_create(&thread, nil, { context in
-            guard let context else { return nil }
-            Unmanaged<HapticsWorker>.fromOpaque(context).takeRetainedValue().run()
-            return nil
-        }, context)
-        guard created == 0 else {
-            Unmanaged<HapticsWorker>.fromOpaque(context).release()
-            withLock { state.closed = true }
-            throw HapticsError.thread(created)
-        }
-        withLock { state.thread = thread }
     }
 
     // MARK: - The thread
 
     private func run() {
-        Self.nameThread("haptics")
         var failures = 0
-        while let request = next() {
-            switch perform(request) {
+        loop: while true {
+            switch nextWake() {
+            case .news(let events, let stopping, let inactiveError):
+                for event in events {
+                    switch event {
+                    case .started(let pattern, let latency, let cut):
+                        if let cut { logger.debug("haptics: \(cut) cut short by \(pattern)") }
+                        logger.debug("haptics: \(pattern) on \(Self.milliseconds(latency)) after it was received")
+                        onLatency?(latency, pattern)
+                    case .failed(let failure):
+                        guard keepLine(after: failure, failures: &failures) else { break loop }
+                    }
+                }
+                if let inactiveError { logger.error("haptics: \(inactiveError)") }
+                if stopping { break loop }
             case .finished:
                 failures = 0
-            case .interrupted:
+            case .failed(let failure):
+                guard keepLine(after: failure, failures: &failures) else { break loop }
+            case .timing:
                 break
-            case .failed:
-                failures += 1
-                guard failures >= Self.failuresBeforeRelease else { continue }
-                logger.error("haptics: \(failures) patterns in a row failed on \(line); releasing it, haptics are off until restart")
-                giveUp()
-                return
-            case .gaveUp:
-                logger.error("haptics: \(line) cannot be driven inactive; releasing it, haptics are off until restart")
-                giveUp()
-                return
             }
         }
+        if lock.withLock({ !$0.stopping }) { giveUp() }
         line.release()
     }
 
-    private func giveUp() {
-        line.release()
-        withLock {
-            state.failed = true
-            state.pending = nil
+    /// Sleeps until a caller did something or the next edge is due, and sets that edge.
+    private func nextWake() -> Wake {
+        let news = { (state: State) in state.stopping || !state.events.isEmpty }
+        guard let due = lock.withLock({ $0.playing?.due }) else {
+            return lock.wait(until: news) { take(&$0) }
         }
+        // A caller that changes `playing` also adds an event, so a stale `due` only wakes early.
+        return lock.wait(until: news, deadline: due) { state, woken in woken ? take(&state) : edge(&state) }
     }
 
-    /// The next request; nil when the player is stopping.
-    private func next() -> Request? {
-        withLock {
-            while state.pending == nil && !state.stopping { pthread_cond_wait(cond, mutex) }
-            guard !state.stopping else { return nil }
-            defer { state.pending = nil }
-            return state.pending
-        }
-    }
-
-    /// Waits until `deadline` (`CLOCK_MONOTONIC`, ns); true if a new request or a stop came first.
-    private func wait(until deadline: UInt64) -> Bool {
-        var time = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
-        return withLock {
-            while state.pending == nil && !state.stopping {
-                if pthread_cond_timedwait(cond, mutex, &time) == ETIMEDOUT { break }
-            }
-            return state.pending != nil || state.stopping
-        }
-    }
-
-    /// Each pulse: active, wait its time, inactive, wait the gap if another pulse follows. Every
-    /// wait counts from the moment the line reported the edge done, so a late wake-up shifts
-    /// the rest of the pattern but never shortens a pulse or a gap.
-    private func perform(_ request: Request) -> Outcome {
-        let pattern = request.pattern
-        let steps = pattern.milliseconds
-        var index = 0
-        while index < steps.count {
-            do {
-                try line.setActive(true)
-            } catch {
-                return failed(pattern, error)
-            }
-            let edge = MonotonicClock.now()
-            if index == 0 { record(ContinuousClock.now - request.receivedAt, pattern) }
-            let interrupted = wait(until: edge + UInt64(steps[index]) * 1_000_000)
+    /// The callers' events; when stopping, the line driven inactive too.
+    private func take(_ state: inout State) -> Wake {
+        defer { state.events = [] }
+        guard state.stopping else { return .news(state.events, stopping: false, inactiveError: nil) }
+        state.playing = nil
+        var inactiveError: (any Error)?
+        if state.lineActive {
             do {
                 try line.setActive(false)
+                state.lineActive = false
             } catch {
-                return failed(pattern, error)
+                inactiveError = error
             }
-            if interrupted {
-                logger.debug("haptics: \(pattern) cut short")
-                return .interrupted
-            }
-            index += 1
-            if index + 1 < steps.count, wait(until: MonotonicClock.now() + UInt64(steps[index]) * 1_000_000) {
-                logger.debug("haptics: \(pattern) cut short")
-                return .interrupted
-            }
-            index += 1
         }
-        return .finished
+        return .news(state.events, stopping: true, inactiveError: inactiveError)
     }
 
-    private func failed(_ pattern: HapticPattern, _ error: any Error) -> Outcome {
-        logger.error("haptics: \(pattern) stopped: \(error)")
+    /// The edge that is due: a pulse ends or the next one starts. Every time counts from the
+    /// moment the line reported the edge before it done, so a late wake-up shifts the rest of
+    /// the pattern but never shortens a pulse or a gap.
+    private func edge(_ state: inout State) -> Wake {
+        guard var playing = state.playing else { return .timing }
+        let steps = playing.pattern.milliseconds
+        let active = playing.step % 2 == 1
+        do {
+            try line.setActive(active)
+        } catch {
+            return .failed(stop(playing.pattern, error, &state))
+        }
+        state.lineActive = active
+        playing.step += 1
+        // A trailing gap changes nothing: the pattern is over when its last pulse ends.
+        guard active || playing.step + 1 < steps.count else {
+            state.playing = nil
+            return .finished
+        }
+        playing.due = MonotonicClock.now() + Self.nanoseconds(steps[playing.step])
+        state.playing = playing
+        return .timing
+    }
+
+    /// After an error: the pattern stops and the line is driven inactive, if it can be.
+    private func stop(_ pattern: HapticPattern, _ error: any Error, _ state: inout State) -> Failure {
+        state.playing = nil
         do {
             try line.setActive(false)
-        } catch {
-            logger.error("haptics: \(error)")
-            return .gaveUp
+            state.lineActive = false
+            return Failure(pattern: pattern, error: error)
+        } catch let inactiveError {
+            return Failure(pattern: pattern, error: error, inactiveError: inactiveError)
         }
-        return .failed
     }
 
-    private func record(_ latency: Duration, _ pattern: HapticPattern) {
-        withLock {
-            if state.latencies.count >= latencyHistory { state.latencies.removeFirst(state.latencies.count - latencyHistory + 1) }
-            state.latencies.append(latency)
+    /// Logs a failed pattern; false when the line is to be given up.
+    private func keepLine(after failure: Failure, failures: inout Int) -> Bool {
+        logger.error("haptics: \(failure.pattern) stopped: \(failure.error)")
+        if let inactiveError = failure.inactiveError {
+            logger.error("haptics: \(inactiveError)")
+            logger.error("haptics: \(line) cannot be driven inactive; releasing it, haptics are off until restart")
+            return false
         }
-        logger.debug("haptics: \(pattern) on \(Self.milliseconds(latency)) after it was received")
-        onLatency?(latency, pattern)
+        failures += 1
+        guard failures >= Self.failuresBeforeRelease else { return true }
+        logger.error("haptics: \(failures) patterns in a row failed on \(line); releasing it, haptics are off until restart")
+        return false
     }
+
+    /// No caller touches the line after this; the thread releases it and ends.
+    private func giveUp() {
+        lock.withLock { state in
+            state.failed = true
+            state.playing = nil
+            state.events = []
+        }
+    }
+
+    private static func nanoseconds(_ milliseconds: Int) -> UInt64 { UInt64(milliseconds) * 1_000_000 }
 
     /// `1.234 ms`.
     static func milliseconds(_ duration: Duration) -> String {
@@ -315,13 +316,5 @@ private final class HapticsWorker: @unchecked Sendable {
         let magnitude = microseconds.magnitude
         let fraction = String(magnitude % 1000)
         return "\(sign)\(magnitude / 1000).\(String(repeating: "0", count: 3 - fraction.count))\(fraction) ms"
-    }
-
-    /// Shows as `haptics` in `top -H` and `/proc/PID/task/*/comm`.
-    private static func nameThread(_ name: String) {
-        let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        _ = name.utf8CString.withUnsafeBufferPointer { write(fd, $0.baseAddress, $0.count - 1) }
-        _ = Glibc.close(fd)
     }
 }
