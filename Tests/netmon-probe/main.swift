@@ -90,15 +90,19 @@ let changes = monitor.changes()
 emit(EventJSON(event: "ready", path: PathJSON(monitor.currentPath)))
 
 // End when whoever started us closes our stdin (or goes away).
-let stdinWatcher = Thread {
-    while true {
-        var byte: UInt8 = 0
-        let count = read(0, &byte, 1)
-        if count == 0 || (count < 0 && errno != EINTR) { break }
-    }
-    monitor.close()
+do {
+    try NamedThread.start(name: "stdin") {
+        while true {
+            var byte: UInt8 = 0
+            let count = read(0, &byte, 1)
+            if count == 0 || (count < 0 && errno != EINTR) { break }
+        }
+        monitor.close()
+    }.detach()
+} catch {
+    emit(EventJSON(event: "error", message: "\(error)"))
+    exit(1)
 }
-stdinWatcher.start()
 
 for await change in changes {
     emit(EventJSON(event: "change", old: PathJSON(change.old), new: PathJSON(change.new), reasons: change.reasons))
