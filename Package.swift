@@ -29,7 +29,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
     ],
     targets: [
-        // C libraries, each behind its pkg-config name.
+        // C libraries, each behind its pkg-config name (libgpiod, whose 1.x and 2.x APIs differ, below).
         .systemLibrary(
             name: "CV4L2", pkgConfig: "libv4l2",
             providers: [.apt(["libv4l-dev"])]

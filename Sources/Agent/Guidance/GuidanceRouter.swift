@@ -9,7 +9,8 @@ public import Logging
 /// - normal guidance: spoken after the current utterance, replacing one still waiting;
 /// - usage (welcome, usage, quota exhausted): to the announcer, which speaks what changed.
 ///
-/// Neither the speaker nor the motor is waited for: both play on threads of their own.
+/// Neither the speaker nor the motor is waited for: speech plays on its own thread, and the motor
+/// sets its first edge here (one ioctl) and leaves the rest of the pattern to its own thread.
 public struct GuidanceRouter: Sendable {
     public let voice: DeviceVoice
     public let haptics: Haptics
