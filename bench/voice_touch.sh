@@ -32,9 +32,9 @@ if [ "$NATIVE" = 1 ]; then
     done > "$work/script.yaml"
     printf 'server:\n  host: 127.0.0.1\n  port: 18181\n  tokensFile: %s/tokens.yaml\nanalyzer:\n  kind: scripted\n  scriptFile: %s/script.yaml\n' \
         "$work" "$work" > "$work/server.yaml"
-    printf 'camera:\n  source: test-pattern\n  width: 320\n  height: 180\n  fps: 10\nencoder:\n  preference: [libx265]\n  segmentSeconds: 1\n' > "$work/agent.yaml"
+    printf 'device:\n  locale: ko-KR\ncamera:\n  source: test-pattern\n  width: 320\n  height: 180\n  fps: 10\nencoder:\n  preference: [libx265]\n  segmentSeconds: 1\n' > "$work/agent.yaml"
     printf 'recording:\n  dir: %s/segments\nuplink:\n  url: ws://127.0.0.1:18181/v1/stream\n  allowInsecure: true\n  tokenFile: %s/token\n' "$work" "$work" >> "$work/agent.yaml"
-    printf 'speech:\n  sink: wav:%s/speech\n  locale: ko-KR\nhaptics:\n  required: false\nstatus:\n  socket: %s/status.sock\nlog:\n  level: debug\n' "$work" "$work" >> "$work/agent.yaml"
+    printf 'speech:\n  sink: wav:%s/speech\nhaptics:\n  required: false\nstatus:\n  socket: %s/status.sock\nlog:\n  level: debug\n' "$work" "$work" >> "$work/agent.yaml"
     "$BIN/guidance-server" --config "$work/server.yaml" > "$work/server.log" 2>&1 &
     server_pid=$!
     sleep 1
@@ -49,12 +49,15 @@ else
     SINK=alsa
 fi
 
+# summary NAME [DECIMALS]: count and percentiles of the numbers on stdin (ms), DECIMALS places (1).
 summary() {
-    sort -n | awk -v name="$1" '{ v[NR] = $1 } END {
+    sort -n | awk -v name="$1" -v d="${2:-1}" '{ v[NR] = $1 } END {
         if (NR == 0) { print name ": no samples"; exit 1 }
         i50 = int(0.5 * (NR - 1)) + 1; i90 = int(0.9 * (NR - 1) + 0.5) + 1; i99 = int(0.99 * (NR - 1) + 0.5) + 1
-        printf "%s: n=%d min %.1f p50 %.1f p90 %.1f p99 %.1f max %.1f ms\n", name, NR, v[1], v[i50], v[i90], v[i99], v[NR] }'
+        f = "%." d "f"
+        printf "%s: n=%d min " f " p50 " f " p90 " f " p99 " f " max " f " ms\n", name, NR, v[1], v[i50], v[i90], v[i99], v[NR] }'
 }
 grep -o "first sample handed to $SINK:[^ ]* [0-9.]* ms" "$LOG" | awk '{ print $(NF-1) }' | summary "guidance -> first sample to $SINK"
-grep -o 'haptics: clear line set [0-9.]* ms' "$LOG" | awk '{ print $(NF-1) }' | summary "clear -> line set"
-grep -o 'haptics: alert line set [0-9.]* ms' "$LOG" | awk '{ print $(NF-1) }' | summary "urgent -> line set"
+# The first edge is set on the thread that takes the message: microseconds, so three places.
+grep -o 'haptics: clear line set [0-9.]* ms' "$LOG" | awk '{ print $(NF-1) }' | summary "clear -> line set" 3
+grep -o 'haptics: alert line set [0-9.]* ms' "$LOG" | awk '{ print $(NF-1) }' | summary "urgent -> line set" 3

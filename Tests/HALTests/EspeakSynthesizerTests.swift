@@ -7,6 +7,12 @@ import Testing
 @Suite(.serialized, .timeLimit(.minutes(2))) struct EspeakSynthesizerTests {
     static let korean = "전방 삼백 미터에 차량이 정차해 있습니다. 속도를 줄이세요."
     static let english = "Vehicle stopped three hundred meters ahead. Slow down."
+    /// About 15 s of speech: far more than ``EspeakSynthesizer/lookahead``.
+    static let long = """
+        Vehicle stopped three hundred meters ahead in the right lane. Slow down and keep to the left. \
+        Road works begin after the next junction, where the speed limit drops to sixty. \
+        A cyclist is riding on the shoulder; leave at least one and a half meters when you pass.
+        """
     let logger = Logger(label: "espeak-tests")
 
     @Test func theRateIsEspeakNGsOwn() throws {
@@ -95,6 +101,55 @@ import Testing
         #expect(speaker.stats.voiceFallbacks == 1)
     }
 
+    /// The stream hands over eSpeak-ng's first block while the rest is made: eSpeak-ng runs at
+    /// most `lookahead` ahead of the reader, so with one block taken it cannot have finished.
+    @Test func theFirstBlockOfALongSentenceComesOutBeforeItsSynthesisEnds() throws {
+        let synthesizer = try EspeakSynthesizer(logger: logger)
+        let whole = try synthesizer.render(text: Self.long, voice: "en").samples.count
+        let lookahead = synthesizer.sampleRate * Int(EspeakSynthesizer.lookahead.components.seconds)
+        try #require(whole > 4 * lookahead, "the sentence must be far longer than the lookahead: \(whole) samples")
+
+        let stream = try synthesizer.start(text: Self.long, voice: "en")
+        let first = try #require(try stream.next())
+        #expect(!first.isEmpty && first.count < lookahead)
+        #expect(!stream.isFinished, "eSpeak-ng had finished the sentence before its first block was handed over")
+        var count = first.count
+        while let block = try stream.next() { count += block.count }
+        #expect(stream.isFinished)
+        #expect(abs(Double(count - whole)) / Double(whole) < 0.01, "streamed \(count) samples, rendered \(whole)")
+    }
+
+    /// A cancelled stream aborts eSpeak-ng's synthesis (the callback returns 1) instead of
+    /// letting it run to the end, and frees the thread for the next utterance.
+    @Test func cancellingAStreamStopsItsSynthesisAndFreesTheThread() throws {
+        let synthesizer = try EspeakSynthesizer(logger: logger)
+        let whole = try synthesizer.render(text: Self.long, voice: "en").samples.count
+        let stream = try synthesizer.start(text: Self.long, voice: "en")
+        _ = try #require(try stream.next())
+        stream.cancel()
+        #expect(try stream.next() == nil)
+        // Jobs run one at a time: once this one is done, the cancelled one has ended.
+        let after = try synthesizer.render(text: Self.numbers, voice: "ko")
+        #expect(after.voice == "ko" && after.voiceError == nil && !after.samples.isEmpty)
+        #expect(stream.isFinished)
+        #expect(stream.samplesMade < whole / 2, "eSpeak-ng made \(stream.samplesMade) of \(whole) samples after the cancel")
+    }
+
+    /// The speaker with real eSpeak-ng: its first write to the sink comes while eSpeak-ng is
+    /// still making the rest of the sentence, and the whole sentence is played.
+    @Test func theSpeakerPlaysTheFirstBlockWhileEspeakNGMakesTheRest() async throws {
+        let synthesizer = WatchedSynthesizer(try EspeakSynthesizer(logger: logger))
+        let whole = try synthesizer.inner.render(text: Self.long, voice: "en").samples.count
+        let sink = WatchingSink(synthesizer)
+        let speaker = try Speaker(synthesizer: synthesizer, sink: sink, logger: logger)
+        speaker.say(text: Self.long, voice: "en")
+        await speaker.waitUntilIdle()
+        speaker.close()
+        #expect(sink.finishedAtFirstWrite == [false])
+        #expect(abs(Double(sink.written - whole)) / Double(whole) < 0.01, "played \(sink.written) samples, rendered \(whole)")
+        #expect(speaker.stats.spoken == 1)
+    }
+
     @Test func theVoiceListHasKoreanEnglishAndMandarin() throws {
         let identifiers = try EspeakSynthesizer(logger: logger).voiceIdentifiers()
         #expect(identifiers.count > 50)
@@ -106,7 +161,7 @@ import Testing
     @Test func callsFromManyThreadsAreServedOneAtATime() throws {
         let synthesizer = try EspeakSynthesizer(logger: logger)
         let texts = [(Self.korean, "ko"), (Self.numbers, "en")]
-        let expected = try texts.map { try synthesizer.synthesize(text: $0.0, voice: $0.1).count }
+        let expected = try texts.map { try synthesizer.render(text: $0.0, voice: $0.1).samples.count }
         let results = ResultBox(count: 16)
         DispatchQueue.concurrentPerform(iterations: 16) { index in
             let (text, voice) = texts[index % 2]
@@ -130,4 +185,55 @@ private final class ResultBox: @unchecked Sendable {
 
     func set(_ index: Int, _ value: SpeechSynthesis?) { lock.withLock { values[index] = value } }
     func get(_ index: Int) -> SpeechSynthesis? { lock.withLock { values[index] } }
+}
+
+/// eSpeak-ng, keeping the streams it starts so that a sink can look at them.
+private final class WatchedSynthesizer: SpeechSynthesizer, @unchecked Sendable {
+    let inner: EspeakSynthesizer
+    private let lock = NSLock()
+    private var last: EspeakSynthesizer.Stream?
+
+    init(_ inner: EspeakSynthesizer) { self.inner = inner }
+
+    var sampleRate: Int { inner.sampleRate }
+
+    func start(text: String, voice: String) throws -> EspeakSynthesizer.Stream {
+        let stream = try inner.start(text: text, voice: voice)
+        lock.withLock { last = stream }
+        return stream
+    }
+
+    var current: EspeakSynthesizer.Stream? { lock.withLock { last } }
+}
+
+/// Takes samples at once (no real time), noting at each utterance's first write whether
+/// eSpeak-ng had already finished it.
+private final class WatchingSink: AudioSink, @unchecked Sendable {
+    private let synthesizer: WatchedSynthesizer
+    private let lock = NSLock()
+    private var first = true
+    private var finished: [Bool] = []
+    private var count = 0
+
+    init(_ synthesizer: WatchedSynthesizer) { self.synthesizer = synthesizer }
+
+    let name = "watching"
+    func open(sampleRate: Int) throws {}
+    func begin(voice: String) throws { lock.withLock { first = true } }
+
+    func write(_ samples: ArraySlice<Int16>) throws {
+        let isFirst = lock.withLock { () -> Bool in
+            defer { first = false }
+            return first
+        }
+        if isFirst { let done = synthesizer.current?.isFinished ?? true; lock.withLock { finished.append(done) } }
+        lock.withLock { count += samples.count }
+    }
+
+    func drain() throws {}
+    func stop() {}
+    func close() {}
+
+    var finishedAtFirstWrite: [Bool] { lock.withLock { finished } }
+    var written: Int { lock.withLock { count } }
 }

@@ -4,10 +4,10 @@ import Synchronization
 import Testing
 
 // RTNetlinkMonitor on the real kernel, inside network namespaces these tests make: the
-// netmon-probe executable (built beside the test bundle) runs under `ip netns exec`, and the
-// tests change that namespace's routes and addresses from outside with `ip -n`. Only addresses
-// in 10.231.0.0/16 and fd00:231::/32, only inside those namespaces; every namespace is deleted
-// again, whatever happens.
+// netmon-probe executable (Tests/netmon-probe, built beside the test bundle) runs under
+// `ip netns exec`, and the tests change that namespace's routes and addresses from outside with
+// `ip -n`. Only addresses in 10.231.0.0/16 and fd00:231::/32, only inside those namespaces; every
+// namespace is deleted again, whatever happens.
 
 enum NetNS {
     static let probe = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("netmon-probe")

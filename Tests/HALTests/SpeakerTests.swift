@@ -5,19 +5,90 @@ import Synchronization
 import Testing
 
 /// Speaks `NAME/MILLISECONDS`: every sample of the utterance is the code of NAME's first
-/// character, so a sink can tell utterances apart. `FAIL` throws.
+/// character, so a sink can tell utterances apart. `FAIL` throws. The samples come in blocks of
+/// 50 ms, as eSpeak-ng makes them.
 struct FakeSynthesizer: SpeechSynthesizer {
     struct Failure: Error {}
     let sampleRate = 8000
 
-    func synthesize(text: String, voice: String) throws -> [Int16] {
+    func start(text: String, voice: String) throws -> FakeStream {
         guard text != "FAIL", let slash = text.firstIndex(of: "/"), let ms = Int(text[text.index(after: slash)...]),
               let code = text.unicodeScalars.first?.value
         else { throw Failure() }
-        return Array(repeating: Int16(code), count: ms * sampleRate / 1000)
+        return FakeStream(voice: voice, samples: Array(repeating: Int16(code), count: Self.samples(ms: ms)))
     }
 
     static func samples(ms: Int) -> Int { ms * 8000 / 1000 }
+}
+
+/// Hands out its samples block by block; with a gate, each block after the first waits until the
+/// test opens it, so a test can look at the sink while the rest is still "being synthesized".
+final class FakeStream: SpeechStream, @unchecked Sendable {
+    let voice: String
+    let voiceError: SpeechError? = nil
+    private let samples: [Int16]
+    private let state = NSCondition()
+    private var offset = 0
+    private var gated: Bool
+    private(set) var cancelled = false
+
+    init(voice: String, samples: [Int16], gated: Bool = false) {
+        self.voice = voice
+        self.samples = samples
+        self.gated = gated
+    }
+
+    func next() throws -> [Int16]? {
+        state.lock()
+        defer { state.unlock() }
+        while gated, offset > 0, !cancelled { state.wait() }
+        guard !cancelled, offset < samples.count else { return nil }
+        let end = min(offset + 400, samples.count)
+        defer { offset = end }
+        return Array(samples[offset..<end])
+    }
+
+    func cancel() {
+        state.lock()
+        cancelled = true
+        state.broadcast()
+        state.unlock()
+    }
+
+    /// Lets the remaining blocks through.
+    func open() {
+        state.lock()
+        gated = false
+        state.broadcast()
+        state.unlock()
+    }
+
+    /// Samples handed out so far; all of them once synthesis has ended.
+    var made: Int {
+        state.lock()
+        defer { state.unlock() }
+        return offset
+    }
+
+    var total: Int { samples.count }
+}
+
+/// A ``FakeSynthesizer`` whose streams are gated (see ``FakeStream``); the test reaches them here.
+final class GatedSynthesizer: SpeechSynthesizer, @unchecked Sendable {
+    let sampleRate = 8000
+    private let lock = NSLock()
+    private var made: [FakeStream] = []
+
+    func start(text: String, voice: String) throws -> FakeStream {
+        let plain = try FakeSynthesizer().start(text: text, voice: voice)
+        var samples: [Int16] = []
+        while let block = try plain.next() { samples += block }
+        let stream = FakeStream(voice: voice, samples: samples, gated: true)
+        lock.withLock { made.append(stream) }
+        return stream
+    }
+
+    var streams: [FakeStream] { lock.withLock { made } }
 }
 
 /// Records every call with its time, and plays in real time: a write takes as long as its samples.
@@ -296,6 +367,47 @@ private func eventually(timeout: Duration = .seconds(10), _ condition: () -> Boo
         #expect(all[0] >= .milliseconds(500) && all[0] < .seconds(3))
         #expect(all[1] >= .zero && all[1] < .seconds(2))
         #expect(speaker.recentLatencies == Array(all.suffix(2)))
+    }
+
+    /// The speaker writes the first block while the synthesizer still holds back the rest: it
+    /// does not wait for the whole sentence.
+    @Test func theFirstBlockIsPlayedWhileTheRestIsStillBeingSynthesized() async throws {
+        let sink = FakeSink()
+        let synthesizer = GatedSynthesizer()
+        let speaker = try Speaker(synthesizer: synthesizer, sink: sink, logger: logger)
+        speaker.say(text: "A/2000", voice: "en")
+        let firstWritten = await eventually { sink.samplesWritten(of: "A") > 0 }
+        let stream = try #require(synthesizer.streams.first)
+        // The gate was still shut: one block of 2000 ms made, the rest not.
+        #expect(stream.made == 400 && stream.made < stream.total)
+        stream.open()
+        #expect(firstWritten, "nothing reached the sink before synthesis ended")
+        await speaker.waitUntilIdle()
+        #expect(sink.script == ["begin en", "write A", "drain"])
+        #expect(sink.samplesWritten(of: "A") == FakeSynthesizer.samples(ms: 2000))
+        #expect(speaker.stats.spoken == 1)
+        #expect(speaker.recentLatencies.count == 1)
+    }
+
+    /// An urgent message cancels the stream it cuts off: the synthesizer is told to stop, and
+    /// what it had not made is never made.
+    @Test func cuttingOffAnUtteranceStopsItsSynthesis() async throws {
+        let sink = FakeSink()
+        let synthesizer = GatedSynthesizer()
+        let speaker = try Speaker(synthesizer: synthesizer, sink: sink, logger: logger)
+        speaker.say(text: "A/5000", voice: "en")
+        #expect(await eventually { sink.samplesWritten(of: "A") > 0 })
+        speaker.say(text: "B/100", voice: "ko", urgent: true)
+        // Let A's blocks flow again: the speaker takes at most one more before it sees the cut.
+        let first = try #require(synthesizer.streams.first)
+        first.open()
+        #expect(await eventually { synthesizer.streams.count == 2 })
+        synthesizer.streams.last?.open()
+        await speaker.waitUntilIdle()
+        #expect(first.cancelled)
+        #expect(first.made < first.total, "A was synthesized to its end: \(first.made) of \(first.total)")
+        #expect(sink.script == ["begin en", "write A", "stop", "begin ko", "write B", "drain"])
+        #expect(speaker.stats.cutOff == 1 && speaker.stats.spoken == 1)
     }
 
     @Test func closingCutsOffAndClosesTheSink() async throws {

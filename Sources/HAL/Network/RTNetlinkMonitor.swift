@@ -51,7 +51,7 @@ private final class NetlinkWorker: @unchecked Sendable {
         var current: NetworkPath
         var subscribers: [Int: AsyncStream<NetworkChange>.Continuation] = [:]
         var nextSubscriber = 0
-        var thread: pthread_t?
+        var thread: NamedThread?
         var shutDown = false
         /// Set when the thread itself was asked to stop: it closes the descriptors as it ends.
         var closeOnExit = false
@@ -130,7 +130,7 @@ private final class NetlinkWorker: @unchecked Sendable {
     }
 
     func shutdown() {
-        let taken = state.withLock { state -> (thread: pthread_t?, subscribers: [AsyncStream<NetworkChange>.Continuation])? in
+        let taken = state.withLock { state -> (thread: NamedThread?, subscribers: [AsyncStream<NetworkChange>.Continuation])? in
             guard !state.shutDown else { return nil }
             state.shutDown = true
             defer {
@@ -143,11 +143,12 @@ private final class NetlinkWorker: @unchecked Sendable {
         if let thread = taken.thread {
             var one: UInt64 = 1
             _ = write(wake, &one, MemoryLayout<UInt64>.size)
-            if pthread_equal(thread, pthread_self()) != 0 {
+            if thread.isCurrent {
+                // Called back on the thread itself: it ends (and closes them) once this returns.
                 state.withLock { $0.closeOnExit = true }
-                pthread_detach(thread)
+                thread.join()
             } else {
-                pthread_join(thread, nil)
+                thread.join()
                 closeDescriptors()
             }
         } else {
@@ -165,25 +166,19 @@ private final class NetlinkWorker: @unchecked Sendable {
 
     // MARK: - The thread
 
+    /// The thread keeps the worker alive until its loop ends.
     private func start() throws {
-        let context = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        let created = pthread_create(&thread, nil, { context in
-            guard let context else { return nil }
-            Unmanaged<NetlinkWorker>.fromOpaque(context).takeRetainedValue().run()
-            return nil
-        }, context)
-        guard created == 0 else {
-            Unmanaged<NetlinkWorker>.fromOpaque(context).release()
+        do {
+            let thread = try NamedThread.start(name: "netmon") { [self] in run() }
+            state.withLock { $0.thread = thread }
+        } catch {
             state.withLock { $0.shutDown = true }
             closeDescriptors()
-            throw NetworkMonitorError.thread(created)
+            throw NetworkMonitorError.thread(error.code)
         }
-        state.withLock { $0.thread = thread }
     }
 
     private func run() {
-        Self.nameThread("netmon")
         let clock = ContinuousClock()
         var burstStart: ContinuousClock.Instant?
         var due: ContinuousClock.Instant?
@@ -281,14 +276,6 @@ private final class NetlinkWorker: @unchecked Sendable {
             throw NetworkMonitorError.bind(groups: groups, code)
         }
         return fd
-    }
-
-    /// Shows as `netmon` in `top -H` and `/proc/PID/task/*/comm`.
-    private static func nameThread(_ name: String) {
-        let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        _ = name.utf8CString.withUnsafeBufferPointer { write(fd, $0.baseAddress, $0.count - 1) }
-        _ = Glibc.close(fd)
     }
 
     /// For `poll`: rounded up, so that the deadline has passed when it returns.

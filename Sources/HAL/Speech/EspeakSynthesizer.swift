@@ -2,20 +2,29 @@ internal import CEspeakNG
 internal import Glibc
 public import Logging
 
-/// Speech from libespeak-ng, 16-bit mono at the rate eSpeak-ng reports (22 050 Hz).
+/// Speech from libespeak-ng, 16-bit mono at the rate eSpeak-ng reports (22 050 Hz), streamed:
+/// each block eSpeak-ng's synth callback makes is handed to the ``Stream`` at once, so the first
+/// block can play while the rest of the sentence is synthesized.
 ///
 /// eSpeak-ng keeps its state in globals and is not thread-safe, so every call into it, from every
 /// `EspeakSynthesizer` in the process, runs on one thread of its own, one call at a time;
 /// `espeak_Initialize` runs once, when the first synthesizer is made. A synthesizer is a cheap
 /// handle on that thread: make as many as you like, from any thread.
 ///
+/// A stream holds at most ``lookahead`` of audio its reader has not taken: then the eSpeak-ng
+/// thread waits in the callback, so memory stays bounded however long the text. Cancelling a
+/// stream (or dropping it) makes the callback return 1, which ends `espeak_Synth` at its next
+/// block, and frees the thread for the next utterance.
+///
 /// - Important: `espeak_SetVoiceByName` keeps the previous voice when it fails. So the result of
 ///   every voice change is checked: a voice that cannot be set is reported
-///   (``SpeechSynthesis/voiceError``, a warning in the log the first time) and the text is spoken
+///   (``Stream/voiceError``, a warning in the log the first time) and the text is spoken
 ///   with ``fallbackVoice``, never silently with whatever voice spoke last.
 public final class EspeakSynthesizer: SpeechSynthesizer {
     /// The voice that speaks when the one asked for cannot be set.
     public static let fallbackVoice = "en"
+    /// How much audio a stream holds ahead of its reader before eSpeak-ng waits for it.
+    public static let lookahead = Duration.seconds(1)
 
     public let sampleRate: Int
     private let engine: EspeakEngine
@@ -29,33 +38,149 @@ public final class EspeakSynthesizer: SpeechSynthesizer {
         self.logger = logger
     }
 
-    public func synthesize(text: String, voice: String) throws(SpeechError) -> [Int16] {
-        try render(text: text, voice: voice).samples
-    }
-
-    public func render(text: String, voice: String) throws(SpeechError) -> SpeechSynthesis {
-        let rendered = try engine.render(text: text, voice: voice, fallback: Self.fallbackVoice).get()
-        if let error = rendered.synthesis.voiceError {
-            let message: Logger.Message = "speech: \(error); speaking with '\(rendered.synthesis.voice)'"
-            if rendered.firstFailureOfVoice { logger.warning(message) } else { logger.debug(message) }
+    /// Queues the text on the eSpeak-ng thread and waits until its voice is set (after any
+    /// utterance still being made there); the samples then come out of the stream as made.
+    public func start(text: String, voice: String) throws(SpeechError) -> Stream {
+        let channel = SpeechChannel(limit: Int(Self.lookahead.components.seconds) * sampleRate)
+        engine.synthesize(text: text, voice: voice, fallback: Self.fallbackVoice, into: channel)
+        let stream = Stream(channel: channel)
+        let settled = channel.state.wait(until: { $0.voice != nil }) { $0.voice! }
+        switch settled {
+        case .failed(let error):
+            throw error
+        case .speaking(_, let error?, let firstFailure):
+            let message: Logger.Message = "speech: \(error); speaking with '\(stream.voice)'"
+            if firstFailure { logger.warning(message) } else { logger.debug(message) }
+        case .speaking:
+            break
         }
-        return rendered.synthesis
+        return stream
     }
 
     /// `espeak_VOICE.identifier` of every voice eSpeak-ng has (`gmw/en`, `ko`, `sit/cmn-Latn-pinyin`),
-    /// in its order. The voice name for ``synthesize(text:voice:)`` is the last path component.
+    /// in its order. The voice name for ``start(text:voice:)`` is the last path component.
     public func voiceIdentifiers() -> [String] {
         engine.voiceIdentifiers()
+    }
+
+    /// One utterance coming out of eSpeak-ng. Dropping it cancels it.
+    public final class Stream: SpeechStream, Sendable {
+        private let channel: SpeechChannel
+
+        fileprivate init(channel: SpeechChannel) {
+            self.channel = channel
+        }
+
+        deinit { cancel() }
+
+        public var voice: String {
+            channel.state.withLock { state in
+                if case .speaking(let voice, _, _) = state.voice { return voice }
+                return ""
+            }
+        }
+
+        public var voiceError: SpeechError? {
+            channel.state.withLock { state in
+                if case .speaking(_, let error, _) = state.voice { return error }
+                return nil
+            }
+        }
+
+        /// True once eSpeak-ng has made the last block (the reader may not have taken it yet),
+        /// failed, or was stopped by ``cancel()``.
+        public var isFinished: Bool { channel.state.withLock { $0.finished || $0.cancelled } }
+
+        /// Samples eSpeak-ng has made for this stream so far, taken or not.
+        public var samplesMade: Int { channel.state.withLock { $0.made } }
+
+        public func next() throws(SpeechError) -> [Int16]? {
+            let outcome = channel.state.wait(
+                until: { !$0.blocks.isEmpty || $0.finished || $0.cancelled }
+            ) { state -> Result<[Int16]?, SpeechError> in
+                if state.cancelled { return .success(nil) }
+                if !state.blocks.isEmpty { return .success(state.blocks[state.blocks.startIndex]) }
+                return state.failure.map { .failure($0) } ?? .success(nil)
+            }
+            // Taken under `update`, which wakes the eSpeak-ng thread waiting for room.
+            if case .success(let block?) = outcome {
+                channel.state.update { state in
+                    state.blocks.removeFirst()
+                    state.buffered -= block.count
+                }
+            }
+            return try outcome.get()
+        }
+
+        public func cancel() {
+            channel.state.update { $0.cancelled = true }
+        }
+    }
+}
+
+/// What passes between the eSpeak-ng thread and one ``EspeakSynthesizer/Stream``, under one lock.
+/// Reached from the synth callback through `user_data`.
+private final class SpeechChannel: Sendable {
+    enum Voice {
+        case speaking(String, error: SpeechError?, firstFailure: Bool)
+        case failed(SpeechError)
+    }
+
+    struct State {
+        /// Nil until the eSpeak-ng thread has set the voice.
+        var voice: Voice?
+        var blocks: [[Int16]] = []
+        /// Samples in `blocks`.
+        var buffered = 0
+        /// `espeak_Synth` has returned (or never ran).
+        var finished = false
+        var failure: SpeechError?
+        /// The reader stopped: the callback aborts synthesis.
+        var cancelled = false
+        /// Samples the callback was given, including any refused after a cancel.
+        var made = 0
+    }
+
+    /// Samples the channel holds before the callback waits.
+    let limit: Int
+    let state = ConditionLock(State())
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// On the eSpeak-ng thread: hands a block over, first waiting while the reader is `limit`
+    /// behind. False once the reader has cancelled, to abort synthesis.
+    func push(_ samples: UnsafeBufferPointer<Int16>) -> Bool {
+        guard !samples.isEmpty else { return !state.withLock { $0.cancelled } }
+        state.withLock { $0.made += samples.count }
+        let open = state.wait(until: { $0.cancelled || $0.buffered < limit }) { !$0.cancelled }
+        guard open else { return false }
+        let block = Array(samples)
+        state.update { state in
+            state.blocks.append(block)
+            state.buffered += block.count
+        }
+        return true
+    }
+
+    func settle(_ voice: Voice) {
+        state.update { state in
+            state.voice = voice
+            if case .failed = voice { state.finished = true }
+        }
+    }
+
+    func finish(failure: SpeechError?) {
+        state.update { state in
+            state.failure = failure
+            state.finished = true
+        }
     }
 }
 
 /// The one owner of eSpeak-ng's global state: a thread that makes every eSpeak-ng call.
 private final class EspeakEngine: @unchecked Sendable {
-    struct Rendered {
-        var synthesis: SpeechSynthesis
-        var firstFailureOfVoice: Bool
-    }
-
     static let shared = Result { () throws(SpeechError) in try EspeakEngine() }
 
     let sampleRate: Int
@@ -79,8 +204,9 @@ private final class EspeakEngine: @unchecked Sendable {
             throw .thread(error.code)
         }
         let rate = Self.run(on: jobs) { () -> Int32 in
+            // 100 ms of buffer: the callback gets a block of about 50 ms of audio at a time.
             let rate = espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 100, nil, espeakINITIALIZE_DONT_EXIT)
-            if rate > 0 { espeak_SetSynthCallback(collectSamples) }
+            if rate > 0 { espeak_SetSynthCallback(handOver) }
             return rate
         }
         guard rate > 0 else { throw .notInitialized(rate) }
@@ -88,8 +214,11 @@ private final class EspeakEngine: @unchecked Sendable {
         self.sampleRate = Int(rate)
     }
 
-    func render(text: String, voice: String, fallback: String) -> Result<Rendered, SpeechError> {
-        Self.run(on: jobs) { self.renderOnThread(text: text, voice: voice, fallback: fallback) }
+    /// Queues the utterance; the channel hears of the voice, then the blocks, then the end.
+    func synthesize(text: String, voice: String, fallback: String, into channel: SpeechChannel) {
+        jobs.update { queue in
+            queue.append { self.synthesizeOnThread(text: text, voice: voice, fallback: fallback, into: channel) }
+        }
     }
 
     func voiceIdentifiers() -> [String] {
@@ -107,7 +236,7 @@ private final class EspeakEngine: @unchecked Sendable {
         }
     }
 
-    private func renderOnThread(text: String, voice: String, fallback: String) -> Result<Rendered, SpeechError> {
+    private func synthesizeOnThread(text: String, voice: String, fallback: String, into channel: SpeechChannel) {
         var used = voice
         var voiceError: SpeechError?
         var firstFailure = false
@@ -120,25 +249,27 @@ private final class EspeakEngine: @unchecked Sendable {
                 currentVoice = nil
                 let error = SpeechError.voiceNotFound(voice, code: status.rawValue)
                 firstFailure = failedVoices.insert(voice).inserted
-                guard voice != fallback else { return .failure(error) }
+                guard voice != fallback else { return channel.settle(.failed(error)) }
                 let fallbackStatus = fallback.withCString { espeak_SetVoiceByName($0) }
-                guard fallbackStatus == EE_OK else { return .failure(.voiceNotFound(fallback, code: fallbackStatus.rawValue)) }
+                guard fallbackStatus == EE_OK else {
+                    return channel.settle(.failed(.voiceNotFound(fallback, code: fallbackStatus.rawValue)))
+                }
                 currentVoice = fallback
                 used = fallback
                 voiceError = error
             }
         }
-        let collector = SampleCollector()
-        let status = withExtendedLifetime(collector) {
-            let userData = Unmanaged.passUnretained(collector).toOpaque()
+        channel.settle(.speaking(used, error: voiceError, firstFailure: firstFailure))
+        // A reader that gave up before its turn costs no synthesis.
+        guard !channel.state.withLock({ $0.cancelled }) else { return channel.finish(failure: nil) }
+        let status = withExtendedLifetime(channel) {
+            let userData = Unmanaged.passUnretained(channel).toOpaque()
             return text.withCString { text in
                 espeak_Synth(text, strlen(text) + 1, 0, POS_CHARACTER, 0, UInt32(espeakCHARS_UTF8), nil, userData)
             }
         }
-        guard status == EE_OK else { return .failure(.synthesis(code: status.rawValue)) }
-        return .success(Rendered(
-            synthesis: SpeechSynthesis(samples: collector.samples, voice: used, voiceError: voiceError),
-            firstFailureOfVoice: firstFailure))
+        // An aborted synthesis returns EE_OK too.
+        channel.finish(failure: status == EE_OK ? nil : .synthesis(code: status.rawValue))
     }
 
     /// Runs `body` on the thread and waits for its result.
@@ -159,18 +290,13 @@ private final class ResultSlot<Value> {
     var value: Value?
 }
 
-/// The samples of one `espeak_Synth` call, reached from the callback through `user_data`.
-private final class SampleCollector {
-    var samples: [Int16] = []
-}
-
-/// The synth callback: called on the eSpeak thread, during `espeak_Synth`, once per block of
-/// samples and with no samples at the end.
-private func collectSamples(
+/// The synth callback: called on the eSpeak-ng thread, during `espeak_Synth`, once per block of
+/// samples (possibly empty) and with no samples at the end. Returns 1 to abort synthesis.
+private func handOver(
     _ samples: UnsafeMutablePointer<Int16>?, _ count: Int32, _ events: UnsafeMutablePointer<espeak_EVENT>?
 ) -> Int32 {
-    guard let samples, count > 0, let userData = events?.pointee.user_data else { return 0 }
-    let collector = Unmanaged<SampleCollector>.fromOpaque(userData).takeUnretainedValue()
-    collector.samples.append(contentsOf: UnsafeBufferPointer(start: samples, count: Int(count)))
-    return 0
+    guard let userData = events?.pointee.user_data else { return 0 }
+    let channel = Unmanaged<SpeechChannel>.fromOpaque(userData).takeUnretainedValue()
+    let block = samples.map { UnsafeBufferPointer(start: $0, count: Int(max(0, count))) } ?? UnsafeBufferPointer(start: nil, count: 0)
+    return channel.push(block) ? 0 : 1
 }

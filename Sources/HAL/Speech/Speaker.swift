@@ -4,7 +4,8 @@ public import Logging
 /// Speaks guidance one utterance at a time, newest first.
 ///
 /// ``say(text:voice:urgent:receivedAt:)`` returns at once; a thread of the speaker's own
-/// synthesizes the text and plays it to the sink, so neither ever runs on the caller's path.
+/// plays the text to the sink while the synthesizer makes it, so neither ever runs on the
+/// caller's path.
 /// The rules, all in favour of the newest guidance:
 /// - Utterances never overlap: one is synthesized, played and drained (or cut off) before the
 ///   next begins.
@@ -13,11 +14,12 @@ public import Logging
 /// - A normal message lets the current utterance finish, but replaces a message waiting to start.
 ///   At most one message waits.
 ///
-/// The same thread synthesizes and plays: synthesis of a guidance sentence takes a few tens of
-/// milliseconds (much faster than it plays), and what matters is the newest message, which cannot
-/// be synthesized before it arrives; a second thread would only add hand-overs. The thread checks
-/// for an urgent message between blocks of ``Options/block`` (20 ms), so an urgent message cuts in
-/// within about one block plus its own synthesis time.
+/// Synthesis streams: the first block the synthesizer makes goes to the sink while the rest of
+/// the sentence is still being made (by ``EspeakSynthesizer``'s own thread), so an utterance
+/// starts after the synthesis of its first block, not of the whole sentence. The thread checks
+/// for an urgent message between blocks of ``Options/block`` (20 ms) and cancels the stream it
+/// cuts off, which stops synthesis too; an urgent message cuts in within about one block plus the
+/// synthesis of its own first block.
 ///
 /// ``stats`` counts what happened to every message; ``recentLatencies`` keeps, per utterance, the
 /// time from `receivedAt` until its first sample was handed to the sink.
@@ -243,38 +245,43 @@ private final class SpeakerWorker: @unchecked Sendable {
     private var cutRequested: Bool { lock.withLock { $0.cutCurrent } }
 
     private func speak(_ request: Request) -> Outcome {
-        let synthesis: SpeechSynthesis
+        let stream: any SpeechStream
         do {
-            synthesis = try synthesizer.render(text: request.text, voice: request.voice)
+            stream = try synthesizer.start(text: request.text, voice: request.voice)
         } catch {
             logger.error("speech: #\(request.id) not spoken: \(error)")
             return .failed
         }
-        if synthesis.voiceError != nil { lock.withLock { $0.stats.voiceFallbacks += 1 } }
-        if cutRequested { return .cutOff }
-        let samples = synthesis.samples
-        guard !samples.isEmpty else { return .spoken }
+        // Cut off or failed, synthesis stops with the stream.
+        defer { stream.cancel() }
+        if stream.voiceError != nil { lock.withLock { $0.stats.voiceFallbacks += 1 } }
+        var begun = false
         do {
-            try sink.begin(voice: synthesis.voice)
-            var offset = 0
-            while offset < samples.count {
-                if cutRequested {
-                    sink.stop()
-                    return .cutOff
+            while let samples = try stream.next() {
+                var offset = 0
+                while offset < samples.count {
+                    if cutRequested {
+                        if begun { sink.stop() }
+                        return .cutOff
+                    }
+                    if !begun {
+                        try sink.begin(voice: stream.voice)
+                        begun = true
+                        firstSample(of: request)
+                    }
+                    let end = min(offset + blockSamples, samples.count)
+                    try sink.write(samples[offset..<end])
+                    offset = end
                 }
-                if offset == 0 { firstSample(of: request) }
-                let end = min(offset + blockSamples, samples.count)
-                try sink.write(samples[offset..<end])
-                offset = end
             }
             if cutRequested {
-                sink.stop()
+                if begun { sink.stop() }
                 return .cutOff
             }
-            try sink.drain()
+            if begun { try sink.drain() }
             return .spoken
         } catch {
-            sink.stop()
+            if begun { sink.stop() }
             logger.error("speech: #\(request.id) not spoken: \(error)")
             return .failed
         }

@@ -1,22 +1,41 @@
 internal import Glibc
 
-/// Turns text into mono 16-bit samples.
+/// Turns text into mono 16-bit samples, handed over block by block as they are made, so that
+/// playback can start while the rest of a sentence is still being synthesized.
 ///
-/// - Important: Calls block until the whole utterance is synthesized; ``Speaker`` makes them on
-///   its own thread, never on the caller's.
+/// - Important: ``start(text:voice:)`` and ``SpeechStream/next()`` block; ``Speaker`` calls them
+///   on its own thread, never on the caller's. Finish or cancel one stream before starting the
+///   next from the same thread: a synthesizer may make one utterance at a time.
 public protocol SpeechSynthesizer: Sendable {
+    associatedtype Stream: SpeechStream
     /// Samples per second of everything this synthesizer makes.
     var sampleRate: Int { get }
-    /// The samples of `text` spoken with `voice`.
-    func synthesize(text: String, voice: String) throws -> [Int16]
-    /// Like ``synthesize(text:voice:)``, and says which voice actually spoke. The default takes
-    /// `voice` as granted.
-    func render(text: String, voice: String) throws -> SpeechSynthesis
+    /// Starts speaking `text` with `voice`; returns once the voice is settled (the stream says
+    /// which one speaks), usually before any sample is made.
+    func start(text: String, voice: String) throws -> Stream
+}
+
+/// One utterance as it is synthesized. Read it from one thread; ``cancel()`` may come from any.
+public protocol SpeechStream: AnyObject {
+    /// The voice that speaks: the one asked for, or the fallback when that one failed.
+    var voice: String { get }
+    /// Why the voice asked for was not used; nil when it was.
+    var voiceError: SpeechError? { get }
+    /// The next block of samples, in order, waiting until it is made; nil after the last one or
+    /// once cancelled. Throws if synthesis failed.
+    func next() throws -> [Int16]?
+    /// Stops synthesis now: nothing more is made and ``next()`` returns nil. Safe to call twice,
+    /// and after the end.
+    func cancel()
 }
 
 extension SpeechSynthesizer {
+    /// The whole utterance at once, for tools and tests; ``Speaker`` streams instead.
     public func render(text: String, voice: String) throws -> SpeechSynthesis {
-        SpeechSynthesis(samples: try synthesize(text: text, voice: voice), voice: voice, voiceError: nil)
+        let stream = try start(text: text, voice: voice)
+        var samples: [Int16] = []
+        while let block = try stream.next() { samples += block }
+        return SpeechSynthesis(samples: samples, voice: stream.voice, voiceError: stream.voiceError)
     }
 }
 
