@@ -1,4 +1,6 @@
 internal import Glibc
+// `timespec` can be owned by whichever C module first includes <time.h>; here that is CV4L2.
+internal import CV4L2
 
 /// State behind a mutex, with a condition variable for threads that sleep until it changes.
 ///
