@@ -209,7 +209,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(!message.contains("encoder."))
     #expect(
         try await failure(yaml: "network:\n  port: 1\n")
-            == "FILE:1: unknown key 'network' (valid keys here: camera, encoder, recording, uplink, guidance, speech, haptics, status, log)")
+            == "FILE:1: unknown key 'network' (valid keys here: device, camera, encoder, recording, uplink, guidance, speech, haptics, status, log)")
 }
 
 @Test func sectionMustBeAMapping() async throws {
@@ -217,7 +217,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(message.hasPrefix("FILE:1: 'camera' must be a mapping of keys such as camera.source, camera.device, "))
     #expect(
         try await failure(yaml: "- camera\n")
-            == "FILE:1: the top level must be a mapping of keys such as camera, encoder, recording, uplink, guidance, speech, haptics, status, log")
+            == "FILE:1: the top level must be a mapping of keys such as device, camera, encoder, recording, uplink, guidance, speech, haptics, status, log")
 }
 
 @Test(arguments: [
@@ -376,8 +376,79 @@ func rejectedVoiceAndTouchValue(yaml: String, message: String) async throws {
     // An empty variable is unset; `C` is set and means no language.
     #expect(config.deviceLocale(environment: ["LC_ALL": "", "LANG": "fr_FR.UTF-8"]) == "fr-FR")
     #expect(config.deviceLocale(environment: ["LC_ALL": "C", "LANG": "fr_FR.UTF-8"]) == "en-US")
-    config.speech.locale = "pt-BR"
+    config.device.locale = "pt-BR"
     #expect(config.deviceLocale(environment: ["LC_ALL": "ko_KR.UTF-8"]) == "pt-BR")
+}
+
+// MARK: - The device's one language
+
+@Test func deviceLocaleFromTheFileBeatsLangAndTheEnvironmentVariableBeatsTheFile() async throws {
+    try await withYAML("device:\n  locale: ko-KR\n") { path in
+        let config = try await AgentConfig.load(file: path, environment: [:])
+        #expect(config.device.locale == "ko-KR")
+        #expect(config.deviceLocale(environment: ["LANG": "en_US.UTF-8"]) == "ko-KR")
+        #expect(config.localeNotices.isEmpty)
+        let overridden = try await AgentConfig.load(file: path, environment: ["DASHCAM_DEVICE_LOCALE": "ja-JP"])
+        #expect(overridden.deviceLocale(environment: ["LANG": "en_US.UTF-8"]) == "ja-JP")
+    }
+}
+
+@Test func withoutDeviceLocaleTheProcessLocaleDecides() async throws {
+    let config = try await withYAML("camera:\n  fps: 10\n") { try await AgentConfig.load(file: $0, environment: [:]) }
+    #expect(config.configuredLocale == nil)
+    #expect(config.deviceLocale(environment: ["LANG": "ko_KR.UTF-8"]) == "ko-KR")
+    #expect(config.deviceLocale(environment: ["LANG": "C.UTF-8"]) == "en-US")
+    #expect(config.deviceLocale(environment: [:]) == "en-US")
+}
+
+@Test func theDemoAndTheDefaultConfigUseDeviceLocaleOnly() async throws {
+    let demo = try await load("demo-stream.yaml")
+    #expect(demo.device.locale == "ko-KR" && demo.uplink.locale == nil && demo.speech.locale == nil)
+    #expect(demo.deviceLocale(environment: ["LANG": "en_US.UTF-8"]) == "ko-KR")
+    #expect(demo.localeNotices.isEmpty)
+    #expect(try await load("default.yaml").localeNotices.isEmpty)
+}
+
+@Test(arguments: ["uplink", "speech"])
+func theOldLocaleKeysStillSetTheDeviceLanguageWithANotice(section: String) async throws {
+    let config = try await withYAML("\(section):\n  locale: ko-KR\n") { try await AgentConfig.load(file: $0, environment: [:]) }
+    #expect(config.deviceLocale(environment: ["LANG": "en_US.UTF-8"]) == "ko-KR")
+    #expect(config.localeNotices == ["config: \(section).locale is deprecated; use device.locale: ko-KR (it sets the device's one language)"])
+    // The same language under both names is no conflict, in any case.
+    let both = try await withYAML("device:\n  locale: ko-KR\n\(section):\n  locale: KO-kr\n") {
+        try await AgentConfig.load(file: $0, environment: [:])
+    }
+    #expect(both.deviceLocale(environment: [:]) == "ko-KR")
+    #expect(both.localeNotices.count == 1)
+}
+
+@Test(arguments: [
+    ("device:\n  locale: ko-KR\nuplink:\n  locale: en-US\n",
+     "uplink.locale: 'en-US' is not allowed; expected unset or ko-KR, as device.locale says: uplink.locale is an old name of device.locale, and a device has one language"),
+    ("device:\n  locale: ko-KR\nspeech:\n  locale: de-DE\n",
+     "speech.locale: 'de-DE' is not allowed; expected unset or ko-KR, as device.locale says: speech.locale is an old name of device.locale, and a device has one language"),
+    ("uplink:\n  locale: ko-KR\nspeech:\n  locale: en-US\n",
+     "speech.locale: 'en-US' is not allowed; expected unset or ko-KR, as uplink.locale says: speech.locale is an old name of device.locale, and a device has one language"),
+])
+func twoLanguagesForOneDeviceAreAConfigError(yaml: String, message: String) async throws {
+    #expect(try await failure(yaml: yaml) == message)
+}
+
+@Test func anEnvironmentVariableThatDisagreesWithAnOldKeyInTheFileIsNamed() async throws {
+    let message = try await failure(yaml: "uplink:\n  locale: ko-KR\n", environment: ["DASHCAM_DEVICE_LOCALE": "en-US"])
+    #expect(message.hasPrefix("uplink.locale: 'ko-KR' is not allowed; expected unset or en-US, as device.locale says"))
+}
+
+@Test(arguments: [
+    ("device:\n  locale: korean\n", "device.locale", "korean"),
+    ("device:\n  locale: ko_KR.UTF-8\n", "device.locale", "ko_KR.UTF-8"),
+    ("device:\n  locale: ko-\n", "device.locale", "ko-"),
+    ("uplink:\n  locale: english\n", "uplink.locale", "english"),
+    ("speech:\n  locale: en US\n", "speech.locale", "en US"),
+])
+func aLocaleThatIsNoLanguageTagIsRefusedNamingKeyValueAndWhatIsAllowed(yaml: String, key: String, value: String) async throws {
+    #expect(try await failure(yaml: yaml)
+        == "\(key): '\(value)' is not allowed; expected a BCP 47 language tag such as ko-KR, en-US, es-419 or zh-Hant-TW")
 }
 
 @Test func everyBoardProfileLoadsAndNamesCameraEncoderSpeech() async throws {

@@ -9,6 +9,7 @@ public import Logging
 /// (`AgentConfig.keys`) and the README quote them from an instance, so they can't disagree.
 /// Build a real one with `AgentConfig.load(file:environment:overrides:)` (from `LoadableConfig`).
 public struct AgentConfig: LoadableConfig {
+    public var device = Device()
     public var camera = Camera()
     public var encoder = Encoding()
     public var recording = Recording()
@@ -20,6 +21,14 @@ public struct AgentConfig: LoadableConfig {
     public var log = Log()
 
     public init() {}
+
+    public struct Device: Sendable, Equatable {
+        /// The device's one language (BCP 47): `hello`, guidance without `lang`, status phrases.
+        /// Unset: `LC_ALL`, `LC_MESSAGES` or `LANG`, else `en-US` (``AgentConfig/deviceLocale(environment:)``).
+        public var locale: String?
+
+        public init() {}
+    }
 
     public struct Camera: Sendable, Equatable {
         public var source: SourceKind = .v4l2
@@ -75,7 +84,7 @@ public struct AgentConfig: LoadableConfig {
         public var caFile: String?
         public var allowInsecure = false
         public var deviceId = "dashcam"
-        /// Unset: the device's locale (``AgentConfig/deviceLocale(environment:)``).
+        /// Deprecated: an old name of ``Device/locale``.
         public var locale: String?
         public var payload: Payload = .chunks
         public var pingSeconds = 4
@@ -97,7 +106,7 @@ public struct AgentConfig: LoadableConfig {
     }
 
     public struct Speech: Sendable, Equatable {
-        /// Unset: `LC_ALL`, `LC_MESSAGES` or `LANG`, else `en-US`.
+        /// Deprecated: an old name of ``Device/locale``.
         public var locale: String?
         /// `alsa`, or `wav:DIR` for one WAV file per utterance.
         public var sink = "alsa"
@@ -167,6 +176,9 @@ extension AgentConfig {
     /// Every configuration key, in documentation order. This is the only list of keys: loading,
     /// the unknown-key check, error messages and the README table all come from it.
     public static let keys: [ConfigKeyInfo<AgentConfig>] = [
+        .optionalString(
+            "device.locale", \.device.locale, type: "BCP 47",
+            "The device's one language: asked of the server in `hello`, spoken by guidance without `lang` and by the status phrases; unset means LC_ALL, LC_MESSAGES or LANG, else en-US."),
         .choice(
             "camera.source", \.camera.source,
             "Where frames come from: a V4L2 camera, a generated test pattern, or a video file."),
@@ -245,7 +257,7 @@ extension AgentConfig {
         .string("uplink.deviceId", \.uplink.deviceId, type: "string", "Device id sent in `hello`."),
         .optionalString(
             "uplink.locale", \.uplink.locale, type: "BCP 47",
-            "Language the driver wants guidance in, sent in `hello`; unset means the device's locale (see speech.locale)."),
+            "Deprecated: an old name of device.locale (a notice is logged); set to another language than device.locale is an error."),
         .choice(
             "uplink.payload", \.uplink.payload,
             "`chunks` sends each MP4 as binary messages after its header; `base64` puts it in the header."),
@@ -275,7 +287,7 @@ extension AgentConfig {
             "Guidance about a segment captured longer ago than this is dropped: stale road information is worse than none."),
         .optionalString(
             "speech.locale", \.speech.locale, type: "BCP 47",
-            "The device's language, for status phrases and guidance without `lang`; unset means LC_ALL, LC_MESSAGES or LANG, else en-US."),
+            "Deprecated: an old name of device.locale (a notice is logged); set to another language than device.locale is an error."),
         .string(
             "speech.sink", \.speech.sink, type: "string",
             "Where speech goes: `alsa` (the sound card, speech.device) or `wav:DIR` (one WAV file per utterance)."),
@@ -309,24 +321,14 @@ extension AgentConfig {
 
     /// Checks between keys, run by `load` after every key is read.
     public func validate() throws(ConfigError) {
+        try validateLocale()
         if speech.sink != "alsa", !(speech.sink.hasPrefix("wav:") && speech.sink.count > 4) {
             throw .invalidOption("speech.sink", speech.sink, "`alsa` or `wav:DIR`")
         }
         if camera.source == .file, camera.file == nil {
             throw .missingKey("camera.file", reason: "camera.source is 'file'; set it to the video file to play")
         }
-        if let url = uplink.url {
-            let insecure = url.hasPrefix("ws://")
-            guard url.hasPrefix("wss://") || (insecure && uplink.allowInsecure) else {
-                throw .invalidOption(
-                    "uplink.url", url,
-                    insecure ? "a wss:// URL; ws:// needs uplink.allowInsecure: true" : "a wss:// URL")
-            }
-            // TLS names the server in SNI, which cannot carry an IP address.
-            if !insecure, let host = URL(string: url)?.host, IPAddress(host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) != nil {
-                throw .invalidOption("uplink.url", url, "a wss:// URL with the server's host name (TLS cannot verify a bare IP address)")
-            }
-        }
+        try validateUplinkURL()
     }
 }
 

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import HAL
 public import Logging
 import Synchronization
@@ -6,8 +6,9 @@ import Synchronization
 /// The device's voice: speaks guidance and status phrases through one ``Speaker``, choosing the
 /// eSpeak-ng voice for each language tag with a ``VoiceMap``.
 ///
-/// The device's own language (``deviceLocale``) speaks status phrases and any guidance that carries
-/// no `lang`. Which voice serves which locale is logged once per locale.
+/// The device's one language (``deviceLocale``, from `device.locale`) speaks status phrases and any
+/// guidance that carries no `lang`; the uplink's `hello` asks for guidance in it too. Which voice
+/// serves which locale is logged once per locale.
 public final class DeviceVoice: Sendable {
     public let deviceLocale: String
     /// Where speech goes, e.g. `alsa:default`, `wav:out/speech`, or `none`.
@@ -40,10 +41,16 @@ public final class DeviceVoice: Sendable {
     /// each would replace the one before it while waiting.)
     public func announce(_ phrases: [StatusPhrase]) {
         guard !phrases.isEmpty else { return }
-        let choice = voice(for: deviceLocale)
-        let text = phrases.map { $0.text(language: choice.language) }.joined(separator: " ")
+        let text = statusText(phrases)
         logger.info("status: \(text)")
         say(text, locale: deviceLocale, urgent: false)
+    }
+
+    /// `phrases` as one text in the language of the device's voice: English when no voice speaks
+    /// the device's language, so that a voice never reads words of another language.
+    public func statusText(_ phrases: [StatusPhrase]) -> String {
+        let language = voice(for: deviceLocale).language
+        return phrases.map { $0.text(language: language) }.joined(separator: " ")
     }
 
     public var stats: Speaker.Stats? { speaker?.stats }
@@ -77,21 +84,10 @@ extension Duration {
 }
 
 extension AgentConfig {
-    /// The device's language: `speech.locale`, else the process locale (`LC_ALL`, `LC_MESSAGES`,
-    /// `LANG`, the first one set and not empty), else `en-US`. `C` and `POSIX` count as unset.
-    public func deviceLocale(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
-        if let locale = speech.locale { return locale }
-        for name in ["LC_ALL", "LC_MESSAGES", "LANG"] {
-            guard let value = environment[name], !value.isEmpty else { continue }
-            // The first one set decides, as for setlocale(3); `C` means no language.
-            return VoiceMap.languageTag(fromPOSIXLocale: value) ?? "en-US"
-        }
-        return "en-US"
-    }
-
     /// The speaker on `speech.sink`. A sound card that cannot be opened is logged, and the agent
     /// goes on without speech (recording and the uplink matter more); nil then.
     public func makeVoice(logger: Logger) -> DeviceVoice {
+        for notice in localeNotices { logger.notice("\(notice)") }
         let locale = deviceLocale()
         let synthesizer: EspeakSynthesizer
         do {

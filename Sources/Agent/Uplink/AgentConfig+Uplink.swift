@@ -1,5 +1,7 @@
+import ConfigSupport
 import Foundation
 import GuidanceProtocol
+import HAL
 public import Logging
 import NIOSSL
 
@@ -15,7 +17,7 @@ extension AgentConfig {
             tls = configuration
         }
         let hello = ClientMessage.Hello(
-            device: uplink.deviceId, locale: uplink.locale ?? deviceLocale(), agent: AgentVersion.current,
+            device: uplink.deviceId, locale: deviceLocale(), agent: AgentVersion.current,
             video: .init(width: camera.width, height: camera.height, fps: camera.fps, segmentMs: encoder.segmentSeconds * 1000),
             // One per run: with the device and seq it names a segment, so the server knows a re-send.
             stream: UUID().uuidString.lowercased())
@@ -29,6 +31,45 @@ extension AgentConfig {
                             liveness: uplink.livenessMs.map { .milliseconds($0) },
                             connectTimeout: .milliseconds(uplink.connectTimeoutMs), drain: .milliseconds(uplink.drainMs)),
             logger: logger)
+    }
+}
+
+extension AgentConfig {
+    /// The forms `uplink.url` may take, for messages.
+    static let uplinkURLForm = "a wss://HOST[:PORT]/PATH URL, e.g. wss://guidance.example.com/v1/stream (PORT 1-65535)"
+
+    /// Checks `uplink.url` as the uplink will read it, so that a URL it could never connect to
+    /// stops the agent at start (exit 78) instead of being retried for ever.
+    func validateUplinkURL() throws(ConfigError) {
+        guard let url = uplink.url else { return }
+        // A password in the URL must not reach the log.
+        let shown = URLComponents(string: url).flatMap { parts -> String? in
+            guard parts.password != nil else { return nil }
+            var masked = parts
+            masked.password = "***"
+            return masked.string
+        } ?? url
+        func refuse(_ expected: String) -> ConfigError { .invalidOption("uplink.url", shown, expected) }
+        let insecure = url.hasPrefix("ws://")
+        guard url.hasPrefix("wss://") || (insecure && uplink.allowInsecure) else {
+            throw refuse(insecure ? "a wss:// URL; ws:// needs uplink.allowInsecure: true" : Self.uplinkURLForm)
+        }
+        guard let parts = URLComponents(string: url), parts.scheme == (insecure ? "ws" : "wss") else {
+            throw refuse(Self.uplinkURLForm)
+        }
+        guard let host = parts.host, !host.isEmpty else { throw refuse("\(Self.uplinkURLForm); the host is missing") }
+        if let port = parts.port, !(1...65535).contains(port) {
+            throw refuse("\(Self.uplinkURLForm); \(port) is not a port")
+        }
+        if parts.user != nil || parts.password != nil {
+            throw refuse("\(Self.uplinkURLForm) without user@ or user:password@ (the token goes in uplink.tokenFile)")
+        }
+        if parts.fragment != nil { throw refuse("\(Self.uplinkURLForm) without a #fragment") }
+        if parts.percentEncodedPath.isEmpty { throw refuse("\(Self.uplinkURLForm); the path is missing") }
+        // TLS names the server in SNI, which cannot carry an IP address.
+        if !insecure, IPAddress(host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) != nil {
+            throw refuse("a wss:// URL with the server's host name (TLS cannot verify a bare IP address)")
+        }
     }
 }
 

@@ -139,9 +139,10 @@ struct LoopFiles {
               tokenFile: \(path("token"))
               deviceId: loop-car
             \(uplink.map { "  \($0.key): \($0.value)" }.joined(separator: "\n"))
+            device:
+              locale: en-US
             speech:
               sink: wav:\(path("speech"))
-              locale: en-US
             status:
               socket: \(path("status.sock"))
 

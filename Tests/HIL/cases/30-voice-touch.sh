@@ -69,8 +69,9 @@ uplink:
   allowInsecure: true
   tokenFile: $CASE_DIR/token
   deviceId: hil-car
-speech:
+device:
   locale: ko-KR
+speech:
   sink: alsa
   device: $HIL_AUDIO_PLAYBACK
 haptics:
