@@ -11,7 +11,8 @@ struct ProtectCommand: AsyncParsableCommand {
             time: a time of day more than an hour ahead is yesterday's), `protect 23:58..00:02`, \
             `protect 2026-11-23T09:30Z..2026-11-23T09:35Z`, `protect --last 2m` (the last two minutes and \
             the segment being recorded). A time range that reaches past the newest segment keeps the \
-            segments still to come until its end. Protected segments have their own cap \
+            segments still to come until its end, which may be at most 5 minutes ahead; a range lasts at most a \
+            day. Protected segments have their own cap \
             (recording.protectedMaxMegabytes): a request makes room by deleting segments protected \
             before it, oldest first, never its own; what the cap cannot hold stays in the loop.
             """
@@ -36,6 +37,7 @@ struct ProtectCommand: AsyncParsableCommand {
             case (nil, let duration?): chosen = try SegmentSelection.last(duration)
             default: throw ValidationError("give either a selection or --last DURATION")
             }
+            try chosen.check(selection ?? "--last \(last ?? "")")
         } catch let error as SelectionError {
             throw ValidationError("\(error)")
         }

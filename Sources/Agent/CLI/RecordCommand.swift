@@ -51,6 +51,7 @@ struct RecordCommand: AsyncParsableCommand {
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         let store = try RecordingStore(
             directory: config.recording.dir, retention: config.retention, segmentSeconds: config.encoder.segmentSeconds)
+        StoredSegment.warnAboutSymbolicLinks(in: store.root, logger: logger)
         if !store.removedLeftovers.isEmpty {
             logger.notice("recording: removed \(store.removedLeftovers.count) temporary file(s) an interrupted run left in \(config.recording.dir)")
         }
@@ -108,7 +109,7 @@ struct RecordCommand: AsyncParsableCommand {
             speakToTheEnd: { segments != nil && !stopRequested.value })
         var services: [any Service] = [ConfigReloadService(reloader: reloader, hangups: hangups)]
         if notifier.isActive { services.append(heartbeat) }
-        services.append(StatusSocketService(path: config.status.socket, logger: logger, answer: control.answer))
+        services.append(StatusSocket(path: config.status.socket, logger: logger, answer: control.answer))
         services.append(guidance)
         if let uplink { services.append(UplinkService(uplink: uplink, logger: logger)) }
         services.append(recording)  // last: the first to be stopped
@@ -116,10 +117,13 @@ struct RecordCommand: AsyncParsableCommand {
         try await ServiceGroup(configuration: .init(
             services: services.map { service in
                 // The recording ends the agent (a run of N segments, a failed encoder); the others
-                // end only when told to, and one that fails still lets the recording close in order.
+                // end only when told to. A status socket that cannot be made is logged and the
+                // recording goes on; any other part that fails still lets the recording close in order.
                 let ends: ServiceGroupConfiguration.ServiceConfiguration.TerminationBehavior =
                     service is RecordingService ? .gracefullyShutdownGroup : .ignore
-                return .init(service: service, successTerminationBehavior: ends, failureTerminationBehavior: .gracefullyShutdownGroup)
+                let fails: ServiceGroupConfiguration.ServiceConfiguration.TerminationBehavior =
+                    service is StatusSocket ? .ignore : .gracefullyShutdownGroup
+                return .init(service: service, successTerminationBehavior: ends, failureTerminationBehavior: fails)
             },
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
     }
@@ -158,10 +162,3 @@ extension Array where Element == String {
     fileprivate var pair: (String, String?) { (self.first ?? "", self.count > 1 ? self[1] : nil) }
 }
 
-// Until the socket is a service of its own.
-private struct StatusSocketService: Service {
-    let path: String
-    let logger: Logger
-    let answer: @Sendable (String) async -> String
-    func run() async { await cancelWhenGracefulShutdown { await StatusSocket.serve(path: path, logger: logger, answer: answer) } }
-}

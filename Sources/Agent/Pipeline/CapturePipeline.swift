@@ -57,10 +57,11 @@ public final class CapturePipeline: Sendable {
     public init(source: any FrameSource, settings: Settings, logger: Logger) throws {
         let format = try source.open()
         logger.info("camera: \(source.name) opened", metadata: ["format": "\(format)", "pixelFormat": "\(source.pixelFormat)"])
-        let encoder = try HEVCEncoder(settings: settings.encoder, inputFormat: source.pixelFormat)
-        for (name, reason) in encoder.skipped {
+        let hevc = try HEVCEncoder(settings: settings.encoder, inputFormat: source.pixelFormat)
+        for (name, reason) in hevc.skipped {
             logger.info("encoder: \(name) does not open: \(reason)")
         }
+        let encoder: any VideoEncoder = hevc
         logger.info("encoder: \(encoder.name)", metadata: [
             "format": "\(settings.encoder.format)", "pixelFormat": "\(encoder.encoderPixelFormat)",
             "swscale": "\(source.pixelFormat != encoder.encoderPixelFormat || format.width != settings.encoder.format.width || format.height != settings.encoder.format.height)",
@@ -134,7 +135,7 @@ public enum CameraEvent: Sendable, Equatable {
 /// The capture loop's state; owned by the capture thread once started.
 private struct Loop: @unchecked Sendable {
     let source: any FrameSource
-    let encoder: HEVCEncoder
+    let encoder: any VideoEncoder
     let settings: CapturePipeline.Settings
     let logger: Logger
     let events: AsyncStream<CameraEvent>.Continuation

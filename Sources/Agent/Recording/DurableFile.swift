@@ -19,6 +19,10 @@ public struct OutputError: Error, CustomStringConvertible {
 /// Files that are either whole on the disk or not there: written under a hidden temporary name,
 /// flushed, renamed, and the folder flushed too. A power cut leaves at worst a temporary file
 /// (`.NAME.partial`), which ``removeLeftovers(in:)`` deletes at the next start.
+///
+/// Symbolic links inside the recording folder are never followed: the temporary file is made
+/// new (`O_EXCL | O_NOFOLLOW`), a day folder or `protected/` that is a link is refused, and
+/// ``remove(_:in:)`` deletes without passing through one.
 enum DurableFile {
     static func write(_ bytes: [UInt8], to file: URL) throws(OutputError) {
         let temporary = file.deletingLastPathComponent().appendingPathComponent(".\(file.lastPathComponent).partial")
@@ -42,8 +46,19 @@ enum DurableFile {
         }
     }
 
-    /// Creates `folder` (and its parents) if missing, flushing the parent that gained it.
+    /// Creates the day folder `folder` (and its parents) if missing, flushing the parent that
+    /// gained it. A day folder, or the `protected/` folder above it, that is a symbolic link is
+    /// refused: what it points at is not the recording's to fill or delete.
     static func makeFolder(_ folder: URL) throws(OutputError) {
+        let parent = folder.deletingLastPathComponent()
+        for checked in [folder] + (parent.lastPathComponent == StoredSegment.protectedFolder ? [parent] : []) where isSymbolicLink(checked.path) {
+            throw OutputError(path: checked.path, reason: "it is a symbolic link, which the recording never follows")
+        }
+        try makeFolderFollowingLinks(folder)
+    }
+
+    /// The recording folder itself may be a link (to another disk, say): that is the config's choice.
+    private static func makeFolderFollowingLinks(_ folder: URL) throws(OutputError) {
         var isFolder: ObjCBool = false
         if FileManager.default.fileExists(atPath: folder.path, isDirectory: &isFolder), isFolder.boolValue { return }
         do {
@@ -71,19 +86,48 @@ enum DurableFile {
 
     /// Proves that `folder` takes a file, creating it if needed.
     static func checkWritable(_ folder: URL) throws(OutputError) {
-        try makeFolder(folder)
-        let probe = folder.appendingPathComponent(".write-test-\(getpid())")
-        do {
-            try Data().write(to: probe)
-            try FileManager.default.removeItem(at: probe)
-        } catch {
-            throw OutputError(path: folder.path, reason: reason(error))
-        }
+        try makeFolderFollowingLinks(folder)
+        let probe = folder.appendingPathComponent(".write-test-\(getpid())").path
+        // Made new, not through a link someone left under that name.
+        unlink(probe)
+        let fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw OutputError(path: folder.path) }
+        close(fd)
+        unlink(probe)
     }
 
-    /// Writes straight from the buffer: no second copy of a multi-megabyte segment.
+    /// Deletes `path` (relative to `root`) without following a symbolic link on the way: each
+    /// folder is opened with `O_NOFOLLOW`, and a link at the end is deleted itself, not what it
+    /// points at. Returns 0 or the `errno` of the failure (`ELOOP`/`ENOTDIR`: a folder on the way
+    /// is a link).
+    static func remove(_ path: String, in root: URL) -> Int32 {
+        var parts = path.split(separator: "/").map(String.init)
+        guard let name = parts.popLast(), !parts.contains(".."), name != ".." else { return EINVAL }
+        var folder = open(root.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard folder >= 0 else { return errno }
+        defer { close(folder) }
+        for part in parts {
+            let next = openat(folder, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard next >= 0 else { return errno }
+            close(folder)
+            folder = next
+        }
+        return unlinkat(folder, name, 0) == 0 ? 0 : errno
+    }
+
+    static func isSymbolicLink(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK
+    }
+
+    /// Writes straight from the buffer: no second copy of a multi-megabyte segment. The file is
+    /// made new: a link or a file left under the temporary name is deleted first, never written through.
     private static func writeAndFlush(_ path: String, _ bytes: [UInt8]) throws(OutputError) {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        let flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC
+        var fd = open(path, flags, 0o644)
+        if fd < 0 && errno == EEXIST, unlink(path) == 0 {
+            fd = open(path, flags, 0o644)
+        }
         guard fd >= 0 else { throw OutputError(path: path) }
         defer { close(fd) }
         var written = 0

@@ -246,8 +246,10 @@ public final class RecordingStore: Sendable {
     private func delete(_ victims: [StoredSegment], from index: inout [StoredSegment]) -> [StoredSegment] {
         var deleted: [StoredSegment] = []
         for segment in victims {
-            let gone = unlink(root.appendingPathComponent(segment.path).path) == 0
-            if gone || errno == ENOENT { index.removeAll { $0.path == segment.path } }
+            // Never through a day folder swapped for a link since the folder was read.
+            let result = DurableFile.remove(segment.path, in: root)
+            let gone = result == 0
+            if gone || result == ENOENT { index.removeAll { $0.path == segment.path } }
             guard gone else { continue }
             removeFolderIfEmpty(of: segment.path)
             deleted.append(segment)

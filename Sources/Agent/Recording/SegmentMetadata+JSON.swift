@@ -28,8 +28,7 @@ private struct Line: Encodable {
 
 extension Date {
     /// RFC 3339 UTC with milliseconds, e.g. `2026-11-22T04:17:17.569Z`: the form of `capturedAt`
-    /// in the metadata lines and in protocol segment headers alike.
-    var rfc3339Milliseconds: String {
-        formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
-    }
+    /// in the metadata lines and in protocol segment headers alike. By ``UTCTime``, which keeps
+    /// ICU's time zone data out of memory.
+    var rfc3339Milliseconds: String { UTCTime(self).rfc3339 }
 }

@@ -65,6 +65,38 @@ public enum SegmentSelection: Sendable, Equatable {
         return .time(now.addingTimeInterval(-Double(seconds))...now)
     }
 
+    /// How far past now a time selection may end. The segments recorded until its end are filed
+    /// as protected as they close, and the protected cap makes room for them by deleting incidents
+    /// kept earlier: a range with no real end would do that for ever.
+    public static let maxAhead: TimeInterval = 5 * 60
+    /// The longest time selection, as for `--last`.
+    public static let maxLength: TimeInterval = 24 * 3600
+
+    /// Refuses what no running agent should act on at `now`: a time range that ends more than
+    /// ``maxAhead`` after it, or lasts more than ``maxLength``. `text` is what the user typed (or
+    /// the request line), for the message.
+    public func check(_ text: String, now: Date = .now) throws(SelectionError) {
+        guard case .time(let range) = self else { return }
+        let ahead = range.upperBound.timeIntervalSince(now)
+        if ahead > Self.maxAhead {
+            throw SelectionError(text: text, reason: "the range ends \(Self.span(ahead)) from now; it may end at most "
+                + "\(Int(Self.maxAhead / 60)) minutes ahead (the segments still to come are protected as they close, until its end)")
+        }
+        if range.upperBound.timeIntervalSince(range.lowerBound) > Self.maxLength {
+            throw SelectionError(text: text, reason: "the range lasts \(Self.span(range.upperBound.timeIntervalSince(range.lowerBound))); "
+                + "protect at most \(Int(Self.maxLength / 3600)) hours at once")
+        }
+    }
+
+    /// `12 minutes`, `3 hours`, `more than a day`: rounded up, for messages.
+    private static func span(_ seconds: TimeInterval) -> String {
+        switch seconds {
+        case ..<3600: "\(Int((seconds / 60).rounded(.up))) minutes"
+        case ..<86_400: "\(Int((seconds / 3600).rounded(.up))) hours"
+        default: "more than a day"
+        }
+    }
+
     /// The one line sent to the running agent: `protect seq A B` or `protect time MS MS` (Unix ms).
     public var request: String {
         switch self {

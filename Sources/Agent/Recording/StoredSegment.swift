@@ -62,6 +62,8 @@ public struct StoredSegment: Sendable, Equatable {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent(folder).path)) ?? []
             for name in names {
                 let path = folder.isEmpty ? name : folder + "/" + name
+                // A link is never counted, moved or deleted: what it points at is not the recording's.
+                guard isRegularFile(root.appendingPathComponent(path)) else { continue }
                 let size = (try? FileManager.default.attributesOfItem(atPath: root.appendingPathComponent(path).path)[.size] as? NSNumber)?.int64Value
                 if let segment = StoredSegment(path: path, bytes: size ?? 0) { found.append(segment) }
             }
@@ -72,13 +74,15 @@ public struct StoredSegment: Sendable, Equatable {
     /// `""` (the root itself), the day folders and the protected day folders, relative to `root`.
     static func folders(in root: URL) -> [String] {
         func days(_ folder: String) -> [String] {
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent(folder).path)) ?? []
-            return names.filter(isDayName).sorted().map { folder.isEmpty ? $0 : folder + "/" + $0 }
+            let url = root.appendingPathComponent(folder)
+            guard folder.isEmpty || isRealFolder(url) else { return [] }
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []
+            return names.filter { isDayName($0) && isRealFolder(url.appendingPathComponent($0)) }.sorted().map { folder.isEmpty ? $0 : folder + "/" + $0 }
         }
         return [""] + days("") + days(protectedFolder)
     }
 
-    private static func isDayName(_ name: String) -> Bool {
+    static func isDayName(_ name: String) -> Bool {
         name.count == 10 && name.enumerated().allSatisfy { index, character in
             index == 4 || index == 7 ? character == "-" : character.isASCII && character.isNumber
         }

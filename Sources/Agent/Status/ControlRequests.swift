@@ -1,4 +1,5 @@
 import Foundation
+import NIOPosix
 import HAL
 
 /// Answers the requests of ``StatusSocket``: `status`, `say-status` and `protect …`.
@@ -24,7 +25,10 @@ struct ControlRequests: Sendable {
             }
             guard let store else { return Self.json(["error": "this agent keeps no local recording"]) }
             do {
-                return Self.json(try store.protect(selection))
+                // The client checks too; a request line can come from anything that reaches the socket.
+                try selection.check(String(request.prefix(64)))
+                // Moves and fsyncs: on the blocking pool, not the cooperative one.
+                return Self.json(try await NIOThreadPool.singleton.runIfActive { try store.protect(selection) })
             } catch {
                 return Self.json(["error": "\(error)"])
             }

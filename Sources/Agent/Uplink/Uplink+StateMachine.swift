@@ -114,6 +114,8 @@ extension Uplink {
         private var awaitingGuidance: [Int: UInt64] = [:]
         private var notFoundLog = RateLimit(interval: .seconds(60))
         private var dropLog = RateLimit(interval: .seconds(10))
+        /// `stats.dropped` when the log last heard of drops: a line counts those it did not hear of.
+        private var droppedLogged = 0
 
         public init(settings: Settings, random: @escaping @Sendable (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) {
             self.settings = settings
@@ -206,11 +208,14 @@ extension Uplink {
             return (next, actions)
         }
 
-        /// Every drop is counted; the log hears of them at most once per 10 s, however fast they come.
+        /// Every drop is counted; the log hears of them at most once per 10 s, however fast they
+        /// come, each line with the drops since the one before.
         private mutating func countDrops(_ count: Int, now: UInt64) -> [Action] {
             stats.dropped = custody.dropped
             guard count > 0, dropLog.allows(now: now) else { return [] }
-            return [.log(.warning, "dropped \(count) segment(s) the network could not carry in time (\(stats.dropped) in all)")]
+            let since = stats.dropped - droppedLogged
+            droppedLogged = stats.dropped
+            return [.log(.warning, "dropped \(since) segment(s) the network could not carry in time (\(stats.dropped) in all)")]
         }
 
         /// A segment's last byte was written.
