@@ -13,7 +13,7 @@ public struct AgentConfig: LoadableConfig {
     public var camera = Camera()
     public var encoder = Encoding()
     public var recording = Recording()
-    public var uplink = Uplink()
+    public var uplink = UplinkSettings()
     public var guidance = Guidance()
     public var speech = Speech()
     public var haptics = HapticsSettings()
@@ -38,7 +38,7 @@ public struct AgentConfig: LoadableConfig {
         public var width = 640
         public var height = 360
         public var fps = 10
-        public var pixelFormat: PixelFormat = .auto
+        public var pixelFormat: CapturePixelFormat = .auto
         public var buffers = 4
         public var pollTimeoutMs = 1000
         /// Poll timeouts in a row after which the camera counts as stalled.
@@ -52,7 +52,7 @@ public struct AgentConfig: LoadableConfig {
     // Not `Encoder`: that would shadow Swift.Encoder inside AgentConfig.
     public struct Encoding: Sendable, Equatable {
         public var preference = ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc", "libx265"]
-        public var rateControl: RateControl = .crf
+        public var rateControl: RateControlMode = .crf
         public var crf = 28
         public var bitrateKbps = 1000
         public var maxrateKbps: Int?
@@ -77,7 +77,7 @@ public struct AgentConfig: LoadableConfig {
         public init() {}
     }
 
-    public struct Uplink: Sendable, Equatable {
+    public struct UplinkSettings: Sendable, Equatable {
         /// `wss://HOST[:PORT]/v1/stream`; unset means record only.
         public var url: String?
         public var tokenFile = "/etc/dashcam-agent/token"
@@ -153,7 +153,7 @@ public struct AgentConfig: LoadableConfig {
     }
 
     /// The capture format asked of the camera; `auto` takes what the driver offers first.
-    public enum PixelFormat: String, CaseIterable, Sendable {
+    public enum CapturePixelFormat: String, CaseIterable, Sendable {
         case auto, yuyv, nv12, yu12, mjpeg
     }
 
@@ -165,7 +165,7 @@ public struct AgentConfig: LoadableConfig {
         case fast
     }
 
-    public enum RateControl: String, CaseIterable, Sendable {
+    public enum RateControlMode: String, CaseIterable, Sendable {
         case crf, bitrate
     }
 }
