@@ -7,28 +7,6 @@ import Testing
 /// The running agent's control socket against bad input: idle clients under a small file limit,
 /// and `protect` requests with no real end.
 @Suite(.serialized) struct ControlSocketAgentTests {
-    /// The agent recording the test pattern in 1-second segments, without a server; `prefix`
-    /// runs first (e.g. a shell that lowers the file limit).
-    func startAgent(_ loop: LoopFiles, prefix: [String] = []) throws -> Spawned {
-        try loop.write("agent.yaml", """
-            camera:
-              source: test-pattern
-              width: 320
-              height: 180
-              fps: 10
-            encoder:
-              preference: [libx265]
-              segmentSeconds: 1
-            recording:
-              dir: \(loop.path("recordings"))
-            speech:
-              sink: wav:\(loop.path("speech"))
-            status:
-              socket: \(loop.path("status.sock"))
-            """)
-        return try Spawned("dashcam-agent", ["record", "--config", loop.path("agent.yaml")], prefix: prefix, folder: loop.folder)
-    }
-
     func segmentLines(_ agent: Spawned) -> [[String: Any]] {
         agent.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
@@ -37,7 +15,7 @@ import Testing
         let loop = try LoopFiles()
         defer { loop.remove() }
         // Started by hand with a umask that lets anyone at a new file.
-        let agent = try startAgent(loop, prefix: ["/bin/sh", "-c", #"ulimit -n 128 && umask 0 && exec "$0" "$@""#])
+        let agent = try loop.startRecorder(prefix: ["/bin/sh", "-c", #"ulimit -n 128 && umask 0 && exec "$0" "$@""#])
         // The socket is the agent user's alone from the moment it has its name.
         #expect(await agent.wait(for: .seconds(60)) { _ in FileManager.default.fileExists(atPath: loop.path("status.sock")) })
         var info = stat()
@@ -68,7 +46,7 @@ import Testing
     @Test func protectRefusesARangeWithNoRealEndAndFilesNothingAsProtected() async throws {
         let loop = try LoopFiles()
         defer { loop.remove() }
-        let agent = try startAgent(loop)
+        let agent = try loop.startRecorder()
         #expect(await agent.wait(for: .seconds(60)) { self.segmentLines($0).count >= 2 }, "\(agent.stderr)")
 
         // Straight to the socket, as any local program could.

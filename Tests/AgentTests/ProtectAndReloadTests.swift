@@ -5,28 +5,6 @@ import Testing
 
 /// The running agent: `protect` over its control socket, and SIGHUP.
 @Suite(.serialized) struct ProtectAndReloadTests {
-    /// The agent recording the test pattern in 1-second segments, without a server.
-    func startAgent(_ loop: LoopFiles, extra: String = "") throws -> Spawned {
-        try loop.write("agent.yaml", """
-            camera:
-              source: test-pattern
-              width: 320
-              height: 180
-              fps: 10
-            encoder:
-              preference: [libx265]
-              segmentSeconds: 1
-            recording:
-              dir: \(loop.path("recordings"))
-            speech:
-              sink: wav:\(loop.path("speech"))
-            status:
-              socket: \(loop.path("status.sock"))
-            \(extra)
-            """)
-        return try Spawned("dashcam-agent", ["record", "--config", loop.path("agent.yaml")], folder: loop.folder)
-    }
-
     func lines(_ agent: Spawned) -> Int { agent.stdout.split(separator: "\n").count }
 
     func agentCommand(_ arguments: [String], _ loop: LoopFiles) async throws -> Command.Result {
@@ -36,7 +14,7 @@ import Testing
     @Test func protectKeepsASegmentAndTheLastSecondsAsTheyClose() async throws {
         let loop = try LoopFiles()
         defer { loop.remove() }
-        let agent = try startAgent(loop)
+        let agent = try loop.startRecorder()
         #expect(await agent.wait(for: .seconds(60)) { self.lines($0) >= 3 }, "\(agent.stderr)")
 
         let one = try await agentCommand(["protect", "1"], loop)
@@ -73,7 +51,7 @@ import Testing
     @Test func sighupAppliesWhatItCanAndSurvivesABrokenConfig() async throws {
         let loop = try LoopFiles()
         defer { loop.remove() }
-        let agent = try startAgent(loop)
+        let agent = try loop.startRecorder()
         #expect(await agent.wait(for: .seconds(60)) { self.lines($0) >= 1 }, "\(agent.stderr)")
         let config = try String(contentsOfFile: loop.path("agent.yaml"), encoding: .utf8)
 

@@ -97,6 +97,29 @@ struct LoopFiles {
         try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path(name))
     }
 
+    /// The agent recording the test pattern in 1-second segments, without a server; `extra` is
+    /// more YAML, `prefix` runs first (e.g. a shell that lowers the file limit).
+    func startRecorder(extra: String = "", prefix: [String] = []) throws -> Spawned {
+        try write("agent.yaml", """
+            camera:
+              source: test-pattern
+              width: 320
+              height: 180
+              fps: 10
+            encoder:
+              preference: [libx265]
+              segmentSeconds: 1
+            recording:
+              dir: \(path("recordings"))
+            speech:
+              sink: wav:\(path("speech"))
+            status:
+              socket: \(path("status.sock"))
+            \(extra)
+            """)
+        return try Spawned("dashcam-agent", ["record", "--config", path("agent.yaml")], prefix: prefix, folder: folder)
+    }
+
     /// A server config listening on `host:port` (0 picks a free port).
     func serverConfig(host: String = "127.0.0.1", port: Int = 0) throws -> String {
         try write("server.yaml", """
