@@ -6,10 +6,20 @@ zerolatency, no B-frames, keyint = min-keyint = fps x 5, scenecut 0, closed GOP,
 5 s, CRF 28) and write 5-second MP4 segments tagged hvc1. Runs alternate between the two; each
 run's CPU time (user + sys) and peak RSS come from wait4()'s rusage. Prints a Markdown table.
 
-    python3 bench/record_vs_ffmpeg.py [--runs 5] [--agent .build/release/dashcam-agent]
+The agent measured is the one the package ships: built by deploy/build-deb.sh (static Swift
+standard library, lld, link order of deploy/dashcam-agent.order) in its own build folder,
+.build-bench, so the shared .build is not locked meanwhile.
+
+    python3 bench/record_vs_ffmpeg.py [--runs 5] [--agent PATH]   # PATH: measure that binary instead
+    python3 bench/record_vs_ffmpeg.py --write-order               # profile, rewrite the link order, measure
+
+--write-order runs the agent under callgrind on a short version of the first case and writes every
+function of the binary that ran, the code a recording needs, to deploy/dashcam-agent.order; the
+linker puts those functions next to each other. Needs valgrind.
 """
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -22,6 +32,8 @@ CASES = [
     ("640x360@10", 640, 360, 10, 60),
     ("1280x720@30", 1280, 720, 30, 20),
 ]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ORDER = os.path.join(REPO, "deploy", "dashcam-agent.order")
 
 
 def run_measured(argv):
@@ -37,8 +49,18 @@ def run_measured(argv):
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, wall
 
 
+def build_agent(folder):
+    """The release binary exactly as deploy/build-deb.sh links it; returns its path."""
+    scratch = os.path.join(REPO, ".build-bench")
+    env = dict(os.environ, DEB_SCRATCH=scratch, DEB_OUT=os.path.join(folder, "deb"), DEB_COMPRESSION="none")
+    env.pop("AGENT_BIN", None)
+    subprocess.run(["bash", os.path.join(REPO, "deploy", "build-deb.sh")], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    return os.path.join(scratch, "release", "dashcam-agent")
+
+
 def make_input(folder, width, height, fps, seconds):
-    path = os.path.join(folder, f"input-{width}x{height}-{fps}.mkv")
+    path = os.path.join(folder, f"input-{width}x{height}-{fps}-{seconds}.mkv")
     subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi",
                     "-i", f"testsrc2=size={width}x{height}:rate={fps}", "-t", str(seconds),
                     "-pix_fmt", "yuv420p", "-c:v", "mpeg4", "-q:v", "3", path], check=True)
@@ -64,17 +86,70 @@ def ffmpeg_command(folder, source, fps):
             os.path.join(folder, "ffmpeg-out", "%06d.mp4")]
 
 
+def fresh_outputs(folder):
+    for sub in ("agent-out", "ffmpeg-out"):
+        shutil.rmtree(os.path.join(folder, sub), ignore_errors=True)
+        os.makedirs(os.path.join(folder, sub))
+
+
+def write_order(agent, folder):
+    """Every function of `agent` that a short recording of each case runs, to ORDER."""
+    # valgrind cannot read the toolchain's DWARF; the symbol table is all it needs.
+    plain = os.path.join(folder, "dashcam-agent")
+    subprocess.run(["objcopy", "--strip-debug", agent, plain], check=True)
+    functions = {}
+    # The smaller case only: both run the same code in the binary (the codecs are shared libraries),
+    # and the larger one takes minutes under callgrind.
+    for label, width, height, fps, _ in CASES[:1]:
+        # Two segments and a cut-short third: the end-of-input path runs too.
+        source = make_input(folder, width, height, fps, 12)
+        fresh_outputs(folder)
+        profile = os.path.join(folder, f"callgrind-{width}x{height}.out")
+        subprocess.run(["valgrind", "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={profile}"]
+                       + agent_command(plain, folder, source, width, height, fps),
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        objects, names, current = {}, {}, None
+        with open(profile, errors="replace") as file:
+            for line in file:
+                match = re.match(r"^(ob|cob|fn|cfn)=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+                if not match:
+                    continue
+                kind, ident, name = match.groups()
+                table = objects if kind in ("ob", "cob") else names
+                if name is not None:
+                    table[ident] = name
+                if kind == "ob":
+                    current = objects.get(ident)
+                elif kind == "fn" and current == plain:
+                    # callgrind marks recursion levels as name'2; the symbol is the name.
+                    symbol = re.sub(r"'\d+$", "", names[ident])
+                    if not symbol.startswith("0x"):
+                        functions.setdefault(symbol, None)
+    with open(ORDER, "w") as file:
+        file.write("".join(f"{symbol}\n" for symbol in functions))
+    print(f"{len(functions)} functions written to {os.path.relpath(ORDER, REPO)}", file=sys.stderr)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--agent", default=".build/release/dashcam-agent")
+    parser.add_argument("--agent", help="measure this binary instead of building the package's")
+    parser.add_argument("--write-order", action="store_true", help="profile the agent and rewrite the link order first")
     args = parser.parse_args()
-    agent = os.path.abspath(args.agent)
 
-    print(f"| case | tool | CPU s (median of {args.runs}) | peak RSS MiB (median) | wall s |")
-    print("|---|---|---|---|---|")
-    summary = []
     with tempfile.TemporaryDirectory() as folder:
+        if args.agent:
+            agent = os.path.abspath(args.agent)
+        else:
+            agent = build_agent(folder)
+            if args.write_order:
+                write_order(agent, folder)
+                agent = build_agent(folder)
+        print(f"{os.cpu_count()} CPUs; load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print()
+        print(f"| case | tool | CPU s (median of {args.runs}) | peak RSS MiB (median) | wall s |")
+        print("|---|---|---|---|---|")
+        summary = []
         for label, width, height, fps, seconds in CASES:
             source = make_input(folder, width, height, fps, seconds)
             commands = {"agent": agent_command(agent, folder, source, width, height, fps),
@@ -82,9 +157,7 @@ def main():
             results = {"agent": [], "ffmpeg": []}
             for _ in range(args.runs):
                 for tool in ("agent", "ffmpeg"):  # alternate, so drift hits both alike
-                    for sub in ("agent-out", "ffmpeg-out"):
-                        shutil.rmtree(os.path.join(folder, sub), ignore_errors=True)
-                        os.makedirs(os.path.join(folder, sub))
+                    fresh_outputs(folder)
                     results[tool].append(run_measured(commands[tool]))
                     # The agent files segments by day: count files, not folder entries.
                     produced = sum(len(files) for _, _, files in os.walk(os.path.join(folder, f"{tool}-out")))
@@ -98,11 +171,13 @@ def main():
                 medians[tool] = (cpu, rss)
                 print(f"| {label} | {tool} | {cpu:.2f} | {rss:.1f} | {wall:.2f} |")
             summary.append((label, medians["agent"][0] / medians["ffmpeg"][0], medians["agent"][1] / medians["ffmpeg"][1]))
-    print()
-    print("| case | CPU ratio agent/ffmpeg | RSS ratio agent/ffmpeg |")
-    print("|---|---|---|")
-    for label, cpu, rss in summary:
-        print(f"| {label} | {cpu:.3f} | {rss:.3f} |")
+        print()
+        print("| case | CPU ratio agent/ffmpeg | RSS ratio agent/ffmpeg |")
+        print("|---|---|---|")
+        for label, cpu, rss in summary:
+            print(f"| {label} | {cpu:.3f} | {rss:.3f} |")
+        print()
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 # profiles, a udev rule (/dev/dashcam-camera, gpio group) and maintainer scripts that create the
 # system user and an empty private token file. See deploy/README.md.
 #
-#     bash deploy/build-deb.sh                  # release build, static Swift stdlib
+#     bash deploy/build-deb.sh                  # release build, static Swift stdlib, lld
 #     AGENT_BIN=path bash deploy/build-deb.sh   # package a binary built elsewhere (the tests do)
 #
 # DEB_OUT (folder), DEB_COMPRESSION (xz, gzip, none), DEB_MAINTAINER ("Name <address>") and
@@ -18,7 +18,18 @@ ARCH=$(dpkg --print-architecture)
 if [ -z "${AGENT_BIN:-}" ]; then
     # No RUNPATH: every library the binary needs comes from the system's own folders. The build's
     # progress goes to stderr: stdout carries only the package's path.
-    swift build -c release --static-swift-stdlib --disable-local-rpath --product dashcam-agent ${DEB_SCRATCH:+--scratch-path "$DEB_SCRATCH"} >&2
+    # Linked for a small resident size (see BENCHMARKS.md, "Recording"): no symbol table for the
+    # dynamic linker (it kept every symbol alive and was read at each start), relative relocations
+    # packed (DT_RELR, glibc 2.36), and the code a recording runs laid out together in the order
+    # of deploy/dashcam-agent.order, so it occupies few pages.
+    ORDER="$PWD/deploy/dashcam-agent.order"
+    LINK=(-Xswiftc -use-ld=lld -Xlinker --no-export-dynamic -Xlinker -z -Xlinker pack-relative-relocs)
+    if [ -f "$ORDER" ]; then
+        LINK+=(-Xlinker "--symbol-ordering-file=$ORDER" -Xlinker --no-warn-symbol-ordering)
+    fi
+    # The order file is not an input the build tracks: link again every time.
+    rm -f "${DEB_SCRATCH:-.build}/release/dashcam-agent"
+    swift build -c release --static-swift-stdlib --disable-local-rpath --product dashcam-agent "${LINK[@]}" ${DEB_SCRATCH:+--scratch-path "$DEB_SCRATCH"} >&2
     AGENT_BIN=${DEB_SCRATCH:-.build}/release/dashcam-agent
 fi
 OUT="${DEB_OUT:-deploy/out}"
@@ -40,6 +51,7 @@ install -D -m 0644 README.md "$ROOT/usr/share/doc/dashcam-agent/README.md"
 install -D -m 0644 deploy/README.md "$ROOT/usr/share/doc/dashcam-agent/README.Debian"
 install -D -m 0644 device-config/README.md "$ROOT/usr/share/doc/dashcam-agent/CONFIG.md"
 install -D -m 0644 deploy/copyright "$ROOT/usr/share/doc/dashcam-agent/copyright"
+install -D -m 0644 deploy/recording-dir.conf "$ROOT/usr/share/doc/dashcam-agent/examples/recording-dir.conf"
 gzip -9n < deploy/debian/changelog > "$ROOT/usr/share/doc/dashcam-agent/changelog.gz"
 chmod 0644 "$ROOT/usr/share/doc/dashcam-agent/changelog.gz"
 install -D -m 0644 deploy/debian/lintian-overrides "$ROOT/usr/share/lintian/overrides/dashcam-agent"
@@ -53,7 +65,7 @@ Installed-Size: $(du -sk --exclude=DEBIAN "$ROOT" | cut -f1)
 Maintainer: $MAINTAINER
 Section: video
 Priority: optional
-Depends: adduser, libc6 (>= 2.34), libstdc++6, libgcc-s1, libavcodec59, libavformat59, libswscale6, libavutil57, libv4l-0, libgpiod2, libespeak-ng1, espeak-ng-data, libasound2
+Depends: adduser, libc6 (>= 2.36), libstdc++6, libgcc-s1, libavcodec59, libavformat59, libswscale6, libavutil57, libv4l-0, libgpiod2, libespeak-ng1, espeak-ng-data, libasound2
 Recommends: v4l-utils, gpiod, alsa-utils
 Description: dashcam agent: records a camera, streams it for driver guidance
  Captures a V4L2 camera, encodes 5-second HEVC segments and keeps a loop

@@ -36,11 +36,12 @@ public struct EncoderError: Error, CustomStringConvertible {
     }
 }
 
-/// libavcodec HEVC encoding of frames into a ``Segmenter``.
+/// libavcodec HEVC encoding: the ``VideoEncoder`` of a real machine.
 ///
 /// Frames are copied into one reused `AVFrame` (converted with libswscale only when the source's
-/// pixel format is not one the encoder takes), and packets come out through one reused `AVPacket`.
-public final class HEVCEncoder {
+/// pixel format is not one the encoder takes), and packets come out through one reused `AVPacket`
+/// whose bytes are lent to the sink, not copied.
+public final class HEVCEncoder: VideoEncoder {
     /// The FFmpeg encoder that opened, e.g. `libx265`.
     public let name: String
     /// Encoders tried before this one, with why they failed.
@@ -53,6 +54,7 @@ public final class HEVCEncoder {
     private var frame: UnsafeMutablePointer<AVFrame>
     private var packet: UnsafeMutablePointer<AVPacket>
     private var scaler: OpaquePointer?
+    public private(set) var stream: EncodedStream
 
     /// Opens the first encoder in `settings.preference` that works; `inputFormat` is what the
     /// source delivers, taken as is when the encoder accepts it.
@@ -77,6 +79,7 @@ public final class HEVCEncoder {
         self.codec = codec
         self.encoderFormat = pixelFormat
         self.context = context
+        self.stream = Self.stream(of: context, format: settings.format)
         self.frame = av_frame_alloc()
         self.packet = av_packet_alloc()
         try allocateFrame()
@@ -96,7 +99,7 @@ public final class HEVCEncoder {
     public var encoderPixelFormat: PixelFormat { PixelFormat(encoderFormat) }
 
     /// Encodes one frame at its timeline slot; `keyframe` forces an IDR (a segment starts).
-    public func encode(_ source: Frame, slot: Int64, keyframe: Bool, into segmenter: Segmenter) throws {
+    public func encode(_ source: Frame, slot: Int64, keyframe: Bool, into sink: PacketSink) throws {
         var status = av_frame_make_writable(frame)
         guard status >= 0 else { throw failure("make frame writable", status) }
         try copy(source)
@@ -104,14 +107,14 @@ public final class HEVCEncoder {
         frame.pointee.pict_type = keyframe ? AV_PICTURE_TYPE_I : AV_PICTURE_TYPE_NONE
         status = avcodec_send_frame(context, frame)
         guard status >= 0 else { throw failure("send frame", status) }
-        try drain(into: segmenter)
+        try drain(into: sink)
     }
 
-    /// Sends end-of-stream and writes every packet still inside the encoder; then ``restart()``.
-    public func flush(into segmenter: Segmenter) throws {
+    /// Sends end-of-stream and hands over every packet still inside the encoder; then ``restart()``.
+    public func flush(into sink: PacketSink) throws {
         let status = avcodec_send_frame(context, nil)
         guard status >= 0 || status == averrorEOF else { throw failure("flush", status) }
-        try drain(into: segmenter)
+        try drain(into: sink)
     }
 
     /// A flushed encoder takes no more frames: open a fresh context with the same settings.
@@ -121,19 +124,32 @@ public final class HEVCEncoder {
             var old: UnsafeMutablePointer<AVCodecContext>? = context
             avcodec_free_context(&old)
             context = fresh
+            stream = Self.stream(of: fresh, format: settings.format)
         } catch {
             throw EncoderError(attempts: [(name, error.reason)], detail: "")
         }
     }
 
-    private func drain(into segmenter: Segmenter) throws {
+    private func drain(into sink: PacketSink) throws {
         while true {
             let status = avcodec_receive_packet(context, packet)
             if status == averrorEAGAIN || status == averrorEOF { return }
             guard status >= 0 else { throw failure("receive packet", status) }
             defer { av_packet_unref(packet) }
-            try segmenter.write(packet, codec: context, encoderName: name)
+            let received = packet.pointee
+            try sink(EncodedPacket(
+                bytes: UnsafeRawBufferPointer(start: received.data, count: Int(received.size)),
+                pts: received.pts, dts: received.dts, duration: received.duration,
+                isKeyframe: received.flags & AV_PKT_FLAG_KEY != 0))
         }
+    }
+
+    /// The parameter sets the encoder put in `extradata` (it opens with a global header).
+    private static func stream(of context: UnsafePointer<AVCodecContext>, format: VideoFormat) -> EncodedStream {
+        let extradata = context.pointee.extradata.map {
+            Array(UnsafeBufferPointer(start: $0, count: Int(context.pointee.extradata_size)))
+        } ?? []
+        return EncodedStream(format: format, parameterSets: extradata)
     }
 
     private func copy(_ source: Frame) throws {

@@ -14,11 +14,15 @@ final class MP4Writer {
         var description: String { "MP4 \(step) failed: \(averrorText(code))" }
     }
 
-    /// Bytes of the segment being written; capacity is kept between segments.
-    private var storage = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-    private var size = 0
+    /// The segment being written. ``finish()`` hands this array over as the segment's bytes, so a
+    /// segment exists once in memory; the next one starts with room for the last one's size.
+    private var storage: [UInt8] = []
     private var position = 0
+    /// The last segment's size, to reserve for the next.
+    private var expectedSize = 1 << 20
 
+    /// Reused for every packet; it never owns the bytes it points at.
+    private let packet: UnsafeMutablePointer<AVPacket> = av_packet_alloc()
     private var format: UnsafeMutablePointer<AVFormatContext>?
     private var stream: UnsafeMutablePointer<AVStream>?
     /// Encoder time base (one tick per frame slot).
@@ -26,14 +30,17 @@ final class MP4Writer {
 
     deinit {
         abandon()
-        storage.deallocate()
+        var packet: UnsafeMutablePointer<AVPacket>? = packet
+        av_packet_free(&packet)
     }
 
     var isOpen: Bool { format != nil }
 
-    func begin(codec: UnsafePointer<AVCodecContext>, framesPerSegment: Int) throws {
+    func begin(stream description: EncodedStream, framesPerSegment: Int) throws {
         abandon()
-        size = 0
+        storage = []
+        // A segment's size varies little from one to the next: an eighth more is rarely outgrown.
+        storage.reserveCapacity(expectedSize + expectedSize / 8)
         position = 0
         var context: UnsafeMutablePointer<AVFormatContext>?
         var status = avformat_alloc_output_context2(&context, nil, "mp4", nil)
@@ -59,13 +66,27 @@ final class MP4Writer {
             throw Failure(step: "add stream", code: dashcam_averror(ENOMEM))
         }
         self.stream = stream
-        status = avcodec_parameters_from_context(stream.pointee.codecpar, codec)
-        guard status >= 0 else { throw Failure(step: "copy codec parameters", code: status) }
+        let parameters = stream.pointee.codecpar!
+        let format = description.format
+        parameters.pointee.codec_type = AVMEDIA_TYPE_VIDEO
+        parameters.pointee.codec_id = AV_CODEC_ID_HEVC
         // `hvc1`: parameter sets live in the sample description only, as players expect in MP4.
-        stream.pointee.codecpar.pointee.codec_tag = fourcc("hvc1")
-        sourceTimeBase = codec.pointee.time_base
-        stream.pointee.time_base = codec.pointee.time_base
-        stream.pointee.avg_frame_rate = codec.pointee.framerate
+        parameters.pointee.codec_tag = fourcc("hvc1")
+        parameters.pointee.width = Int32(format.width)
+        parameters.pointee.height = Int32(format.height)
+        let extradataSize = description.parameterSets.count
+        if extradataSize > 0 {
+            // The muxer frees it with the stream; libavcodec wants padding after it.
+            guard let extradata = av_mallocz(extradataSize + Int(AV_INPUT_BUFFER_PADDING_SIZE)) else {
+                throw Failure(step: "copy parameter sets", code: dashcam_averror(ENOMEM))
+            }
+            description.parameterSets.withUnsafeBytes { extradata.copyMemory(from: $0.baseAddress!, byteCount: extradataSize) }
+            parameters.pointee.extradata = extradata.assumingMemoryBound(to: UInt8.self)
+            parameters.pointee.extradata_size = Int32(extradataSize)
+        }
+        sourceTimeBase = AVRational(num: 1, den: Int32(format.fps))
+        stream.pointee.time_base = sourceTimeBase
+        stream.pointee.avg_frame_rate = AVRational(num: Int32(format.fps), den: 1)
 
         var options: OpaquePointer?
         defer { av_dict_free(&options) }
@@ -76,8 +97,19 @@ final class MP4Writer {
     }
 
     /// Writes one packet; `pts`/`dts` are in frame slots relative to the segment start.
-    func write(_ packet: UnsafeMutablePointer<AVPacket>) throws {
+    ///
+    /// The bytes are lent to the muxer, not copied into a packet of its own: the muxer copies
+    /// them once, into the segment.
+    func write(_ encoded: EncodedPacket, pts: Int64, dts: Int64) throws {
         guard let format, let stream else { return }
+        let packet = self.packet
+        defer { av_packet_unref(packet) }
+        packet.pointee.data = UnsafeMutablePointer(mutating: encoded.bytes.baseAddress?.assumingMemoryBound(to: UInt8.self))
+        packet.pointee.size = Int32(encoded.bytes.count)
+        packet.pointee.pts = pts
+        packet.pointee.dts = dts
+        packet.pointee.duration = max(encoded.duration, 1)
+        packet.pointee.flags = encoded.isKeyframe ? AV_PKT_FLAG_KEY : 0
         packet.pointee.stream_index = stream.pointee.index
         av_packet_rescale_ts(packet, sourceTimeBase, stream.pointee.time_base)
         let status = av_write_frame(format, packet)
@@ -91,7 +123,9 @@ final class MP4Writer {
         avio_flush(format.pointee.pb)
         abandon()
         guard status >= 0 else { throw Failure(step: "write trailer", code: status) }
-        return Array(UnsafeRawBufferPointer(rebasing: storage[0..<size]))
+        defer { storage = [] }
+        expectedSize = storage.count
+        return storage
     }
 
     /// Frees the muxer without producing a file.
@@ -109,26 +143,34 @@ final class MP4Writer {
     }
 
     private func append(_ bytes: UnsafeRawPointer, _ count: Int) -> Int32 {
-        let end = position + count
-        if end > storage.count {
-            // Grow by half: a segment's size varies little from one to the next.
-            let grown = UnsafeMutableRawBufferPointer.allocate(byteCount: max(end, storage.count + storage.count / 2), alignment: 16)
-            grown.copyMemory(from: UnsafeRawBufferPointer(rebasing: storage[0..<size]))
-            storage.deallocate()
-            storage = grown
+        let source = UnsafeRawBufferPointer(start: bytes, count: count)
+        // Seeking back (to fill in moov) overwrites; writing at the end appends.
+        let overwrite = min(count, max(storage.count - position, 0))
+        if overwrite > 0 {
+            storage.withUnsafeMutableBytes {
+                UnsafeMutableRawBufferPointer(rebasing: $0[position ..< position + overwrite])
+                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[0 ..< overwrite]))
+            }
         }
-        (storage.baseAddress! + position).copyMemory(from: bytes, byteCount: count)
-        position = end
-        size = max(size, end)
+        if overwrite < count {
+            if position > storage.count { storage.append(contentsOf: repeatElement(0, count: position - storage.count)) }
+            let end = position + count
+            if end > storage.capacity {
+                // Grow by half, not double: the segment is nearly done when it outgrows the estimate.
+                storage.reserveCapacity(max(end, storage.capacity + storage.capacity / 2))
+            }
+            storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: source[overwrite...]))
+        }
+        position += count
         return Int32(count)
     }
 
     private func seek(_ offset: Int64, _ whence: Int32) -> Int64 {
         switch whence & ~AVSEEK_FORCE {
-        case AVSEEK_SIZE: return Int64(size)
+        case AVSEEK_SIZE: return Int64(storage.count)
         case SEEK_SET: position = Int(offset)
         case SEEK_CUR: position += Int(offset)
-        case SEEK_END: position = size + Int(offset)
+        case SEEK_END: position = storage.count + Int(offset)
         default: return Int64(dashcam_averror(EINVAL))
         }
         return Int64(position)

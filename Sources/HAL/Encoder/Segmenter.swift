@@ -1,4 +1,3 @@
-internal import CFFmpeg
 import Foundation
 internal import Crypto
 
@@ -41,7 +40,9 @@ public final class Segmenter {
 
     /// Segments finished since the last call, oldest first.
     public func takeClosed() -> [Segment] {
-        defer { closed.removeAll(keepingCapacity: true) }
+        // Asked after every frame: nothing to hand over must not allocate.
+        guard !closed.isEmpty else { return [] }
+        defer { closed = [] }
         return closed
     }
 
@@ -50,23 +51,21 @@ public final class Segmenter {
         try finishSegment(reason: reason)
     }
 
-    func write(_ packet: UnsafeMutablePointer<AVPacket>, codec: UnsafePointer<AVCodecContext>, encoderName: String) throws {
-        let pts = packet.pointee.pts
+    /// Takes one packet of `encoder`'s stream; closes the segment its slot completes.
+    public func write(_ packet: EncodedPacket, from encoder: any VideoEncoder) throws {
+        let pts = packet.pts
         let index = clock.segmentIndex(ofSlot: pts)
         if index != segmentIndex {
             if writer.isOpen { try finishSegment(reason: .complete) }
-            try writer.begin(codec: codec, framesPerSegment: clock.framesPerSegment)
+            try writer.begin(stream: encoder.stream, framesPerSegment: clock.framesPerSegment)
             segmentIndex = index
             firstPts = pts
             frames = 0
-            self.encoderName = encoderName
+            encoderName = encoder.name
         }
         lastPts = pts
         frames += 1
-        if packet.pointee.duration <= 0 { packet.pointee.duration = 1 }
-        packet.pointee.pts -= firstPts
-        packet.pointee.dts -= firstPts
-        try writer.write(packet)
+        try writer.write(packet, pts: pts - firstPts, dts: packet.dts - firstPts)
         if (pts + 1) % Int64(clock.framesPerSegment) == 0 {
             try finishSegment(reason: .complete)
         }
@@ -88,7 +87,7 @@ public final class Segmenter {
             frames: frames,
             droppedFrames: Int(span) - frames,
             bytes: bytes.count,
-            sha256: SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined(),
+            sha256: hex(SHA256.hash(data: bytes)),
             encoder: encoderName,
             width: format.width, height: format.height, fps: format.fps,
             complete: reason == .complete && frames == Int(n),
@@ -98,4 +97,17 @@ public final class Segmenter {
         segmentIndex = -1
         closed.append(Segment(metadata: metadata, data: bytes))
     }
+}
+
+private let hexDigits = Array("0123456789abcdef".utf8)
+
+/// Lower-case hex by table: `String(format:)` would go through Foundation's string formatting.
+private func hex(_ digest: some Sequence<UInt8>) -> String {
+    var text: [UInt8] = []
+    text.reserveCapacity(64)
+    for byte in digest {
+        text.append(hexDigits[Int(byte >> 4)])
+        text.append(hexDigits[Int(byte & 0x0f)])
+    }
+    return String(decoding: text, as: UTF8.self)
 }
