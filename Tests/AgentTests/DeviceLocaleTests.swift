@@ -37,14 +37,7 @@ import Testing
         // `uplink:` from the setup is merged into the one uplink section.
         let uplinkExtra = setup.yaml.hasPrefix("uplink:") ? setup.yaml.split(separator: "\n").dropFirst().joined(separator: "\n") + "\n" : ""
         try files.write("agent.yaml", (setup.yaml.hasPrefix("uplink:") ? "" : setup.yaml) + """
-            camera:
-              source: test-pattern
-              width: 320
-              height: 180
-              fps: 10
-            encoder:
-              preference: [libx265]
-              segmentSeconds: 1
+            \(LoopFiles.testPattern(segmentSeconds: 1))
             recording:
               dir: \(files.path("segments"))
             uplink:

@@ -97,18 +97,28 @@ struct LoopFiles {
         try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path(name))
     }
 
+    /// The `camera` and `encoder` sections of every spawned agent: the test pattern at 320x180,
+    /// 10 fps, encoded by libx265.
+    static func testPattern(pace: String = "realtime", crf: Int = 28, segmentSeconds: Int) -> String {
+        """
+        camera:
+          source: test-pattern
+          width: 320
+          height: 180
+          fps: 10
+          pace: \(pace)
+        encoder:
+          preference: [libx265]
+          crf: \(crf)
+          segmentSeconds: \(segmentSeconds)
+        """
+    }
+
     /// The agent recording the test pattern in 1-second segments, without a server; `extra` is
     /// more YAML, `prefix` runs first (e.g. a shell that lowers the file limit).
     func startRecorder(extra: String = "", prefix: [String] = []) throws -> Spawned {
         try write("agent.yaml", """
-            camera:
-              source: test-pattern
-              width: 320
-              height: 180
-              fps: 10
-            encoder:
-              preference: [libx265]
-              segmentSeconds: 1
+            \(Self.testPattern(segmentSeconds: 1))
             recording:
               dir: \(path("recordings"))
             speech:
@@ -143,16 +153,7 @@ struct LoopFiles {
     func agentConfig(url: String, pace: String = "realtime", crf: Int = 28, segmentSeconds: Int = 5, caFile: String? = nil,
                      uplink: [String: String] = [:]) throws -> String {
         try write("agent.yaml", """
-            camera:
-              source: test-pattern
-              width: 320
-              height: 180
-              fps: 10
-              pace: \(pace)
-            encoder:
-              preference: [libx265]
-              crf: \(crf)
-              segmentSeconds: \(segmentSeconds)
+            \(Self.testPattern(pace: pace, crf: crf, segmentSeconds: segmentSeconds))
             recording:
               dir: \(path("segments"))
             uplink:
