@@ -17,12 +17,13 @@ public struct StoredSegment: Sendable, Equatable {
 
     /// `<seq>-<UTC time>.mp4`: the sequence restarts with the agent, the capture time does not.
     public static func fileName(for metadata: SegmentMetadata) -> String {
-        String(format: "%06d-", metadata.seq) + metadata.capturedAt.formatted(timeInName) + ".mp4"
+        let seq = String(metadata.seq)
+        return String(repeating: "0", count: max(0, 6 - seq.count)) + seq + "-" + UTCTime(metadata.capturedAt).basic + ".mp4"
     }
 
     /// The day folder, `YYYY-MM-DD` in UTC like the times in the names.
     public static func dayFolder(for date: Date) -> String {
-        date.formatted(Date.ISO8601FormatStyle(timeZone: .gmt).year().month().day())
+        UTCTime(date).dayString
     }
 
     /// Where a new segment goes, relative to the recording folder.
@@ -30,9 +31,6 @@ public struct StoredSegment: Sendable, Equatable {
         let day = dayFolder(for: metadata.capturedAt) + "/" + fileName(for: metadata)
         return protected ? protectedFolder + "/" + day : day
     }
-
-    private static let timeInName = Date.ISO8601FormatStyle(
-        dateSeparator: .omitted, dateTimeSeparator: .standard, timeSeparator: .omitted, includingFractionalSeconds: true)
 
     init(path: String, seq: Int, capturedAt: Date, bytes: Int64) {
         self.path = path
@@ -46,7 +44,7 @@ public struct StoredSegment: Sendable, Equatable {
         let name = path.split(separator: "/").last.map(String.init) ?? path
         guard !name.hasPrefix("."), name.hasSuffix(".mp4"), let dash = name.firstIndex(of: "-"),
               let seq = Int(name[..<dash]),
-              let capturedAt = try? Self.timeInName.parse(String(name[name.index(after: dash)...].dropLast(4)))
+              let capturedAt = UTCTime(basic: name[name.index(after: dash)...].dropLast(4))?.date
         else { return nil }
         self.path = path
         self.seq = seq
