@@ -56,6 +56,17 @@ gzip -9n < deploy/debian/changelog > "$ROOT/usr/share/doc/dashcam-agent/changelo
 chmod 0644 "$ROOT/usr/share/doc/dashcam-agent/changelog.gz"
 install -D -m 0644 deploy/debian/lintian-overrides "$ROOT/usr/share/lintian/overrides/dashcam-agent"
 
+# The shared libraries' packages, read from the binary by dpkg-shlibdeps against the symbols files
+# of the release it is built on, as Debian's own packages get theirs: Debian 12 gives
+# libavcodec59 and libgpiod2, Debian 13 libavcodec61 and libgpiod3. The packed relocations
+# show up as libc6 (>= 2.36).
+shlibs=$(mktemp -d)
+mkdir "$shlibs/debian"
+printf 'Source: dashcam-agent\n\nPackage: dashcam-agent\nArchitecture: any\n' > "$shlibs/debian/control"
+LIBRARIES=$(cd "$shlibs" && dpkg-shlibdeps -O "$ROOT/usr/bin/dashcam-agent" | sed -n 's/^shlibs:Depends=//p')
+rm -rf "$shlibs"
+[ -n "$LIBRARIES" ] || { echo "build-deb: dpkg-shlibdeps found no libraries" >&2; exit 1; }
+
 mkdir -p "$ROOT/DEBIAN"
 cat > "$ROOT/DEBIAN/control" <<CONTROL
 Package: dashcam-agent
@@ -65,7 +76,7 @@ Installed-Size: $(du -sk --exclude=DEBIAN "$ROOT" | cut -f1)
 Maintainer: $MAINTAINER
 Section: video
 Priority: optional
-Depends: adduser, libc6 (>= 2.36), libstdc++6, libgcc-s1, libavcodec59, libavformat59, libswscale6, libavutil57, libv4l-0, libgpiod2, libespeak-ng1, espeak-ng-data, libasound2
+Depends: adduser, espeak-ng-data, $LIBRARIES
 Recommends: v4l-utils, gpiod, alsa-utils
 Description: dashcam agent: records a camera, streams it for driver guidance
  Captures a V4L2 camera, encodes 5-second HEVC segments and keeps a loop

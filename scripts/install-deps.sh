@@ -9,10 +9,10 @@ PACKAGES=(
     libv4l-dev v4l-utils                                          # camera
     libgpiod-dev libespeak-ng-dev espeak-ng-data libasound2-dev   # haptics, speech, sound
     sox                                                           # checks speech audio
-    nginx openssl iproute2                                        # the reverse proxy, its test certificates, network namespaces
+    nginx openssl iproute2 curl                                   # the reverse proxy, its test certificates, network namespaces, upgrade checks
     ffmpeg                                                        # ffprobe checks every segment
     systemd                                                       # systemd-analyze checks the unit
-    lintian                                                       # checks the .deb
+    dpkg-dev lintian                                              # the .deb's library dependencies (dpkg-shlibdeps), its checks
 )
 
 missing=()

@@ -178,6 +178,32 @@ hil_gpio_sim_value_is() {
     read -r v < "/sys/devices/platform/$HIL_GPIO_SIM_DEV/$HIL_GPIO_CHIP/sim_gpio$1/value" && [ "$v" = "$2" ]
 }
 
+# libgpiod's tools differ by release: Debian 12 ships v1 (gpiofind NAME, gpioinfo CHIP,
+# gpioset --mode=time), Debian 13 v2 (gpioinfo NAME, gpioinfo -c CHIP, gpioset -p PERIOD -t0). The
+# cases call these, which speak both.
+hil_gpiod_v2() { gpioinfo --version 2>/dev/null | grep -q 'v2\.'; }
+# hil_gpio_find NAME: prints "CHIP OFFSET" of the line called NAME.
+hil_gpio_find() {
+    if hil_gpiod_v2; then gpioinfo "$1" | awk '{ print $1, $2; exit }'
+    else gpiofind "$1"; fi
+}
+# hil_gpio_chip_info CHIP: gpioinfo's listing of CHIP's lines.
+hil_gpio_chip_info() {
+    if hil_gpiod_v2; then gpioinfo -c "$1"; else gpioinfo "$1"; fi
+}
+# hil_gpio_line_info CHIP OFFSET: gpioinfo's line for one line of CHIP.
+hil_gpio_line_info() { hil_gpio_chip_info "$1" | grep -E "line +$2:"; }
+# hil_gpio_line_unused INFO: a line from hil_gpio_line_info says no program holds it (v1 says
+# "unused"; v2 names a holder as consumer="...", and nothing when there is none).
+hil_gpio_line_unused() {
+    if hil_gpiod_v2; then [[ $1 != *consumer=* ]]; else [[ $1 == *unused* ]]; fi
+}
+# hil_gpio_hold CHIP OFFSET SECONDS: drives the line to 1 for SECONDS, lets it go, exits 0.
+hil_gpio_hold() {
+    if hil_gpiod_v2; then gpioset -c "$1" -p "${3}s" -t0 "$2=1"
+    else gpioset --mode=time --sec="$3" "$1" "$2=1"; fi
+}
+
 # Loads gpio-sim and makes the chip live. Called once per boot by in-vm.sh.
 hil_load_gpio_sim() {
     local cfg=$HIL_GPIO_SIM_CFG bank=$HIL_GPIO_SIM_CFG/gpio-bank0
@@ -203,7 +229,7 @@ hil_load_gpio_sim() {
     [ -f "$HIL_HAPTIC_VALUE" ] || { hil_log "no $HIL_HAPTIC_VALUE"; return 1; }
     hil_log "gpio-sim: $HIL_GPIO_CHIP ($HIL_GPIO_DEV, $HIL_GPIO_SIM_DEV), line $HIL_HAPTIC_LINE" \
         "'$HIL_HAPTIC_NAME' value at $HIL_HAPTIC_VALUE"
-    gpioinfo "$HIL_GPIO_CHIP"
+    hil_gpio_chip_info "$HIL_GPIO_CHIP"
 }
 
 # Cases started by in-vm.sh inherit the variables; anything else gets them here.

@@ -14,6 +14,12 @@
 #   HIL_VM_MEMORY     guest memory (default 2G)
 #   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 780)
 #   HIL_SKIP_INSTALL  1 = don't check/install packages (build-gpio-sim.sh: no apt-get either)
+#   HIL_ROOT          a Debian root folder to boot as the VM's userspace instead of the host's
+#                     (scripts/debian13.sh passes its Debian 13 root): the cases then run that
+#                     release's tools and libraries; the kernel and its modules stay the host's
+#   HIL_RODIRS        with HIL_ROOT: more host folders the VM sees, read-only, at the same path
+#                     (e.g. the Swift runtime a debug build's RUNPATH names)
+#   HIL_SHIM_CHECK    the CGPIODShim check binary for case 07 (default: built here on the host)
 #
 # Per-case logs and segment files: <repo>/.build-hil/run-<time>/ (also <repo>/.build-hil/latest).
 # Ends with "N passed, N failed"; exits non-zero if any case failed or did not run.
@@ -143,7 +149,32 @@ case " ${HIL_MODULES:-gpio-sim} " in
     *" gpio-sim "* | *" gpio_sim "*) bash "$HIL_DIR/build-gpio-sim.sh" "$KVER" "$WORK/modules" ;;
 esac
 
-VNG_ARGS=(--run "/boot/vmlinuz-$KVER" --disable-kvm --memory "${HIL_VM_MEMORY:-2G}" --rwdir "$WORK")
+# The libgpiod shim's checks against gpio-sim (case 07), built for the release under test.
+if [ -n "${HIL_SHIM_CHECK:-}" ]; then
+    cp "$HIL_SHIM_CHECK" "$WORK/shim_check"
+else
+    bash "$REPO_ROOT/Tests/CGPIODShim/run.sh" "$WORK/shim" > "$WORK/shim-build.log" 2>&1 ||
+        { cat "$WORK/shim-build.log"; die "building the shim check failed"; }
+    cp "$WORK/shim/shim_check" "$WORK/shim_check"
+fi
+
+VNG_ARGS=(--run "/boot/vmlinuz-$KVER" --disable-kvm --memory "${HIL_VM_MEMORY:-2G}")
+if [ -n "${HIL_ROOT:-}" ]; then
+    # Another release's root: the VM sees the tests, the agent's folder, the run's folder and the
+    # kernel's modules at their host paths (mount points made in the root), and nothing else.
+    [ -x "$HIL_ROOT/usr/bin/bash" ] || die "HIL_ROOT=$HIL_ROOT is not a root folder"
+    say "userspace: $HIL_ROOT (Debian $(cat "$HIL_ROOT/etc/debian_version"))"
+    VNG_ARGS+=(--root "$HIL_ROOT" --rwdir "$WORK=$WORK")
+    # shellcheck disable=SC2086  # HIL_RODIRS is a list
+    for d in "$REPO_ROOT/Tests" "$(dirname "$AGENT_BIN")" "/lib/modules/$KVER" ${HIL_RODIRS:-}; do
+        d=$(readlink -f "$d")
+        mkdir -p "$HIL_ROOT$d"
+        VNG_ARGS+=(--rodir "$d=$d")
+    done
+    mkdir -p "$HIL_ROOT$WORK"
+else
+    VNG_ARGS+=(--rwdir "$WORK")
+fi
 "$VNG" --help 2>/dev/null | grep -q -- '--cpus' && VNG_ARGS+=(--cpus 2)
 VM_ENV=("HIL_WORK=$WORK" "AGENT_BIN=$AGENT_BIN")
 for v in HIL_CASES HIL_MODULES HIL_CASE_TIMEOUT HIL_TERM_WITHIN HIL_VOICE_TOUCH_ROUNDS HIL_SEGMENT_SECONDS; do

@@ -262,7 +262,7 @@ public final class HEVCEncoder: VideoEncoder {
 
     /// The source's own format when the encoder takes it (no conversion), else the encoder's first.
     private static func choosePixelFormat(_ codec: UnsafePointer<AVCodec>, input: AVPixelFormat) -> AVPixelFormat {
-        guard var format = codec.pointee.pix_fmts else { return AV_PIX_FMT_YUV420P }
+        guard var format = cffmpeg_supported_pixel_formats(codec) else { return AV_PIX_FMT_YUV420P }
         let first = format.pointee
         while format.pointee != AV_PIX_FMT_NONE {
             if format.pointee == input { return input }

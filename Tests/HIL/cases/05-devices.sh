@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Smoke test of the simulated haptics and voice hardware, driven only by stock tools:
-#   * gpio-sim: `gpiofind haptic` finds line 5 of the sim chip; while
-#     `gpioset --mode=time --sec=1 CHIP 5=1` holds the line the sim reads 1, and 0 once it lets go
+#   * gpio-sim: libgpiod's tools (v1 on Debian 12, v2 on Debian 13) find line 5 of the sim chip by
+#     its name "haptic"; while gpioset holds the line at 1 for a second the sim reads 1, and 0
+#     once it lets go
 #   * snd-aloop: Korean speech from espeak-ng played to hw:Loopback,0,0 is recorded from
 #     hw:Loopback,1,0 and is not silent (sox stat: maximum amplitude and RMS), while a recording
 #     with nothing playing is silent (exactly 0)
@@ -23,16 +24,17 @@ if [ -z "${HIL_GPIO_CHIP:-}" ]; then
     hil_fail "gpio-sim chip is live (HIL_GPIO_CHIP unset; is gpio-sim in HIL_MODULES?)"
 else
     hil_ok "gpio-sim chip $HIL_GPIO_CHIP ($HIL_GPIO_DEV), haptic value at $HIL_HAPTIC_VALUE"
-    found=$(gpiofind "$HIL_HAPTIC_NAME" 2>&1)
-    if [ "$found" = "$HIL_GPIO_CHIP $HIL_HAPTIC_LINE" ]; then hil_ok "gpiofind $HIL_HAPTIC_NAME: $found"
-    else hil_fail "gpiofind $HIL_HAPTIC_NAME = '$HIL_GPIO_CHIP $HIL_HAPTIC_LINE' (got '$found')"; fi
+    found=$(hil_gpio_find "$HIL_HAPTIC_NAME" 2>&1)
+    tools=$(gpioinfo --version | head -1)
+    if [ "$found" = "$HIL_GPIO_CHIP $HIL_HAPTIC_LINE" ]; then hil_ok "$tools finds $HIL_HAPTIC_NAME: $found"
+    else hil_fail "$tools finds $HIL_HAPTIC_NAME at '$HIL_GPIO_CHIP $HIL_HAPTIC_LINE' (got '$found')"; fi
 
     v=$(hil_gpio_sim_value "$HIL_HAPTIC_LINE")
     if [ "$v" = 0 ]; then hil_ok "line $HIL_HAPTIC_LINE reads 0 before gpioset"
     else hil_fail "line $HIL_HAPTIC_LINE reads 0 before gpioset (got '$v')"; fi
 
     start=$(hil_now)
-    gpioset --mode=time --sec=1 "$HIL_GPIO_CHIP" "$HIL_HAPTIC_LINE=1" &
+    hil_gpio_hold "$HIL_GPIO_CHIP" "$HIL_HAPTIC_LINE" 1 &
     gpioset_pid=$!
     if hil_poll_since "$start" 5 hil_gpio_sim_value_is "$HIL_HAPTIC_LINE" 1; then
         hil_ok "line $HIL_HAPTIC_LINE reads 1 while gpioset holds it (${HIL_ELAPSED}s after start)"
@@ -48,7 +50,7 @@ else
     else
         hil_fail "line $HIL_HAPTIC_LINE reads 0 after gpioset let go (got '$(hil_gpio_sim_value "$HIL_HAPTIC_LINE")')"
     fi
-    gpioinfo "$HIL_GPIO_CHIP" | sed 's/^/    /'
+    hil_gpio_chip_info "$HIL_GPIO_CHIP" | sed 's/^/    /'
 fi
 
 # ---------------------------------------------------------------- audio

@@ -7,7 +7,7 @@
 #     pulse, then the three urgent pulses
 #   * `dashcam-agent status --json` reports the session and the sound output while it runs
 #   * after SIGTERM the agent exits 0 within 2 s, the segment in progress is written, and the
-#     line is released (gpioinfo: unused) and reads 0
+#     line is released (gpioinfo names no holder) and reads 0
 # HIL_VOICE_TOUCH_ROUNDS=N (bench/voice_touch.sh) plays N longer rounds, with room between spoken
 # items, for latency figures; the agent logs every latency at debug level.
 set -uo pipefail
@@ -180,9 +180,9 @@ if [ -n "$first_pulse_ms" ] && [ "$first_pulse_ms" -ge 100 ] && [ "$first_pulse_
 else hil_fail "the clear pulse lasted about 150 ms (got '${first_pulse_ms}')"; fi
 final=$(hil_gpio_sim_value "$HIL_HAPTIC_LINE")
 if [ "$final" = 0 ]; then hil_ok "line reads 0 after exit"; else hil_fail "line reads 0 after exit (got '$final')"; fi
-info=$(gpioinfo "$HIL_GPIO_CHIP" | grep -E "line +$HIL_HAPTIC_LINE:")
+info=$(hil_gpio_line_info "$HIL_GPIO_CHIP" "$HIL_HAPTIC_LINE")
 echo "    gpioinfo: $info"
-if [[ $info == *unused* ]] && [[ $info != *dashcam-agent* ]]; then hil_ok "line released after SIGTERM"
+if hil_gpio_line_unused "$info" && [[ $info != *dashcam-agent* ]]; then hil_ok "line released after SIGTERM"
 else hil_fail "line released after SIGTERM (gpioinfo: $info)"; fi
 
 hil_case_result

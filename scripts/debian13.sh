@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Debian 13 (trixie): the agent built and tested against trixie's libraries (FFmpeg 7.1,
+# libgpiod 2, libv4l 1.28, espeak-ng 1.52) in a Debian 13 root made here, with the Swift toolchain
+# on PATH mounted into it (Debian 13's own Swift is older than the 6.2 our dependencies need).
+# Needs root on a Debian or Ubuntu host (debootstrap, mount namespaces, chroot).
+#
+#     bash scripts/debian13.sh root         make the root, or bring a cached one up to date
+#     bash scripts/debian13.sh run CMD...   run CMD in the root, in the repository's folder
+#     bash scripts/debian13.sh test         the test command's steps for Debian 13 (below)
+#
+# `test` runs, each against trixie's packages: the libgpiod shim's C checks (its libgpiod v2
+# branch), the Swift build and tests, the release .deb checked by trixie's lintian, and the
+# hardware-in-the-loop suite with the root as the VM's userspace. PACKAGE=0 and HIL=0 skip
+# steps as in scripts/test.sh.
+#
+# Everything lives in .build-debian13/ (ignored): root/ (the Debian 13 root, reused while this
+# script and scripts/install-deps.sh are unchanged), build/ (debug), release/, deb/.
+# DEBIAN13_MIRROR picks the Debian mirror (default deb.debian.org).
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DIR="${DEBIAN13_DIR:-$REPO/.build-debian13}"
+ROOT="$DIR/root"
+SUITE=trixie
+MIRROR="${DEBIAN13_MIRROR:-http://deb.debian.org/debian}"
+
+say() { printf 'debian13: %s\n' "$*" >&2; }
+die() { printf 'debian13: error: %s\n' "$*" >&2; exit 2; }
+
+# What the Swift toolchain needs to run and link in the root: its compiler and package manager
+# load libstdc++, zlib, sqlite, ncurses, libcurl and libxml2 (Foundation's networking and XML);
+# clang links against glibc's and GCC's start files and libraries and reads libstdc++'s headers.
+TOOLCHAIN_PACKAGES=(
+    ca-certificates git g++ binutils libc6-dev zlib1g-dev uuid-dev
+    libcurl4t64 libxml2 libsqlite3-0 libncurses6 libedit2 tzdata
+)
+# What the hardware-in-the-loop cases run inside the VM (Tests/HIL/run.sh lists the host's).
+HIL_PACKAGES=(
+    kmod udev procps file iproute2 python3
+    v4l-utils ffmpeg sox gpiod alsa-utils espeak-ng
+)
+
+[ "$(id -u)" -eq 0 ] || die "run as root (debootstrap, mounts and chroot need it)"
+
+# The toolchain is the one on PATH, mounted read-only at the same path inside the root. It must
+# live in a folder of its own (a swift.org tarball), not in the system's /usr.
+toolchain_prefix() {
+    local swiftc
+    swiftc=$(command -v swiftc) || die "no swiftc on PATH (install a Swift 6.2 or later toolchain from swift.org)"
+    local prefix
+    prefix=$(dirname "$(dirname "$(dirname "$(readlink -f "$swiftc")")")")
+    case "$prefix" in
+        / | /usr | /usr/local) die "the Swift toolchain is installed in $prefix; the root needs one in a folder of its own (a swift.org tarball)" ;;
+    esac
+    echo "$prefix"
+}
+TOOLCHAIN=$(toolchain_prefix)
+
+# run_in_root CMD...: CMD in the root, as root, in the repository's folder (mounted at the same
+# path), with the toolchain first on PATH. Its own mount and PID namespaces: every mount and
+# every process it leaves behind end with it.
+run_in_root() {
+    [ -x "$ROOT/usr/bin/apt-get" ] || die "no Debian 13 root at $ROOT (run: bash scripts/debian13.sh root)"
+    mkdir -p "$ROOT$REPO" "$ROOT$TOOLCHAIN"
+    unshare --mount --pid --fork --propagation private -- bash -c '
+        set -e
+        root=$1 repo=$2 toolchain=$3; shift 3
+        # The root a mount point of its own: `ip netns` re-mounts "/" (mount --make-rslave).
+        mount --bind "$root" "$root"
+        mount --rbind /dev "$root/dev"
+        mount -t proc proc "$root/proc"
+        mount --rbind /sys "$root/sys"
+        mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+        mount -t tmpfs -o mode=0755 tmpfs "$root/run"
+        mount --bind "$repo" "$root$repo"
+        mount --bind "$toolchain" "$root$toolchain"
+        mount -o remount,bind,ro "$root$toolchain"
+        cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+        exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
+            PATH="$toolchain/usr/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+            ${CI:+CI=$CI} DEBIAN_FRONTEND=noninteractive \
+            bash -c "cd \"\$0\" && exec \"\$@\"" "$repo" "$@"
+    ' run_in_root "$ROOT" "$REPO" "$TOOLCHAIN" "$@"
+}
+
+# The root is reused while the package lists are the same: a stamp holds their hash.
+stamp_of() {
+    { declare -p TOOLCHAIN_PACKAGES HIL_PACKAGES; cat "$REPO/scripts/install-deps.sh"; } | sha256sum | cut -d' ' -f1
+}
+
+make_root() {
+    local want stamp="$DIR/root.stamp" start=$SECONDS
+    want=$(stamp_of)
+    if [ -x "$ROOT/usr/bin/apt-get" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+        say "root: $ROOT (cached, Debian $(cat "$ROOT/etc/debian_version"))"
+        return
+    fi
+    if [ ! -x "$ROOT/usr/bin/apt-get" ]; then
+        command -v debootstrap >/dev/null || { say "installing debootstrap"; apt-get install -y -qq debootstrap >&2; }
+        [ -e "/usr/share/debootstrap/scripts/$SUITE" ] || die "this debootstrap does not know $SUITE (install a newer debootstrap)"
+        rm -rf "$ROOT"
+        mkdir -p "$DIR"
+        say "debootstrap $SUITE into $ROOT (from $MIRROR)"
+        debootstrap --variant=minbase "$SUITE" "$ROOT" "$MIRROR" >&2 || die "debootstrap failed (see $ROOT/debootstrap/debootstrap.log)"
+        printf 'Types: deb\nURIs: %s\nSuites: %s %s-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: %s\nSuites: %s-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+            "$MIRROR" "$SUITE" "$SUITE" "${MIRROR%/debian}/debian-security" "$SUITE" > "$ROOT/etc/apt/sources.list.d/debian.sources"
+        rm -f "$ROOT/etc/apt/sources.list"
+        # Services installed into the root (nginx, ...) must not start: the tests start their own.
+        printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"
+        chmod 0755 "$ROOT/usr/sbin/policy-rc.d"
+    fi
+    say "packages: the toolchain's, the agent's (scripts/install-deps.sh) and the VM cases'"
+    run_in_root apt-get update -qq >&2
+    run_in_root apt-get install -y -qq --no-install-recommends "${TOOLCHAIN_PACKAGES[@]}" "${HIL_PACKAGES[@]}" >&2
+    run_in_root bash scripts/install-deps.sh >&2
+    run_in_root apt-get clean
+    echo "$want" > "$stamp"
+    say "root: $ROOT ready in $((SECONDS - start)) s (Debian $(cat "$ROOT/etc/debian_version"))"
+}
+
+# Dependencies are resolved on the host (its git reaches the package sources), into the scratch
+# folder the root's build then uses without fetching.
+resolve() { (cd "$REPO" && swift package resolve --scratch-path "$1" >&2); }
+
+TIMES=()
+# step NAME CMD...: runs CMD, notes how long it took.
+step() {
+    local name=$1 start=$SECONDS; shift
+    say "--- $name"
+    "$@"
+    TIMES+=("$(printf '%-34s %4d s' "$name" $((SECONDS - start)))")
+}
+
+test_all() {
+    local deb
+    step "root (debootstrap, packages)" make_root
+    step "libgpiod shim checks (C)" run_in_root bash Tests/CGPIODShim/run.sh "$DIR/shim"
+    step "resolve dependencies (host)" resolve "$DIR/build"
+    step "swift build --build-tests" run_in_root swift build --build-tests --scratch-path "$DIR/build"
+    step "swift test" run_in_root swift test --skip-build --scratch-path "$DIR/build"
+    if [ "${PACKAGE:-1}" != 0 ]; then
+        step "resolve dependencies (release)" resolve "$DIR/release"
+        step "release .deb" run_in_root env DEB_SCRATCH="$DIR/release" DEB_OUT="$DIR/deb" bash deploy/build-deb.sh > "$DIR/deb.path"
+        deb=$(tail -1 "$DIR/deb.path")
+        step "dpkg-deb, lintian (Debian 13)" run_in_root bash -c \
+            'dpkg-deb --info "$1" && dpkg-deb --contents "$1" && lintian --fail-on error,warning "$1"' lint "$deb"
+    else
+        say "PACKAGE=0: release package skipped"
+    fi
+    if [ "${HIL:-1}" != 0 ]; then
+        step "hardware-in-the-loop (VM)" env HIL_ROOT="$ROOT" HIL_RODIRS="$TOOLCHAIN/usr/lib/swift/linux" \
+            HIL_SHIM_CHECK="$DIR/shim/shim_check" AGENT_BIN="$DIR/build/debug/dashcam-agent" \
+            bash "$REPO/Tests/HIL/run.sh"
+    else
+        say "HIL=0: hardware-in-the-loop suite skipped"
+    fi
+    say "Debian 13 ($(cat "$ROOT/etc/debian_version")) passed; times:"
+    printf '  %s\n' "${TIMES[@]}" >&2
+}
+
+case "${1:-}" in
+    root) make_root ;;
+    run) shift; [ "$#" -gt 0 ] || die "run what?"; run_in_root "$@" ;;
+    test) test_all ;;
+    *) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 64 ;;
+esac
