@@ -107,6 +107,8 @@ find_kernel() {
 find_agent() {
     AGENT_BIN="${AGENT_BIN:-$REPO_ROOT/.build/debug/dashcam-agent}"
     case "$AGENT_BIN" in /*) ;; *) AGENT_BIN="$PWD/$AGENT_BIN" ;; esac
+    # Its real path (a build's debug/ is a link): what the VM sees of another root is real folders.
+    AGENT_BIN=$(readlink -f "$AGENT_BIN")
     if [ ! -x "$AGENT_BIN" ]; then
         die "agent binary not found or not executable: $AGENT_BIN
       build it:  (cd \"$REPO_ROOT\" && swift build --product dashcam-agent)   or set AGENT_BIN"
