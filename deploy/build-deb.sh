@@ -59,11 +59,12 @@ install -D -m 0644 deploy/debian/lintian-overrides "$ROOT/usr/share/lintian/over
 # The shared libraries' packages, read from the binary by dpkg-shlibdeps against the symbols files
 # of the release it is built on, as Debian's own packages get theirs: Debian 12 gives
 # libavcodec59 and libgpiod2, Debian 13 libavcodec61 and libgpiod3. The packed relocations
-# show up as libc6 (>= 2.36).
+# show up as libc6 (>= 2.36). A binary built elsewhere may load libraries no package holds (a
+# debug build's Swift runtime, which a release build links statically): those are left out.
 shlibs=$(mktemp -d)
 mkdir "$shlibs/debian"
 printf 'Source: dashcam-agent\n\nPackage: dashcam-agent\nArchitecture: any\n' > "$shlibs/debian/control"
-LIBRARIES=$(cd "$shlibs" && dpkg-shlibdeps -O "$ROOT/usr/bin/dashcam-agent" | sed -n 's/^shlibs:Depends=//p')
+LIBRARIES=$(cd "$shlibs" && dpkg-shlibdeps -O --ignore-missing-info "$ROOT/usr/bin/dashcam-agent" | sed -n 's/^shlibs:Depends=//p')
 rm -rf "$shlibs"
 [ -n "$LIBRARIES" ] || { echo "build-deb: dpkg-shlibdeps found no libraries" >&2; exit 1; }
 

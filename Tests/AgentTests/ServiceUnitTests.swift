@@ -76,7 +76,15 @@ import Testing
 
         let control = try await Command.executeAsync("dpkg-deb", ["--field", deb, "Package", "Version", "Depends", "Installed-Size"])
         #expect(control.stdout.contains("Package: dashcam-agent"))
-        #expect(control.stdout.contains("libespeak-ng1") && control.stdout.contains("libgpiod2") && control.stdout.contains("libc6"))
+        // Each library's package is the one this release ships it in (Debian 12: libgpiod2 and
+        // libavcodec59; Debian 13: libgpiod3 and libavcodec61), as dpkg itself says.
+        let depends = control.stdout.split(separator: "\n").first { $0.hasPrefix("Depends: ") } ?? ""
+        let packages = Set(depends.dropFirst(9).split(separator: ",").map { String($0.split(separator: " ")[0]) })
+        for library in ["libgpiod.so.*", "libavcodec.so.*", "libespeak-ng.so.*", "libc.so.6"] {
+            let owner = try await Command.executeAsync("dpkg-query", ["--search", "*/\(library)"])
+            let owners = Set(owner.stdout.split(separator: "\n").compactMap { $0.split(separator: ":").first.map(String.init) })
+            #expect(!owners.isDisjoint(with: packages), "\(library) comes from \(owners); Depends: \(depends)")
+        }
         // The binary is stripped in the package: far smaller than the one built.
         let installed = control.stdout.split(separator: "\n").first { $0.hasPrefix("Installed-Size: ") }.flatMap { Int($0.dropFirst(16)) }
         let binary = try FileManager.default.attributesOfItem(atPath: RecordCommandTests.agent)[.size] as? Int ?? 0

@@ -95,7 +95,7 @@ hold "active-low, active" 0 1 active-low
 hold "active-low, inactive" 1 0 active-low
 
 # Busy: held by another program, which the kernel names.
-if gpioinfo --version 2>/dev/null | grep -q 'v2\.'; then   # libgpiod 2's tools (Debian 13)
+if gpioinfo --version 2>/dev/null | awk 'NR == 1 && / v2\./ { v2 = 1 } END { exit !v2 }'; then   # libgpiod 2's tools (Debian 13)
     gpioset -c "$chip" -p 3s -t0 5=1 &
 else
     gpioset --mode=time --sec=3 "$chip" 5=1 &

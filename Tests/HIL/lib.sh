@@ -181,7 +181,8 @@ hil_gpio_sim_value_is() {
 # libgpiod's tools differ by release: Debian 12 ships v1 (gpiofind NAME, gpioinfo CHIP,
 # gpioset --mode=time), Debian 13 v2 (gpioinfo NAME, gpioinfo -c CHIP, gpioset -p PERIOD -t0). The
 # cases call these, which speak both.
-hil_gpiod_v2() { gpioinfo --version 2>/dev/null | grep -q 'v2\.'; }
+# (The first line of --version names the version; a later one says "LGPLv2.1".)
+hil_gpiod_v2() { gpioinfo --version 2>/dev/null | awk 'NR == 1 && / v2\./ { v2 = 1 } END { exit !v2 }'; }
 # hil_gpio_find NAME: prints "CHIP OFFSET" of the line called NAME.
 hil_gpio_find() {
     if hil_gpiod_v2; then gpioinfo "$1" | awk '{ print $1, $2; exit }'
