@@ -41,8 +41,12 @@ MAINTAINER="${DEB_MAINTAINER:-dashcam-agent maintainers <maintainers@dashcam-age
 
 install -D -m 0755 "$AGENT_BIN" "$ROOT/usr/bin/dashcam-agent"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/dashcam-agent"
-install -D -m 0644 deploy/dashcam-agent.service "$ROOT/lib/systemd/system/dashcam-agent.service"
-install -D -m 0644 deploy/60-dashcam-agent.rules "$ROOT/lib/udev/rules.d/60-dashcam-agent.rules"
+# Where this release keeps units and udev rules, as systemd's and udev's pkg-config files say:
+# /lib on Debian 12, /usr/lib on Debian 13 (whose lintian refuses /lib: it is an alias of /usr/lib).
+UNIT_DIR=$(pkg-config --variable=systemdsystemunitdir systemd 2>/dev/null || echo /lib/systemd/system)
+UDEV_DIR=$(pkg-config --variable=udevdir udev 2>/dev/null || echo /lib/udev)
+install -D -m 0644 deploy/dashcam-agent.service "$ROOT$UNIT_DIR/dashcam-agent.service"
+install -D -m 0644 deploy/60-dashcam-agent.rules "$ROOT$UDEV_DIR/rules.d/60-dashcam-agent.rules"
 install -D -m 0644 device-config/default.yaml "$ROOT/etc/dashcam-agent/agent.yaml"
 for board in device-config/boards/*.yaml; do
     install -D -m 0644 "$board" "$ROOT/usr/share/dashcam-agent/boards/$(basename "$board")"

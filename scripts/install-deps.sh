@@ -15,6 +15,10 @@ PACKAGES=(
     dpkg-dev lintian                                              # the .deb's library dependencies (dpkg-shlibdeps), its checks
 )
 
+# Debian 13 moved systemd's and udev's pkg-config files (where units and rules go, which
+# deploy/build-deb.sh asks) to systemd-dev, a package Debian 12 does not have.
+if apt-cache show systemd-dev >/dev/null 2>&1; then PACKAGES+=(systemd-dev); fi
+
 missing=()
 for package in "${PACKAGES[@]}"; do
     [ "$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null)" = "install ok installed" ] || missing+=("$package")

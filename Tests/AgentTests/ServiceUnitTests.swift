@@ -62,8 +62,14 @@ import Testing
         let listed = contents.stdout.split(separator: "\n").map { line in
             (mode: String(line.prefix(10)), path: String(line.split(separator: " ").last ?? ""))
         }
-        for (mode, path) in [("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", "./lib/systemd/system/dashcam-agent.service"),
-                             ("-rw-r--r--", "./etc/dashcam-agent/agent.yaml"), ("-rw-r--r--", "./lib/udev/rules.d/60-dashcam-agent.rules"),
+        // Units and rules where this release's systemd and udev say (/lib on Debian 12, /usr/lib on 13).
+        let unitDir = try await Command.executeAsync("pkg-config", ["--variable=systemdsystemunitdir", "systemd"])
+        let udevDir = try await Command.executeAsync("pkg-config", ["--variable=udevdir", "udev"])
+        let unit = "." + unitDir.stdout.trimmingCharacters(in: .whitespacesAndNewlines) + "/dashcam-agent.service"
+        let rules = "." + udevDir.stdout.trimmingCharacters(in: .whitespacesAndNewlines) + "/rules.d/60-dashcam-agent.rules"
+        #expect(unitDir.status == 0 && udevDir.status == 0, "pkg-config: \(unitDir.stderr) \(udevDir.stderr)")
+        for (mode, path) in [("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", unit),
+                             ("-rw-r--r--", "./etc/dashcam-agent/agent.yaml"), ("-rw-r--r--", rules),
                              ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4.yaml"),
                              ("-rw-r--r--", "./usr/share/doc/dashcam-agent/copyright"),
                              ("-rw-r--r--", "./usr/share/doc/dashcam-agent/changelog.gz"),
