@@ -60,7 +60,6 @@ TOOLCHAIN=$(toolchain_prefix)
 # every process it leaves behind end with it.
 run_in_root() {
     [ -x "$ROOT/usr/bin/apt-get" ] || die "no Debian 13 root at $ROOT (run: bash scripts/debian13.sh root)"
-    mkdir -p "$ROOT$REPO" "$ROOT$TOOLCHAIN"
     unshare --mount --pid --fork --propagation private -- bash -c '
         set -e
         root=$1 repo=$2 toolchain=$3; shift 3
@@ -71,6 +70,8 @@ run_in_root() {
         mount --rbind /sys "$root/sys"
         mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
         mount -t tmpfs -o mode=0755 tmpfs "$root/run"
+        # Mount points made now: a repository or toolchain under /tmp lies under the new tmpfs.
+        mkdir -p "$root$repo" "$root$toolchain"
         mount --bind "$repo" "$root$repo"
         mount --bind "$toolchain" "$root$toolchain"
         mount -o remount,bind,ro "$root$toolchain"
