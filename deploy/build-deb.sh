@@ -62,15 +62,22 @@ install -D -m 0644 deploy/debian/lintian-overrides "$ROOT/usr/share/lintian/over
 
 # The shared libraries' packages, read from the binary by dpkg-shlibdeps against the symbols files
 # of the release it is built on, as Debian's own packages get theirs: Debian 12 gives
-# libavcodec59 and libgpiod2, Debian 13 libavcodec61 and libgpiod3. The packed relocations
-# show up as libc6 (>= 2.36). A binary built elsewhere may load libraries no package holds (a
-# debug build's Swift runtime, which a release build links statically): those are left out.
+# libavcodec59 and libgpiod2, Debian 13 libavcodec61 and libgpiod3. A binary built elsewhere may
+# load libraries no package holds (a debug build's Swift runtime, which a release build links
+# statically): those are left out.
 shlibs=$(mktemp -d)
 mkdir "$shlibs/debian"
 printf 'Source: dashcam-agent\n\nPackage: dashcam-agent\nArchitecture: any\n' > "$shlibs/debian/control"
 LIBRARIES=$(cd "$shlibs" && dpkg-shlibdeps -O --ignore-missing-info "$ROOT/usr/bin/dashcam-agent" | sed -n 's/^shlibs:Depends=//p')
 rm -rf "$shlibs"
 [ -n "$LIBRARIES" ] || { echo "build-deb: dpkg-shlibdeps found no libraries" >&2; exit 1; }
+# Packed relocations (DT_RELR) need glibc 2.36, which Debian 12's symbols file does not say.
+if readelf -d "$ROOT/usr/bin/dashcam-agent" | grep -q '(RELR)'; then
+    libc=$(sed -n 's/.*libc6 (>= \([^)]*\)).*/\1/p' <<<"$LIBRARIES")
+    if [ -n "$libc" ] && dpkg --compare-versions "$libc" lt 2.36; then
+        LIBRARIES=${LIBRARIES/"libc6 (>= $libc)"/"libc6 (>= 2.36)"}
+    fi
+fi
 
 mkdir -p "$ROOT/DEBIAN"
 cat > "$ROOT/DEBIAN/control" <<CONTROL
