@@ -91,11 +91,12 @@ stamp_of() {
 make_root() {
     local want stamp="$DIR/root.stamp" start=$SECONDS
     want=$(stamp_of)
-    if [ -x "$ROOT/usr/bin/apt-get" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    if [ -x "$ROOT/usr/bin/apt-get" ] && [ ! -d "$ROOT/debootstrap" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
         say "root: $ROOT (cached, Debian $(cat "$ROOT/etc/debian_version"))"
         return
     fi
-    if [ ! -x "$ROOT/usr/bin/apt-get" ]; then
+    # debootstrap removes root/debootstrap/ when it succeeds: a root that still has it is half made.
+    if [ ! -x "$ROOT/usr/bin/apt-get" ] || [ -d "$ROOT/debootstrap" ]; then
         command -v debootstrap >/dev/null || { say "installing debootstrap"; apt-get install -y -qq debootstrap >&2; }
         [ -e "/usr/share/debootstrap/scripts/$SUITE" ] || die "this debootstrap does not know $SUITE (install a newer debootstrap)"
         rm -rf "$ROOT"
