@@ -123,14 +123,8 @@ make_root() {
 # folder the root's build then uses without fetching.
 resolve() { (cd "$REPO" && swift package resolve --scratch-path "$1" >&2); }
 
-TIMES=()
-# step NAME CMD...: runs CMD, notes how long it took.
-step() {
-    local name=$1 start=$SECONDS; shift
-    say "--- $name"
-    "$@"
-    TIMES+=("$(printf '%-34s %4d s' "$name" $((SECONDS - start)))")
-}
+# shellcheck source=steps.sh
+source "$REPO/scripts/steps.sh"
 
 # The debug build, with the check that none of the agent's own code calls what Debian 13's
 # libraries deprecate (FFmpeg 7.1's AVCodec.pix_fmts, ...) where a replacement exists: every
@@ -143,30 +137,26 @@ build_tests() {
 }
 
 test_all() {
-    local deb
-    step "root (debootstrap, packages)" make_root
-    step "libgpiod shim checks (C)" run_in_root bash Tests/CGPIODShim/run.sh "$DIR/shim"
-    step "resolve dependencies (host)" resolve "$DIR/build"
-    step "swift build --build-tests" build_tests
-    step "swift test" run_in_root swift test --skip-build --scratch-path "$DIR/build"
+    step "Debian 13: root (debootstrap, packages)" make_root
+    step "Debian 13: libgpiod shim checks (C)" run_in_root bash Tests/CGPIODShim/run.sh "$DIR/shim"
+    step "Debian 13: resolve dependencies (host)" resolve "$DIR/build"
+    step "Debian 13: swift build --build-tests" build_tests
+    step "Debian 13: swift test" run_in_root swift test --skip-build --scratch-path "$DIR/build"
     if [ "${PACKAGE:-1}" != 0 ]; then
-        step "resolve dependencies (release)" resolve "$DIR/release"
-        step "release .deb" run_in_root env DEB_SCRATCH="$DIR/release" DEB_OUT="$DIR/deb" bash deploy/build-deb.sh > "$DIR/deb.path"
-        deb=$(tail -1 "$DIR/deb.path")
-        step "dpkg-deb, lintian (Debian 13)" run_in_root bash -c \
-            'dpkg-deb --info "$1" && dpkg-deb --contents "$1" && lintian --fail-on error,warning "$1"' lint "$deb"
+        step "Debian 13: resolve dependencies (release)" resolve "$DIR/release"
+        step "Debian 13: release .deb" run_in_root env DEB_SCRATCH="$DIR/release" DEB_OUT="$DIR/deb" bash deploy/build-deb.sh > "$DIR/deb.path"
+        step "Debian 13: dpkg-deb, lintian" run_in_root bash deploy/check-deb.sh "$(tail -1 "$DIR/deb.path")"
     else
         say "PACKAGE=0: release package skipped"
     fi
     if [ "${HIL:-1}" != 0 ]; then
-        step "hardware-in-the-loop (VM)" env HIL_ROOT="$ROOT" HIL_RODIRS="$TOOLCHAIN/usr/lib/swift/linux" \
+        step "Debian 13: hardware-in-the-loop (VM)" env HIL_ROOT="$ROOT" HIL_RODIRS="$TOOLCHAIN/usr/lib/swift/linux" \
             HIL_SHIM_CHECK="$DIR/shim/shim_check" AGENT_BIN="$DIR/build/debug/dashcam-agent" \
             bash "$REPO/Tests/HIL/run.sh"
     else
         say "HIL=0: hardware-in-the-loop suite skipped"
     fi
-    say "Debian 13 ($(cat "$ROOT/etc/debian_version")) passed; times:"
-    printf '  %s\n' "${TIMES[@]}" >&2
+    step_times "Debian 13 ($(cat "$ROOT/etc/debian_version")) passed; times:"
 }
 
 case "${1:-}" in

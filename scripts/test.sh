@@ -7,48 +7,36 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-TIMES=()
-# part NAME CMD...: runs CMD and notes how long it took (printed at the end).
-part() {
-    local name=$1 start=$SECONDS; shift
-    echo "=== $name"
-    "$@"
-    TIMES+=("$(printf '%-36s %5d s' "$name" $((SECONDS - start)))")
-}
+# shellcheck source=steps.sh
+source scripts/steps.sh
 
-package() {
-    local deb
-    deb=$(DEB_SCRATCH="$PWD/.build-release" DEB_OUT="$PWD/.build-release/deb" bash deploy/build-deb.sh)
-    dpkg-deb --info "$deb"
-    dpkg-deb --contents "$deb"
-    lintian --fail-on error,warning "$deb"
-}
-
-part "Debian 12: packages" bash scripts/install-deps.sh
-part "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
-part "Debian 12: swift build --build-tests" swift build --build-tests
-part "Debian 12: swift test" swift test
+step "Debian 12: packages" bash scripts/install-deps.sh
+step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
+step "Debian 12: swift build --build-tests" swift build --build-tests
+step "Debian 12: swift test" swift test
 
 # The package as shipped: a release build with the static Swift stdlib, listed by dpkg-deb and
 # checked by lintian (no error, no warning that is not overridden with a reason).
 if [ "${PACKAGE:-1}" != 0 ]; then
-    part "Debian 12: release .deb, lintian" package
+    mkdir -p .build-release
+    step "Debian 12: release .deb" env DEB_SCRATCH="$PWD/.build-release" DEB_OUT="$PWD/.build-release/deb" \
+        bash deploy/build-deb.sh > .build-release/deb.path
+    step "Debian 12: dpkg-deb, lintian" bash deploy/check-deb.sh "$(cat .build-release/deb.path)"
 else
     echo "PACKAGE=0: release package skipped"
 fi
 
 if [ "${HIL:-1}" != 0 ]; then
-    part "Debian 12: hardware-in-the-loop (VM)" env AGENT_BIN="$PWD/.build/debug/dashcam-agent" bash Tests/HIL/run.sh
+    step "Debian 12: hardware-in-the-loop (VM)" env AGENT_BIN="$PWD/.build/debug/dashcam-agent" bash Tests/HIL/run.sh
 else
     echo "HIL=0: hardware-in-the-loop suite skipped"
 fi
 
 # Debian 13: its own root, libraries, lintian and VM userspace; the same steps (see the script).
 if [ "${DEBIAN13:-1}" != 0 ]; then
-    part "Debian 13: all of the above" bash scripts/debian13.sh test
+    step "Debian 13: all of the above" bash scripts/debian13.sh test
 else
     echo "DEBIAN13=0: Debian 13 skipped"
 fi
 
-echo "=== passed; times:"
-printf '  %s\n' "${TIMES[@]}"
+step_times "passed; times:"
