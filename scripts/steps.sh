@@ -8,7 +8,7 @@ step() {
     local name=$1 start=$SECONDS; shift
     echo "=== $name" >&2
     "$@"
-    STEP_TIMES+=("$(printf '%-36s %5d s' "$name" $((SECONDS - start)))")
+    STEP_TIMES+=("$(printf '%-44s %5d s' "$name" $((SECONDS - start)))")
 }
 
 # step_times TITLE: prints TITLE, then each step's time.
