@@ -34,6 +34,8 @@ public enum ServerMessage: Sendable, Equatable {
 
     public enum ErrorCode: Sendable, Equatable {
         case unauthorized, quotaExhausted, badSegment, superseded, `internal`
+        /// A message that cannot be read, or comes out of order (a second `hello`, chunks without a header).
+        case badMessage
         case other(String)
 
         public init(rawValue: String) {
@@ -43,6 +45,7 @@ public enum ServerMessage: Sendable, Equatable {
             case "bad_segment": .badSegment
             case "superseded": .superseded
             case "internal": .internal
+            case "bad_message": .badMessage
             default: .other(rawValue)
             }
         }
@@ -54,6 +57,7 @@ public enum ServerMessage: Sendable, Equatable {
             case .badSegment: "bad_segment"
             case .superseded: "superseded"
             case .internal: "internal"
+            case .badMessage: "bad_message"
             case .other(let value): value
             }
         }

@@ -1,25 +1,41 @@
+public import ConfigSupport
 import Foundation
 import Yams
 
 /// Which device a bearer token belongs to, read from a YAML mapping `token: device-id`.
 public struct DeviceTokens: Sendable {
-    public struct LoadError: Error, CustomStringConvertible {
-        public let description: String
-    }
-
     private let devices: [String: String]
 
     public init(_ devices: [String: String]) { self.devices = devices }
 
-    public init(file: String) throws {
+    /// Reads `file`, the value of `key`. The file holds every device's secret, so it must be
+    /// private to its owner (no permission for group or others, e.g. mode 0600); a problem is a
+    /// ``ConfigError`` about `key`.
+    public init(file: String, key: String = "server.tokensFile") throws(ConfigError) {
+        let mode: Int
+        do {
+            let attributes = try FileManager.default.attributesOfItem(atPath: file)
+            mode = (attributes[.posixPermissions] as? NSNumber)?.intValue ?? 0
+        } catch {
+            throw .invalidOption(key, file, "a readable YAML file of token: device-id (cannot read it: \(error.localizedDescription))")
+        }
+        guard mode & 0o077 == 0 else {
+            throw .invalidOption(
+                key, file,
+                "a file only its owner may read, since it holds every device's token (it is mode \(String(mode, radix: 8)); chmod 600 \(file))")
+        }
         let text: String
         do {
             text = try String(contentsOfFile: file, encoding: .utf8)
         } catch {
-            throw LoadError(description: "\(file): cannot read the tokens file: \(error.localizedDescription)")
+            throw .invalidOption(key, file, "a readable YAML file of token: device-id (cannot read it: \(error.localizedDescription))")
         }
         guard let mapping = try? YAMLDecoder().decode([String: String].self, from: text), !mapping.isEmpty else {
-            throw LoadError(description: "\(file): expected a YAML mapping of token to device id, with at least one entry")
+            throw .invalidOption(key, file, "a YAML mapping of token to device id, with at least one entry")
+        }
+        // The tokens themselves are never printed.
+        if mapping.contains(where: { $0.key.isEmpty || $0.value.isEmpty }) {
+            throw .invalidOption(key, file, "tokens and device ids that are not empty")
         }
         self.init(mapping)
     }

@@ -6,6 +6,20 @@ import GuidanceProtocol
 public import Logging
 import NIOCore
 
+/// The request context of the server's routes: Hummingbird's, plus the connection's channel, where
+/// a session finds its ``ConnectionActivity``.
+struct GuidanceRequestContext: RequestContext, WebSocketRequestContext {
+    var coreContext: CoreRequestContextStorage
+    let webSocket: WebSocketHandlerReference<Self>
+    let channel: any Channel
+
+    init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        webSocket = .init()
+        channel = source.channel
+    }
+}
+
 /// The reference guidance server: `GET /v1/stream` upgraded to a WebSocket for authorized devices.
 public struct GuidanceServer: Sendable {
     public struct Settings: Sendable {
@@ -18,15 +32,27 @@ public struct GuidanceServer: Sendable {
         public var keepDir: String?
         /// Seconds of guidance each device starts with; `nil` is unlimited.
         public var usageSeconds: Int?
+        /// Largest segment accepted, in bytes.
+        public var maxSegmentBytes: Int
+        /// Time a connection has to complete its first request (the upgrade), TLS included.
+        public var handshakeTimeoutMs: Int
+        /// Connections open at once; more are answered 503 with `Retry-After`.
+        public var maxConnections: Int
 
         public init(host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
-                    idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil) {
+                    idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil,
+                    maxSegmentBytes: Int = ServerConfig.Server().maxSegmentBytes,
+                    handshakeTimeoutMs: Int = ServerConfig.Server().handshakeTimeoutMs,
+                    maxConnections: Int = ServerConfig.Server().maxConnections) {
             self.host = host
             self.port = port
             self.tls = tls
             self.idleTimeoutSeconds = idleTimeoutSeconds
             self.keepDir = keepDir
             self.usageSeconds = usageSeconds
+            self.maxSegmentBytes = maxSegmentBytes
+            self.handshakeTimeoutMs = handshakeTimeoutMs
+            self.maxConnections = maxConnections
         }
     }
 
@@ -34,37 +60,50 @@ public struct GuidanceServer: Sendable {
     public let tokens: DeviceTokens
     public let analyzer: any SegmentAnalyzer
     public let logger: Logger
+    public let metrics: ServerMetrics
 
-    public init(settings: Settings, tokens: DeviceTokens, analyzer: any SegmentAnalyzer, logger: Logger) {
+    public init(settings: Settings, tokens: DeviceTokens, analyzer: any SegmentAnalyzer, logger: Logger,
+                metrics: ServerMetrics = ServerMetrics()) {
         self.settings = settings
         self.tokens = tokens
         self.analyzer = analyzer
         self.logger = logger
+        self.metrics = metrics
     }
 
     /// The Hummingbird application; `onRunning` gets the bound port (useful with port 0).
     public func application(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
         let registry = SessionRegistry(initialUsage: settings.usageSeconds)
-        let router = Router(context: BasicWebSocketRequestContext.self)
-        let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger
+        let router = Router(context: GuidanceRequestContext.self)
+        let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger, metrics = self.metrics
         let isAuthorized: @Sendable (String?) -> Bool = { tokens.device(authorization: $0) != nil }
         router.ws(RouterPath(stringLiteral: GuidanceProtocol.path)) { request, _ in
             // UpgradeAuthGate has already answered a bad token with 401; this is the second lock.
             isAuthorized(request.headers[.authorization]) ? .upgrade([:]) : .dontUpgrade
         } onUpgrade: { inbound, outbound, context in
             guard let device = tokens.device(authorization: context.request.headers[.authorization]) else { return }
-            let session = StreamSession(device: device, settings: settings, registry: registry, analyzer: analyzer, logger: logger)
+            let activity = try await ReadActivity.activity(of: context.requestContext.channel)
+            let session = StreamSession(device: device, settings: settings, registry: registry, analyzer: analyzer,
+                                        metrics: metrics, activity: activity, logger: logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
-        let webSocket = WebSocketServerConfiguration(
-            maxFrameSize: GuidanceProtocol.maxMessageBytes + 1024, autoPing: .enabled(timePeriod: .seconds(settings.idleTimeoutSeconds)))
+        router.get("/metrics") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                     body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
+        }
+        // The session pings and checks liveness itself (StreamSession.watchIdle): pongs count.
+        let webSocket = WebSocketServerConfiguration(maxFrameSize: GuidanceProtocol.maxMessageBytes + 1024, autoPing: .disabled)
         let webSocketResponder = router.buildResponder()
+        let rules = UpgradeAuthGate.Rules(
+            path: GuidanceProtocol.path, isAuthorized: isAuthorized, handshakeTimeout: .milliseconds(Int64(settings.handshakeTimeoutMs)),
+            retryAfterSeconds: 5, metrics: metrics, logger: logger)
+        let open = OpenConnections()
         // A bad token never gets a WebSocket: HTTP 401 at the upgrade.
         var server = HTTPServerBuilder { responder in
             AuthGatedChannel(
                 base: HTTP1WebSocketUpgradeChannel(
                     responder: responder, webSocketResponder: webSocketResponder, configuration: .init(ws: webSocket)),
-                path: GuidanceProtocol.path, isAuthorized: isAuthorized, logger: logger)
+                rules: rules, maxConnections: settings.maxConnections, open: open)
         }
         if let tls = settings.tls {
             let configuration = TLSConfiguration.makeServerConfiguration(

@@ -10,7 +10,8 @@ extension ServerConfig {
         let tls = server.tlsCertFile.flatMap { cert in server.tlsKeyFile.map { (certificateFile: cert, keyFile: $0) } }
         return GuidanceServer(
             settings: .init(host: server.host, port: server.port, tls: tls, idleTimeoutSeconds: server.idleTimeoutSeconds,
-                            keepDir: server.keepDir, usageSeconds: usage.remainingSeconds),
+                            keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,
+                            handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections),
             tokens: try DeviceTokens(file: server.tokensFile), analyzer: analyzer, logger: logger)
     }
 }

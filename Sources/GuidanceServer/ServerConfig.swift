@@ -29,6 +29,12 @@ public struct ServerConfig: LoadableConfig {
         public var idleTimeoutSeconds = 30
         /// Folder received segments are kept in; nil keeps none.
         public var keepDir: String?
+        /// Largest segment accepted (its header's `bytes`).
+        public var maxSegmentBytes = 8 << 20
+        /// Time a new connection has to complete its upgrade request, TLS handshake included.
+        public var handshakeTimeoutMs = 5000
+        /// Connections open at once; more are answered 503 with `Retry-After`.
+        public var maxConnections = 1024
 
         public init() {}
 
@@ -94,6 +100,15 @@ extension ServerConfig {
         .optionalString(
             "server.keepDir", \.server.keepDir, type: "path",
             "Folder each verified segment is also written to, as DEVICE-SEQ.mp4; unset keeps none."),
+        .int(
+            "server.maxSegmentBytes", \.server.maxSegmentBytes, 65_536...268_435_456,
+            "Largest segment accepted, in bytes; a header announcing more is refused (bad_segment) before any byte is buffered."),
+        .int(
+            "server.handshakeTimeoutMs", \.server.handshakeTimeoutMs, 100...600_000,
+            "Milliseconds a new connection has to send its whole upgrade request (TLS handshake included); then it is closed."),
+        .int(
+            "server.maxConnections", \.server.maxConnections, 1...1_000_000,
+            "Connections open at once; past it, requests are answered HTTP 503 with Retry-After: 5."),
         .choice("analyzer.kind", \.analyzer.kind, "Analyzer that answers segments: `scripted` plays analyzer.scriptFile."),
         .optionalString(
             "analyzer.scriptFile", \.analyzer.scriptFile, type: "path",

@@ -31,10 +31,10 @@ actor SessionRegistry {
         remaining[device] ?? initialUsage
     }
 
-    /// Spends a segment's duration; returns what is left (`nil`: unlimited).
-    func spend(device: String, milliseconds: Int) -> Int? {
+    /// Spends a segment's whole seconds (≥ 0); returns what is left (`nil`: unlimited).
+    func spend(device: String, seconds: Int) -> Int? {
         guard let left = remaining[device] ?? initialUsage else { return nil }
-        let now = max(0, left - (milliseconds + 999) / 1000)
+        let now = max(0, left - min(left, seconds))
         remaining[device] = now
         return now
     }

@@ -2,70 +2,153 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
-/// Answers an upgrade request on the stream path that carries no valid token with HTTP 401,
-/// before the WebSocket upgrader sees it (the upgrader answers every refusal with 400).
+/// Guards each connection until its first request is complete, before the WebSocket upgrader sees
+/// anything:
+/// - over `maxConnections`, every request is answered 503 with `Retry-After`;
+/// - an upgrade request on the stream path without a valid token is answered 401 (the upgrader
+///   answers every refusal with 400);
+/// - a connection whose first request is not complete within the handshake timeout (silent, or a
+///   request sent by halves) is closed.
 ///
-/// It sits right after the HTTP request decoder and leaves the pipeline after the first request
-/// it lets through, so the WebSocket frames that follow an upgrade never pass it.
+/// It sits right after the HTTP request decoder and leaves the pipeline once the first request is
+/// complete and let through, so the WebSocket frames that follow an upgrade never pass it.
 final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
-    private let path: String
-    private let isAuthorized: @Sendable (String?) -> Bool
-    private let logger: Logger
-    private var refused = false
+    struct Rules: Sendable {
+        let path: String
+        let isAuthorized: @Sendable (String?) -> Bool
+        let handshakeTimeout: TimeAmount
+        /// Seconds an agent refused for capacity is told to wait.
+        let retryAfterSeconds: Int
+        let metrics: ServerMetrics
+        let logger: Logger
+    }
 
-    init(path: String, isAuthorized: @escaping @Sendable (String?) -> Bool, logger: Logger) {
-        self.path = path
-        self.isAuthorized = isAuthorized
-        self.logger = logger
+    private let rules: Rules
+    private let overCapacity: Bool
+    private var refused = false
+    private var deadline: Scheduled<Void>?
+
+    init(rules: Rules, overCapacity: Bool) {
+        self.rules = rules
+        self.overCapacity = overCapacity
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let channel = NIOLoopBound(context.channel, eventLoop: context.eventLoop)
+        let rules = self.rules
+        deadline = context.eventLoop.scheduleTask(in: rules.handshakeTimeout) {
+            rules.metrics.refused(.handshakeTimeout)
+            rules.logger.notice("closed a connection whose first request was not complete within \(rules.handshakeTimeout.nanoseconds / 1_000_000) ms")
+            channel.value.close(promise: nil)
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        deadline?.cancel()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         // The rest of a refused request (its end, any body) goes nowhere: the connection is closing.
         guard !refused else { return }
-        guard case .head(let head) = unwrapInboundIn(data) else {
-            context.fireChannelRead(data)
-            return
-        }
-        let requestPath = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
-        if requestPath == path, !isAuthorized(head.headers.first(name: "Authorization")) {
-            refused = true
-            logger.warning("refused an upgrade without a valid token (HTTP 401)")
-            let headers: HTTPHeaders = ["Connection": "close", "Content-Length": "0", "WWW-Authenticate": "Bearer"]
-            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .unauthorized, headers: headers))), promise: nil)
-            // Tell the upgrader its request stream has ended: it then closes the connection quietly
-            // (a plain close would make it report a failed upgrade as an error).
-            let closing = NIOLoopBound(context, eventLoop: context.eventLoop)
-            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
-                closing.value.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
-                closing.value.close(promise: nil)
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            if overCapacity {
+                rules.metrics.refused(.capacity)
+                rules.logger.warning("refused a connection: server.maxConnections reached (HTTP 503)")
+                refuse(context, head, .serviceUnavailable, ["Retry-After": "\(rules.retryAfterSeconds)"])
+                return
             }
-            return
+            let requestPath = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+            if requestPath == rules.path, !rules.isAuthorized(head.headers.first(name: "Authorization")) {
+                rules.metrics.refused(.unauthorized)
+                rules.logger.warning("refused an upgrade without a valid token (HTTP 401)")
+                refuse(context, head, .unauthorized, ["WWW-Authenticate": "Bearer"])
+                return
+            }
+            context.fireChannelRead(data)
+        case .body:
+            context.fireChannelRead(data)
+        case .end:
+            // The first request is complete: the deadline is met and the gate's work done.
+            context.fireChannelRead(data)
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
         }
-        context.fireChannelRead(data)
-        context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+    }
+
+    private func refuse(_ context: ChannelHandlerContext, _ head: HTTPRequestHead, _ status: HTTPResponseStatus, _ extra: HTTPHeaders) {
+        refused = true
+        var headers: HTTPHeaders = ["Connection": "close", "Content-Length": "0"]
+        headers.add(contentsOf: extra)
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))), promise: nil)
+        // Tell the upgrader its request stream has ended: it then closes the connection quietly
+        // (a plain close would make it report a failed upgrade as an error).
+        let closing = NIOLoopBound(context, eventLoop: context.eventLoop)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+            closing.value.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+            closing.value.close(promise: nil)
+        }
     }
 }
 
-/// A server child channel with an ``UpgradeAuthGate`` added after the HTTP request decoder.
+/// When the peer last sent anything at all: any bytes read on the connection, WebSocket pongs and
+/// pings included, so an agent that only answers pings (paused by 4402, say) is not idle.
+final class ConnectionActivity: Sendable {
+    private let instant = Mutex(ContinuousClock.now)
+    func touch() { instant.withLock { $0 = .now } }
+    var last: ContinuousClock.Instant { instant.withLock { $0 } }
+}
+
+/// Stamps ``ConnectionActivity`` on every read; first in the pipeline, there for the connection's life.
+final class ReadActivity: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    let activity = ConnectionActivity()
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        activity.touch()
+        context.fireChannelRead(data)
+    }
+
+    /// The activity of the connection `channel`, which has this handler.
+    static func activity(of channel: any Channel) async throws -> ConnectionActivity {
+        try await channel.eventLoop.submit {
+            try channel.pipeline.syncOperations.handler(type: ReadActivity.self).activity
+        }.get()
+    }
+}
+
+/// The server's open connections, counted against `server.maxConnections`.
+final class OpenConnections: Sendable {
+    private let count = Atomic<Int>(0)
+    /// Counts one more; whether that one is over `limit`.
+    func add(limit: Int) -> Bool { count.add(1, ordering: .relaxed).newValue > limit }
+    func remove() { count.subtract(1, ordering: .relaxed) }
+}
+
+/// A server child channel with a ``ReadActivity`` first and an ``UpgradeAuthGate`` after the HTTP
+/// request decoder; counts open connections against `maxConnections`.
 struct AuthGatedChannel<Base: ServerChildChannel>: ServerChildChannel {
     typealias Value = Base.Value
 
     let base: Base
-    let path: String
-    let isAuthorized: @Sendable (String?) -> Bool
-    let logger: Logger
+    let rules: UpgradeAuthGate.Rules
+    let maxConnections: Int
+    let open: OpenConnections
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        base.setup(channel: channel, logger: logger).flatMapThrowing { value in
+        let overCapacity = open.add(limit: maxConnections)
+        let open = self.open
+        channel.closeFuture.whenComplete { _ in open.remove() }
+        return base.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let operations = channel.pipeline.syncOperations
+            try operations.addHandler(ReadActivity(), position: .first)
             let decoder = try operations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
-            try operations.addHandler(
-                UpgradeAuthGate(path: path, isAuthorized: isAuthorized, logger: self.logger), position: .after(decoder))
+            try operations.addHandler(UpgradeAuthGate(rules: rules, overCapacity: overCapacity), position: .after(decoder))
             return value
         }
     }

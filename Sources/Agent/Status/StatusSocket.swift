@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import GuidanceProtocol
 import HAL
 public import Logging
 import NIOCore

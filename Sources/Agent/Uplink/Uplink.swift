@@ -343,21 +343,6 @@ public actor Uplink {
     }
 }
 
-/// At most one event per interval passes; for log lines that a peer could make come fast.
-/// `now` is `CLOCK_MONOTONIC` nanoseconds, as in ``Uplink/StateMachine``.
-struct RateLimit: Sendable {
-    let interval: Duration
-    private var last: UInt64?
-
-    init(interval: Duration) { self.interval = interval }
-
-    mutating func allows(now: UInt64) -> Bool {
-        if let last, now - min(now, last) < interval.ns { return false }
-        last = now
-        return true
-    }
-}
-
 extension WebSocketConnectFailure {
     var failure: ConnectFailure {
         switch self {

@@ -1,0 +1,64 @@
+import Metrics
+public import Prometheus
+import Synchronization
+
+/// What the server counts, served at `GET /metrics` in Prometheus text format. One registry per
+/// server (not the process-wide `MetricsSystem`), so servers in one process count apart.
+public final class ServerMetrics: Sendable {
+    public let registry: PrometheusCollectorRegistry
+    private let factory: PrometheusMetricsFactory
+
+    private let sessionsGauge: Metrics.Gauge
+    private let open = Atomic<Int>(0)
+    private let segmentsVerified: Metrics.Counter
+    private let segmentsResent: Metrics.Counter
+    private let rejected: [IngestStateMachine.Rejection: Metrics.Counter]
+    private let ledgerWrites: [LedgerWrite: Metrics.Counter]
+    private let refused: [Refusal: Metrics.Counter]
+    private let analyzerSeconds: Metrics.Timer
+
+    public enum LedgerWrite: String, Sendable, CaseIterable {
+        case charged, duplicate, fenced, failed
+    }
+
+    /// Why a connection got no session.
+    public enum Refusal: String, Sendable, CaseIterable {
+        case unauthorized, capacity, handshakeTimeout = "handshake_timeout"
+    }
+
+    public init() {
+        let registry = PrometheusCollectorRegistry()
+        let factory = PrometheusMetricsFactory(registry: registry)
+        self.registry = registry
+        self.factory = factory
+        sessionsGauge = Metrics.Gauge(label: "guidance_sessions", factory: factory)
+        segmentsVerified = Metrics.Counter(label: "guidance_segments_verified_total", factory: factory)
+        segmentsResent = Metrics.Counter(label: "guidance_segments_resent_total", factory: factory)
+        rejected = Dictionary(uniqueKeysWithValues: IngestStateMachine.Rejection.allCases.map {
+            ($0, Metrics.Counter(label: "guidance_segments_rejected_total", dimensions: [("reason", $0.rawValue)], factory: factory))
+        })
+        ledgerWrites = Dictionary(uniqueKeysWithValues: LedgerWrite.allCases.map {
+            ($0, Metrics.Counter(label: "guidance_ledger_writes_total", dimensions: [("result", $0.rawValue)], factory: factory))
+        })
+        refused = Dictionary(uniqueKeysWithValues: Refusal.allCases.map {
+            ($0, Metrics.Counter(label: "guidance_connections_refused_total", dimensions: [("reason", $0.rawValue)], factory: factory))
+        })
+        analyzerSeconds = Metrics.Timer(label: "guidance_analyzer_duration_seconds", factory: factory)
+        sessionsGauge.record(0)
+    }
+
+    func sessionOpened() { sessionsGauge.record(open.add(1, ordering: .relaxed).newValue) }
+    func sessionClosed() { sessionsGauge.record(open.subtract(1, ordering: .relaxed).newValue) }
+    func verified() { segmentsVerified.increment() }
+    func resent() { segmentsResent.increment() }
+    func rejected(_ reason: IngestStateMachine.Rejection) { rejected[reason]?.increment() }
+    func ledger(_ result: LedgerWrite) { ledgerWrites[result]?.increment() }
+    func refused(_ reason: Refusal) { refused[reason]?.increment() }
+    func analyzed(after duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        analyzerSeconds.recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+    }
+
+    /// The text a Prometheus scrape gets.
+    public func exposition() -> String { registry.emitToString() }
+}
