@@ -171,7 +171,7 @@ public struct IngestStateMachine: Sendable {
         case .segment(let header):
             if let (reason, problem) = check(header, agent: agent) {
                 // Whatever chunks it announced are dropped, unread.
-                if header.data == nil { state = .skipping(agent) }
+                if header.chunks != nil { state = .skipping(agent) }
                 return [.reject(.badSegment, problem, seq: header.seq >= 0 ? header.seq : nil, reason: reason)]
             }
             if let base64 = header.data {

@@ -39,7 +39,8 @@ struct GuidanceServerMain: AsyncParsableCommand {
             }
         } catch {
             FileHandle.standardError.write(Data("guidance-server: \(error)\n".utf8))
-            throw ExitCode(66)
+            // Tokens, script and TLS files are configuration too: EX_CONFIG.
+            throw ExitCode(78)
         }
         try await app.runService()
     }

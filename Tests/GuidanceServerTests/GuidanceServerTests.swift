@@ -148,13 +148,6 @@ import WSClient
         }
     }
 
-    @Test func aSilentAgentIsClosedAsIdle() async throws {
-        try await withServer(idleSeconds: 2) { port in
-            let (_, close) = try await converse(port: port, send: [.text(Self.hello())], until: { _ in false })
-            #expect(close?.closeCode == .init(codeNumber: 4001))
-        }
-    }
-
     @Test func usageCountsDownAndExhaustionClosesWith4402() async throws {
         try await withServer(usage: 8) { port in
             let data: [UInt8] = Array(repeating: 1, count: 10)

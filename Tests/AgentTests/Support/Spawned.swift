@@ -1,81 +1,7 @@
 import Foundation
 import Glibc
 import Testing
-
-/// A program of this package (beside the test bundle) running in the background, its output
-/// going to files the test reads while it runs.
-final class Spawned {
-    static let buildFolder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-
-    let process = Process()
-    let stdoutFile: URL
-    let stderrFile: URL
-
-    /// `prefix` runs first (e.g. `ip netns exec NAME`), with the program's path after it.
-    /// `absolute`: `program` is a path, not one of this package's programs.
-    init(_ program: String, _ arguments: [String], prefix: [String] = [], folder: URL, absolute: Bool = false) throws {
-        let path = absolute ? program : Self.buildFolder.appendingPathComponent(program).path
-        let name = "\(URL(fileURLWithPath: program).lastPathComponent)-\(UUID().uuidString.prefix(8))"
-        stdoutFile = folder.appendingPathComponent("\(name).out")
-        stderrFile = folder.appendingPathComponent("\(name).err")
-        _ = FileManager.default.createFile(atPath: stdoutFile.path, contents: nil)
-        _ = FileManager.default.createFile(atPath: stderrFile.path, contents: nil)
-        if let first = prefix.first {
-            process.executableURL = URL(fileURLWithPath: first)
-            process.arguments = Array(prefix.dropFirst()) + [path] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: path)
-            process.arguments = arguments
-        }
-        process.standardOutput = try FileHandle(forWritingTo: stdoutFile)
-        process.standardError = try FileHandle(forWritingTo: stderrFile)
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-    }
-
-    deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-    }
-
-    var pid: Int32 { process.processIdentifier }
-    var stdout: String { (try? String(contentsOf: stdoutFile, encoding: .utf8)) ?? "" }
-    var stderr: String { (try? String(contentsOf: stderrFile, encoding: .utf8)) ?? "" }
-
-    /// Polls `condition` every 10 ms; false if `timeout` passes first.
-    @discardableResult
-    /// Sleeps between polls without holding one of the few threads every test's tasks run on.
-    func wait(for timeout: Duration, until condition: (Spawned) -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if condition(self) { return true }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return condition(self)
-    }
-
-    /// Sends `signal` and waits for the exit; the exit status.
-    @discardableResult
-    func stop(_ signal: Int32 = SIGTERM) -> Int32 {
-        if process.isRunning { kill(pid, signal) }
-        process.waitUntilExit()
-        return process.terminationStatus
-    }
-
-    func count(_ text: String, in output: String) -> Int {
-        output.components(separatedBy: text).count - 1
-    }
-
-    /// Open file descriptors and threads of the process, from /proc.
-    var resources: (fds: Int, threads: Int, rssKiB: Int) {
-        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
-        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        func field(_ name: String) -> Int {
-            let line = status.split(separator: "\n").first { $0.hasPrefix(name + ":") } ?? ""
-            return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? -1
-        }
-        return (fds, field("Threads"), field("VmRSS"))
-    }
-}
+import TestSupport
 
 /// A temporary folder with the files an agent and a server need to talk.
 struct LoopFiles {
@@ -85,7 +11,7 @@ struct LoopFiles {
     init() throws {
         folder = FileManager.default.temporaryDirectory.appendingPathComponent("loop-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        try write("tokens.yaml", "\(token): loop-car\n")
+        try write("tokens.yaml", "\(token): loop-car\n", mode: 0o600)
         try write("token", token + "\n", mode: 0o600)
         try write("script.yaml", "- text: \"slow down\"\n  lang: en-US\n- clear: true\n")
     }

@@ -1,0 +1,195 @@
+import Crypto
+import Foundation
+import GuidanceProtocol
+@testable import GuidanceServer
+import PropertyBased
+import Testing
+
+/// The session's rules, without a socket: every message in, every action out.
+@Suite struct IngestStateMachineTests {
+    static let limits = IngestStateMachine.Limits(maxSegmentBytes: 1 << 20)
+    static let chunk = IngestStateMachine.chunkBytes
+
+    static func hello(segmentMs: Int = 5000, protocol version: Int = GuidanceProtocol.version, stream: String? = "s1") -> String {
+        var hello = ClientMessage.Hello(device: "car-1", locale: "en-US", agent: "test",
+                                        video: .init(width: 320, height: 180, fps: 10, segmentMs: segmentMs), stream: stream)
+        hello.protocol = version
+        return ClientMessage.hello(hello).encoded()
+    }
+
+    static func sha(_ data: [UInt8]) -> String { SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() }
+
+    static func header(seq: Int = 1, durationMs: Int = 5000, frames: Int = 50, bytes: Int, chunks: Int?, sha: String, data: String? = nil) -> String {
+        ClientMessage.segment(.init(seq: seq, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: durationMs, frames: frames,
+                                    bytes: bytes, sha256: sha, chunks: chunks, data: data)).encoded()
+    }
+
+    static func opened() -> IngestStateMachine {
+        var machine = IngestStateMachine(limits: limits)
+        _ = machine.text(hello())
+        return machine
+    }
+
+    static func reasons(_ actions: [IngestStateMachine.Action]) -> [IngestStateMachine.Rejection] {
+        actions.compactMap { if case .reject(_, _, _, let reason) = $0 { reason } else { nil } }
+    }
+
+    @Test func helloOpensWithWhatSegmentsNeed() {
+        var machine = IngestStateMachine(limits: Self.limits)
+        let actions = machine.text(Self.hello())
+        #expect(actions == [.open(.init(locale: "en-US", agent: "test", stream: "s1", segmentMs: 5000))])
+        #expect(machine.isOpen)
+    }
+
+    @Test(arguments: [
+        (hello: "{\"type\":\"segment\"}", says: "first message must be hello"),
+        (hello: "not json", says: "first message must be hello"),
+        (hello: IngestStateMachineTests.hello(protocol: 2), says: "protocol 2 is not supported"),
+        (hello: IngestStateMachineTests.hello(segmentMs: 0), says: "video.segmentMs 0"),
+        (hello: IngestStateMachineTests.hello(segmentMs: Int.max), says: "video.segmentMs \(Int.max)"),
+    ])
+    func aBadFirstMessageCloses(hello: String, says: String) {
+        var machine = IngestStateMachine(limits: Self.limits)
+        let actions = machine.text(hello)
+        guard case .close(let reason) = actions.first, actions.count == 1 else {
+            Issue.record("\(actions)")
+            return
+        }
+        #expect(reason.contains(says), "\(reason)")
+        #expect(!machine.isOpen)
+        #expect(machine.text(Self.hello()).isEmpty, "a closed session reads nothing more")
+    }
+
+    @Test func binaryBeforeHelloCloses() {
+        var machine = IngestStateMachine(limits: Self.limits)
+        #expect(machine.binary([1, 2, 3]) == [.close(reason: "first message must be hello")])
+    }
+
+    @Test func aStreamIdThatIsEmptyOrTooLongIsIgnored() {
+        for stream in ["", String(repeating: "x", count: 129)] {
+            var machine = IngestStateMachine(limits: Self.limits)
+            let actions = machine.text(Self.hello(stream: stream))
+            #expect(actions.last == .open(.init(locale: "en-US", agent: "test", stream: nil, segmentMs: 5000)))
+        }
+    }
+
+    @Test func aSegmentInChunksIsVerifiedWithItsCostInWholeSeconds() {
+        var machine = Self.opened()
+        let data = (0..<(2 * Self.chunk + 10)).map { UInt8(truncatingIfNeeded: $0) }
+        #expect(machine.text(Self.header(durationMs: 4001, bytes: data.count, chunks: 3, sha: Self.sha(data))).isEmpty)
+        #expect(machine.binary(data[0..<Self.chunk]).isEmpty)
+        #expect(machine.bufferedBytes == Self.chunk)
+        #expect(machine.binary(data[Self.chunk..<(2 * Self.chunk)]).isEmpty)
+        let actions = machine.binary(data[(2 * Self.chunk)...])
+        guard case .verified(let segment) = actions.first else {
+            Issue.record("\(actions)")
+            return
+        }
+        #expect(segment.data == Data(data))
+        #expect(segment.sha256 == Self.sha(data))
+        #expect(segment.seconds == 5)
+        #expect(machine.bufferedBytes == 0)
+    }
+
+    @Test func base64ModeIsVerifiedToo() {
+        var machine = Self.opened()
+        let data: [UInt8] = Array("hello segment".utf8)
+        let actions = machine.text(Self.header(durationMs: 5000, bytes: data.count, chunks: nil, sha: Self.sha(data),
+                                               data: Data(data).base64EncodedString()))
+        #expect(actions.count == 1)
+        if case .verified(let segment) = actions.first { #expect(segment.seconds == 5) } else { Issue.record("\(actions)") }
+    }
+
+    @Test(arguments: [
+        (Self.header(seq: -1, bytes: 10, chunks: 1, sha: Self.sha([])), IngestStateMachine.Rejection.seq),
+        (Self.header(durationMs: Int.max, bytes: 10, chunks: 1, sha: Self.sha([])), .duration),
+        (Self.header(durationMs: Int.min, bytes: 10, chunks: 1, sha: Self.sha([])), .duration),
+        (Self.header(durationMs: 0, bytes: 10, chunks: 1, sha: Self.sha([])), .duration),
+        (Self.header(durationMs: 10_001, bytes: 10, chunks: 1, sha: Self.sha([])), .duration),
+        (Self.header(frames: -1, bytes: 10, chunks: 1, sha: Self.sha([])), .frames),
+        (Self.header(bytes: 0, chunks: 1, sha: Self.sha([])), .bytes),
+        (Self.header(bytes: -5, chunks: 1, sha: Self.sha([])), .bytes),
+        (Self.header(bytes: Int.max, chunks: Int.max, sha: Self.sha([])), .bytes),
+        (Self.header(bytes: (1 << 20) + 1, chunks: 17, sha: Self.sha([])), .bytes),
+        (Self.header(bytes: 10, chunks: 1, sha: "abc"), .sha256Format),
+        (Self.header(bytes: 10, chunks: 1, sha: String(repeating: "g", count: 64)), .sha256Format),
+        (Self.header(bytes: 10, chunks: nil, sha: Self.sha([])), .chunks),
+        (Self.header(bytes: 10, chunks: 1, sha: Self.sha([]), data: "AAAA"), .chunks),
+        (Self.header(bytes: 100_000, chunks: 1, sha: Self.sha([])), .chunks),
+        (Self.header(bytes: 65_536, chunks: 2, sha: Self.sha([])), .chunks),
+        (Self.header(bytes: 65_537, chunks: 1, sha: Self.sha([])), .chunks),
+        (Self.header(bytes: 10, chunks: Int.min, sha: Self.sha([])), .chunks),
+        (Self.header(bytes: 3, chunks: nil, sha: Self.sha([]), data: "%%%"), .base64),
+    ])
+    func aHeaderOutOfRangeIsRefusedAndItsChunksAreDropped(header: String, reason: IngestStateMachine.Rejection) {
+        var machine = Self.opened()
+        #expect(Self.reasons(machine.text(header)) == [reason])
+        // Whatever chunks it announced go nowhere and say nothing.
+        if header.contains(#""chunks""#) { #expect(machine.binary([UInt8](repeating: 1, count: 10)).isEmpty) }
+        #expect(machine.bufferedBytes == 0)
+        // The next header is read as usual.
+        let data: [UInt8] = [1, 2, 3]
+        _ = machine.text(Self.header(seq: 2, bytes: 3, chunks: 1, sha: Self.sha(data)))
+        if case .verified = machine.binary(data).first {} else { Issue.record("the session did not go on") }
+    }
+
+    @Test func moreBytesThanTheHeaderSaidAreRefusedAtOnce() {
+        var machine = Self.opened()
+        _ = machine.text(Self.header(bytes: 100_000, chunks: 2, sha: Self.sha([])))
+        #expect(machine.binary([UInt8](repeating: 0, count: Self.chunk)).isEmpty)
+        #expect(Self.reasons(machine.binary([UInt8](repeating: 0, count: Self.chunk))) == [.overrun])
+        #expect(machine.bufferedBytes == 0)
+    }
+
+    @Test func aDigestThatDoesNotMatchIsRefused() {
+        var machine = Self.opened()
+        _ = machine.text(Self.header(bytes: 3, chunks: 1, sha: Self.sha([9, 9, 9])))
+        #expect(Self.reasons(machine.binary([1, 2, 3])) == [.digest])
+    }
+
+    @Test func aTextBeforeTheLastChunkEndsTheSegmentAndIsReadAsNew() {
+        var machine = Self.opened()
+        _ = machine.text(Self.header(bytes: 100_000, chunks: 2, sha: Self.sha([])))
+        _ = machine.binary([UInt8](repeating: 0, count: Self.chunk))
+        let actions = machine.text(#"{"type":"future-thing"}"#)
+        #expect(Self.reasons(actions) == [.incomplete])
+        #expect(actions.last == .ignore("message of unknown type future-thing"))
+        #expect(machine.bufferedBytes == 0)
+    }
+
+    @Test func outOfOrderAndUnreadableMessagesAreBadMessagesAndTheSessionGoesOn() {
+        var machine = Self.opened()
+        #expect(Self.reasons(machine.text(Self.hello())) == [.outOfOrder])
+        #expect(Self.reasons(machine.binary([1])) == [.outOfOrder])
+        #expect(Self.reasons(machine.text("{not json")) == [.unreadable])
+        #expect(Self.reasons(machine.text(#"{"type":"segment","seq":"one"}"#)) == [.unreadable])
+        #expect(machine.isOpen)
+    }
+
+    /// Any sequence of messages, numbers anywhere in Int's range: no trap, never more buffered
+    /// than the limit, never a verified segment whose checks did not hold.
+    @Test func randomMessagesNeverTrapOrBufferPastTheLimit() async {
+        let step = Gen.int(in: 0...6)
+        await propertyCheck(count: 300, input: step.array(of: 1...24), Gen.int().array(of: 96)) { kinds, numbers in
+            var machine = IngestStateMachine(limits: Self.limits)
+            for (index, kind) in kinds.enumerated() {
+                let n = numbers[(index * 4) % numbers.count], m = numbers[(index * 4 + 1) % numbers.count]
+                let small = Int(truncatingIfNeeded: UInt(bitPattern: n) % 200_000)
+                let actions: [IngestStateMachine.Action] = switch kind {
+                case 0: machine.text(Self.hello(segmentMs: m % 3 == 0 ? m : 5000))
+                case 1: machine.text(Self.header(seq: n, durationMs: m, bytes: small, chunks: (small + Self.chunk - 1) / Self.chunk, sha: Self.sha([])))
+                case 2: machine.text(Self.header(seq: m, durationMs: 5000, bytes: n, chunks: m, sha: Self.sha([])))
+                case 3: machine.binary([UInt8](repeating: 7, count: min(small, Self.chunk + 10)))
+                case 4: machine.text(#"{"type":"segment","seq":\#(n),"durationMs":\#(m),"bytes":1e400}"#)
+                case 5: machine.text(String(decoding: withUnsafeBytes(of: n) { Array($0) }, as: UTF8.self))
+                default: machine.text(#"{"type":"\#(m)"}"#)
+                }
+                #expect(machine.bufferedBytes <= Self.limits.maxSegmentBytes)
+                for case .verified(let segment) in actions {
+                    #expect(segment.data.count == segment.header.bytes && Self.sha(Array(segment.data)) == segment.sha256)
+                    #expect(segment.seconds > 0 && segment.seconds <= 2 * Self.limits.maxSegmentMs / 1000)
+                }
+            }
+        }
+    }
+}
