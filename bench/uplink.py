@@ -49,7 +49,7 @@ def summary(name, values, unit="ms"):
 class Files:
     def __init__(self, folder):
         self.folder = folder
-        self.write("tokens.yaml", f"{TOKEN}: bench-car\n")
+        self.write("tokens.yaml", f"{TOKEN}: bench-car\n", mode=0o600)
         self.write("token", TOKEN + "\n", mode=0o600)
         self.write("script.yaml", '- text: "slow down"\n  lang: en-US\n- clear: true\n')
 

@@ -23,6 +23,7 @@ if [ "$NATIVE" = 1 ]; then
     work=$(mktemp -d)
     trap 'kill "${server_pid:-}" 2>/dev/null; rm -rf "$work"' EXIT
     printf 'bench-token-1: bench-car\n' > "$work/tokens.yaml"
+    chmod 600 "$work/tokens.yaml"
     printf 'bench-token-1\n' > "$work/token"; chmod 600 "$work/token"
     for _ in $(seq "$ROUNDS"); do
         printf -- '- text: "전방에 보행자가 있습니다. 속도를 줄이세요."\n  lang: ko-KR\n'

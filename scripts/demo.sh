@@ -15,7 +15,9 @@ mkdir -p out
 printf 'demo-token-0001\n' > out/demo-token
 chmod 600 out/demo-token
 
-.build/release/guidance-server --config device-config/server.yaml &
+# The server takes only a tokens file its owner alone can read; git checks files out readable by all.
+install -m 600 device-config/demo-tokens.yaml out/demo-tokens.yaml
+GUIDANCE_SERVER_TOKENS_FILE=out/demo-tokens.yaml .build/release/guidance-server --config device-config/server.yaml &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
 sleep 1

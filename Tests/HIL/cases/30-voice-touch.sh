@@ -33,6 +33,7 @@ hil_audio_ready || { hil_fail "snd-aloop card $HIL_AUDIO_CARD is there"; hil_cas
 
 # ---------------------------------------------------------------- server
 printf '%s: hil-car\n' "$TOKEN" > "$CASE_DIR/tokens.yaml"
+chmod 600 "$CASE_DIR/tokens.yaml"
 printf '%s\n' "$TOKEN" > "$CASE_DIR/token"
 chmod 600 "$CASE_DIR/token"
 KO='- text: "전방에 보행자가 있습니다. 속도를 줄이세요."\n  lang: ko-KR\n  priority: normal\n'
