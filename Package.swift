@@ -140,6 +140,8 @@ let package = Package(
             name: "GuidanceServerMain",
             dependencies: [
                 "GuidanceServer",
+                "ConfigSupport",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: upcoming

@@ -32,6 +32,15 @@ struct ConfigFileContents {
             guard let sectionKeys = table.sections.first(where: { $0.name == section })?.keys else {
                 throw .unknownKey(section, at: place(of: sectionName), in: table)
             }
+            // A key of its own at the top (`ledger: …`), not a section of keys.
+            if let key = table.byName[section], !section.contains(".") {
+                guard let text = Self.text(of: sectionNode), sectionNode.null == nil, sectionNode.mapping == nil else {
+                    throw .invalidValue(section, value: sectionNode.mapping != nil ? "a mapping" : "\(sectionNode)", expected: key.expected,
+                                        at: place(of: sectionName))
+                }
+                entries[section] = Entry(text: text, line: sectionName.mark?.line)
+                continue
+            }
             guard let keys = sectionNode.mapping else {
                 throw .notAMapping(section, at: place(of: sectionName), validKeys: sectionKeys.map(\.name))
             }

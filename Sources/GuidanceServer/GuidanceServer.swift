@@ -4,6 +4,7 @@ import HummingbirdCore
 import HummingbirdWebSocket
 import GuidanceProtocol
 public import Logging
+public import ServiceLifecycle
 import NIOCore
 
 /// The request context of the server's routes: Hummingbird's, plus the connection's channel, where
@@ -61,19 +62,30 @@ public struct GuidanceServer: Sendable {
     public let analyzer: any SegmentAnalyzer
     public let logger: Logger
     public let metrics: ServerMetrics
+    /// What each device was credited and spent; survives restarts.
+    public let ledger: any UsageLedger
+    /// Who owns each device's session: in memory for one instance, in PostgreSQL for several.
+    public let leases: any SessionLeases
+    /// What must run beside the server for ledger and leases (a PostgreSQL client, a listener).
+    public let services: [any Service]
 
-    public init(settings: Settings, tokens: DeviceTokens, analyzer: any SegmentAnalyzer, logger: Logger,
+    public init(settings: Settings, tokens: DeviceTokens, analyzer: any SegmentAnalyzer, ledger: any UsageLedger,
+                leases: any SessionLeases = LocalLeases(), services: [any Service] = [], logger: Logger,
                 metrics: ServerMetrics = ServerMetrics()) {
         self.settings = settings
         self.tokens = tokens
         self.analyzer = analyzer
+        self.ledger = ledger
+        self.leases = leases
+        self.services = services
         self.logger = logger
         self.metrics = metrics
     }
 
     /// The Hummingbird application; `onRunning` gets the bound port (useful with port 0).
     public func application(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
-        let registry = SessionRegistry(initialUsage: settings.usageSeconds)
+        let sessions = LiveSessions()
+        let ledger = self.ledger, leases = self.leases
         let router = Router(context: GuidanceRequestContext.self)
         let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger, metrics = self.metrics
         let isAuthorized: @Sendable (String?) -> Bool = { tokens.device(authorization: $0) != nil }
@@ -83,8 +95,8 @@ public struct GuidanceServer: Sendable {
         } onUpgrade: { inbound, outbound, context in
             guard let device = tokens.device(authorization: context.request.headers[.authorization]) else { return }
             let activity = try await ReadActivity.activity(of: context.requestContext.channel)
-            let session = StreamSession(device: device, settings: settings, registry: registry, analyzer: analyzer,
-                                        metrics: metrics, activity: activity, logger: logger)
+            let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
+                                        analyzer: analyzer, metrics: metrics, activity: activity, logger: logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
         router.get("/metrics") { _, _ in
@@ -114,6 +126,7 @@ public struct GuidanceServer: Sendable {
         return Application(
             router: router, server: server,
             configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "guidance-server"),
+            services: services + [SupersedeService(leases: leases, sessions: sessions, logger: logger)],
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? settings.port) },
             logger: logger)
     }

@@ -12,6 +12,8 @@ public struct ServerConfig: LoadableConfig {
     public var analyzer = Analyzer()
     public var usage = Usage()
     public var log = Log()
+    /// Where usage is kept: `sqlite:PATH` (one server) or `postgres://…` (a fleet of instances).
+    public var ledger = "sqlite:usage.sqlite"
 
     public init() {}
 
@@ -120,6 +122,9 @@ extension ServerConfig {
             "usage.remainingSeconds", \.usage.remainingSeconds, 0...100_000_000,
             "Seconds of video each device may have analyzed before it is closed as over quota; unset is unlimited."),
         .choice("log.level", \.log.level, "Least severe log level that is printed."),
+        .string(
+            "ledger", \.ledger, type: "sqlite:PATH or postgres://…",
+            "Usage ledger: `sqlite:PATH` (one server; a relative PATH is in $STATE_DIRECTORY when systemd sets it) or `postgres://USER@HOST:PORT/DB` (instances sharing ledger and sessions)."),
     ]
 
     /// Environment variables that set keys start with this, e.g. `GUIDANCE_SERVER_PORT`.
@@ -137,6 +142,7 @@ extension ServerConfig {
         default:
             break
         }
+        _ = try ledgerLocation()
         if analyzer.kind == .scripted, analyzer.scriptFile == nil {
             throw .missingKey(
                 "analyzer.scriptFile", reason: "analyzer.kind is 'scripted'; set it to the YAML script to play")

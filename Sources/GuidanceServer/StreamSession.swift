@@ -4,10 +4,11 @@ import HummingbirdWebSocket
 import Logging
 import NIOCore
 import NIOWebSocket
+import Synchronization
 
 /// One agent's WebSocket session. Its protocol rules are ``IngestStateMachine``'s; this carries
 /// out what the machine decides: the lease (one session per device), the ledger (each segment
-/// charged once), `ack`, analysis, usage, and the idle check.
+/// charged once, before its `ack`), analysis, usage, and the idle check.
 ///
 /// Anything malformed is answered with an `error` message (or, before `hello`, a close with a
 /// reason) and never ends the server or touches other sessions.
@@ -15,7 +16,9 @@ struct StreamSession {
     let id = UUID().uuidString
     let device: String
     let settings: GuidanceServer.Settings
-    let registry: SessionRegistry
+    let sessions: LiveSessions
+    let leases: any SessionLeases
+    let ledger: any UsageLedger
     let analyzer: any SegmentAnalyzer
     let metrics: ServerMetrics
     let activity: ConnectionActivity
@@ -24,16 +27,35 @@ struct StreamSession {
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
         metrics.sessionOpened()
         defer { metrics.sessionClosed() }
+        let lease = Lease()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await watchIdle(outbound: outbound) }
+            group.addTask { try await watchUsage(lease: lease, outbound: outbound) }
             defer { group.cancelAll() }
-            try await receive(inbound: inbound, outbound: outbound)
+            try await receive(inbound: inbound, outbound: outbound, lease: lease)
         }
-        await registry.unregister(device: device, id: id)
+        await sessions.remove(id)
+        if let epoch = lease.epoch {
+            do { try await leases.release(device: device, session: id, epoch: epoch) } catch {
+                logger.warning("session \(id): cannot release its lease: \(error)", metadata: ["device": "\(device)"])
+            }
+        }
         logger.info("session \(id) ended", metadata: ["device": "\(device)"])
     }
 
-    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
+    /// What the session holds once `hello` is through: its lease epoch, and whether it waits for
+    /// usage (0 left). Shared by the receive loop and the usage watch.
+    final class Lease: Sendable {
+        private let state = Mutex<(epoch: Int64?, paused: Bool)>((nil, false))
+        var epoch: Int64? { state.withLock { $0.epoch } }
+        var paused: Bool {
+            get { state.withLock { $0.paused } }
+            set { state.withLock { $0.paused = newValue } }
+        }
+        func hold(_ epoch: Int64) { state.withLock { $0.epoch = epoch } }
+    }
+
+    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease) async throws {
         var machine = IngestStateMachine(limits: .init(maxSegmentBytes: settings.maxSegmentBytes))
         var log = RateLimit(interval: .seconds(10))
         for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes + 1024) {
@@ -44,7 +66,7 @@ struct StreamSession {
             for action in actions {
                 switch action {
                 case .open(let agent):
-                    try await open(agent, outbound: outbound)
+                    try await open(agent, lease: lease, outbound: outbound)
                 case .reject(let code, let text, let seq, let reason):
                     metrics.rejected(reason)
                     if log.allows(now: Self.now()) {
@@ -59,7 +81,7 @@ struct StreamSession {
                     return
                 case .verified(let segment):
                     metrics.verified()
-                    try await finish(segment, agent: machine.agent, outbound: outbound)
+                    guard try await finish(segment, agent: machine.agent, lease: lease, outbound: outbound) else { return }
                 case .ignore(let what):
                     logger.debug("session \(id): ignoring \(what)", metadata: ["device": "\(device)"])
                 }
@@ -69,43 +91,73 @@ struct StreamSession {
         }
     }
 
-    private func open(_ agent: IngestStateMachine.Agent, outbound: WebSocketOutboundWriter) async throws {
-        await registry.register(device: device, id: id) {
+    private func open(_ agent: IngestStateMachine.Agent, lease: Lease, outbound: WebSocketOutboundWriter) async throws {
+        await sessions.add(id) {
             let superseded = ServerMessage.error(code: .superseded, message: "a newer connection of \(device) took over", seq: nil)
             logger.info("session \(id) superseded by a newer connection", metadata: ["device": "\(device)"])
             try? await outbound.write(.text(superseded.encoded()))
             try? await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
         }
-        let remaining = await registry.remainingSeconds(device: device)
+        lease.hold(try await leases.acquire(device: device, session: id))
+        let remaining = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
+        lease.paused = remaining == 0
         try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
         logger.info("session \(id) opened", metadata: [
             "device": "\(device)", "locale": "\(agent.locale)", "agent": "\(agent.agent)", "stream": "\(agent.stream ?? "-")",
+            "epoch": "\(lease.epoch ?? 0)",
         ])
     }
 
-    private func finish(_ segment: IngestStateMachine.Verified, agent: IngestStateMachine.Agent?,
-                        outbound: WebSocketOutboundWriter) async throws {
+    /// Charges, acknowledges and analyses a verified segment; `false` once the session is closing.
+    private func finish(_ segment: IngestStateMachine.Verified, agent: IngestStateMachine.Agent?, lease: Lease,
+                        outbound: WebSocketOutboundWriter) async throws -> Bool {
         let header = segment.header
-        if let stream = agent?.stream,
-           await registry.wasAcknowledged(device: device, stream: stream, seq: header.seq, sha256: segment.sha256) {
-            // Its ack was lost with an earlier connection: acknowledge it again, and only that.
-            metrics.resent()
-            try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
-            logger.info("segment \(header.seq) re-sent, acknowledged again", metadata: ["device": "\(device)", "stream": "\(stream)"])
-            return
-        }
-        if await registry.remainingSeconds(device: device) == 0 {
+        if let left = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left == 0 {
             // Not acknowledged: the agent keeps the segment until usage returns.
+            lease.paused = true
             try await outbound.write(.text(ServerMessage.error(code: .quotaExhausted, message: "no guidance time left", seq: header.seq).encoded()))
             try await outbound.close(.init(codeNumber: Int(CloseCode.quotaExhausted.rawValue)), reason: "quota exhausted")
-            return
+            return false
+        }
+        // Without a stream id a segment cannot be recognised when re-sent: it is keyed by this session.
+        let charge = UsageCharge(
+            device: device, stream: agent?.stream ?? "session:\(id)", seq: header.seq, sha256: segment.sha256,
+            seconds: segment.seconds, fence: lease.epoch.map { LeaseFence(device: device, epoch: $0) })
+        let balance: DeviceBalance
+        do {
+            switch try await ledger.charge(charge) {
+            case .charged(let after):
+                metrics.ledger(.charged)
+                balance = after
+            case .alreadyCharged(_, let sha256) where sha256 == segment.sha256:
+                // Its ack was lost with an earlier connection: acknowledge it again, and only that.
+                metrics.ledger(.duplicate)
+                metrics.resent()
+                try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
+                logger.info("segment \(header.seq) re-sent, acknowledged again", metadata: ["device": "\(device)", "stream": "\(charge.stream)"])
+                return true
+            case .alreadyCharged:
+                metrics.ledger(.duplicate)
+                metrics.rejected(.digest)
+                try await outbound.write(.text(ServerMessage.error(
+                    code: .badSegment, message: "segment \(header.seq) of this stream was already delivered with other content", seq: header.seq).encoded()))
+                return true
+            }
+        } catch LedgerError.fenced {
+            // Another session (here or on another instance) holds the device now: this one is over.
+            metrics.ledger(.fenced)
+            logger.info("session \(id): its lease was taken; segment \(header.seq) left to the newer session", metadata: ["device": "\(device)"])
+            try? await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
+            return false
+        } catch {
+            // Not acknowledged, so the agent keeps it and sends it again on its next session.
+            metrics.ledger(.failed)
+            logger.error("session \(id): cannot charge segment \(header.seq): \(error)", metadata: ["device": "\(device)"])
+            try? await outbound.write(.text(ServerMessage.error(code: .internal, message: "usage ledger unavailable", seq: header.seq).encoded()))
+            try? await outbound.close(.unexpectedServerError, reason: "usage ledger unavailable")
+            return false
         }
         try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
-        // Recorded once the ack is written, so that a re-send on the device's next session (which may
-        // open while this one is still analysing or closing) is not analysed or charged again.
-        if let stream = agent?.stream {
-            await registry.recordAcknowledged(device: device, stream: stream, seq: header.seq, sha256: segment.sha256)
-        }
         logger.info("segment \(header.seq) verified", metadata: ["device": "\(device)", "bytes": "\(segment.data.count)"])
         if let folder = settings.keepDir {
             let file = URL(fileURLWithPath: folder).appendingPathComponent("\(device)-\(String(format: "%06d", header.seq)).mp4")
@@ -124,14 +176,33 @@ struct StreamSession {
             try await outbound.write(.text(ServerMessage.error(code: .internal, message: "analysis failed", seq: header.seq).encoded()))
         }
         metrics.analyzed(after: ContinuousClock.now - started)
-        if let left = await registry.spend(device: device, seconds: segment.seconds) {
+        if let left = balance.remaining(allowance: settings.usageSeconds) {
             try await outbound.write(.text(ServerMessage.usage(remainingSeconds: left).encoded()))
             if left == 0 {
+                lease.paused = true
                 try await outbound.write(.text(ServerMessage.error(code: .quotaExhausted, message: "no guidance time left", seq: nil).encoded()))
                 try await outbound.close(.init(codeNumber: Int(CloseCode.quotaExhausted.rawValue)), reason: "quota exhausted")
+                return false
             }
         }
+        return true
     }
+
+    /// While the device has no usage left, looks at the ledger every ``usagePoll``: once an
+    /// operator credits it (`guidance-server credit`, from any instance), the agent is told with a
+    /// `usage` message and resumes.
+    private func watchUsage(lease: Lease, outbound: WebSocketOutboundWriter) async throws {
+        while true {
+            try await Task.sleep(for: Self.usagePoll)
+            guard lease.paused, settings.usageSeconds != nil else { continue }
+            guard let left = try? await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left > 0 else { continue }
+            lease.paused = false
+            logger.info("session \(id): usage credited, \(left) s left", metadata: ["device": "\(device)"])
+            try await outbound.write(.text(ServerMessage.usage(remainingSeconds: left).encoded()))
+        }
+    }
+
+    static let usagePoll = Duration.seconds(2)
 
     /// Nothing at all from the agent (no message, no pong) for the idle timeout: close with 4001.
     /// Half way through a silence the server pings, so an agent that is alive but has nothing to

@@ -4,44 +4,174 @@ import Foundation
 import GuidanceServer
 import Hummingbird
 import Logging
+import ServiceLifecycle
 
-/// `guidance-server`: the reference server the agent streams to.
+/// `guidance-server`: the reference server the agent streams to, and the operator's commands on
+/// its usage ledger.
 @main
 struct GuidanceServerMain: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "guidance-server",
-        abstract: "Reference guidance server: receives segments over WebSocket and answers with guidance.")
+        abstract: "Reference guidance server: receives segments over WebSocket and answers with guidance.",
+        subcommands: [Serve.self, Credit.self, Usage.self],
+        defaultSubcommand: Serve.self)
+}
 
+/// What every command reads: the config file.
+struct ConfigOptions: ParsableArguments {
     @Option(help: "YAML config file (see device-config/server.yaml).")
     var config: String?
+
+    /// The configuration, or exit 78 with the problem.
+    func load(overrides: [String: String] = [:]) async throws -> ServerConfig {
+        do {
+            return try await ServerConfig.load(file: config, overrides: overrides)
+        } catch {
+            fail("\(error)", exit: 78)
+        }
+    }
+
+    /// The ledger the configuration names, or exit 69 (EX_UNAVAILABLE) when it cannot be reached.
+    func openLedger(_ config: ServerConfig, logger: Logger) async throws -> (ledger: any UsageLedger, leases: any SessionLeases, services: [any Service]) {
+        do {
+            return try await config.openLedger(logger: logger)
+        } catch let error as ConfigError {
+            fail("\(error)", exit: 78)
+        } catch {
+            fail("\(error)", exit: 69)
+        }
+    }
+}
+
+func fail(_ message: String, exit code: Int32) -> Never {
+    FileHandle.standardError.write(Data("guidance-server: \(message)\n".utf8))
+    Foundation.exit(code)
+}
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Run the server (the default command).")
+
+    @OptionGroup var options: ConfigOptions
 
     @Option(help: "Port to listen on (overrides server.port; 0 picks a free one).")
     var port: Int?
 
     func run() async throws {
-        let config: ServerConfig
-        do {
-            config = try await ServerConfig.load(file: self.config, overrides: port.map { ["server.port": String($0)] } ?? [:])
-        } catch {
-            FileHandle.standardError.write(Data("guidance-server: \(error)\n".utf8))
-            throw ExitCode(78)
-        }
+        let config = try await options.load(overrides: port.map { ["server.port": String($0)] } ?? [:])
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = config.log.level
             return handler
         }
         let logger = Logger(label: "guidance-server")
+        // Configuration first (exit 78), before the ledger is opened or created.
+        do { _ = try DeviceTokens(file: config.server.tokensFile) } catch { fail("\(error)", exit: 78) }
+        let (ledger, leases, services) = try await options.openLedger(config, logger: logger)
         let app: any ApplicationProtocol
         do {
-            app = try config.makeServer(logger: logger).application { port in
+            app = try config.makeServer(logger: logger, ledger: ledger, leases: leases, services: services).application { port in
                 logger.notice("listening on \(config.server.host):\(port)\(config.server.usesTLS ? " (TLS)" : "")")
             }
         } catch {
-            FileHandle.standardError.write(Data("guidance-server: \(error)\n".utf8))
             // Tokens, script and TLS files are configuration too: EX_CONFIG.
-            throw ExitCode(78)
+            fail("\(error)", exit: 78)
         }
         try await app.runService()
+        try? await ledger.shutdown()
+    }
+}
+
+struct Credit: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Add seconds of guidance to a device's balance (what a purchase buys), then print it.")
+
+    @OptionGroup var options: ConfigOptions
+
+    @Argument(help: "Device id, as in the tokens file.")
+    var device: String
+
+    @Argument(help: "Seconds to add, 1 or more.")
+    var seconds: Int
+
+    @Option(help: "Why (an order number, say); kept with the credit.")
+    var note: String = ""
+
+    func validate() throws {
+        guard !device.isEmpty else { throw ValidationError("DEVICE must not be empty") }
+        guard seconds >= 1 else { throw ValidationError("SECONDS must be 1 or more, not \(seconds)") }
+    }
+
+    func run() async throws {
+        let config = try await options.load()
+        let (ledger, _, services) = try await options.openLedger(config, logger: Logger(label: "guidance-server"))
+        let balance = try await withServices(services) {
+            try await ledger.credit(device: device, seconds: seconds, note: note)
+        }
+        try? await ledger.shutdown()
+        print(UsageReport(balance, allowance: config.usage.remainingSeconds).line)
+    }
+}
+
+struct Usage: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print what each device (or one) was credited, spent and has left.")
+
+    @OptionGroup var options: ConfigOptions
+
+    @Argument(help: "Only this device.")
+    var device: String?
+
+    @Flag(help: "One JSON array of {device, creditedSeconds, spentSeconds, segments, remainingSeconds (null: unlimited)}.")
+    var json = false
+
+    func run() async throws {
+        let config = try await options.load()
+        let (ledger, _, services) = try await options.openLedger(config, logger: Logger(label: "guidance-server"))
+        let balances = try await withServices(services) {
+            if let device { [try await ledger.balance(device: device)] } else { try await ledger.balances() }
+        }
+        try? await ledger.shutdown()
+        let reports = balances.map { UsageReport($0, allowance: config.usage.remainingSeconds) }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            print(String(decoding: try encoder.encode(reports), as: UTF8.self))
+        } else {
+            print("device                credited      spent  segments  remaining")
+            for report in reports { print(report.line) }
+        }
+    }
+}
+
+/// One device's line in `usage` and `credit`.
+struct UsageReport: Encodable {
+    var device: String
+    var creditedSeconds: Int
+    var spentSeconds: Int
+    var segments: Int
+    var remainingSeconds: Int?
+
+    init(_ balance: DeviceBalance, allowance: Int?) {
+        device = balance.device
+        creditedSeconds = balance.creditedSeconds
+        spentSeconds = balance.spentSeconds
+        segments = balance.segments
+        remainingSeconds = balance.remaining(allowance: allowance)
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        enum Keys: String, CodingKey { case device, creditedSeconds, spentSeconds, segments, remainingSeconds }
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encode(device, forKey: .device)
+        try container.encode(creditedSeconds, forKey: .creditedSeconds)
+        try container.encode(spentSeconds, forKey: .spentSeconds)
+        try container.encode(segments, forKey: .segments)
+        // null is unlimited, written out.
+        try container.encode(remainingSeconds, forKey: .remainingSeconds)
+    }
+
+    var line: String {
+        let padded = device.count < 18 ? device + String(repeating: " ", count: 18 - device.count) : device
+        let remaining = remainingSeconds.map(String.init) ?? "unlimited"
+        return "\(padded) \(String(format: "%12d %10d %9d", creditedSeconds, spentSeconds, segments))  \(remaining)"
     }
 }

@@ -74,6 +74,7 @@ import Testing
             file: Self.deviceConfig.appendingPathComponent("server.yaml").path, environment: [:])
         var expected = ServerConfig()
         expected.server.tokensFile = "device-config/demo-tokens.yaml"
+        expected.ledger = "sqlite:out/demo-usage.sqlite"
         expected.analyzer.scriptFile = "device-config/demo-script.yaml"
         #expect(config == expected)
     }
@@ -113,7 +114,7 @@ import Testing
                 == "FILE:2: unknown key 'analyzer.script' (valid keys here: analyzer.kind, analyzer.scriptFile, analyzer.order)")
         #expect(
             await failure(yaml: "camera:\n  fps: 10\n")
-                == "FILE:1: unknown key 'camera' (valid keys here: server, analyzer, usage, log)")
+                == "FILE:1: unknown key 'camera' (valid keys here: server, analyzer, usage, log, ledger)")
         #expect(
             await failure(overrides: ["server.tokenFile": "t.yaml"])
                 == "command line: unknown key 'server.tokenFile' (did you mean 'server.tokensFile'?)")

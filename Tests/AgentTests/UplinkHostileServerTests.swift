@@ -89,7 +89,8 @@ import Testing
     @Test func aWrongTokenIsReportedAsAnAuthFailureAndRetriedOnlyMuchLater() async throws {
         let server = GuidanceServer(
             settings: .init(host: "127.0.0.1", port: 0), tokens: DeviceTokens(["right": "car-9"]),
-            analyzer: ScriptedAnalyzer(items: [.init(text: "never", lang: "en", clear: false, priority: .normal)], order: .order), logger: Self.logger)
+            analyzer: ScriptedAnalyzer(items: [.init(text: "never", lang: "en", clear: false, priority: .normal)], order: .order),
+            ledger: SQLiteLedger(path: ":memory:", logger: Self.logger), logger: Self.logger)
         let port = Mutex(0)
         let app = try server.application { bound in port.withLock { $0 = bound } }
         let serving = Task { try await app.run() }

@@ -54,7 +54,7 @@ import Testing
             tokens: DeviceTokens(["t0k3n": "car-7"]),
             analyzer: ScriptedAnalyzer(items: [.init(text: "slow down", lang: "en-US", clear: false, priority: .normal),
                                                .init(text: nil, lang: nil, clear: true, priority: nil)], order: .seq),
-            logger: Self.logger)
+            ledger: SQLiteLedger(path: ":memory:", logger: Self.logger), logger: Self.logger)
     }
 
     func makeUplink(port: Int, token: String = "t0k3n") -> Uplink {
@@ -208,7 +208,7 @@ enum SHA256Hex {
             settings: .init(host: "127.0.0.1", port: 0, tls: (credentials.cert, credentials.key)),
             tokens: DeviceTokens(["t0k3n": "car-7"]),
             analyzer: ScriptedAnalyzer(items: [.init(text: nil, lang: nil, clear: true, priority: nil)], order: .order),
-            logger: Logger(label: "tls-server"))
+            ledger: SQLiteLedger(path: ":memory:", logger: Logger(label: "tls-server")), logger: Logger(label: "tls-server"))
         let port = Mutex(0)
         let app = try server.application { bound in port.withLock { $0 = bound } }
         let serverTask = Task { try await app.run() }

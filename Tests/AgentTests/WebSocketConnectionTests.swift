@@ -27,7 +27,8 @@ import Testing
         let server = GuidanceServer(
             settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: 30),
             tokens: DeviceTokens(["t0k3n": "car-7"]),
-            analyzer: ScriptedAnalyzer(items: [], order: .seq), logger: Self.logger)
+            analyzer: ScriptedAnalyzer(items: [], order: .seq), ledger: SQLiteLedger(path: ":memory:", logger: Self.logger),
+            logger: Self.logger)
         let port = Mutex(0)
         let app = try server.application { bound in port.withLock { $0 = bound } }
         let task = Task { try await app.run() }

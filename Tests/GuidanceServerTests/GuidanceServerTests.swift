@@ -24,6 +24,7 @@ import WSClient
             settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: idleSeconds, usageSeconds: usage),
             tokens: DeviceTokens(["good-token": "car-1", "other-token": "car-2"]),
             analyzer: ScriptedAnalyzer(items: Self.script, order: .order),
+            ledger: SQLiteLedger(path: ":memory:", logger: Logger(label: "test-ledger")),
             logger: Logger(label: "test-server"))
         let port = Mutex(0)
         let app = try server.application { bound in port.withLock { $0 = bound } }
@@ -226,12 +227,15 @@ import WSClient
         }
     }
 
-    @Test func aReSendWithOtherBytesIsANewSegment() async throws {
+    /// Device, stream and seq name one segment in the ledger: other bytes under the same name are
+    /// refused, not analysed for free.
+    @Test func aReSendWithOtherBytesIsRefused() async throws {
         try await withServer(usage: 60) { port in
             let (_, second) = try await sendTwice(port: port, stream: "s-1", resend: Array(repeating: 9, count: 2000))
-            #expect(second.contains(.ack(seq: 5)))
-            #expect(Self.guidance(second, seq: 5) == 1)
-            #expect(Self.usage(second) == [50, 45])
+            #expect(!second.contains(.ack(seq: 5)))
+            #expect(second.contains { if case .error(.badSegment, _, 5) = $0 { true } else { false } })
+            #expect(Self.guidance(second, seq: 5) == 0)
+            #expect(Self.usage(second) == [50])
         }
     }
 
@@ -252,20 +256,6 @@ import WSClient
             #expect(!messages.contains(.ack(seq: 1)) && !messages.contains(.ack(seq: 2)))
             #expect(Self.usage(messages) == [55])
         }
-    }
-
-    @Test func aDeviceRemembersItsLast256AcknowledgedSegments() {
-        var segments = AcknowledgedSegments()
-        for seq in 0..<300 { segments.record(.init(stream: "s-1", seq: seq), sha256: "d\(seq)") }
-        #expect(segments.count == AcknowledgedSegments.limit)
-        #expect(segments.sha256(of: .init(stream: "s-1", seq: 43)) == nil, "the oldest are forgotten")
-        #expect(segments.sha256(of: .init(stream: "s-1", seq: 44)) == "d44")
-        #expect(segments.sha256(of: .init(stream: "s-2", seq: 299)) == nil, "another stream is another segment")
-        segments.record(.init(stream: "s-1", seq: 44), sha256: "new")
-        segments.record(.init(stream: "s-1", seq: 300), sha256: "d300")
-        #expect(segments.sha256(of: .init(stream: "s-1", seq: 44)) == "new", "recording again makes it the newest")
-        #expect(segments.sha256(of: .init(stream: "s-1", seq: 45)) == nil)
-        #expect(segments.count == AcknowledgedSegments.limit)
     }
 
     private func sessionID(_ messages: [ServerMessage]) -> String {

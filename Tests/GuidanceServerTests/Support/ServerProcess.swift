@@ -30,6 +30,7 @@ final class ServerProcess: @unchecked Sendable {
               kind: scripted
               scriptFile: \(folder.appendingPathComponent("script.yaml").path)
             \(extra)
+            \(extra.contains("ledger:") ? "" : "ledger: sqlite:\(folder.appendingPathComponent("usage.sqlite").path)")
 
             """)
         process = try Spawned("guidance-server", ["--config", folder.appendingPathComponent("server.yaml").path], folder: folder)

@@ -1,0 +1,293 @@
+import Foundation
+public import Logging
+import PostgresNIO
+public import ServiceLifecycle
+import Synchronization
+
+/// Ledger and leases in one PostgreSQL database, shared by every instance of a fleet's server.
+/// ``services`` (the client's connection pool and the lease listener) must run beside whatever
+/// uses ``ledger`` and ``leases``: the server puts them in its service group.
+public struct PostgresStore: Sendable {
+    public let ledger: PostgresLedger
+    public let leases: PostgresLeases
+    public let services: [any Service]
+
+    /// `url`: `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`, plain TCP (loopback or a private
+    /// network; TLS to PostgreSQL is not configured here).
+    public init(url: String, logger: Logger) throws {
+        guard let parts = URLComponents(string: url), let host = parts.host, parts.path.count > 1 else {
+            throw LedgerError.unavailable("ledger: '\(url)' is not postgres://USER@HOST:PORT/DATABASE")
+        }
+        let configuration = PostgresClient.Configuration(
+            host: host, port: parts.port ?? 5432, username: parts.user ?? "postgres", password: parts.password,
+            database: String(parts.path.dropFirst()), tls: .disable)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        let schema = PostgresSchema(client: client, logger: logger)
+        ledger = PostgresLedger(client: client, schema: schema, logger: logger)
+        leases = PostgresLeases(client: client, schema: schema, logger: logger)
+        services = [client, PostgresLeases.Listener(leases: leases)]
+    }
+}
+
+/// The tables, made once per process (and safely by two instances starting together).
+actor PostgresSchema {
+    let client: PostgresClient
+    let logger: Logger
+    private var ready = false
+
+    init(client: PostgresClient, logger: Logger) {
+        self.client = client
+        self.logger = logger
+    }
+
+    func ensure() async throws {
+        guard !ready else { return }
+        try await client.withTransaction(logger: logger) { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock(7231701)", logger: logger)
+            for statement in Self.statements {
+                try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+        }
+        ready = true
+    }
+
+    static let statements = [
+        """
+        CREATE TABLE IF NOT EXISTS usage_events (
+            device TEXT NOT NULL, stream TEXT NOT NULL, seq BIGINT NOT NULL, sha256 TEXT NOT NULL,
+            seconds BIGINT NOT NULL CHECK (seconds >= 0), at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            PRIMARY KEY (device, stream, seq))
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS credits (
+            id BIGSERIAL PRIMARY KEY, device TEXT NOT NULL, seconds BIGINT NOT NULL CHECK (seconds > 0),
+            note TEXT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT now())
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS balances (
+            device TEXT PRIMARY KEY, credited BIGINT NOT NULL DEFAULT 0, spent BIGINT NOT NULL DEFAULT 0,
+            segments BIGINT NOT NULL DEFAULT 0)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS session_leases (
+            device TEXT PRIMARY KEY, instance TEXT NOT NULL, session TEXT NOT NULL, epoch BIGINT NOT NULL,
+            acquired_at TIMESTAMPTZ NOT NULL DEFAULT now())
+        """,
+    ]
+}
+
+/// The usage ledger in PostgreSQL: each change one transaction (event and balance together); a
+/// charge with a fence first checks, under a share lock on the lease row, that the session's lease
+/// epoch is still the device's.
+public final class PostgresLedger: UsageLedger {
+    let client: PostgresClient
+    let schema: PostgresSchema
+    let logger: Logger
+
+    init(client: PostgresClient, schema: PostgresSchema, logger: Logger) {
+        self.client = client
+        self.schema = schema
+        self.logger = logger
+    }
+
+    public func charge(_ charge: UsageCharge) async throws -> ChargeResult {
+        try LedgerLimits.check(charge)
+        try await schema.ensure()
+        let logger = self.logger
+        return try await client.withTransaction(logger: logger) { connection -> ChargeResult in
+            if let fence = charge.fence {
+                let rows = try await connection.query(
+                    "SELECT epoch FROM session_leases WHERE device = \(fence.device) FOR SHARE", logger: logger)
+                var current: Int64?
+                for try await epoch in rows.decode(Int64.self) { current = epoch }
+                guard current == fence.epoch else { throw LedgerError.fenced(device: fence.device, epoch: fence.epoch) }
+            }
+            let inserted = try await connection.query(
+                """
+                INSERT INTO usage_events (device, stream, seq, sha256, seconds)
+                VALUES (\(charge.device), \(charge.stream), \(Int64(charge.seq)), \(charge.sha256), \(Int64(charge.seconds)))
+                ON CONFLICT (device, stream, seq) DO NOTHING RETURNING seq
+                """, logger: logger)
+            var charged = false
+            for try await _ in inserted.decode(Int64.self) { charged = true }
+            if charged {
+                try await connection.query(
+                    """
+                    INSERT INTO balances (device, spent, segments) VALUES (\(charge.device), \(Int64(charge.seconds)), 1)
+                    ON CONFLICT (device) DO UPDATE SET spent = balances.spent + EXCLUDED.spent, segments = balances.segments + 1
+                    """, logger: logger)
+                return .charged(try await Self.balance(charge.device, on: connection, logger: logger))
+            }
+            var stored = ""
+            let rows = try await connection.query(
+                "SELECT sha256 FROM usage_events WHERE device = \(charge.device) AND stream = \(charge.stream) AND seq = \(Int64(charge.seq))",
+                logger: logger)
+            for try await sha in rows.decode(String.self) { stored = sha }
+            return .alreadyCharged(try await Self.balance(charge.device, on: connection, logger: logger), sha256: stored)
+        }
+    }
+
+    public func credit(device: String, seconds: Int, note: String) async throws -> DeviceBalance {
+        try LedgerLimits.checkCredit(device: device, seconds: seconds)
+        try await schema.ensure()
+        let logger = self.logger
+        return try await client.withTransaction(logger: logger) { connection in
+            try await connection.query(
+                "INSERT INTO credits (device, seconds, note) VALUES (\(device), \(Int64(seconds)), \(note))", logger: logger)
+            try await connection.query(
+                """
+                INSERT INTO balances (device, credited) VALUES (\(device), \(Int64(seconds)))
+                ON CONFLICT (device) DO UPDATE SET credited = balances.credited + EXCLUDED.credited
+                """, logger: logger)
+            return try await Self.balance(device, on: connection, logger: logger)
+        }
+    }
+
+    public func balance(device: String) async throws -> DeviceBalance {
+        try await schema.ensure()
+        let logger = self.logger
+        return try await client.withConnection { connection in try await Self.balance(device, on: connection, logger: logger) }
+    }
+
+    public func balances() async throws -> [DeviceBalance] {
+        try await schema.ensure()
+        var all: [DeviceBalance] = []
+        let rows = try await client.query("SELECT device, credited, spent, segments FROM balances ORDER BY device", logger: logger)
+        for try await (device, credited, spent, segments) in rows.decode((String, Int64, Int64, Int64).self) {
+            all.append(DeviceBalance(device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments)))
+        }
+        return all
+    }
+
+    /// The client's pool ends with the service group that runs it.
+    public func shutdown() async throws {}
+
+    static func balance(_ device: String, on connection: PostgresConnection, logger: Logger) async throws -> DeviceBalance {
+        let rows = try await connection.query(
+            "SELECT credited, spent, segments FROM balances WHERE device = \(device)", logger: logger)
+        var balance = DeviceBalance(device: device)
+        for try await (credited, spent, segments) in rows.decode((Int64, Int64, Int64).self) {
+            balance = DeviceBalance(device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments))
+        }
+        return balance
+    }
+}
+
+/// Session leases in PostgreSQL: a row per device whose epoch grows with each new session, and a
+/// `guidance_session_lease` notification on every change that each instance listens for, to close
+/// its own session of that device when a newer one took it (within the notification's delivery,
+/// well under a second on one network).
+public final class PostgresLeases: SessionLeases {
+    /// This process, in the lease rows.
+    public let instance = UUID().uuidString
+    static let channel = "guidance_session_lease"
+
+    let client: PostgresClient
+    let schema: PostgresSchema
+    let logger: Logger
+    /// This instance's session of each device, with its epoch.
+    private let local = Mutex<[String: (session: String, epoch: Int64)]>([:])
+    public let superseded: AsyncStream<SupersededSession>
+    private let continuation: AsyncStream<SupersededSession>.Continuation
+
+    init(client: PostgresClient, schema: PostgresSchema, logger: Logger) {
+        self.client = client
+        self.schema = schema
+        self.logger = logger
+        (superseded, continuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+    }
+
+    deinit { continuation.finish() }
+
+    struct Change: Codable {
+        var device: String
+        var session: String
+        var epoch: Int64
+    }
+
+    public func acquire(device: String, session: String) async throws -> Int64 {
+        try await schema.ensure()
+        let logger = self.logger, instance = self.instance
+        let epoch = try await client.withTransaction(logger: logger) { connection -> Int64 in
+            let rows = try await connection.query(
+                """
+                INSERT INTO session_leases (device, instance, session, epoch) VALUES (\(device), \(instance), \(session), 1)
+                ON CONFLICT (device) DO UPDATE SET instance = EXCLUDED.instance, session = EXCLUDED.session,
+                    epoch = session_leases.epoch + 1, acquired_at = now()
+                RETURNING epoch
+                """, logger: logger)
+            var epoch: Int64 = 0
+            for try await value in rows.decode(Int64.self) { epoch = value }
+            let payload = String(decoding: try JSONEncoder().encode(Change(device: device, session: session, epoch: epoch)), as: UTF8.self)
+            // Delivered to every listener when the transaction commits.
+            try await connection.query("SELECT pg_notify(\(Self.channel), \(payload))", logger: logger)
+            return epoch
+        }
+        let previous = local.withLock { $0.updateValue((session, epoch), forKey: device) }
+        if let previous, previous.session != session {
+            continuation.yield(SupersededSession(device: device, session: previous.session, byEpoch: epoch))
+        }
+        return epoch
+    }
+
+    public func release(device: String, session: String, epoch: Int64) async throws {
+        local.withLock { local in
+            if let held = local[device], held.session == session, held.epoch == epoch { local[device] = nil }
+        }
+        try await schema.ensure()
+        try await client.query(
+            "DELETE FROM session_leases WHERE device = \(device) AND session = \(session) AND epoch = \(epoch)", logger: logger)
+    }
+
+    /// A lease changed somewhere: this instance's older session of that device is closed.
+    func changed(_ payload: String) {
+        guard let change = try? JSONDecoder().decode(Change.self, from: Data(payload.utf8)) else {
+            logger.warning("ignoring an unreadable lease notification")
+            return
+        }
+        let lost: String? = local.withLock { local in
+            guard let held = local[change.device], held.session != change.session, held.epoch < change.epoch else { return nil }
+            local[change.device] = nil
+            return held.session
+        }
+        if let lost {
+            continuation.yield(SupersededSession(device: change.device, session: lost, byEpoch: change.epoch))
+        }
+    }
+
+    /// Listens for lease changes as long as the server runs; reconnects after a lost connection
+    /// (meanwhile a superseded session is still stopped by its fence at its next charge).
+    struct Listener: Service {
+        let leases: PostgresLeases
+
+        func run() async throws {
+            while !Task.isCancelled {
+                do {
+                    try await leases.client.withConnection { connection in
+                        try await connection.listen(on: PostgresLeases.channel) { notifications in
+                            for try await notification in notifications.cancelOnGracefulShutdown() {
+                                leases.changed(notification.payload)
+                            }
+                        }
+                    }
+                    return
+                } catch {
+                    if Task.isCancelled || Task.isShuttingDownGracefully { return }
+                    leases.logger.warning("lease notifications: \(error); listening again in 1 s")
+                    try? await Task.sleep(for: .seconds(1))
+                }
+            }
+        }
+    }
+}
+
+/// Runs `body` with `services` running beside it (a command that needs the PostgreSQL client's
+/// pool, say); the services are cancelled when it returns.
+public func withServices<T: Sendable>(_ services: [any Service], _ body: @Sendable () async throws -> T) async throws -> T {
+    guard !services.isEmpty else { return try await body() }
+    return try await withThrowingTaskGroup(of: T?.self) { group in
+        for service in services { group.addTask { try await service.run(); return nil } }
+        defer { group.cancelAll() }
+        return try await body()
+    }
+}

@@ -1,0 +1,47 @@
+public import ConfigSupport
+public import Foundation
+public import Logging
+public import ServiceLifecycle
+
+extension ServerConfig {
+    /// Where `ledger` says usage is kept.
+    public enum LedgerLocation: Sendable, Equatable {
+        /// A file, for one server.
+        case sqlite(path: String)
+        /// A PostgreSQL database shared by several instances.
+        case postgres(url: String)
+    }
+
+    /// `ledger` read: `sqlite:PATH` (a relative PATH is taken from `$STATE_DIRECTORY`, which
+    /// systemd's `StateDirectory=` sets, else from the working directory) or `postgres://…`.
+    public func ledgerLocation(environment: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigError) -> LedgerLocation {
+        if ledger.hasPrefix("sqlite:") {
+            let path = String(ledger.dropFirst("sqlite:".count))
+            guard !path.isEmpty else {
+                throw .invalidOption("ledger", ledger, "sqlite:PATH with a file path, or postgres://USER@HOST:PORT/DATABASE")
+            }
+            if path.hasPrefix("/") { return .sqlite(path: path) }
+            let base = environment["STATE_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }
+            return .sqlite(path: base.map { URL(fileURLWithPath: $0).appendingPathComponent(path).path } ?? path)
+        }
+        if ledger.hasPrefix("postgres://") || ledger.hasPrefix("postgresql://") {
+            guard let url = URL(string: ledger), url.host != nil, url.path.count > 1 else {
+                throw .invalidOption("ledger", ledger, "postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
+            }
+            return .postgres(url: ledger)
+        }
+        throw .invalidOption("ledger", ledger, "sqlite:PATH (one server) or postgres://USER@HOST:PORT/DATABASE (several)")
+    }
+
+    /// Opens the ledger (and, for PostgreSQL, the shared leases), with the services that must run
+    /// beside the server for them.
+    public func openLedger(logger: Logger) async throws -> (ledger: any UsageLedger, leases: any SessionLeases, services: [any Service]) {
+        switch try ledgerLocation() {
+        case .sqlite(let path):
+            return (try await SQLiteLedger.open(path: path, logger: logger), LocalLeases(), [])
+        case .postgres(let url):
+            let store = try PostgresStore(url: url, logger: logger)
+            return (store.ledger, store.leases, store.services)
+        }
+    }
+}
