@@ -64,7 +64,8 @@ class Files:
 
     def server(self, host="127.0.0.1", port=0):
         return self.write("server.yaml", f"server:\n  host: {host}\n  port: {port}\n  tokensFile: {self.path('tokens.yaml')}\n"
-                                         f"analyzer:\n  kind: scripted\n  scriptFile: {self.path('script.yaml')}\nlog:\n  level: info\n")
+                                         f"analyzer:\n  kind: scripted\n  scriptFile: {self.path('script.yaml')}\nlog:\n  level: info\n"
+                                         f"ledger: sqlite:{self.path('usage.sqlite')}\n")
 
     def agent(self, url, pace="realtime", segment_seconds=5, level="info"):
         return self.write("agent.yaml", f"camera:\n  source: test-pattern\n  width: 640\n  height: 360\n  fps: 10\n  pace: {pace}\n"

@@ -31,8 +31,8 @@ if [ "$NATIVE" = 1 ]; then
         printf -- '- text: "Brake now."\n  lang: en-US\n  priority: urgent\n'
         printf -- '- clear: true\n- clear: true\n'
     done > "$work/script.yaml"
-    printf 'server:\n  host: 127.0.0.1\n  port: 18181\n  tokensFile: %s/tokens.yaml\nanalyzer:\n  kind: scripted\n  scriptFile: %s/script.yaml\n' \
-        "$work" "$work" > "$work/server.yaml"
+    printf 'server:\n  host: 127.0.0.1\n  port: 18181\n  tokensFile: %s/tokens.yaml\nanalyzer:\n  kind: scripted\n  scriptFile: %s/script.yaml\nledger: sqlite:%s/usage.sqlite\n' \
+        "$work" "$work" "$work" > "$work/server.yaml"
     printf 'device:\n  locale: ko-KR\ncamera:\n  source: test-pattern\n  width: 320\n  height: 180\n  fps: 10\nencoder:\n  preference: [libx265]\n  segmentSeconds: 1\n' > "$work/agent.yaml"
     printf 'recording:\n  dir: %s/segments\nuplink:\n  url: ws://127.0.0.1:18181/v1/stream\n  allowInsecure: true\n  tokenFile: %s/token\n' "$work" "$work" >> "$work/agent.yaml"
     printf 'speech:\n  sink: wav:%s/speech\nhaptics:\n  required: false\nstatus:\n  socket: %s/status.sock\nlog:\n  level: debug\n' "$work" "$work" >> "$work/agent.yaml"

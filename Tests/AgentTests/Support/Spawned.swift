@@ -68,6 +68,7 @@ struct LoopFiles {
               scriptFile: \(path("script.yaml"))
             log:
               level: info
+            ledger: sqlite:\(path("usage.sqlite"))
 
             """)
         return path("server.yaml")

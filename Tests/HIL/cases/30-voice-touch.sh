@@ -55,6 +55,7 @@ server:
 analyzer:
   kind: scripted
   scriptFile: $CASE_DIR/script.yaml
+ledger: sqlite:$CASE_DIR/usage.sqlite
 EOF
 "$SERVER_BIN" --config "$CASE_DIR/server.yaml" > "$CASE_DIR/server.log" 2>&1 &
 server_pid=$!
