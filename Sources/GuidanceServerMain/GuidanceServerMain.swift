@@ -136,7 +136,7 @@ struct Usage: AsyncParsableCommand {
             encoder.outputFormatting = [.sortedKeys]
             print(String(decoding: try encoder.encode(reports), as: UTF8.self))
         } else {
-            print("device                credited      spent  segments  remaining")
+            print(UsageReport.header)
             for report in reports { print(report.line) }
         }
     }
@@ -169,9 +169,18 @@ struct UsageReport: Encodable {
         try container.encode(remainingSeconds, forKey: .remainingSeconds)
     }
 
+    /// The column titles above ``line``s.
+    static let header = columns("device", "credited", "spent", "segments", "remaining")
+
     var line: String {
-        let padded = device.count < 18 ? device + String(repeating: " ", count: 18 - device.count) : device
-        let remaining = remainingSeconds.map(String.init) ?? "unlimited"
-        return "\(padded) \(String(format: "%12d %10d %9d", creditedSeconds, spentSeconds, segments))  \(remaining)"
+        Self.columns(device, String(creditedSeconds), String(spentSeconds), String(segments), remainingSeconds.map(String.init) ?? "unlimited")
+    }
+
+    /// Device left-aligned, numbers right-aligned. (Not `String(format: "%d")`, which reads 32 bits
+    /// of a 64-bit Int on Linux: a balance past 2^31 printed wrong.)
+    static func columns(_ device: String, _ credited: String, _ spent: String, _ segments: String, _ remaining: String) -> String {
+        func right(_ text: String, _ width: Int) -> String { String(repeating: " ", count: max(0, width - text.count)) + text }
+        let padded = device + String(repeating: " ", count: max(0, 18 - device.count))
+        return "\(padded) \(right(credited, 12)) \(right(spent, 10)) \(right(segments, 9))  \(remaining)"
     }
 }
