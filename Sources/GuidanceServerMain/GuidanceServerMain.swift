@@ -41,6 +41,31 @@ struct ConfigOptions: ParsableArguments {
             fail("\(error)", exit: 69)
         }
     }
+
+    /// An operator command's work on the configured ledger, then the ledger closed. Exits 78 for
+    /// the configuration, 69 (EX_UNAVAILABLE) when the ledger cannot be opened, reached or used,
+    /// 64 (EX_USAGE) for a value the ledger refuses.
+    func withLedger<T: Sendable>(_ config: ServerConfig, _ body: @Sendable (any UsageLedger) async throws -> T) async throws -> T {
+        var logger = Logger(label: "guidance-server")
+        // The PostgreSQL client's retries and its warning that a query came before its pool ran
+        // (it waits for it) are noise for a command, whose error is told once, below; unless the
+        // configuration asks for debugging.
+        logger.logLevel = config.log.level < .info ? config.log.level : .error
+        let (ledger, _, services) = try await openLedger(config, logger: logger)
+        if let postgres = ledger as? PostgresLedger {
+            do { try await postgres.checkReachable() } catch { fail("\(error)", exit: 69) }
+        }
+        do {
+            let result = try await withServices(services) { try await body(ledger) }
+            try? await ledger.shutdown()
+            return result
+        } catch let error as LedgerError {
+            if case .invalid = error { fail("\(error)", exit: 64) }
+            fail("\(error)", exit: 69)
+        } catch {
+            fail("the usage ledger failed: \(PostgresLedger.explain(error))", exit: 69)
+        }
+    }
 }
 
 func fail(_ message: String, exit code: Int32) -> Never {
@@ -103,11 +128,10 @@ struct Credit: AsyncParsableCommand {
 
     func run() async throws {
         let config = try await options.load()
-        let (ledger, _, services) = try await options.openLedger(config, logger: Logger(label: "guidance-server"))
-        let balance = try await withServices(services) {
+        let (device, seconds, note) = (device, seconds, note)
+        let balance = try await options.withLedger(config) { ledger in
             try await ledger.credit(device: device, seconds: seconds, note: note)
         }
-        try? await ledger.shutdown()
         print(UsageReport(balance, allowance: config.usage.remainingSeconds).line)
     }
 }
@@ -125,11 +149,10 @@ struct Usage: AsyncParsableCommand {
 
     func run() async throws {
         let config = try await options.load()
-        let (ledger, _, services) = try await options.openLedger(config, logger: Logger(label: "guidance-server"))
-        let balances = try await withServices(services) {
+        let device = device
+        let balances = try await options.withLedger(config) { ledger in
             if let device { [try await ledger.balance(device: device)] } else { try await ledger.balances() }
         }
-        try? await ledger.shutdown()
         let reports = balances.map { UsageReport($0, allowance: config.usage.remainingSeconds) }
         if json {
             let encoder = JSONEncoder()

@@ -18,12 +18,15 @@ public struct PostgresStore: Sendable {
         guard let parts = URLComponents(string: url), let host = parts.host, parts.path.count > 1 else {
             throw LedgerError.unavailable("ledger: '\(url)' is not postgres://USER@HOST:PORT/DATABASE")
         }
+        let (port, user, database) = (parts.port ?? 5432, parts.user ?? "postgres", String(parts.path.dropFirst()))
         let configuration = PostgresClient.Configuration(
-            host: host, port: parts.port ?? 5432, username: parts.user ?? "postgres", password: parts.password,
-            database: String(parts.path.dropFirst()), tls: .disable)
+            host: host, port: port, username: user, password: parts.password, database: database, tls: .disable)
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         let schema = PostgresSchema(client: client, logger: logger)
-        ledger = PostgresLedger(client: client, schema: schema, logger: logger)
+        let probe = PostgresLedger.Probe(
+            configuration: .init(host: host, port: port, username: user, password: parts.password, database: database, tls: .disable),
+            target: "\(user)@\(host):\(port)/\(database)")
+        ledger = PostgresLedger(client: client, schema: schema, probe: probe, logger: logger)
         leases = PostgresLeases(client: client, schema: schema, logger: logger)
         services = [client, PostgresLeases.Listener(leases: leases)]
     }
@@ -82,12 +85,51 @@ actor PostgresSchema {
 public final class PostgresLedger: UsageLedger {
     let client: PostgresClient
     let schema: PostgresSchema
+    let probe: Probe
     let logger: Logger
 
-    init(client: PostgresClient, schema: PostgresSchema, logger: Logger) {
+    init(client: PostgresClient, schema: PostgresSchema, probe: Probe, logger: Logger) {
         self.client = client
         self.schema = schema
+        self.probe = probe
         self.logger = logger
+    }
+
+    /// The client's settings for one connection of its own, and where it goes (without password).
+    struct Probe: Sendable {
+        var configuration: PostgresConnection.Configuration
+        var target: String
+    }
+
+    /// Connects once, outside the client's pool, and runs `SELECT 1`: what a command calls first,
+    /// so that a database it cannot reach is told at once and in words. (The pool retries for a
+    /// minute instead, then fails its queries with a generic error.) Bounded by the connect timeout
+    /// (10 s) when the host does not answer.
+    public func checkReachable() async throws(LedgerError) {
+        do {
+            let connection = try await PostgresConnection.connect(configuration: probe.configuration, id: 0, logger: logger)
+            do {
+                try await connection.query("SELECT 1", logger: logger)
+            } catch {
+                try? await connection.close()
+                throw error
+            }
+            try? await connection.close()
+        } catch {
+            throw .unavailable("cannot reach the usage ledger \(probe.target): \(Self.explain(error))")
+        }
+    }
+
+    /// What went wrong, in PostgreSQL's or the network's words. `PSQLError`'s own description is
+    /// a generic sentence on purpose (it may reach end users); this text is for the operator.
+    /// Any other error is described as it describes itself.
+    public static func explain(_ error: any Error) -> String {
+        guard let error = error as? PSQLError else { return "\(error)" }
+        if let message = error.serverInfo?[.message] {
+            return "PostgreSQL says: \(message)" + (error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? "")
+        }
+        if let underlying = error.underlying { return "\(underlying)" }
+        return "\(error.code)"
     }
 
     public func charge(_ charge: UsageCharge) async throws -> ChargeResult {

@@ -1,0 +1,118 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// The operator's `guidance-server credit` and `usage`, run as the built program: what they print,
+/// and the exit status a script can act on (64 bad arguments, 69 ledger unavailable, 78 config).
+@Suite struct LedgerCommandTests {
+    static let program = Spawned.buildFolder.appendingPathComponent("guidance-server").path
+
+    /// A folder with `server.yaml` naming `ledger` (and `extra` YAML); removed by the caller.
+    static func setUp(ledger: String? = nil, extra: String = "") throws -> (folder: URL, config: String) {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-command-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let config = folder.appendingPathComponent("server.yaml").path
+        try Data("""
+            analyzer:
+              kind: scripted
+              scriptFile: \(folder.appendingPathComponent("script.yaml").path)
+            ledger: \(ledger ?? "sqlite:" + folder.appendingPathComponent("usage.sqlite").path)
+            \(extra)
+
+            """.utf8).write(to: URL(fileURLWithPath: config))
+        return (folder, config)
+    }
+
+    static func run(_ arguments: [String]) async throws -> Command.Result {
+        try await Command.executeAsync(program, arguments)
+    }
+
+    @Test func creditAndUsagePrintWhatTheLedgerHolds() async throws {
+        let (folder, config) = try Self.setUp(extra: "usage:\n  remainingSeconds: 100")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let small = try await Self.run(["credit", "car-2", "30", "--note", "order 7", "--config", config])
+        #expect(small.status == 0, "\(small.stderr)")
+        #expect(small.stdout == "car-2                        30          0         0  130\n")
+        // Past 2^32: the columns hold 64-bit balances.
+        let large = try await Self.run(["credit", "car-1", "5000000000", "--config", config])
+        #expect(large.stdout == "car-1                5000000000          0         0  5000000100\n", "\(large.stderr)")
+
+        let table = try await Self.run(["usage", "--config", config])
+        #expect(table.status == 0, "\(table.stderr)")
+        #expect(table.stdout == """
+            device                 credited      spent  segments  remaining
+            car-1                5000000000          0         0  5000000100
+            car-2                        30          0         0  130
+
+            """)
+        let one = try await Self.run(["usage", "car-2", "--json", "--config", config])
+        #expect(one.stdout == #"[{"creditedSeconds":30,"device":"car-2","remainingSeconds":130,"segments":0,"spentSeconds":0}]"# + "\n")
+        // A device the ledger never saw has the allowance and nothing else.
+        let unknown = try await Self.run(["usage", "car-9", "--json", "--config", config])
+        #expect(unknown.stdout == #"[{"creditedSeconds":0,"device":"car-9","remainingSeconds":100,"segments":0,"spentSeconds":0}]"# + "\n")
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") {
+            let notes = try Command.run("/usr/bin/sqlite3", [folder.appendingPathComponent("usage.sqlite").path, "SELECT device || '|' || seconds || '|' || note FROM credits ORDER BY id"])
+            #expect(notes.stdout == "car-2|30|order 7\ncar-1|5000000000|\n")
+        }
+    }
+
+    @Test func withoutAnAllowanceWhatIsLeftIsUnlimited() async throws {
+        let (folder, config) = try Self.setUp()
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let credit = try await Self.run(["credit", "car-1", "60", "--config", config])
+        #expect(credit.stdout == "car-1                        60          0         0  unlimited\n", "\(credit.stderr)")
+        let json = try await Self.run(["usage", "--json", "--config", config])
+        #expect(json.stdout == #"[{"creditedSeconds":60,"device":"car-1","remainingSeconds":null,"segments":0,"spentSeconds":0}]"# + "\n")
+        // An empty ledger: the titles only, and an empty array.
+        let (emptyFolder, empty) = try Self.setUp()
+        defer { try? FileManager.default.removeItem(at: emptyFolder) }
+        #expect(try await Self.run(["usage", "--config", empty]).stdout == "device                 credited      spent  segments  remaining\n")
+        #expect(try await Self.run(["usage", "--json", "--config", empty]).stdout == "[]\n")
+    }
+
+    @Test(arguments: [
+        (["credit", "car-1", "0"], "SECONDS must be 1 or more, not 0"),
+        // A negative number reads as an option, so the seconds are missing.
+        (["credit", "car-1", "-5"], "Missing expected argument '<seconds>'"),
+        (["credit", "car-1", "ten"], "'ten' is invalid for '<seconds>'"),
+        (["credit", "car-1"], "Missing expected argument '<seconds>'"),
+        (["credit", "", "5"], "DEVICE must not be empty"),
+        (["credit", "car-1", "2000000000000"], "seconds 2000000000000 is not within 1…1000000000000"),
+        (["usage", "car-1", "car-2"], "Unexpected argument 'car-2'"),
+    ])
+    func badArgumentsExit64AndSayWhy(arguments: [String], message: String) async throws {
+        let (folder, config) = try Self.setUp()
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let result = try await Self.run(arguments + ["--config", config])
+        #expect(result.status == 64, "\(arguments): \(result.stdout) \(result.stderr)")
+        #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+        // Nothing was credited.
+        #expect(try await Self.run(["usage", "--json", "--config", config]).stdout == "[]\n")
+    }
+
+    /// A ledger that cannot be opened or reached: 69 and the reason, at once (PostgreSQL's client
+    /// alone would retry for a minute). Port 1 on loopback refuses connections.
+    @Test(arguments: [
+        ("sqlite:/nonexistent-folder/usage.sqlite", "cannot open the usage ledger /nonexistent-folder/usage.sqlite"),
+        ("postgres://postgres@127.0.0.1:1/ledger", "cannot reach the usage ledger postgres@127.0.0.1:1/ledger: "),
+    ])
+    func anUnavailableLedgerExits69AndSaysWhy(ledger: String, message: String) async throws {
+        let (folder, config) = try Self.setUp(ledger: ledger)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        for arguments in [["credit", "car-1", "5"], ["usage"]] {
+            let result = try await Self.run(arguments + ["--config", config])
+            #expect(result.status == 69, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.hasPrefix("guidance-server: \(message)"), "\(arguments): \(result.stderr)")
+            #expect(result.stdout.isEmpty)
+        }
+    }
+
+    @Test func aConfigurationProblemExits78() async throws {
+        let missing = try await Self.run(["usage", "--config", "/nonexistent-folder/server.yaml"])
+        #expect(missing.status == 78 && missing.stderr.contains("/nonexistent-folder/server.yaml"), "\(missing.stderr)")
+        let (folder, config) = try Self.setUp(ledger: #""sqlite:""#)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let empty = try await Self.run(["credit", "car-1", "5", "--config", config])
+        #expect(empty.status == 78 && empty.stderr.contains("ledger: 'sqlite:'"), "\(empty.stderr)")
+    }
+}
