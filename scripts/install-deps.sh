@@ -13,6 +13,7 @@ PACKAGES=(
     ffmpeg                                                        # ffprobe checks every segment
     systemd                                                       # systemd-analyze checks the unit
     dpkg-dev lintian                                              # the .deb's library dependencies (dpkg-shlibdeps), its checks
+    postgresql postgresql-client sqlite3                          # the server's fleet ledger (started by the tests), psql and sqlite3 check the ledgers
 )
 
 # Debian 13 moved systemd's and udev's pkg-config files (where units and rules go, which
