@@ -23,11 +23,12 @@ public struct PostgresStore: Sendable {
             host: host, port: port, username: user, password: parts.password, database: database, tls: .disable)
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         let schema = PostgresSchema(client: client, logger: logger)
+        let target = "\(user)@\(host):\(port)/\(database)"
         let probe = PostgresLedger.Probe(
             configuration: .init(host: host, port: port, username: user, password: parts.password, database: database, tls: .disable),
-            target: "\(user)@\(host):\(port)/\(database)")
+            target: target)
         ledger = PostgresLedger(client: client, schema: schema, probe: probe, logger: logger)
-        leases = PostgresLeases(client: client, schema: schema, logger: logger)
+        leases = PostgresLeases(client: client, schema: schema, target: target, logger: logger)
         services = [client, PostgresLeases.Listener(leases: leases)]
     }
 }
@@ -124,6 +125,10 @@ public final class PostgresLedger: UsageLedger {
     /// a generic sentence on purpose (it may reach end users); this text is for the operator.
     /// Any other error is described as it describes itself.
     public static func explain(_ error: any Error) -> String {
+        if let failed = error as? PostgresTransactionError,
+           let inner = failed.closureError ?? failed.beginError ?? failed.commitError ?? failed.rollbackError {
+            return explain(inner)
+        }
         guard let error = error as? PSQLError else { return "\(error)" }
         if let message = error.serverInfo?[.message] {
             return "PostgreSQL says: \(message)" + (error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? "")
@@ -134,7 +139,13 @@ public final class PostgresLedger: UsageLedger {
 
     public func charge(_ charge: UsageCharge) async throws -> ChargeResult {
         try LedgerLimits.check(charge)
-        try await schema.ensure()
+        return try await LedgerError.telling("usage ledger \(probe.target): charging \(charge.device) \(charge.stream) #\(charge.seq)") {
+            try await schema.ensure()
+            return try await charged(charge)
+        }
+    }
+
+    private func charged(_ charge: UsageCharge) async throws -> ChargeResult {
         let logger = self.logger
         return try await client.withTransaction(logger: logger) { connection -> ChargeResult in
             if let fence = charge.fence {
@@ -171,34 +182,40 @@ public final class PostgresLedger: UsageLedger {
 
     public func credit(device: String, seconds: Int, note: String) async throws -> DeviceBalance {
         try LedgerLimits.checkCredit(device: device, seconds: seconds)
-        try await schema.ensure()
         let logger = self.logger
-        return try await client.withTransaction(logger: logger) { connection in
-            try await connection.query(
-                "INSERT INTO credits (device, seconds, note) VALUES (\(device), \(Int64(seconds)), \(note))", logger: logger)
-            try await connection.query(
-                """
-                INSERT INTO balances (device, credited) VALUES (\(device), \(Int64(seconds)))
-                ON CONFLICT (device) DO UPDATE SET credited = balances.credited + EXCLUDED.credited
-                """, logger: logger)
-            return try await Self.balance(device, on: connection, logger: logger)
+        return try await LedgerError.telling("usage ledger \(probe.target): crediting \(device)") {
+            try await schema.ensure()
+            return try await client.withTransaction(logger: logger) { connection in
+                try await connection.query(
+                    "INSERT INTO credits (device, seconds, note) VALUES (\(device), \(Int64(seconds)), \(note))", logger: logger)
+                try await connection.query(
+                    """
+                    INSERT INTO balances (device, credited) VALUES (\(device), \(Int64(seconds)))
+                    ON CONFLICT (device) DO UPDATE SET credited = balances.credited + EXCLUDED.credited
+                    """, logger: logger)
+                return try await Self.balance(device, on: connection, logger: logger)
+            }
         }
     }
 
     public func balance(device: String) async throws -> DeviceBalance {
-        try await schema.ensure()
         let logger = self.logger
-        return try await client.withConnection { connection in try await Self.balance(device, on: connection, logger: logger) }
+        return try await LedgerError.telling("usage ledger \(probe.target): reading \(device)") {
+            try await schema.ensure()
+            return try await client.withConnection { connection in try await Self.balance(device, on: connection, logger: logger) }
+        }
     }
 
     public func balances() async throws -> [DeviceBalance] {
-        try await schema.ensure()
-        var all: [DeviceBalance] = []
-        let rows = try await client.query("SELECT device, credited, spent, segments FROM balances ORDER BY device", logger: logger)
-        for try await (device, credited, spent, segments) in rows.decode((String, Int64, Int64, Int64).self) {
-            all.append(DeviceBalance(device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments)))
+        try await LedgerError.telling("usage ledger \(probe.target): reading the balances") {
+            try await schema.ensure()
+            var all: [DeviceBalance] = []
+            let rows = try await client.query("SELECT device, credited, spent, segments FROM balances ORDER BY device", logger: logger)
+            for try await (device, credited, spent, segments) in rows.decode((String, Int64, Int64, Int64).self) {
+                all.append(DeviceBalance(device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments)))
+            }
+            return all
         }
-        return all
     }
 
     /// The client's pool ends with the service group that runs it.
@@ -219,6 +236,11 @@ public final class PostgresLedger: UsageLedger {
 /// `guidance_session_lease` notification on every change that each instance listens for, to close
 /// its own session of that device when a newer one took it (within the notification's delivery,
 /// well under a second on one network).
+///
+/// - Important: ``Listener`` (in ``PostgresStore/services``) must run for ``superseded`` to hear
+///   of other instances. When its connection drops it connects again and compares this instance's
+///   leases with their rows, so a lease taken while it was away is still told; until then, the
+///   old session is stopped by its fence at its next charge.
 public final class PostgresLeases: SessionLeases {
     /// This process, in the lease rows.
     public let instance = UUID().uuidString
@@ -226,70 +248,104 @@ public final class PostgresLeases: SessionLeases {
 
     let client: PostgresClient
     let schema: PostgresSchema
+    let target: String
     let logger: Logger
-    /// This instance's session of each device, with its epoch.
-    private let local = Mutex<[String: (session: String, epoch: Int64)]>([:])
+
+    private struct State {
+        /// This instance's session of each device, with its epoch.
+        var held: [String: Change] = [:]
+        /// The newest lease heard of for each device, here or elsewhere: an acquire whose commit
+        /// is overtaken by a newer one's notification learns from it that it lost at once.
+        var newest: [String: Change] = [:]
+    }
+
+    private let state = Mutex(State())
     public let superseded: AsyncStream<SupersededSession>
     private let continuation: AsyncStream<SupersededSession>.Continuation
 
-    init(client: PostgresClient, schema: PostgresSchema, logger: Logger) {
+    init(client: PostgresClient, schema: PostgresSchema, target: String, logger: Logger) {
         self.client = client
         self.schema = schema
+        self.target = target
         self.logger = logger
         (superseded, continuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
     }
 
     deinit { continuation.finish() }
 
-    struct Change: Codable {
+    struct Change: Codable, Sendable {
         var device: String
         var session: String
         var epoch: Int64
     }
 
     public func acquire(device: String, session: String) async throws -> Int64 {
-        try await schema.ensure()
         let logger = self.logger, instance = self.instance
-        let epoch = try await client.withTransaction(logger: logger) { connection -> Int64 in
-            let rows = try await connection.query(
-                """
-                INSERT INTO session_leases (device, instance, session, epoch) VALUES (\(device), \(instance), \(session), 1)
-                ON CONFLICT (device) DO UPDATE SET instance = EXCLUDED.instance, session = EXCLUDED.session,
-                    epoch = session_leases.epoch + 1, acquired_at = now()
-                RETURNING epoch
-                """, logger: logger)
-            var epoch: Int64 = 0
-            for try await value in rows.decode(Int64.self) { epoch = value }
-            let payload = String(decoding: try JSONEncoder().encode(Change(device: device, session: session, epoch: epoch)), as: UTF8.self)
-            // Delivered to every listener when the transaction commits.
-            try await connection.query("SELECT pg_notify(\(Self.channel), \(payload))", logger: logger)
-            return epoch
+        let epoch = try await LedgerError.telling("session leases \(target): acquiring \(device)") {
+            try await schema.ensure()
+            return try await client.withTransaction(logger: logger) { connection -> Int64 in
+                let rows = try await connection.query(
+                    """
+                    INSERT INTO session_leases (device, instance, session, epoch) VALUES (\(device), \(instance), \(session), 1)
+                    ON CONFLICT (device) DO UPDATE SET instance = EXCLUDED.instance, session = EXCLUDED.session,
+                        epoch = session_leases.epoch + 1, acquired_at = now()
+                    RETURNING epoch
+                    """, logger: logger)
+                var epoch: Int64 = 0
+                for try await value in rows.decode(Int64.self) { epoch = value }
+                let payload = String(decoding: try JSONEncoder().encode(Change(device: device, session: session, epoch: epoch)), as: UTF8.self)
+                // Delivered to every listener when the transaction commits.
+                try await connection.query("SELECT pg_notify(\(Self.channel), \(payload))", logger: logger)
+                return epoch
+            }
         }
-        let previous = local.withLock { $0.updateValue((session, epoch), forKey: device) }
-        if let previous, previous.session != session {
-            continuation.yield(SupersededSession(device: device, session: previous.session, byEpoch: epoch))
+        let mine = Change(device: device, session: session, epoch: epoch)
+        let lost: [SupersededSession] = state.withLock { state in
+            var lost: [SupersededSession] = []
+            if let previous = state.held[device], previous.session != session, previous.epoch < epoch {
+                lost.append(SupersededSession(device: device, session: previous.session, byEpoch: epoch))
+            }
+            if let newer = state.newest[device], newer.epoch > epoch {
+                // Taken again (elsewhere) before this acquire got here: lost already.
+                state.held[device] = nil
+                lost.append(SupersededSession(device: device, session: session, byEpoch: newer.epoch))
+            } else {
+                state.held[device] = mine
+                state.newest[device] = mine
+            }
+            return lost
         }
+        for session in lost { continuation.yield(session) }
         return epoch
     }
 
     public func release(device: String, session: String, epoch: Int64) async throws {
-        local.withLock { local in
-            if let held = local[device], held.session == session, held.epoch == epoch { local[device] = nil }
+        state.withLock { state in
+            if let held = state.held[device], held.session == session, held.epoch == epoch { state.held[device] = nil }
         }
-        try await schema.ensure()
-        try await client.query(
-            "DELETE FROM session_leases WHERE device = \(device) AND session = \(session) AND epoch = \(epoch)", logger: logger)
+        let logger = self.logger
+        try await LedgerError.telling("session leases \(target): releasing \(device)") {
+            try await schema.ensure()
+            try await client.query(
+                "DELETE FROM session_leases WHERE device = \(device) AND session = \(session) AND epoch = \(epoch)", logger: logger)
+        }
     }
 
-    /// A lease changed somewhere: this instance's older session of that device is closed.
+    /// A notification: a lease changed somewhere.
     func changed(_ payload: String) {
         guard let change = try? JSONDecoder().decode(Change.self, from: Data(payload.utf8)) else {
             logger.warning("ignoring an unreadable lease notification")
             return
         }
-        let lost: String? = local.withLock { local in
-            guard let held = local[change.device], held.session != change.session, held.epoch < change.epoch else { return nil }
-            local[change.device] = nil
+        changed(change)
+    }
+
+    /// A lease changed somewhere: this instance's older session of that device is closed.
+    func changed(_ change: Change) {
+        let lost: String? = state.withLock { state in
+            if change.epoch > state.newest[change.device]?.epoch ?? 0 { state.newest[change.device] = change }
+            guard let held = state.held[change.device], held.session != change.session, held.epoch < change.epoch else { return nil }
+            state.held[change.device] = nil
             return held.session
         }
         if let lost {
@@ -297,28 +353,61 @@ public final class PostgresLeases: SessionLeases {
         }
     }
 
-    /// Listens for lease changes as long as the server runs; reconnects after a lost connection
-    /// (meanwhile a superseded session is still stopped by its fence at its next charge).
+    /// Compares this instance's leases with their rows, for changes whose notifications were lost
+    /// with a listening connection. (A row gone altogether is left to the fence.)
+    func reconcile() async throws {
+        let devices = state.withLock { Array($0.held.keys) }
+        guard !devices.isEmpty else { return }
+        let rows = try await client.query(
+            "SELECT device, session, epoch FROM session_leases WHERE device = ANY(\(devices))", logger: logger)
+        for try await (device, session, epoch) in rows.decode((String, String, Int64).self) {
+            changed(Change(device: device, session: session, epoch: epoch))
+        }
+    }
+
+    /// Listens for lease changes as long as the server runs, connecting again (after 1 s) whenever
+    /// its connection ends; each time it listens, it first catches up with ``reconcile()``.
     struct Listener: Service {
         let leases: PostgresLeases
 
         func run() async throws {
-            while !Task.isCancelled {
+            while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 do {
                     try await leases.client.withConnection { connection in
                         try await connection.listen(on: PostgresLeases.channel) { notifications in
+                            try await leases.reconcile()
                             for try await notification in notifications.cancelOnGracefulShutdown() {
                                 leases.changed(notification.payload)
                             }
                         }
                     }
-                    return
+                    if Task.isCancelled || Task.isShuttingDownGracefully { return }
+                    leases.logger.warning("lease notifications \(leases.target) ended; listening again in 1 s")
                 } catch {
                     if Task.isCancelled || Task.isShuttingDownGracefully { return }
-                    leases.logger.warning("lease notifications: \(error); listening again in 1 s")
-                    try? await Task.sleep(for: .seconds(1))
+                    leases.logger.warning("lease notifications \(leases.target): \(PostgresLedger.explain(error)); listening again in 1 s")
                 }
+                try? await Task.sleep(for: .seconds(1))
             }
+        }
+    }
+}
+
+extension LedgerError {
+    /// Runs `body`, telling its failure as a ledger error: a ``LedgerError`` as itself, also from
+    /// inside a transaction (postgres-nio wraps what a transaction's closure throws in a
+    /// `PostgresTransactionError`, which would hide ``fenced(device:epoch:)``); anything else as
+    /// ``unavailable(_:)``, `doing` and PostgreSQL's own words.
+    static func telling<T>(_ doing: @autoclosure () -> String, _ body: () async throws -> T) async throws(LedgerError) -> T {
+        do {
+            return try await body()
+        } catch let error as LedgerError {
+            throw error
+        } catch let failed as PostgresTransactionError {
+            if let inner = failed.closureError as? LedgerError { throw inner }
+            throw .unavailable("\(doing()): \(PostgresLedger.explain(failed))")
+        } catch {
+            throw .unavailable("\(doing()): \(PostgresLedger.explain(error))")
         }
     }
 }
