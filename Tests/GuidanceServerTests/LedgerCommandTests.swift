@@ -70,6 +70,54 @@ import TestSupport
         #expect(try await Self.run(["usage", "--json", "--config", empty]).stdout == "[]\n")
     }
 
+    /// Another process writing (sqlite3 in a transaction, here): `credit` waits for it, then
+    /// writes after it, rather than failing with "database is locked".
+    @Test func aCreditWaitsForAnotherWriter() async throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") else {
+            Issue.record("sqlite3 is not installed (scripts/install-deps.sh installs it)")
+            return
+        }
+        let (folder, config) = try Self.setUp()
+        defer { try? FileManager.default.removeItem(at: folder) }
+        _ = try await Self.run(["credit", "car-1", "1", "--config", config])
+        let output = folder.appendingPathComponent("sqlite3.out")
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+        let writer = Process(), input = Pipe()
+        writer.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        writer.arguments = [folder.appendingPathComponent("usage.sqlite").path]
+        writer.standardInput = input
+        writer.standardOutput = try FileHandle(forWritingTo: output)
+        try writer.run()
+        try input.fileHandleForWriting.write(contentsOf: Data("""
+            BEGIN IMMEDIATE;
+            INSERT INTO credits (device, seconds, note, at) VALUES ('car-1', 10, 'by hand', '');
+            SELECT 'locked';
+
+            """.utf8))
+        var locked = false
+        for _ in 0..<1000 where !locked {
+            locked = (try? String(contentsOf: output, encoding: .utf8))?.contains("locked") == true
+            if !locked { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        try #require(locked, "sqlite3 never held the file")
+
+        let credit = try Spawned("guidance-server", ["credit", "car-1", "100", "--config", config], folder: folder)
+        // It cannot finish while the lock is held; had it given up, it would have ended by now.
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(credit.process.isRunning, "credit ended while another process held the file: \(credit.stderr)")
+        let stat = (try? String(contentsOfFile: "/proc/\(credit.pid)/stat", encoding: .utf8)) ?? ""
+        let fields = stat.split(separator: ")").last?.split(separator: " ") ?? []
+        let ticks = fields.count > 12 ? (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0) : -1
+        print("credit used \(ticks) clock ticks of CPU in 0.5 s of waiting for the file")
+        try input.fileHandleForWriting.write(contentsOf: Data("COMMIT;\n".utf8))
+        try input.fileHandleForWriting.close()
+        writer.waitUntilExit()
+        await credit.wait(for: .seconds(30)) { !$0.process.isRunning }
+        #expect(credit.stop() == 0, "\(credit.stderr)")
+        // Written after the other writer's credit: its balance holds both.
+        #expect(credit.stdout == "car-1                       111          0         0  unlimited\n")
+    }
+
     @Test(arguments: [
         (["credit", "car-1", "0"], "SECONDS must be 1 or more, not 0"),
         // A negative number reads as an option, so the seconds are missing.

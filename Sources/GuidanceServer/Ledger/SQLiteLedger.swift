@@ -15,6 +15,9 @@ import SQLiteNIO
 public final class SQLiteLedger: UsageLedger {
     public let path: String
 
+    /// How long a statement waits for another process's write to end.
+    static let busyTimeoutMs = 10_000
+
     /// Schema version, in `PRAGMA user_version`.
     static let version = 1
 
@@ -81,6 +84,11 @@ public final class SQLiteLedger: UsageLedger {
             throw LedgerError.unavailable("cannot open the usage ledger \(path): \(error)")
         }
         do {
+            // Another process's write (`credit`, a backup) holds the file briefly: wait for it,
+            // sleeping, up to 10 s, then fail the charge (not acknowledged, so re-sent later).
+            // SQLiteNIO's own busy handler retries at once, forever: a core spent for as long as
+            // the other writer holds on.
+            _ = try await connection.query("PRAGMA busy_timeout = \(busyTimeoutMs)")
             let mode = try await connection.query("PRAGMA journal_mode=WAL").first?.column("journal_mode")?.string
             guard mode == "wal" || (path == ":memory:" && mode == "memory") else {
                 throw LedgerError.unavailable("\(path): WAL mode refused (journal_mode is \(mode ?? "?"))")
