@@ -44,4 +44,16 @@ extension ServerConfig {
             return (store.ledger, store.leases, store.services)
         }
     }
+
+    /// The ledger alone, for an operator command (`credit`, `usage`): no leases, and for
+    /// PostgreSQL only the client's pool to run (no lease listener).
+    public func openUsageLedger(logger: Logger) async throws -> (ledger: any UsageLedger, services: [any Service]) {
+        switch try ledgerLocation() {
+        case .sqlite(let path):
+            return (try await SQLiteLedger.open(path: path, logger: logger), [])
+        case .postgres(let url):
+            let store = try PostgresStore(url: url, logger: logger)
+            return (store.ledger, store.ledgerServices)
+        }
+    }
 }

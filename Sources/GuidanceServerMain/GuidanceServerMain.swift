@@ -51,7 +51,14 @@ struct ConfigOptions: ParsableArguments {
         // (it waits for it) are noise for a command, whose error is told once, below; unless the
         // configuration asks for debugging.
         logger.logLevel = config.log.level < .info ? config.log.level : .error
-        let (ledger, _, services) = try await openLedger(config, logger: logger)
+        let ledger: any UsageLedger, services: [any Service]
+        do {
+            (ledger, services) = try await config.openUsageLedger(logger: logger)
+        } catch let error as ConfigError {
+            fail("\(error)", exit: 78)
+        } catch {
+            fail("\(error)", exit: 69)
+        }
         if let postgres = ledger as? PostgresLedger {
             do { try await postgres.checkReachable() } catch { fail("\(error)", exit: 69) }
         }

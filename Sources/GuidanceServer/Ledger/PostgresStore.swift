@@ -11,6 +11,9 @@ public struct PostgresStore: Sendable {
     public let ledger: PostgresLedger
     public let leases: PostgresLeases
     public let services: [any Service]
+    /// What ``ledger`` alone needs running, for a command that leases no session: the client's
+    /// pool, without the lease listener.
+    public let ledgerServices: [any Service]
 
     /// `url`: `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`, plain TCP (loopback or a private
     /// network; TLS to PostgreSQL is not configured here).
@@ -30,6 +33,7 @@ public struct PostgresStore: Sendable {
         ledger = PostgresLedger(client: client, schema: schema, probe: probe, logger: logger)
         leases = PostgresLeases(client: client, schema: schema, target: target, logger: logger)
         services = [client, PostgresLeases.Listener(leases: leases)]
+        ledgerServices = [client]
     }
 }
 
