@@ -56,6 +56,39 @@ import TestSupport
         }
     }
 
+    /// The same commands on a PostgreSQL ledger, its numbers as psql reads them; a database
+    /// that does not exist is told in PostgreSQL's words.
+    @Test func creditAndUsageOnPostgreSQL() async throws {
+        let server = try await PostgresServer.shared()
+        let url = try await server.createDatabase()
+        let (folder, config) = try Self.setUp(ledger: url, extra: "usage:\n  remainingSeconds: 100")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let small = try await Self.run(["credit", "car-2", "30", "--note", "order 7", "--config", config])
+        #expect(small.stdout == "car-2                        30          0         0  130\n", "\(small.stderr)")
+        let large = try await Self.run(["credit", "car-1", "5000000000", "--config", config])
+        #expect(large.stdout == "car-1                5000000000          0         0  5000000100\n", "\(large.stderr)")
+        let json = try await Self.run(["usage", "--json", "--config", config])
+        #expect(json.stdout == "[" + [
+            #"{"creditedSeconds":5000000000,"device":"car-1","remainingSeconds":5000000100,"segments":0,"spentSeconds":0}"#,
+            #"{"creditedSeconds":30,"device":"car-2","remainingSeconds":130,"segments":0,"spentSeconds":0}"#,
+        ].joined(separator: ",") + "]\n", "\(json.stderr)")
+        let rows = try await server.psql(database: String(url.split(separator: "/").last ?? ""), """
+            SELECT b.device || '|' || b.credited || '|' || string_agg(c.note, ',') FROM balances b JOIN credits c USING (device)
+            GROUP BY b.device, b.credited ORDER BY b.device
+            """)
+        #expect(rows.stdout == "car-1|5000000000|\ncar-2|30|order 7\n", "\(rows.stderr)")
+
+        let (otherFolder, missing) = try Self.setUp(ledger: "postgres://postgres@127.0.0.1:\(server.port)/no_such_ledger")
+        defer { try? FileManager.default.removeItem(at: otherFolder) }
+        let refused = try await Self.run(["usage", "--config", missing])
+        #expect(refused.status == 69)
+        #expect(refused.stderr == """
+            guidance-server: cannot reach the usage ledger postgres@127.0.0.1:\(server.port)/no_such_ledger: \
+            PostgreSQL says: database "no_such_ledger" does not exist (SQLSTATE 3D000)
+
+            """)
+    }
+
     @Test func withoutAnAllowanceWhatIsLeftIsUnlimited() async throws {
         let (folder, config) = try Self.setUp()
         defer { try? FileManager.default.removeItem(at: folder) }

@@ -3,9 +3,9 @@ import Glibc
 import Testing
 import TestSupport
 
-/// The SQLite ledger under operators' `guidance-server credit` processes killed with -9 while
-/// they run: every credit a process reported is kept, none is torn, and the balance is exactly
-/// the sum of the credits rows.
+/// The ledger (an SQLite file, a PostgreSQL database) under operators' `guidance-server credit`
+/// processes killed with -9 while they run: every credit a process reported is kept, none is torn,
+/// and the balance is exactly the sum of the credits rows.
 @Suite struct LedgerCrashTests {
     /// `usage --json`, one device.
     struct Report: Decodable {
@@ -16,21 +16,50 @@ import TestSupport
         var remainingSeconds: Int?
     }
 
+    enum Backend: String, CaseIterable, Sendable, CustomStringConvertible {
+        case sqlite, postgres
+        var description: String { rawValue }
+
+        /// Credits started at once in each round: fewer on PostgreSQL, where each is 2 connections
+        /// of a server the other suites share.
+        var writers: Int { self == .sqlite ? 20 : 10 }
+
+        /// A new, empty ledger: its `ledger` value.
+        func ledger(in folder: URL, name: String) async throws -> String {
+            switch self {
+            case .sqlite: "sqlite:" + folder.appendingPathComponent("\(name).sqlite").path
+            case .postgres: try await PostgresServer.shared().createDatabase()
+            }
+        }
+
+        /// One query through the store's own client (sqlite3, psql), trimmed.
+        func sql(_ ledger: String, _ query: String) async throws -> String {
+            let result = switch self {
+            case .sqlite: try Command.execute("/usr/bin/sqlite3", [String(ledger.dropFirst("sqlite:".count)), query])
+            case .postgres: try await PostgresServer.shared().psql(database: String(ledger.split(separator: "/").last ?? ""), query)
+            }
+            guard result.status == 0 else { throw PostgresServer.Failure(description: "\(query): \(result.stderr)") }
+            return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+    }
+
     /// Credit `i` is 2^i seconds, so the balance says which credits were written: each bit is one.
-    /// Two rounds: the second writes to a file whose last writers were killed, WAL and all.
-    @Test func creditsKilledWithSignal9KeepEveryReportedOneAndNoTornOne() async throws {
+    /// Two rounds: the second writes to a ledger whose last writers were killed (a WAL and all).
+    @Test(arguments: Backend.allCases)
+    func creditsKilledWithSignal9KeepEveryReportedOneAndNoTornOne(_ backend: Backend) async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-crash-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
-        let database = folder.appendingPathComponent("usage.sqlite").path
-        let config = try Self.config(in: folder, database: database)
-        // Kills are spread over the time 20 credits started together take on a ledger of their own.
-        let span = try await Self.span(of: 20, config: Self.config(in: folder, database: folder.appendingPathComponent("warm-up.sqlite").path))
+        let ledger = try await backend.ledger(in: folder, name: "usage")
+        let config = try Self.config(in: folder, name: "usage", ledger: ledger)
+        // Kills are spread over the time the round's credits started together take on a ledger of their own.
+        let warmUp = try Self.config(in: folder, name: "warm-up", ledger: try await backend.ledger(in: folder, name: "warm-up"))
+        let span = try await Self.span(of: backend.writers, config: warmUp)
 
         var reported = 0, killedAfterCommit = 0, killed = 0, balance = 0
         var generator = SystemRandomNumberGenerator()
         for round in 0..<2 {
-            let bits = Array((round * 20)..<(round * 20 + 20))
+            let bits = Array((round * 20)..<(round * 20 + backend.writers))
             let started = ContinuousClock.now
             let credits = try bits.map { bit in
                 try Spawned("guidance-server", ["credit", "car-1", "\(1 << bit)", "--note", "credit \(bit)", "--config", config], folder: folder)
@@ -77,34 +106,32 @@ import TestSupport
                 #expect(printed.map { $0 & mine != 0 } == true, "credit \(bit) printed \(process.stdout)")
             }
             // No credit but these processes' (no bit outside the rounds so far).
-            #expect(balance >> (round * 20 + 20) == 0, "balance \(balance) has credits nobody made")
+            #expect(balance >> (round * 20 + backend.writers) == 0, "balance \(balance) has credits nobody made")
         }
         let written = balance.nonzeroBitCount
-        print("kill -9 over \(span): \(killed) credits killed (\(killedAfterCommit) after their commit), \(reported) reported; \(written) in the ledger")
+        print("\(backend): kill -9 over \(span): \(killed) credits killed (\(killedAfterCommit) after their commit), \(reported) reported; \(written) in the ledger")
 
         // The rows agree with the balance: one credits row per bit, summing to it, and an intact file.
         let report = try await Self.usage(config: config)
         #expect(report.spentSeconds == 0 && report.segments == 0 && report.remainingSeconds == report.creditedSeconds)
-        if FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") {
-            let rows = try Command.run("/usr/bin/sqlite3", [
-                database, "SELECT count(*) || '|' || sum(seconds) || '|' || count(DISTINCT note) FROM credits WHERE device = 'car-1'",
-            ]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            #expect(rows == "\(written)|\(report.creditedSeconds)|\(written)")
-            let check = try Command.run("/usr/bin/sqlite3", [database, "PRAGMA integrity_check"]).stdout
-            #expect(check.trimmingCharacters(in: .whitespacesAndNewlines) == "ok")
+        let rows = try await backend.sql(ledger, "SELECT count(*) || '|' || sum(seconds) || '|' || count(DISTINCT note) FROM credits WHERE device = 'car-1'")
+        #expect(rows == "\(written)|\(report.creditedSeconds)|\(written)")
+        #expect(try await backend.sql(ledger, "SELECT credited FROM balances WHERE device = 'car-1'") == "\(report.creditedSeconds)")
+        if backend == .sqlite {
+            #expect(try await backend.sql(ledger, "PRAGMA integrity_check") == "ok")
         }
     }
 
-    /// A configuration whose ledger is `database`.
-    static func config(in folder: URL, database: String) throws -> String {
-        let file = folder.appendingPathComponent("\(URL(fileURLWithPath: database).lastPathComponent).yaml")
+    /// A configuration whose `ledger` is `ledger`.
+    static func config(in folder: URL, name: String, ledger: String) throws -> String {
+        let file = folder.appendingPathComponent("\(name).yaml")
         try Data("""
             analyzer:
               kind: scripted
               scriptFile: \(folder.appendingPathComponent("script.yaml").path)
             usage:
               remainingSeconds: 0
-            ledger: sqlite:\(database)
+            ledger: \(ledger)
 
             """.utf8).write(to: file)
         return file.path
