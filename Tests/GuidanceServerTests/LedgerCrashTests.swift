@@ -43,8 +43,10 @@ import TestSupport
         }
     }
 
-    /// Credit `i` is 2^i seconds, so the balance says which credits were written: each bit is one.
-    /// Two rounds: the second writes to a ledger whose last writers were killed (a WAL and all).
+    /// Credit `i` of a round is 2^i seconds to the round's device, so its balance says which
+    /// credits were written: each bit is one. Each round writes to the ledger whose last writers
+    /// were killed the round before (a WAL and all); after the second, rounds go on (4 at most)
+    /// until 6 credits were killed while they ran.
     @Test(arguments: Backend.allCases)
     func creditsKilledWithSignal9KeepEveryReportedOneAndNoTornOne(_ backend: Backend) async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-crash-\(UUID().uuidString)")
@@ -52,23 +54,25 @@ import TestSupport
         defer { try? FileManager.default.removeItem(at: folder) }
         let ledger = try await backend.ledger(in: folder, name: "usage")
         let config = try Self.config(in: folder, name: "usage", ledger: ledger)
-        // Kills are spread over the time the round's credits started together take on a ledger of their own.
+        // Kills fall within the life of the quickest of as many credits started together.
         let warmUp = try Self.config(in: folder, name: "warm-up", ledger: try await backend.ledger(in: folder, name: "warm-up"))
-        let span = try await Self.span(of: backend.writers, config: warmUp)
+        let span = try await Self.quickest(of: backend.writers, config: warmUp)
 
-        var reported = 0, killedAfterCommit = 0, killed = 0, balance = 0
+        var reported = 0, killedAfterCommit = 0, killed = 0, rounds = 0
+        var balances: [String: Int] = [:]
         var generator = SystemRandomNumberGenerator()
-        for round in 0..<2 {
-            let bits = Array((round * 20)..<(round * 20 + backend.writers))
+        while rounds < 2 || (rounds < 4 && killed < 6) {
+            let device = "car-\(rounds)"
+            rounds += 1
             let started = ContinuousClock.now
-            let credits = try bits.map { bit in
-                try Spawned("guidance-server", ["credit", "car-1", "\(1 << bit)", "--note", "credit \(bit)", "--config", config], folder: folder)
+            let credits = try (0..<backend.writers).map { bit in
+                try Spawned("guidance-server", ["credit", device, "\(1 << bit)", "--note", "credit \(bit)", "--config", config], folder: folder)
             }
-            // Readers beside the writers, never killed: WAL lets them read while credits commit.
+            // Readers beside the writers, never killed: they read while credits commit.
             let readers = try (0..<3).map { _ in try Spawned("guidance-server", ["usage", "--json", "--config", config], folder: folder) }
-            // Every other writer is killed, at a random moment of the span: while it starts,
-            // opens the file, writes its row or prints.
-            let victims = Set(stride(from: round, to: credits.count, by: 2))
+            // Every other writer is killed, at a random moment: while it starts, opens the
+            // ledger, writes its row or prints.
+            let victims = Set(stride(from: rounds % 2, to: credits.count, by: 2))
             let moments = victims.map { (index: $0, at: started + span * Double.random(in: 0...1, using: &generator)) }
             for victim in moments.sorted(by: { $0.at < $1.at }) {
                 try await Task.sleep(until: victim.at, clock: .continuous)
@@ -84,14 +88,12 @@ import TestSupport
                 #expect(reader.process.terminationStatus == 0, "usage beside the writers failed: \(reader.stderr)")
             }
 
-            let before = balance
-            balance = try await Self.usage(config: config).creditedSeconds
-            #expect(balance & before == before, "round \(round) lost credits of the round before: \(before) then \(balance)")
-            for (index, process) in credits.enumerated() {
-                let bit = bits[index], mine = 1 << bit
-                let committed = balance & mine != 0
+            let balance = try await Self.usage(device, config: config).creditedSeconds
+            balances[device] = balance
+            for (bit, process) in credits.enumerated() {
+                let committed = balance & (1 << bit) != 0
                 if process.process.terminationReason == .uncaughtSignal {
-                    #expect(victims.contains(index), "credit \(bit) died of signal \(process.process.terminationStatus): \(process.stderr)")
+                    #expect(victims.contains(bit), "credit \(bit) died of signal \(process.process.terminationStatus): \(process.stderr)")
                     killed += 1
                     if committed { killedAfterCommit += 1 }
                     continue
@@ -100,23 +102,26 @@ import TestSupport
                 #expect(process.process.terminationStatus == 0, "credit \(bit) exited \(process.process.terminationStatus): \(process.stderr)")
                 guard process.process.terminationStatus == 0 else { continue }
                 reported += 1
-                #expect(committed, "credit \(bit) reported success but is not in the balance \(balance)")
+                #expect(committed, "credit \(bit) to \(device) reported success but is not in the balance \(balance)")
                 // The balance it printed already held its own credit.
                 let printed = process.stdout.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) }
-                #expect(printed.map { $0 & mine != 0 } == true, "credit \(bit) printed \(process.stdout)")
+                #expect(printed.map { $0 & (1 << bit) != 0 } == true, "credit \(bit) printed \(process.stdout)")
             }
-            // No credit but these processes' (no bit outside the rounds so far).
-            #expect(balance >> (round * 20 + backend.writers) == 0, "balance \(balance) has credits nobody made")
+            #expect(balance >> backend.writers == 0, "balance \(balance) of \(device) has credits nobody made")
         }
-        let written = balance.nonzeroBitCount
-        print("\(backend): kill -9 over \(span): \(killed) credits killed (\(killedAfterCommit) after their commit), \(reported) reported; \(written) in the ledger")
+        let written = balances.values.map(\.nonzeroBitCount).reduce(0, +)
+        print("\(backend): \(rounds) rounds, kills within \(span): \(killed) credits killed (\(killedAfterCommit) after their commit), \(reported) reported; \(written) in the ledger")
 
-        // The rows agree with the balance: one credits row per bit, summing to it, and an intact file.
-        let report = try await Self.usage(config: config)
-        #expect(report.spentSeconds == 0 && report.segments == 0 && report.remainingSeconds == report.creditedSeconds)
-        let rows = try await backend.sql(ledger, "SELECT count(*) || '|' || sum(seconds) || '|' || count(DISTINCT note) FROM credits WHERE device = 'car-1'")
-        #expect(rows == "\(written)|\(report.creditedSeconds)|\(written)")
-        #expect(try await backend.sql(ledger, "SELECT credited FROM balances WHERE device = 'car-1'") == "\(report.creditedSeconds)")
+        // Later rounds lost nothing of earlier ones, and the rows agree with the balances: one
+        // credits row per bit, summing to it. The file is intact.
+        for (device, balance) in balances.sorted(by: { $0.key < $1.key }) {
+            let report = try await Self.usage(device, config: config)
+            #expect(report.creditedSeconds == balance && report.spentSeconds == 0 && report.segments == 0, "\(device): \(report)")
+            let rows = try await backend.sql(
+                ledger, "SELECT count(*) || '|' || coalesce(sum(seconds), 0) || '|' || count(DISTINCT note) FROM credits WHERE device = '\(device)'")
+            #expect(rows == "\(balance.nonzeroBitCount)|\(balance)|\(balance.nonzeroBitCount)", "\(device)")
+        }
+        #expect(try await backend.sql(ledger, "SELECT count(*) FROM balances WHERE device NOT IN ('car-0', 'car-1', 'car-2', 'car-3')") == "0")
         if backend == .sqlite {
             #expect(try await backend.sql(ledger, "PRAGMA integrity_check") == "ok")
         }
@@ -137,22 +142,26 @@ import TestSupport
         return file.path
     }
 
-    /// The time `count` credits started together take until the last has exited.
-    static func span(of count: Int, config: String) async throws -> Duration {
+    /// The time the first of `count` credits started together takes to exit.
+    static func quickest(of count: Int, config: String) async throws -> Duration {
         let started = ContinuousClock.now
         let folder = URL(fileURLWithPath: config).deletingLastPathComponent()
         let credits = try (0..<count).map { _ in try Spawned("guidance-server", ["credit", "warm-up", "1", "--config", config], folder: folder) }
-        for process in credits {
-            await process.wait(for: .seconds(120)) { !$0.process.isRunning }
-            #expect(process.stop(SIGKILL) == 0, "credit exited \(process.process.terminationStatus): \(process.stderr)")
+        var first: Duration?
+        while credits.contains(where: \.process.isRunning) {
+            if first == nil, credits.contains(where: { !$0.process.isRunning }) { first = ContinuousClock.now - started }
+            try await Task.sleep(for: .milliseconds(2))
         }
-        return ContinuousClock.now - started
+        for process in credits {
+            #expect(process.stop() == 0, "credit exited \(process.process.terminationStatus): \(process.stderr)")
+        }
+        return first ?? ContinuousClock.now - started
     }
 
-    /// `guidance-server usage car-1 --json`, decoded.
-    static func usage(config: String) async throws -> Report {
+    /// `guidance-server usage DEVICE --json`, decoded.
+    static func usage(_ device: String, config: String) async throws -> Report {
         let program = Spawned.buildFolder.appendingPathComponent("guidance-server").path
-        let result = try await Command.executeAsync(program, ["usage", "car-1", "--json", "--config", config])
+        let result = try await Command.executeAsync(program, ["usage", device, "--json", "--config", config])
         #expect(result.status == 0, "usage: \(result.stderr)")
         let reports = try JSONDecoder().decode([Report].self, from: Data(result.stdout.utf8))
         return try #require(reports.first, "usage printed no device: \(result.stdout)")
