@@ -22,8 +22,11 @@ public struct PostgresStore: Sendable {
             throw LedgerError.unavailable("ledger: '\(url)' is not postgres://USER@HOST:PORT/DATABASE")
         }
         let (port, user, database) = (parts.port ?? 5432, parts.user ?? "postgres", String(parts.path.dropFirst()))
-        let configuration = PostgresClient.Configuration(
+        var configuration = PostgresClient.Configuration(
             host: host, port: port, username: user, password: parts.password, database: database, tls: .disable)
+        // Each instance's connections say whose they are (pg_stat_activity's application_name).
+        let instance = UUID().uuidString
+        configuration.options.additionalStartupParameters = [("application_name", "guidance-server \(instance)")]
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         let schema = PostgresSchema(client: client, logger: logger)
         let target = "\(user)@\(host):\(port)/\(database)"
@@ -31,7 +34,7 @@ public struct PostgresStore: Sendable {
             configuration: .init(host: host, port: port, username: user, password: parts.password, database: database, tls: .disable),
             target: target)
         ledger = PostgresLedger(client: client, schema: schema, probe: probe, logger: logger)
-        leases = PostgresLeases(client: client, schema: schema, target: target, logger: logger)
+        leases = PostgresLeases(client: client, schema: schema, instance: instance, target: target, logger: logger)
         services = [client, PostgresLeases.Listener(leases: leases)]
         ledgerServices = [client]
     }
@@ -137,8 +140,8 @@ public final class PostgresLedger: UsageLedger {
         if let message = error.serverInfo?[.message] {
             return "PostgreSQL says: \(message)" + (error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? "")
         }
-        if let underlying = error.underlying { return "\(underlying)" }
-        return "\(error.code)"
+        if let underlying = error.underlying { return explain(underlying) }
+        return "PostgreSQL client: \(error.code)"
     }
 
     public func charge(_ charge: UsageCharge) async throws -> ChargeResult {
@@ -246,8 +249,9 @@ public final class PostgresLedger: UsageLedger {
 ///   leases with their rows, so a lease taken while it was away is still told; until then, the
 ///   old session is stopped by its fence at its next charge.
 public final class PostgresLeases: SessionLeases {
-    /// This process, in the lease rows.
-    public let instance = UUID().uuidString
+    /// This instance (a process, or one ``PostgresStore`` of it) in the lease rows and in its
+    /// connections' `application_name`, "guidance-server INSTANCE".
+    public let instance: String
     static let channel = "guidance_session_lease"
 
     let client: PostgresClient
@@ -267,8 +271,9 @@ public final class PostgresLeases: SessionLeases {
     public let superseded: AsyncStream<SupersededSession>
     private let continuation: AsyncStream<SupersededSession>.Continuation
 
-    init(client: PostgresClient, schema: PostgresSchema, target: String, logger: Logger) {
+    init(client: PostgresClient, schema: PostgresSchema, instance: String, target: String, logger: Logger) {
         self.client = client
+        self.instance = instance
         self.schema = schema
         self.target = target
         self.logger = logger
