@@ -6,8 +6,8 @@ import Logging
 import Testing
 import TestSupport
 
-/// The usage ledger on its own (SQLite, a file in a temporary folder), then under the server
-/// killed with -9.
+/// The usage ledger on its own, the same tests on SQLite and on a real PostgreSQL server, then
+/// under the server killed with -9.
 @Suite struct LedgerTests {
     static let logger = Logger(label: "ledger-test")
     static func sha(_ text: String) -> String { SHA256.hash(data: Data(text.utf8)).map { String(format: "%02x", $0) }.joined() }
@@ -18,63 +18,108 @@ import TestSupport
         return folder
     }
 
-    @Test func aSegmentIsChargedOnceAndCreditsAddUpAcrossAReopen() async throws {
-        let folder = try Self.folder()
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let path = folder.appendingPathComponent("usage.sqlite").path
-        let ledger = try await SQLiteLedger.open(path: path, logger: Self.logger)
-        let first = UsageCharge(device: "car-1", stream: "s1", seq: 0, sha256: Self.sha("a"), seconds: 5)
-        #expect(try await ledger.charge(first) == .charged(.init(device: "car-1", spentSeconds: 5, segments: 1)))
-        // The same key again: nothing changes, and the digest first charged is told.
-        var again = first
-        again.sha256 = Self.sha("b")
-        #expect(try await ledger.charge(again) == .alreadyCharged(.init(device: "car-1", spentSeconds: 5, segments: 1), sha256: Self.sha("a")))
-        #expect(try await ledger.charge(UsageCharge(device: "car-1", stream: "s2", seq: 0, sha256: Self.sha("c"), seconds: 4))
-            == .charged(.init(device: "car-1", spentSeconds: 9, segments: 2)))
-        _ = try await ledger.credit(device: "car-1", seconds: 100, note: "order 1")
-        #expect(try await ledger.credit(device: "car-2", seconds: 7, note: "") == .init(device: "car-2", creditedSeconds: 7))
-        try await ledger.shutdown()
+    /// Where a test's ledger lives: an SQLite file in a temporary folder, or a new database on the
+    /// test process's PostgreSQL server. Each ``use`` opens it anew, as a restarted server would.
+    enum Backend: String, CaseIterable, Sendable, CustomStringConvertible {
+        case sqlite, postgres
+        var description: String { rawValue }
+    }
 
-        let reopened = try await SQLiteLedger.open(path: path, logger: Self.logger)
-        #expect(try await reopened.balances() == [
-            .init(device: "car-1", creditedSeconds: 100, spentSeconds: 9, segments: 2), .init(device: "car-2", creditedSeconds: 7),
-        ])
-        #expect(try await reopened.balance(device: "car-1").remaining(allowance: 0) == 91)
-        #expect(try await reopened.balance(device: "car-1").remaining(allowance: nil) == nil)
-        #expect(try await reopened.balance(device: "nobody") == .init(device: "nobody"))
-        try await reopened.shutdown()
-        // A tool nobody here wrote reads the same numbers, when it is installed.
-        if FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") {
-            let spent = try Command.run("/usr/bin/sqlite3", [path, "SELECT spent, segments FROM balances WHERE device = 'car-1'"])
-            #expect(spent.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "9|2")
+    struct Store: Sendable {
+        let backend: Backend
+        let location: String
+
+        init(_ backend: Backend) async throws {
+            self.backend = backend
+            switch backend {
+            case .sqlite: location = try LedgerTests.folder().appendingPathComponent("usage.sqlite").path
+            case .postgres: location = try await PostgresServer.shared().createDatabase()
+            }
+        }
+
+        /// Opens the ledger, runs `body` with it, closes it.
+        func use<T: Sendable>(_ body: @Sendable (any UsageLedger) async throws -> T) async throws -> T {
+            switch backend {
+            case .sqlite:
+                let ledger = try await SQLiteLedger.open(path: location, logger: LedgerTests.logger)
+                let result = try await body(ledger)
+                try await ledger.shutdown()
+                return result
+            case .postgres:
+                let store = try PostgresStore(url: location, logger: LedgerTests.logger)
+                return try await withServices(store.services) { try await body(store.ledger) }
+            }
+        }
+
+        /// One SQL query through a client nobody here wrote: sqlite3 or psql; its output, trimmed.
+        func sql(_ query: String) async throws -> String {
+            let result = switch backend {
+            case .sqlite: try await Command.executeAsync("/usr/bin/sqlite3", [location, query])
+            case .postgres: try await PostgresServer.shared().psql(database: String(location.split(separator: "/").last ?? ""), query)
+            }
+            guard result.status == 0 else { throw PostgresServer.Failure(description: "\(query): \(result.stderr)") }
+            return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         }
     }
 
-    @Test func concurrentChargesOfOneSegmentChargeItOnce() async throws {
-        let ledger = try await SQLiteLedger.open(path: ":memory:", logger: Self.logger)
-        let charge = UsageCharge(device: "car-1", stream: "s1", seq: 7, sha256: Self.sha("x"), seconds: 5)
-        let results = try await withThrowingTaskGroup(of: ChargeResult.self) { group in
-            for _ in 0..<50 { group.addTask { try await ledger.charge(charge) } }
-            return try await group.reduce(into: [ChargeResult]()) { $0.append($1) }
+    @Test(arguments: Backend.allCases)
+    func aSegmentIsChargedOnceAndCreditsAddUpAcrossAReopen(_ backend: Backend) async throws {
+        let store = try await Store(backend)
+        try await store.use { (ledger: any UsageLedger) async throws in
+            let first = UsageCharge(device: "car-1", stream: "s1", seq: 0, sha256: Self.sha("a"), seconds: 5)
+            #expect(try await ledger.charge(first) == .charged(.init(device: "car-1", spentSeconds: 5, segments: 1)))
+            // The same key again: nothing changes, and the digest first charged is told.
+            var again = first
+            again.sha256 = Self.sha("b")
+            #expect(try await ledger.charge(again) == .alreadyCharged(.init(device: "car-1", spentSeconds: 5, segments: 1), sha256: Self.sha("a")))
+            #expect(try await ledger.charge(UsageCharge(device: "car-1", stream: "s2", seq: 0, sha256: Self.sha("c"), seconds: 4))
+                == .charged(.init(device: "car-1", spentSeconds: 9, segments: 2)))
+            _ = try await ledger.credit(device: "car-1", seconds: 100, note: "order 1")
+            #expect(try await ledger.credit(device: "car-2", seconds: 7, note: "") == .init(device: "car-2", creditedSeconds: 7))
+        }
+        try await store.use { (reopened: any UsageLedger) async throws in
+            #expect(try await reopened.balances() == [
+                .init(device: "car-1", creditedSeconds: 100, spentSeconds: 9, segments: 2), .init(device: "car-2", creditedSeconds: 7),
+            ])
+            #expect(try await reopened.balance(device: "car-1").remaining(allowance: 0) == 91)
+            #expect(try await reopened.balance(device: "car-1").remaining(allowance: nil) == nil)
+            #expect(try await reopened.balance(device: "nobody") == .init(device: "nobody"))
+        }
+        // The store's own client reads the same numbers, and every event is there.
+        #expect(try await store.sql("SELECT spent || '|' || segments || '|' || credited FROM balances WHERE device = 'car-1'") == "9|2|100")
+        #expect(try await store.sql("SELECT count(*) || '|' || sum(seconds) FROM usage_events WHERE device = 'car-1'") == "2|9")
+    }
+
+    @Test(arguments: Backend.allCases)
+    func concurrentChargesOfOneSegmentChargeItOnce(_ backend: Backend) async throws {
+        let store = try await Store(backend)
+        let results = try await store.use { (ledger: any UsageLedger) async throws in
+            let charge = UsageCharge(device: "car-1", stream: "s1", seq: 7, sha256: Self.sha("x"), seconds: 5)
+            return try await withThrowingTaskGroup(of: ChargeResult.self) { group in
+                for _ in 0..<50 { group.addTask { try await ledger.charge(charge) } }
+                return try await group.reduce(into: [ChargeResult]()) { $0.append($1) }
+            }
         }
         #expect(results.filter { if case .charged = $0 { true } else { false } }.count == 1)
-        #expect(try await ledger.balance(device: "car-1") == .init(device: "car-1", spentSeconds: 5, segments: 1))
+        #expect(try await store.sql("SELECT spent || '|' || segments FROM balances WHERE device = 'car-1'") == "5|1")
     }
 
-    @Test func valuesNoDeviceCouldSendAreRefused() async throws {
-        let ledger = try await SQLiteLedger.open(path: ":memory:", logger: Self.logger)
-        for charge in [
-            UsageCharge(device: "", stream: "s", seq: 0, sha256: Self.sha("a"), seconds: 1),
-            UsageCharge(device: "d", stream: "s", seq: -1, sha256: Self.sha("a"), seconds: 1),
-            UsageCharge(device: "d", stream: "s", seq: 0, sha256: Self.sha("a"), seconds: -5),
-            UsageCharge(device: "d", stream: "s", seq: 0, sha256: Self.sha("a"), seconds: .max),
-            UsageCharge(device: "d", stream: "s", seq: 0, sha256: "short", seconds: 1),
-        ] {
-            await #expect(throws: LedgerError.self) { try await ledger.charge(charge) }
+    @Test(arguments: Backend.allCases)
+    func valuesNoDeviceCouldSendAreRefused(_ backend: Backend) async throws {
+        try await Store(backend).use { (ledger: any UsageLedger) async throws in
+            for charge in [
+                UsageCharge(device: "", stream: "s", seq: 0, sha256: Self.sha("a"), seconds: 1),
+                UsageCharge(device: "d", stream: "s", seq: -1, sha256: Self.sha("a"), seconds: 1),
+                UsageCharge(device: "d", stream: "s", seq: 0, sha256: Self.sha("a"), seconds: -5),
+                UsageCharge(device: "d", stream: "s", seq: 0, sha256: Self.sha("a"), seconds: .max),
+                UsageCharge(device: "d", stream: "s", seq: 0, sha256: "short", seconds: 1),
+            ] {
+                await #expect(throws: LedgerError.self) { try await ledger.charge(charge) }
+            }
+            await #expect(throws: LedgerError.self) { try await ledger.credit(device: "d", seconds: 0, note: "") }
+            await #expect(throws: LedgerError.self) { try await ledger.credit(device: "d", seconds: .max, note: "") }
+            #expect(try await ledger.balances().isEmpty)
         }
-        await #expect(throws: LedgerError.self) { try await ledger.credit(device: "d", seconds: 0, note: "") }
-        await #expect(throws: LedgerError.self) { try await ledger.credit(device: "d", seconds: .max, note: "") }
-        #expect(try await ledger.balances().isEmpty)
         // Sums that could overflow saturate instead.
         #expect(DeviceBalance(device: "d", creditedSeconds: .max, spentSeconds: 0).remaining(allowance: .max) == .max)
         #expect(DeviceBalance(device: "d", creditedSeconds: 0, spentSeconds: .max).remaining(allowance: .min) == 0)
