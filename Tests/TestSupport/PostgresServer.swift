@@ -125,7 +125,7 @@ public final class PostgresServer: Sendable {
         try await Command.executeAsync("/usr/bin/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-Atc", command])
     }
 
-    static func freePort() throws -> Int {
+    public static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()

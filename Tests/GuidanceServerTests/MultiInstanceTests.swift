@@ -1,0 +1,116 @@
+import Foundation
+import Glibc
+import GuidanceProtocol
+import Testing
+import TestSupport
+
+/// Two `guidance-server` processes behind Debian's nginx (the shipped site's `/v1/stream`
+/// location, round robin over both), sharing one real PostgreSQL database: a device's next session
+/// lands on the other instance, which takes the lease; the first instance closes the old session
+/// with 4000; a segment re-sent to the second is acknowledged without a second charge.
+@Suite struct MultiInstanceTests {
+    static let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
+
+    /// The shipped site's stream location, in a plain-HTTP server on `port` in front of `upstreams`.
+    static func nginxConfig(port: Int, upstreams: [Int], folder: URL) throws -> String {
+        let shipped = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("deploy/nginx/guidance-server.conf")
+        let site = try String(contentsOf: shipped, encoding: .utf8)
+        guard let start = site.range(of: "map $http_upgrade"), let mapEnd = site.range(of: "}", range: start.upperBound..<site.endIndex),
+              let location = site.range(of: "location = /v1/stream {"),
+              let locationEnd = site.range(of: "\n    }", range: location.upperBound..<site.endIndex) else {
+            throw PostgresServer.Failure(description: "the shipped site no longer has its map and /v1/stream location")
+        }
+        let path = folder.path
+        return """
+            daemon off;
+            pid \(path)/nginx.pid;
+            error_log \(path)/error.log info;
+            events { worker_connections 256; }
+            http {
+                client_body_temp_path \(path)/client_body;
+                proxy_temp_path \(path)/proxy;
+                fastcgi_temp_path \(path)/fastcgi;
+                uwsgi_temp_path \(path)/uwsgi;
+                scgi_temp_path \(path)/scgi;
+                access_log \(path)/access.log;
+                \(site[start.lowerBound..<mapEnd.upperBound])
+                upstream guidance_server {
+            \(upstreams.map { "        server 127.0.0.1:\($0) max_fails=0;" }.joined(separator: "\n"))
+                }
+                server {
+                    listen 127.0.0.1:\(port);
+                    \(site[location.lowerBound..<locationEnd.upperBound])
+                }
+            }
+
+            """
+    }
+
+    @Test(.enabled(if: nginx != nil, "needs nginx"))
+    func aNewSessionOnTheOtherInstanceClosesTheOldOneAndUsageCountsOnce() async throws {
+        let url = try await PostgresServer.shared().createDatabase()
+        let database = String(url.split(separator: "/").last ?? "")
+        let extra = "usage:\n  remainingSeconds: 100\nledger: \(url)"
+        let a = try await ServerProcess(extra: extra), b = try await ServerProcess(extra: extra)
+        let folder = a.folder.appendingPathComponent("nginx")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let proxyPort = try PostgresServer.freePort()
+        try Data(try Self.nginxConfig(port: proxyPort, upstreams: [a.port, b.port], folder: folder).utf8)
+            .write(to: folder.appendingPathComponent("nginx.conf"))
+        let proxy = try Spawned(try #require(Self.nginx), ["-p", folder.path, "-c", folder.appendingPathComponent("nginx.conf").path,
+                                                           "-e", folder.appendingPathComponent("error.log").path],
+                                folder: folder, absolute: true)
+        // TERM: the master stops its worker too (after -9 the worker would live on).
+        defer { proxy.stop(SIGTERM) }
+        // nginx is up once its port answers.
+        var listening = false
+        for _ in 0..<200 where !listening {
+            listening = (try? RawClient(port: proxyPort)) != nil
+            if !listening { try await Task.sleep(for: .milliseconds(25)) }
+        }
+        try #require(listening, "nginx did not start: \(proxy.stderr)")
+
+        let data = [UInt8](repeating: 6, count: 2000)
+        let hello = ClientMessage.hello(.init(device: "car-1", locale: "en-US", agent: "test",
+                                              video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "run-1")).encoded()
+        let header = ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: data.count, chunks: 1, sha: ServerHardeningTests.sha(data))
+        let result = try await ServerHardeningTests.offPool { () -> (first: [String], close: Int?, second: [String], closeAfter: Duration) in
+            // The first session: segment 1 acknowledged and charged; its ack is then "lost".
+            let first = try RawClient(port: proxyPort, receiveTimeoutMs: 10_000)
+            guard try first.upgrade(token: "good-token").status == 101 else { throw PostgresServer.Failure(description: "first upgrade refused") }
+            try first.sendText(hello)
+            var firstTexts = try first.readTexts(until: "welcome")
+            try first.sendText(header)
+            try first.sendFrame(.binary, data)
+            firstTexts += try first.readTexts(until: #""usage""#)
+            // The car's next session, through the same proxy: round robin sends it to the other instance.
+            let second = try RawClient(port: proxyPort, receiveTimeoutMs: 10_000)
+            guard try second.upgrade(token: "good-token").status == 101 else { throw PostgresServer.Failure(description: "second upgrade refused") }
+            try second.sendText(hello)
+            let opened = ContinuousClock.now
+            var secondTexts = try second.readTexts(until: "welcome")
+            var seen: [UInt8] = []
+            let close = try first.readUntilClose(answerPings: true, within: .seconds(10), seen: &seen)
+            let closeAfter = ContinuousClock.now - opened
+            // The re-send of segment 1 on the new session.
+            try second.sendText(header)
+            try second.sendFrame(.binary, data)
+            secondTexts += try second.readTexts(until: #""ack""#)
+            return (firstTexts, close, secondTexts, closeAfter)
+        }
+        print("old session closed \(result.closeAfter) after the new one's hello, through nginx on the other instance")
+        #expect(result.first.contains { $0.contains(#""remainingSeconds":95"#) }, "\(result.first)")
+        #expect(result.close == Int(CloseCode.superseded.rawValue), "old session: \(result.close.map(String.init) ?? "not closed")")
+        #expect(result.second.first?.contains(#""remainingSeconds":95"#) == true, "\(result.second)")
+        #expect(result.second.contains { $0.contains(#""ack""#) && $0.contains(#""seq":1"#) }, "\(result.second)")
+        // One session on each instance: the proxy really spread them, and the one that had the
+        // first closed it.
+        #expect(a.process.stderr.contains(" opened") && b.process.stderr.contains(" opened"),
+                "not one session per instance: A \(a.process.stderr.suffix(1500)) B \(b.process.stderr.suffix(1500))")
+        #expect(a.process.stderr.contains("superseded") != b.process.stderr.contains("superseded"))
+        // Counted once, as psql sees it.
+        let spent = try await PostgresServer.shared().psql(database: database, "SELECT spent || '|' || segments FROM balances WHERE device = 'car-1'")
+        #expect(spent.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "5|1")
+    }
+}
