@@ -47,6 +47,9 @@ else
     printf -- "$KO$CLEAR$URGENT" > "$CASE_DIR/script.yaml"
     ITEMS=3
 fi
+# The ledger's WAL needs shared memory maps, which the folder shared with the host does not
+# offer: it lives in the VM's own /tmp.
+LEDGER_DIR=$(mktemp -d)
 cat > "$CASE_DIR/server.yaml" <<EOF
 server:
   host: 127.0.0.1
@@ -55,7 +58,7 @@ server:
 analyzer:
   kind: scripted
   scriptFile: $CASE_DIR/script.yaml
-ledger: sqlite:$CASE_DIR/usage.sqlite
+ledger: sqlite:$LEDGER_DIR/usage.sqlite
 EOF
 "$SERVER_BIN" --config "$CASE_DIR/server.yaml" > "$CASE_DIR/server.log" 2>&1 &
 server_pid=$!
