@@ -76,6 +76,11 @@ import TestSupport
         #expect(messages.contains(.ack(seq: 5)))
         // Only the one good segment was charged: 5 s of the 100.
         #expect(messages.last == .usage(remainingSeconds: 95), "\(texts)")
+        // And the operator sees it in /metrics (Prometheus text).
+        let scraped = try await Command.executeAsync("/usr/bin/curl", ["-sS", "http://127.0.0.1:\(server.port)/metrics"]).stdout
+        #expect(scraped.contains(#"guidance_segments_rejected_total{reason="duration"} 4"#), "\(scraped)")
+        #expect(scraped.contains("guidance_segments_verified_total 1"), "\(scraped)")
+        #expect(scraped.contains(#"guidance_ledger_writes_total{result="charged"} 1"#), "\(scraped)")
         try await Self.stillServes(server)
     }
 
