@@ -1,25 +1,33 @@
 #!/usr/bin/env python3
 """Load on the guidance server: N devices over real WebSockets, each sending a real HEVC segment
-every 5 s, against one instance on loopback (SQLite ledger).
+every 5 s, against one instance on loopback (SQLite ledger), or against several instances behind
+nginx (the shipped site's /v1/stream location, round robin) sharing one PostgreSQL database.
 
 Reports sessions held (and closes by code), segments acknowledged, ack latency (last chunk
-written -> ack read) p50/p99/max, server RSS per session ((end - idle) / sessions), server CPU
-per acknowledged segment, and the load generator's own CPU (it shares the machine's cores).
+written -> ack read) p50/p99/max, server RSS per session ((end - idle) / sessions, summed over
+instances), server CPU per acknowledged segment (instances summed; nginx and PostgreSQL apart),
+and the load generator's own CPU (it shares the machine's cores).
 
     swift build -c release --product guidance-server
     pip install websockets
     python3 bench/server_load.py [--devices 200] [--seconds 60] [--bin .build/release] [--json]
+    python3 bench/server_load.py --instances 2          # nginx + PostgreSQL (Debian's), on loopback
+    python3 bench/server_load.py --ledger postgres      # one instance, PostgreSQL, no proxy
+
+PostgreSQL runs with its own data folder on a free loopback port, with its default durability
+(fsync on), as the `postgres` user when this runs as root.
 """
 import argparse
 import asyncio
 import datetime
+import glob
 import hashlib
 import json
 import os
 import re
 import resource
 import shutil
-import statistics
+import socket
 import subprocess
 import sys
 import tempfile
@@ -58,7 +66,13 @@ def proc_rss_kib(pid):
     return 0
 
 
-def start_server(binary, folder, devices):
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def write_tokens(folder, devices):
     tokens = {f"load-token-{i:04d}": f"load-{i:04d}" for i in range(devices)}
     tokens_file = os.path.join(folder, "tokens.yaml")
     with open(tokens_file, "w") as f:
@@ -66,24 +80,126 @@ def start_server(binary, folder, devices):
     os.chmod(tokens_file, 0o600)
     with open(os.path.join(folder, "script.yaml"), "w") as f:
         f.write('- text: "slow down"\n  lang: en-US\n- clear: true\n')
-    config = os.path.join(folder, "server.yaml")
+    return tokens_file, list(tokens)
+
+
+def start_server(binary, folder, name, tokens_file, devices, ledger):
+    config = os.path.join(folder, f"{name}.yaml")
     with open(config, "w") as f:
         f.write(f"server:\n  host: 127.0.0.1\n  port: 0\n  tokensFile: {tokens_file}\n  maxConnections: {devices + 64}\n"
                 f"analyzer:\n  kind: scripted\n  scriptFile: {folder}/script.yaml\nlog:\n  level: notice\n"
-                f"ledger: sqlite:{folder}/usage.sqlite\n")
-    log = open(os.path.join(folder, "server.log"), "w+")
+                f"ledger: {ledger}\n")
+    log = open(os.path.join(folder, f"{name}.log"), "w+")
     server = subprocess.Popen([os.path.join(binary, "guidance-server"), "--config", config], stdout=log, stderr=log)
     deadline = time.time() + 30
     while time.time() < deadline:
         log.seek(0)
         match = re.search(r"listening on [0-9.]+:(\d+)", log.read())
         if match:
-            return server, int(match.group(1)), list(tokens)
+            return server, int(match.group(1))
         if server.poll() is not None:
             break
         time.sleep(0.05)
     log.seek(0)
     raise SystemExit(f"guidance-server did not start: {log.read()[-2000:]}")
+
+
+class Postgres:
+    """Debian's PostgreSQL with its own data folder on a free loopback port; fsync left on."""
+
+    def __init__(self, folder):
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        if not bins:
+            raise SystemExit("PostgreSQL is not installed (scripts/install-deps.sh installs Debian's postgresql)")
+        self.bin = os.path.dirname(bins[-1])
+        self.folder = os.path.join(folder, "postgres")
+        os.makedirs(self.folder)
+        self.prefix = []
+        if os.getuid() == 0:
+            os.chmod(folder, 0o711)  # mkdtemp's 0700 would keep `postgres` out of its own folder
+            shutil.chown(self.folder, "postgres", "postgres")
+            self.prefix = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
+        self.data = os.path.join(self.folder, "data")
+        self.port = free_port()
+        self.run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8")
+        self.run("pg_ctl", "-D", self.data, "-w", "-t", "60", "-l", os.path.join(self.folder, "log"), "-o",
+                 f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c max_connections=200", "start")
+        subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-qAtc", "CREATE DATABASE load"],
+                       check=True, stdout=subprocess.DEVNULL)
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/load"
+
+    def run(self, program, *arguments):
+        done = subprocess.run(self.prefix + [os.path.join(self.bin, program), *arguments],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd="/")
+        if done.returncode != 0:
+            raise SystemExit(f"PostgreSQL's {program} failed: {done.stderr[-2000:]}")
+
+    def pids(self):
+        with open(os.path.join(self.data, "postmaster.pid")) as f:
+            main = int(f.readline())
+        children = subprocess.run(["pgrep", "-P", str(main)], capture_output=True, text=True).stdout.split()
+        return [main, *map(int, children)]
+
+    def stop(self):
+        self.run("pg_ctl", "-D", self.data, "-m", "fast", "stop")
+
+
+def start_nginx(folder, upstreams):
+    """The shipped site's map and /v1/stream location, in a plain-HTTP server in front of upstreams."""
+    site = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "nginx", "guidance-server.conf")).read()
+    mapping = re.search(r"map \$http_upgrade.*?\n}", site, re.S)
+    location = re.search(r"    location = /v1/stream \{.*?\n    }", site, re.S)
+    if not mapping or not location:
+        raise SystemExit("the shipped nginx site no longer has its map and /v1/stream location")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    path = os.path.join(folder, "nginx")
+    os.makedirs(path)
+    port = free_port()
+    servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in upstreams)
+    with open(os.path.join(path, "nginx.conf"), "w") as f:
+        f.write(f"""daemon off;
+pid {path}/nginx.pid;
+error_log {path}/error.log warn;
+worker_rlimit_nofile 8192;
+events {{ worker_connections 4096; }}
+http {{
+    client_body_temp_path {path}/client_body;
+    proxy_temp_path {path}/proxy;
+    fastcgi_temp_path {path}/fastcgi;
+    uwsgi_temp_path {path}/uwsgi;
+    scgi_temp_path {path}/scgi;
+    access_log off;
+    {mapping.group(0)}
+    upstream guidance_server {{
+{servers}
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+{location.group(0)}
+    }}
+}}
+""")
+    proxy = subprocess.Popen([nginx, "-p", path, "-c", os.path.join(path, "nginx.conf")],
+                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(path, "stderr"), "w"))
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proxy, port
+        except OSError:
+            if proxy.poll() is not None:
+                break
+            time.sleep(0.05)
+    raise SystemExit(f"nginx did not start: {open(os.path.join(path, 'error.log')).read()[-2000:]}")
+
+
+def tree_cpu(pids):
+    return sum(proc_stat(pid) for pid in pids if os.path.exists(f"/proc/{pid}"))
+
+
+def nginx_pids(master):
+    children = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True).stdout.split()
+    return [master, *map(int, children)]
 
 
 async def device(port, token, segment, sha, seconds, start_delay, stats):
@@ -138,46 +254,81 @@ def percentile(values, p):
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
+def sessions_gauge(port):
+    import urllib.request
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    match = re.search(r"^guidance_sessions(?:\{[^}]*\})? ([0-9.e+]+)$", body, re.M)
+    return int(float(match.group(1))) if match else None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", type=int, default=200)
     parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--instances", type=int, default=1, help="more than 1: behind nginx, with the PostgreSQL ledger")
+    parser.add_argument("--ledger", choices=["sqlite", "postgres"], help="default: sqlite for one instance, postgres for more")
     parser.add_argument("--bin", default=".build/release")
     parser.add_argument("--segment", help="an MP4 to send (default: 5 s of testsrc2 encoded with libx265)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    ledger_kind = args.ledger or ("postgres" if args.instances > 1 else "sqlite")
+    if args.instances < 1 or (args.instances > 1 and ledger_kind != "postgres"):
+        parser.error("--instances must be at least 1, and more than one share a PostgreSQL ledger")
     folder = tempfile.mkdtemp(prefix="server-load-")
-    server = None
+    servers, proxy, postgres = [], None, None
     try:
         segment_path = args.segment or make_segment(folder)
         segment = open(segment_path, "rb").read()
         sha = hashlib.sha256(segment).hexdigest()
-        server, port, tokens = start_server(args.bin, folder, args.devices)
+        tokens_file, tokens = write_tokens(folder, args.devices)
+        if ledger_kind == "postgres":
+            postgres = Postgres(folder)
+        for n in range(args.instances):
+            ledger = postgres.url if postgres else f"sqlite:{folder}/usage.sqlite"
+            servers.append(start_server(args.bin, folder, f"server-{n}", tokens_file, args.devices, ledger))
+        port = servers[0][1]
+        if args.instances > 1:
+            proxy, port = start_nginx(folder, [p for _, p in servers])
         time.sleep(1)
-        idle_rss = proc_rss_kib(server.pid)
-        cpu_before = proc_stat(server.pid)
+        idle_rss = sum(proc_rss_kib(s.pid) for s, _ in servers)
+        cpu_before = sum(proc_stat(s.pid) for s, _ in servers)
+        proxy_before = tree_cpu(nginx_pids(proxy.pid)) if proxy else 0.0
+        postgres_before = tree_cpu(postgres.pids()) if postgres else 0.0
         own_before = resource.getrusage(resource.RUSAGE_SELF)
         stats = {"sessions": 0, "held": 0, "sent": 0, "acked": 0, "guidance": 0, "latency": [], "closes": {}, "errors": {}}
         # Starts spread over the first segment period, so segments arrive evenly.
         delays = [5.0 * i / args.devices for i in range(args.devices)]
+        sampled = {}
+
+        async def sample():
+            # Half way through: sessions per instance (their /metrics) and the server processes' RSS.
+            await asyncio.sleep(args.seconds / 2)
+            sampled["sessions"] = [await asyncio.to_thread(sessions_gauge, p) for _, p in servers]
 
         async def run():
+            sampler = asyncio.create_task(sample())
             await asyncio.gather(*(device(port, tokens[i], segment, sha, args.seconds, delays[i], stats) for i in range(args.devices)))
-            return proc_rss_kib(server.pid)
+            await sampler
+            return sum(proc_rss_kib(s.pid) for s, _ in servers)
 
         end_rss = asyncio.run(run())
-        cpu = proc_stat(server.pid) - cpu_before
+        cpu = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
+        proxy_cpu = tree_cpu(nginx_pids(proxy.pid)) - proxy_before if proxy else None
+        postgres_cpu = tree_cpu(postgres.pids()) - postgres_before if postgres else None
         own = resource.getrusage(resource.RUSAGE_SELF)
         own_cpu = (own.ru_utime - own_before.ru_utime) + (own.ru_stime - own_before.ru_stime)
         latency_ms = [x * 1000 for x in stats["latency"]]
         result = {
-            "devices": args.devices, "seconds": args.seconds, "segment_bytes": len(segment),
-            "sessions_opened": stats["sessions"], "sessions_held": stats["held"], "closes": stats["closes"], "errors": stats["errors"],
+            "devices": args.devices, "seconds": args.seconds, "instances": args.instances, "ledger": ledger_kind,
+            "proxy": "nginx" if proxy else None, "segment_bytes": len(segment),
+            "sessions_opened": stats["sessions"], "sessions_held": stats["held"], "sessions_per_instance": sampled.get("sessions"),
+            "closes": stats["closes"], "errors": stats["errors"],
             "segments_sent": stats["sent"], "segments_acked": stats["acked"], "guidance": stats["guidance"],
             "ack_ms_p50": percentile(latency_ms, 50), "ack_ms_p99": percentile(latency_ms, 99), "ack_ms_max": max(latency_ms, default=None),
             "server_rss_idle_mib": idle_rss / 1024, "server_rss_end_mib": end_rss / 1024,
             "server_rss_per_session_kib": (end_rss - idle_rss) / max(1, stats["held"]),
             "server_cpu_s": cpu, "server_cpu_ms_per_segment": 1000 * cpu / max(1, stats["acked"]),
+            "nginx_cpu_s": proxy_cpu, "postgres_cpu_s": postgres_cpu,
             "generator_cpu_s": own_cpu,
         }
         if args.json:
@@ -188,12 +339,17 @@ def main():
             if own_cpu > 0.8 * args.seconds:
                 print("note: the load generator used most of a core; it, not the server, may limit the count")
     finally:
-        if server is not None:
+        for server, _ in servers:
             server.terminate()
             try:
                 server.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 server.kill()
+        if proxy is not None:
+            proxy.terminate()
+            proxy.wait(timeout=10)
+        if postgres is not None:
+            postgres.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
 
