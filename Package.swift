@@ -33,6 +33,8 @@ let package = Package(
         // The server's /metrics.
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.0"),
+        // The server's calls to hosted models (Gemini, OpenAI-compatible servers).
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.24.0"),
         // Property-based tests of the server against random client messages.
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
     ],
@@ -63,6 +65,11 @@ let package = Package(
         .target(
             name: "CShims",
             dependencies: ["CV4L2", "CFFmpeg"]
+        ),
+        // The guidance server's work on a received segment: JPEG keyframes, H.264, gray frames.
+        .target(
+            name: "CSegmentVideo",
+            dependencies: ["CFFmpeg"]
         ),
         // pthread_setname_np, which needs _GNU_SOURCE.
         .target(name: "CThreads"),
@@ -118,11 +125,13 @@ let package = Package(
             dependencies: [
                 "GuidanceProtocol",
                 "ConfigSupport",
+                "CSegmentVideo",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -133,6 +142,8 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
             ],
             swiftSettings: upcoming
         ),
@@ -197,6 +208,8 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
             ],
             swiftSettings: upcoming
         ),

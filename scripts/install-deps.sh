@@ -17,8 +17,9 @@ PACKAGES=(
 )
 
 # Debian 13 moved systemd's and udev's pkg-config files (where units and rules go, which
-# deploy/build-deb.sh asks) to systemd-dev, a package Debian 12 does not have.
-if apt-cache show systemd-dev >/dev/null 2>&1; then PACKAGES+=(systemd-dev); fi
+# deploy/build-deb.sh asks) to systemd-dev, a package Debian 12 does not have; there udev's is in
+# udev itself.
+if apt-cache show systemd-dev >/dev/null 2>&1; then PACKAGES+=(systemd-dev); else PACKAGES+=(udev); fi
 
 missing=()
 for package in "${PACKAGES[@]}"; do

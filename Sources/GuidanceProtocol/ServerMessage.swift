@@ -36,6 +36,9 @@ public enum ServerMessage: Sendable, Equatable {
         case unauthorized, quotaExhausted, badSegment, superseded, `internal`
         /// A message that cannot be read, or comes out of order (a second `hello`, chunks without a header).
         case badMessage
+        /// The model service behind the server is down: no guidance for now, though segments are
+        /// still acknowledged. The agent says so once, not per segment.
+        case guidanceUnavailable
         case other(String)
 
         public init(rawValue: String) {
@@ -46,6 +49,7 @@ public enum ServerMessage: Sendable, Equatable {
             case "superseded": .superseded
             case "internal": .internal
             case "bad_message": .badMessage
+            case "guidance_unavailable": .guidanceUnavailable
             default: .other(rawValue)
             }
         }
@@ -58,6 +62,7 @@ public enum ServerMessage: Sendable, Equatable {
             case .superseded: "superseded"
             case .internal: "internal"
             case .badMessage: "bad_message"
+            case .guidanceUnavailable: "guidance_unavailable"
             case .other(let value): value
             }
         }

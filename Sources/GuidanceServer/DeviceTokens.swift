@@ -12,24 +12,7 @@ public struct DeviceTokens: Sendable {
     /// private to its owner (no permission for group or others, e.g. mode 0600); a problem is a
     /// ``ConfigError`` about `key`.
     public init(file: String, key: String = "server.tokensFile") throws(ConfigError) {
-        let mode: Int
-        do {
-            let attributes = try FileManager.default.attributesOfItem(atPath: file)
-            mode = (attributes[.posixPermissions] as? NSNumber)?.intValue ?? 0
-        } catch {
-            throw .invalidOption(key, file, "a readable YAML file of token: device-id (cannot read it: \(error.localizedDescription))")
-        }
-        guard mode & 0o077 == 0 else {
-            throw .invalidOption(
-                key, file,
-                "a file only its owner may read, since it holds every device's token (it is mode \(String(mode, radix: 8)); chmod 600 \(file))")
-        }
-        let text: String
-        do {
-            text = try String(contentsOfFile: file, encoding: .utf8)
-        } catch {
-            throw .invalidOption(key, file, "a readable YAML file of token: device-id (cannot read it: \(error.localizedDescription))")
-        }
+        let text = try PrivateFile.read(file, key: key, holding: "every device's token (YAML token: device-id)")
         guard let mapping = try? YAMLDecoder().decode([String: String].self, from: text), !mapping.isEmpty else {
             throw .invalidOption(key, file, "a YAML mapping of token to device id, with at least one entry")
         }

@@ -1,3 +1,5 @@
+import ConfigSupport
+import Foundation
 public import Logging
 public import ServiceLifecycle
 
@@ -6,10 +8,7 @@ extension ServerConfig {
     /// `leases` and `services` come from ``openLedger(logger:)``. A problem with the tokens file,
     /// the script or the TLS files is a configuration error.
     public func makeServer(logger: Logger, ledger: any UsageLedger, leases: any SessionLeases, services: [any Service]) throws -> GuidanceServer {
-        let analyzer: any SegmentAnalyzer = switch self.analyzer.kind {
-        case .scripted:
-            try ScriptedAnalyzer(file: self.analyzer.scriptFile ?? "", order: self.analyzer.order == .bySeq ? .seq : .order)
-        }
+        let analyzer = try makeAnalyzer(ledger: ledger, logger: logger)
         let tls = server.tlsCertFile.flatMap { cert in server.tlsKeyFile.map { (certificateFile: cert, keyFile: $0) } }
         return GuidanceServer(
             settings: .init(host: server.host, port: server.port, tls: tls, idleTimeoutSeconds: server.idleTimeoutSeconds,
@@ -17,5 +16,43 @@ extension ServerConfig {
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections),
             tokens: try DeviceTokens(file: server.tokensFile), analyzer: analyzer, ledger: ledger, leases: leases,
             services: services, logger: logger)
+    }
+
+    /// The analyzer `analyzer.kind` names. Its files (script, API key) are configuration: a
+    /// problem with one is a ``ConfigError``.
+    func makeAnalyzer(ledger: any UsageLedger, logger: Logger) throws -> any SegmentAnalyzer {
+        let settings = self.analyzer
+        let timeout = Duration.milliseconds(settings.timeoutMs)
+        switch settings.kind {
+        case .scripted:
+            return try ScriptedAnalyzer(file: settings.scriptFile ?? "", order: settings.order == .bySeq ? .seq : .order)
+        case .gemini:
+            let key = try apiKey(required: true) ?? ""
+            let transcode: (@Sendable (Data) async throws -> Data)? = settings.transcodeToH264 ? { @Sendable data in try await SegmentVideo.h264(from: data) } : nil
+            let service = GeminiService(
+                endpoint: settings.endpoint ?? ServerConfig.Kind.gemini.defaultEndpoint ?? "", model: settings.model ?? "gemini-2.5-flash",
+                apiKey: key, transcode: transcode)
+            return HostedModelAnalyzer(service: service, timeout: timeout, ledger: ledger, logger: logger)
+        case .openai:
+            let count = settings.keyframes
+            let service = OpenAIChatService(
+                endpoint: settings.endpoint ?? ServerConfig.Kind.openai.defaultEndpoint ?? "", model: settings.model ?? "",
+                apiKey: try apiKey(required: false), keyframes: { try await SegmentVideo.keyframeJPEGs(from: $0, count: count) })
+            return HostedModelAnalyzer(service: service, timeout: timeout, ledger: ledger, logger: logger)
+        }
+    }
+
+    /// The key in `analyzer.apiKeyFile` (first line, trimmed), which must be private to its owner.
+    func apiKey(required: Bool) throws(ConfigError) -> String? {
+        guard let file = analyzer.apiKeyFile else {
+            if required { throw .missingKey("analyzer.apiKeyFile", reason: "analyzer.kind '\(analyzer.kind.rawValue)' needs an API key") }
+            return nil
+        }
+        let text = try PrivateFile.read(file, key: "analyzer.apiKeyFile", holding: "the model service's API key")
+        let key = text.split(whereSeparator: \.isNewline).first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+        guard !key.isEmpty, key.allSatisfy({ $0.isASCII && !$0.isWhitespace }) else {
+            throw .invalidOption("analyzer.apiKeyFile", file, "a file whose first line is the API key (printable ASCII, no spaces)")
+        }
+        return key
     }
 }

@@ -49,6 +49,18 @@ public struct ServerConfig: LoadableConfig {
         /// The script the `scripted` analyzer plays; required for that kind.
         public var scriptFile: String?
         public var order: Order = .inOrder
+        /// Base URL of the model service; unset takes the kind's own (``Kind/defaultEndpoint``).
+        public var endpoint: String?
+        /// Model id; unset takes the kind's own (`gemini-2.5-flash`); required for `openai`.
+        public var model: String?
+        /// File holding the service's API key (mode 0600); required for `gemini`.
+        public var apiKeyFile: String?
+        /// Time from a segment's arrival to its guidance, retries included; then it is given up.
+        public var timeoutMs = 8000
+        /// Sends Gemini the segment re-encoded as H.264, for a service that refuses HEVC.
+        public var transcodeToH264 = false
+        /// Keyframes per segment sent to an `openai` model.
+        public var keyframes = 3
 
         public init() {}
     }
@@ -70,6 +82,19 @@ public struct ServerConfig: LoadableConfig {
     public enum Kind: String, CaseIterable, Sendable {
         /// Plays guidance items from `analyzer.scriptFile`.
         case scripted
+        /// Google's Gemini API, the segment inline as video.
+        case gemini
+        /// An OpenAI-compatible `/v1/chat/completions` (llama-server, Ollama, vLLM), with keyframes.
+        case openai
+
+        /// The endpoint used when `analyzer.endpoint` is unset.
+        public var defaultEndpoint: String? {
+            switch self {
+            case .gemini: "https://generativelanguage.googleapis.com/v1beta"
+            case .openai: "http://127.0.0.1:8080/v1"
+            case .scripted: nil
+            }
+        }
     }
 
     /// How the scripted analyzer picks the item for a segment.
@@ -111,13 +136,31 @@ extension ServerConfig {
         .int(
             "server.maxConnections", \.server.maxConnections, 1...1_000_000,
             "Connections open at once; past it, requests are answered HTTP 503 with Retry-After: 5."),
-        .choice("analyzer.kind", \.analyzer.kind, "Analyzer that answers segments: `scripted` plays analyzer.scriptFile."),
+        .choice(
+            "analyzer.kind", \.analyzer.kind,
+            "Analyzer that answers segments: `scripted` plays analyzer.scriptFile; `gemini` asks Google's Gemini API with the segment; `openai` asks an OpenAI-compatible server with keyframes."),
         .optionalString(
             "analyzer.scriptFile", \.analyzer.scriptFile, type: "path",
             "YAML script of guidance items for `scripted`; required for that kind."),
         .choice(
             "analyzer.order", \.analyzer.order,
             "`order` plays the script's items one after another; `seq` picks item (segment seq mod item count)."),
+        .optionalString(
+            "analyzer.endpoint", \.analyzer.endpoint, type: "URL",
+            "Base URL of the model service; unset is `https://generativelanguage.googleapis.com/v1beta` (gemini) or `http://127.0.0.1:8080/v1` (openai)."),
+        .optionalString(
+            "analyzer.model", \.analyzer.model, type: "string",
+            "Model id; unset is `gemini-2.5-flash` for gemini; required for openai (the name the server knows the model by)."),
+        .optionalString(
+            "analyzer.apiKeyFile", \.analyzer.apiKeyFile, type: "path",
+            "File holding the API key (mode 0600, no group or other access; never logged); required for gemini, optional for openai."),
+        .int(
+            "analyzer.timeoutMs", \.analyzer.timeoutMs, 500...60_000,
+            "Milliseconds from a segment's arrival to its guidance, retries included; after it the segment gets none."),
+        .bool(
+            "analyzer.transcodeToH264", \.analyzer.transcodeToH264,
+            "gemini: send the segment re-encoded as H.264 (libavcodec), for a service that refuses HEVC."),
+        .int("analyzer.keyframes", \.analyzer.keyframes, 2...4, "openai: frames of each segment sent as JPEG images."),
         .optionalInt(
             "usage.remainingSeconds", \.usage.remainingSeconds, 0...100_000_000,
             "Seconds of video each device may have analyzed before it is closed as over quota; unset is unlimited."),
@@ -146,6 +189,13 @@ extension ServerConfig {
         if analyzer.kind == .scripted, analyzer.scriptFile == nil {
             throw .missingKey(
                 "analyzer.scriptFile", reason: "analyzer.kind is 'scripted'; set it to the YAML script to play")
+        }
+        if analyzer.kind == .gemini, analyzer.apiKeyFile == nil {
+            throw .missingKey(
+                "analyzer.apiKeyFile", reason: "analyzer.kind is 'gemini'; set it to a file (mode 0600) holding the Gemini API key")
+        }
+        if analyzer.kind == .openai, analyzer.model == nil {
+            throw .missingKey("analyzer.model", reason: "analyzer.kind is 'openai'; set it to the model id the server serves")
         }
     }
 }

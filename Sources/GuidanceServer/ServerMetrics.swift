@@ -16,6 +16,7 @@ public final class ServerMetrics: Sendable {
     private let ledgerWrites: [LedgerWrite: Metrics.Counter]
     private let refused: [Refusal: Metrics.Counter]
     private let analyzerSeconds: Metrics.Timer
+    private let skipped: Metrics.Counter
 
     public enum LedgerWrite: String, Sendable, CaseIterable {
         case charged, duplicate, fenced, failed
@@ -44,6 +45,7 @@ public final class ServerMetrics: Sendable {
             ($0, Metrics.Counter(label: "guidance_connections_refused_total", dimensions: [("reason", $0.rawValue)], factory: factory))
         })
         analyzerSeconds = Metrics.Timer(label: "guidance_analyzer_duration_seconds", factory: factory)
+        skipped = Metrics.Counter(label: "guidance_segments_not_analysed_total", factory: factory)
         sessionsGauge.record(0)
     }
 
@@ -54,6 +56,8 @@ public final class ServerMetrics: Sendable {
     func rejected(_ reason: IngestStateMachine.Rejection) { rejected[reason]?.increment() }
     func ledger(_ result: LedgerWrite) { ledgerWrites[result]?.increment() }
     func refused(_ reason: Refusal) { refused[reason]?.increment() }
+    /// A segment waiting for the analyzer was replaced by a newer one of the same device.
+    func analysisSkipped() { skipped.increment() }
     func analyzed(after duration: Duration) {
         let (seconds, attoseconds) = duration.components
         analyzerSeconds.recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)

@@ -28,11 +28,18 @@ struct StreamSession {
         metrics.sessionOpened()
         defer { metrics.sessionClosed() }
         let lease = Lease()
+        // Only the newest acknowledged segment waits for the analyzer: one that arrives while
+        // another still waits takes its place (guidance about an older view of the road is stale).
+        let (clips, waiting) = AsyncStream.makeStream(of: ReceivedSegment.self, bufferingPolicy: .bufferingNewest(1))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await watchIdle(outbound: outbound) }
             group.addTask { try await watchUsage(lease: lease, outbound: outbound) }
-            defer { group.cancelAll() }
-            try await receive(inbound: inbound, outbound: outbound, lease: lease)
+            group.addTask { try await analyze(clips, outbound: outbound) }
+            defer {
+                waiting.finish()
+                group.cancelAll()
+            }
+            try await receive(inbound: inbound, outbound: outbound, lease: lease, analysis: waiting)
         }
         await sessions.remove(id)
         if let epoch = lease.epoch {
@@ -55,7 +62,8 @@ struct StreamSession {
         func hold(_ epoch: Int64) { state.withLock { $0.epoch = epoch } }
     }
 
-    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease) async throws {
+    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease,
+                         analysis: AsyncStream<ReceivedSegment>.Continuation) async throws {
         var machine = IngestStateMachine(limits: .init(maxSegmentBytes: settings.maxSegmentBytes))
         var log = RateLimit(interval: .seconds(10))
         for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes + 1024) {
@@ -81,12 +89,11 @@ struct StreamSession {
                     return
                 case .verified(let segment):
                     metrics.verified()
-                    guard try await finish(segment, agent: machine.agent, lease: lease, outbound: outbound) else { return }
+                    guard try await finish(segment, agent: machine.agent, lease: lease, outbound: outbound, analysis: analysis) else { return }
                 case .ignore(let what):
                     logger.debug("session \(id): ignoring \(what)", metadata: ["device": "\(device)"])
                 }
             }
-            // A long analysis keeps the session busy, not idle.
             activity.touch()
         }
     }
@@ -108,9 +115,10 @@ struct StreamSession {
         ])
     }
 
-    /// Charges, acknowledges and analyses a verified segment; `false` once the session is closing.
+    /// Charges and acknowledges a verified segment, and hands it to the analysis; `false` once the
+    /// session is closing.
     private func finish(_ segment: IngestStateMachine.Verified, agent: IngestStateMachine.Agent?, lease: Lease,
-                        outbound: WebSocketOutboundWriter) async throws -> Bool {
+                        outbound: WebSocketOutboundWriter, analysis: AsyncStream<ReceivedSegment>.Continuation) async throws -> Bool {
         let header = segment.header
         if let left = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left == 0 {
             // Not acknowledged: the agent keeps the segment until usage returns.
@@ -165,17 +173,11 @@ struct StreamSession {
                 logger.error("cannot keep segment \(header.seq) in \(folder): \(error.localizedDescription)")
             }
         }
-        let received = ReceivedSegment(device: device, locale: agent?.locale ?? "", header: header, data: segment.data)
-        let started = ContinuousClock.now
-        do {
-            if let guidance = try await analyzer.analyze(received) {
-                try await outbound.write(.text(ServerMessage.guidance(guidance).encoded()))
-            }
-        } catch {
-            logger.error("analyzer failed on segment \(header.seq): \(error)")
-            try await outbound.write(.text(ServerMessage.error(code: .internal, message: "analysis failed", seq: header.seq).encoded()))
+        let received = ReceivedSegment(device: device, stream: charge.stream, locale: agent?.locale ?? "", header: header, data: segment.data)
+        if case .dropped(let older) = analysis.yield(received) {
+            metrics.analysisSkipped()
+            logger.info("segment \(older.header.seq) not analysed: segment \(header.seq) arrived while it waited", metadata: ["device": "\(device)"])
         }
-        metrics.analyzed(after: ContinuousClock.now - started)
         if let left = balance.remaining(allowance: settings.usageSeconds) {
             try await outbound.write(.text(ServerMessage.usage(remainingSeconds: left).encoded()))
             if left == 0 {
@@ -186,6 +188,28 @@ struct StreamSession {
             }
         }
         return true
+    }
+
+    /// Analyses the waiting segment, one at a time, and sends what the analyzer says.
+    private func analyze(_ clips: AsyncStream<ReceivedSegment>, outbound: WebSocketOutboundWriter) async throws {
+        for await clip in clips {
+            let started = ContinuousClock.now
+            let seq = clip.header.seq
+            do {
+                if let guidance = try await analyzer.analyze(clip) {
+                    try await outbound.write(.text(ServerMessage.guidance(guidance).encoded()))
+                }
+            } catch is CancellationError {
+                return
+            } catch ModelCallError.unavailable(let service) {
+                try await outbound.write(.text(ServerMessage.error(
+                    code: .guidanceUnavailable, message: "\(service) is not answering; guidance resumes when it does", seq: seq).encoded()))
+            } catch {
+                logger.error("analyzer failed on segment \(seq): \(error)", metadata: ["device": "\(device)"])
+                try await outbound.write(.text(ServerMessage.error(code: .internal, message: "analysis failed", seq: seq).encoded()))
+            }
+            metrics.analyzed(after: ContinuousClock.now - started)
+        }
     }
 
     /// While the device has no usage left, looks at the ledger every ``usagePoll``: once an

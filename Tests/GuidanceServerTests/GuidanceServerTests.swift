@@ -176,7 +176,10 @@ import WSClient
                 port: port, send: [.text(Self.hello(stream: stream)), .text(Self.header(seq: 5, data: data, chunks: 1)),
                                    .binary(ByteBuffer(bytes: data))],
                 until: { messages in
-                    if messages.contains(where: { if case .usage = $0 { true } else { false } }) { charged.withLock { $0 = true } }
+                    // Charged, and analysed (guidance goes out on its own, after the ack).
+                    if messages.contains(where: { if case .usage = $0 { true } else { false } }), Self.guidance(messages, seq: 5) == 1 {
+                        charged.withLock { $0 = true }
+                    }
                     return false
                 })
         }
@@ -187,9 +190,9 @@ import WSClient
                                .binary(ByteBuffer(bytes: resend)),
                                .text(Self.header(seq: 6, data: next, chunks: 1)), .binary(ByteBuffer(bytes: next))],
             until: { messages in
-                // Done once segment 6, the last one, is charged.
+                // Done once segment 6, the last one, is charged and analysed.
                 guard let acked = messages.firstIndex(of: .ack(seq: 6)) else { return false }
-                return messages[acked...].contains { if case .usage = $0 { true } else { false } }
+                return messages[acked...].contains { if case .usage = $0 { true } else { false } } && Self.guidance(messages, seq: 6) == 1
             })
         return (try await first.value.messages, second.messages)
     }

@@ -79,6 +79,14 @@ actor PostgresSchema {
             device TEXT PRIMARY KEY, credited BIGINT NOT NULL DEFAULT 0, spent BIGINT NOT NULL DEFAULT 0,
             segments BIGINT NOT NULL DEFAULT 0)
         """,
+        "ALTER TABLE balances ADD COLUMN IF NOT EXISTS input_tokens BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE balances ADD COLUMN IF NOT EXISTS output_tokens BIGINT NOT NULL DEFAULT 0",
+        """
+        CREATE TABLE IF NOT EXISTS model_usage (
+            device TEXT NOT NULL, stream TEXT NOT NULL, seq BIGINT NOT NULL, model TEXT NOT NULL,
+            input_tokens BIGINT NOT NULL CHECK (input_tokens >= 0), output_tokens BIGINT NOT NULL CHECK (output_tokens >= 0),
+            at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (device, stream, seq))
+        """,
         """
         CREATE TABLE IF NOT EXISTS session_leases (
             device TEXT PRIMARY KEY, instance TEXT NOT NULL, session TEXT NOT NULL, epoch BIGINT NOT NULL,
@@ -205,6 +213,33 @@ public final class PostgresLedger: UsageLedger {
         }
     }
 
+    public func recordModelUsage(_ usage: ModelUsage) async throws {
+        try LedgerLimits.check(usage)
+        let logger = self.logger
+        try await LedgerError.telling("usage ledger \(probe.target): recording tokens of \(usage.device)") {
+            try await schema.ensure()
+            try await client.withTransaction(logger: logger) { connection in
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO model_usage (device, stream, seq, model, input_tokens, output_tokens)
+                    VALUES (\(usage.device), \(usage.stream), \(Int64(usage.seq)), \(usage.model), \(Int64(usage.inputTokens)),
+                            \(Int64(usage.outputTokens)))
+                    ON CONFLICT (device, stream, seq) DO NOTHING RETURNING seq
+                    """, logger: logger)
+                var recorded = false
+                for try await _ in inserted.decode(Int64.self) { recorded = true }
+                guard recorded else { return }
+                try await connection.query(
+                    """
+                    INSERT INTO balances (device, input_tokens, output_tokens)
+                    VALUES (\(usage.device), \(Int64(usage.inputTokens)), \(Int64(usage.outputTokens)))
+                    ON CONFLICT (device) DO UPDATE SET input_tokens = balances.input_tokens + EXCLUDED.input_tokens,
+                        output_tokens = balances.output_tokens + EXCLUDED.output_tokens
+                    """, logger: logger)
+            }
+        }
+    }
+
     public func balance(device: String) async throws -> DeviceBalance {
         let logger = self.logger
         return try await LedgerError.telling("usage ledger \(probe.target): reading \(device)") {
@@ -217,9 +252,11 @@ public final class PostgresLedger: UsageLedger {
         try await LedgerError.telling("usage ledger \(probe.target): reading the balances") {
             try await schema.ensure()
             var all: [DeviceBalance] = []
-            let rows = try await client.query("SELECT device, credited, spent, segments FROM balances ORDER BY device", logger: logger)
-            for try await (device, credited, spent, segments) in rows.decode((String, Int64, Int64, Int64).self) {
-                all.append(DeviceBalance(device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments)))
+            let rows = try await client.query(
+                "SELECT device, credited, spent, segments, input_tokens, output_tokens FROM balances ORDER BY device", logger: logger)
+            for try await (device, credited, spent, segments, input, output) in rows.decode((String, Int64, Int64, Int64, Int64, Int64).self) {
+                all.append(DeviceBalance(device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments),
+                                         inputTokens: Int(input), outputTokens: Int(output)))
             }
             return all
         }
@@ -230,10 +267,11 @@ public final class PostgresLedger: UsageLedger {
 
     static func balance(_ device: String, on connection: PostgresConnection, logger: Logger) async throws -> DeviceBalance {
         let rows = try await connection.query(
-            "SELECT credited, spent, segments FROM balances WHERE device = \(device)", logger: logger)
+            "SELECT credited, spent, segments, input_tokens, output_tokens FROM balances WHERE device = \(device)", logger: logger)
         var balance = DeviceBalance(device: device)
-        for try await (credited, spent, segments) in rows.decode((Int64, Int64, Int64).self) {
-            balance = DeviceBalance(device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments))
+        for try await (credited, spent, segments, input, output) in rows.decode((Int64, Int64, Int64, Int64, Int64).self) {
+            balance = DeviceBalance(device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments),
+                                    inputTokens: Int(input), outputTokens: Int(output))
         }
         return balance
     }

@@ -19,7 +19,7 @@ public final class SQLiteLedger: UsageLedger {
     static let busyTimeoutMs = 10_000
 
     /// Schema version, in `PRAGMA user_version`.
-    static let version = 1
+    static let version = 2
 
     static let schema = [
         """
@@ -36,7 +36,21 @@ public final class SQLiteLedger: UsageLedger {
         """
         CREATE TABLE IF NOT EXISTS balances (
             device TEXT PRIMARY KEY, credited INTEGER NOT NULL DEFAULT 0,
-            spent INTEGER NOT NULL DEFAULT 0, segments INTEGER NOT NULL DEFAULT 0)
+            spent INTEGER NOT NULL DEFAULT 0, segments INTEGER NOT NULL DEFAULT 0,
+            input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS model_usage (
+            device TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL, model TEXT NOT NULL,
+            input_tokens INTEGER NOT NULL CHECK (input_tokens >= 0), output_tokens INTEGER NOT NULL CHECK (output_tokens >= 0),
+            at TEXT NOT NULL, PRIMARY KEY (device, stream, seq))
+        """,
+        """
+        CREATE TRIGGER IF NOT EXISTS model_usage_balance AFTER INSERT ON model_usage BEGIN
+            INSERT INTO balances (device, input_tokens, output_tokens) VALUES (NEW.device, NEW.input_tokens, NEW.output_tokens)
+            ON CONFLICT (device) DO UPDATE SET input_tokens = input_tokens + NEW.input_tokens,
+                output_tokens = output_tokens + NEW.output_tokens;
+        END
         """,
         """
         CREATE TRIGGER IF NOT EXISTS usage_events_balance AFTER INSERT ON usage_events BEGIN
@@ -98,6 +112,11 @@ public final class SQLiteLedger: UsageLedger {
             guard found <= version else {
                 throw LedgerError.unavailable("\(path): made by a newer guidance-server (schema \(found), this one knows \(version))")
             }
+            if found == 1 {
+                // Schema 1 had no token totals.
+                _ = try await connection.query("ALTER TABLE balances ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0")
+                _ = try await connection.query("ALTER TABLE balances ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0")
+            }
             for statement in schema { _ = try await connection.query(statement) }
             _ = try await connection.query("PRAGMA user_version = \(version)")
         } catch {
@@ -132,14 +151,26 @@ public final class SQLiteLedger: UsageLedger {
         return try await balance(device: device)
     }
 
+    public func recordModelUsage(_ usage: ModelUsage) async throws {
+        try LedgerLimits.check(usage)
+        _ = try await connection().query(
+            """
+            INSERT INTO model_usage (device, stream, seq, model, input_tokens, output_tokens, at) VALUES (?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (device, stream, seq) DO NOTHING
+            """,
+            [.text(usage.device), .text(usage.stream), .integer(usage.seq), .text(usage.model),
+             .integer(usage.inputTokens), .integer(usage.outputTokens), .text(Self.now())])
+    }
+
     public func balance(device: String) async throws -> DeviceBalance {
         let rows = try await connection().query(
-            "SELECT device, credited, spent, segments FROM balances WHERE device = ?", [.text(device)])
+            "SELECT device, credited, spent, segments, input_tokens, output_tokens FROM balances WHERE device = ?", [.text(device)])
         return rows.first.map(Self.balance) ?? DeviceBalance(device: device)
     }
 
     public func balances() async throws -> [DeviceBalance] {
-        try await connection().query("SELECT device, credited, spent, segments FROM balances ORDER BY device").map(Self.balance)
+        try await connection().query(
+            "SELECT device, credited, spent, segments, input_tokens, output_tokens FROM balances ORDER BY device").map(Self.balance)
     }
 
     /// Closes the file now; `deinit` does it otherwise. Closing twice is harmless.
@@ -150,7 +181,8 @@ public final class SQLiteLedger: UsageLedger {
     private static func balance(_ row: SQLiteRow) -> DeviceBalance {
         DeviceBalance(
             device: row.column("device")?.string ?? "", creditedSeconds: row.column("credited")?.integer ?? 0,
-            spentSeconds: row.column("spent")?.integer ?? 0, segments: row.column("segments")?.integer ?? 0)
+            spentSeconds: row.column("spent")?.integer ?? 0, segments: row.column("segments")?.integer ?? 0,
+            inputTokens: row.column("input_tokens")?.integer ?? 0, outputTokens: row.column("output_tokens")?.integer ?? 0)
     }
 
     static func now() -> String { Date().formatted(.iso8601) }
@@ -167,6 +199,14 @@ enum LedgerLimits {
         guard charge.seq >= 0 else { throw .invalid("seq \(charge.seq) is negative") }
         guard (0...maxSeconds).contains(charge.seconds) else { throw .invalid("seconds \(charge.seconds) is not within 0…\(maxSeconds)") }
         guard charge.sha256.utf8.count == 64 else { throw .invalid("sha256 is not 64 hex digits") }
+    }
+
+    /// Token counts are what one request can spend: well under 2^31.
+    static func check(_ usage: ModelUsage) throws(LedgerError) {
+        guard !usage.device.isEmpty, !usage.stream.isEmpty, usage.seq >= 0 else { throw .invalid("model usage needs a device, a stream and a seq ≥ 0") }
+        guard (0...Int(Int32.max)).contains(usage.inputTokens), (0...Int(Int32.max)).contains(usage.outputTokens) else {
+            throw .invalid("token counts \(usage.inputTokens)/\(usage.outputTokens) are not within 0…\(Int32.max)")
+        }
     }
 
     static func checkCredit(device: String, seconds: Int) throws(LedgerError) {

@@ -14,6 +14,9 @@ public protocol UsageLedger: Sendable {
     func credit(device: String, seconds: Int, note: String) async throws -> DeviceBalance
     /// The device's totals (zeros for a device the ledger has never seen).
     func balance(device: String) async throws -> DeviceBalance
+    /// Records the tokens a hosted model spent on one segment, once per `(device, stream, seq)`;
+    /// they add to the device's token totals.
+    func recordModelUsage(_ usage: ModelUsage) async throws
     /// Every device the ledger knows, sorted by device id.
     func balances() async throws -> [DeviceBalance]
     /// Closes the store; nothing may be called afterwards.
@@ -44,6 +47,25 @@ public struct UsageCharge: Sendable, Equatable {
     }
 }
 
+/// Tokens a hosted model (`analyzer.kind` gemini or openai) spent on one segment.
+public struct ModelUsage: Sendable, Equatable {
+    public var device: String
+    public var stream: String
+    public var seq: Int
+    public var model: String
+    public var inputTokens: Int
+    public var outputTokens: Int
+
+    public init(device: String, stream: String, seq: Int, model: String, inputTokens: Int, outputTokens: Int) {
+        self.device = device
+        self.stream = stream
+        self.seq = seq
+        self.model = model
+        self.inputTokens = inputTokens
+        self.outputTokens = outputTokens
+    }
+}
+
 /// The lease a session holds: its device and the epoch it was given.
 public struct LeaseFence: Sendable, Equatable {
     public var device: String
@@ -70,12 +92,18 @@ public struct DeviceBalance: Sendable, Equatable, Codable {
     public var spentSeconds: Int
     /// Segments charged.
     public var segments: Int
+    /// Tokens hosted models read and wrote for this device's segments.
+    public var inputTokens: Int
+    public var outputTokens: Int
 
-    public init(device: String, creditedSeconds: Int = 0, spentSeconds: Int = 0, segments: Int = 0) {
+    public init(device: String, creditedSeconds: Int = 0, spentSeconds: Int = 0, segments: Int = 0,
+                inputTokens: Int = 0, outputTokens: Int = 0) {
         self.device = device
         self.creditedSeconds = creditedSeconds
         self.spentSeconds = spentSeconds
         self.segments = segments
+        self.inputTokens = inputTokens
+        self.outputTokens = outputTokens
     }
 
     /// Seconds left, given the allowance every device starts with (`usage.remainingSeconds`);

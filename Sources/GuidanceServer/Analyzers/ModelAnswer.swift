@@ -1,0 +1,75 @@
+public import Foundation
+public import GuidanceProtocol
+
+/// What a model answers about one segment: the JSON object its response schema asks for.
+///
+/// ```json
+/// {"clear": false, "priority": "urgent", "text": "보행자가 있습니다. 속도를 줄이세요.", "hazards": ["pedestrian"]}
+/// ```
+public struct ModelAnswer: Codable, Sendable, Equatable {
+    public var clear: Bool
+    public var priority: ServerMessage.Priority
+    public var text: String
+    public var hazards: [String]
+
+    public init(clear: Bool, priority: ServerMessage.Priority, text: String, hazards: [String]) {
+        self.clear = clear
+        self.priority = priority
+        self.text = text
+        self.hazards = hazards
+    }
+
+    /// Longest text passed on to the driver's speaker; a model that rambles is cut here.
+    public static let maxTextCharacters = 300
+
+    /// The answer a model gave as text (the JSON its schema asks for), checked; `nil` if it is not
+    /// that object.
+    public static func decode(_ text: String) -> ModelAnswer? {
+        guard var answer = try? JSONDecoder().decode(ModelAnswer.self, from: Data(text.utf8)) else { return nil }
+        answer.text = String(answer.text.trimmingCharacters(in: .whitespacesAndNewlines).prefix(maxTextCharacters))
+        answer.hazards = Array(answer.hazards.prefix(16).map { String($0.prefix(64)) })
+        // A "warning" with nothing to say is a clear road.
+        if answer.text.isEmpty { answer.clear = true }
+        return answer
+    }
+
+    /// The guidance message for segment `seq` of a device whose language is `locale`.
+    public func guidance(seq: Int, locale: String) -> ServerMessage.Guidance {
+        .init(seq: seq, text: clear ? "" : text, lang: locale, clear: clear, priority: clear ? .normal : priority)
+    }
+
+    /// The same object as a JSON schema, in the two dialects the services take: Gemini's
+    /// `responseSchema` (an OpenAPI subset, upper-case types) and OpenAI's `json_schema`.
+    public static func schema(openAPI: Bool) -> [String: Any] {
+        func type(_ name: String) -> String { openAPI ? name.uppercased() : name }
+        var schema: [String: Any] = [
+            "type": type("object"),
+            "properties": [
+                "clear": ["type": type("boolean"), "description": "true when nothing needs the driver's attention"] as [String: Any],
+                "priority": ["type": type("string"), "enum": ["normal", "urgent"],
+                             "description": "urgent only for a danger that needs action within seconds"] as [String: Any],
+                "text": ["type": type("string"), "description": "what to say to the driver, one or two short sentences; empty when clear"]
+                    as [String: Any],
+                "hazards": ["type": type("array"), "items": ["type": type("string")] as [String: Any],
+                            "description": "the hazards seen, as short English nouns (pedestrian, cyclist, vehicle, obstacle, signal)"]
+                    as [String: Any],
+            ] as [String: Any],
+            "required": ["clear", "priority", "text", "hazards"],
+        ]
+        if !openAPI { schema["additionalProperties"] = false }
+        return schema
+    }
+
+    /// The instruction sent with each segment: guidance for a driver, in the device's language.
+    public static func prompt(locale: String) -> String {
+        """
+        You are the co-driver of a car. The attached video is the last few seconds from its \
+        forward-facing dashcam. Decide whether the driver needs to know anything now: \
+        pedestrians or cyclists near the path, a vehicle braking or cutting in, an obstacle, \
+        a red light or stop sign ahead. If nothing needs attention, answer clear = true with \
+        an empty text. Otherwise write one or two short sentences to be spoken aloud to the \
+        driver, in the language with the BCP 47 tag \(locale), and set priority to urgent only \
+        if the driver must act within seconds. Do not describe the scenery.
+        """
+    }
+}

@@ -1,0 +1,57 @@
+import CSegmentVideo
+public import Foundation
+import NIOPosix
+
+/// A received segment's video, worked on with libavcodec (``CSegmentVideo``) on NIO's blocking
+/// pool, never on the cooperative one: keyframes as JPEG, the whole clip as H.264, frames in gray.
+/// libavformat reads from a file, so the segment is written to a private temporary file first.
+public enum SegmentVideo {
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// `count` frames spread evenly over the segment, first and last included, as JPEG at most
+    /// `maxWidth` wide.
+    public static func keyframeJPEGs(from segment: Data, count: Int, maxWidth: Int = 640) async throws -> [Data] {
+        try await withFile(segment) { path in
+            var buffers = [segment_video_buffer](repeating: .init(), count: max(1, min(count, 8)))
+            var error = [CChar](repeating: 0, count: 256)
+            let made = segment_video_keyframe_jpegs(path, Int32(buffers.count), Int32(maxWidth), &buffers, &error, error.count)
+            guard made > 0 else { throw Failure(description: text(error)) }
+            return (0..<Int(made)).map { i in
+                defer { segment_video_free(&buffers[i]) }
+                return Data(bytes: buffers[i].data, count: buffers[i].size)
+            }
+        }
+    }
+
+    /// The segment re-encoded as H.264 in MP4, frame for frame.
+    public static func h264(from segment: Data) async throws -> Data {
+        try await withFile(segment) { path in
+            let output = path + ".h264.mp4"
+            defer { unlink(output) }
+            var error = [CChar](repeating: 0, count: 256)
+            guard segment_video_transcode_h264(path, output, &error, error.count) > 0 else { throw Failure(description: text(error)) }
+            return try Data(contentsOf: URL(fileURLWithPath: output))
+        }
+    }
+
+    /// Runs `body` on the blocking pool with the segment in a temporary file (mode 0600), removed after.
+    static func withFile<T: Sendable>(_ segment: Data, _ body: @escaping @Sendable (String) throws -> T) async throws -> T {
+        _ = quiet
+        return try await NIOThreadPool.singleton.runIfActive {
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("segment-\(UUID().uuidString).mp4").path
+            guard FileManager.default.createFile(atPath: path, contents: segment, attributes: [.posixPermissions: 0o600]) else {
+                throw Failure(description: "cannot write the segment to \(path)")
+            }
+            defer { unlink(path) }
+            return try body(path)
+        }
+    }
+
+    private static let quiet: Void = segment_video_quiet()
+
+    static func text(_ buffer: [CChar]) -> String {
+        String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
