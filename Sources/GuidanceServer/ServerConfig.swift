@@ -1,4 +1,5 @@
 public import ConfigSupport
+import Foundation
 public import Logging
 
 /// Everything the guidance server reads from configuration.
@@ -193,6 +194,12 @@ extension ServerConfig {
         if analyzer.kind == .gemini, analyzer.apiKeyFile == nil {
             throw .missingKey(
                 "analyzer.apiKeyFile", reason: "analyzer.kind is 'gemini'; set it to a file (mode 0600) holding the Gemini API key")
+        }
+        if let endpoint = analyzer.endpoint {
+            let scheme = endpoint.split(separator: ":", maxSplits: 1).first.map { $0.lowercased() }
+            guard scheme == "http" || scheme == "https", endpoint.contains("://"), URL(string: endpoint)?.host != nil else {
+                throw .invalidOption("analyzer.endpoint", endpoint, "an http:// or https:// URL, such as https://generativelanguage.googleapis.com/v1beta")
+            }
         }
         if analyzer.kind == .openai, analyzer.model == nil {
             throw .missingKey("analyzer.model", reason: "analyzer.kind is 'openai'; set it to the model id the server serves")

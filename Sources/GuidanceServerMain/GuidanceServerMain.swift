@@ -154,7 +154,7 @@ struct Usage: AsyncParsableCommand {
     @Argument(help: "Only this device.")
     var device: String?
 
-    @Flag(help: "One JSON array of {device, creditedSeconds, spentSeconds, segments, remainingSeconds (null: unlimited)}.")
+    @Flag(help: "One JSON array of {device, creditedSeconds, spentSeconds, segments, remainingSeconds (null: unlimited), inputTokens, outputTokens}.")
     var json = false
 
     func run() async throws {
@@ -182,6 +182,9 @@ struct UsageReport: Encodable {
     var spentSeconds: Int
     var segments: Int
     var remainingSeconds: Int?
+    /// Tokens hosted models spent on the device's segments.
+    var inputTokens: Int
+    var outputTokens: Int
 
     init(_ balance: DeviceBalance, allowance: Int?) {
         device = balance.device
@@ -189,10 +192,12 @@ struct UsageReport: Encodable {
         spentSeconds = balance.spentSeconds
         segments = balance.segments
         remainingSeconds = balance.remaining(allowance: allowance)
+        inputTokens = balance.inputTokens
+        outputTokens = balance.outputTokens
     }
 
     func encode(to encoder: any Encoder) throws {
-        enum Keys: String, CodingKey { case device, creditedSeconds, spentSeconds, segments, remainingSeconds }
+        enum Keys: String, CodingKey { case device, creditedSeconds, spentSeconds, segments, remainingSeconds, inputTokens, outputTokens }
         var container = encoder.container(keyedBy: Keys.self)
         try container.encode(device, forKey: .device)
         try container.encode(creditedSeconds, forKey: .creditedSeconds)
@@ -200,6 +205,8 @@ struct UsageReport: Encodable {
         try container.encode(segments, forKey: .segments)
         // null is unlimited, written out.
         try container.encode(remainingSeconds, forKey: .remainingSeconds)
+        try container.encode(inputTokens, forKey: .inputTokens)
+        try container.encode(outputTokens, forKey: .outputTokens)
     }
 
     /// The column titles above ``line``s.

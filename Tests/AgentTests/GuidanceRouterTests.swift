@@ -110,6 +110,25 @@ final class RecordingLine: HapticLine {
         #expect(loop.spoken.all == [.usageRemaining(minutes: 43), .usageLow(minutes: 9), .usageExhausted])
         #expect(loop.router.board.current.remainingSeconds == 540)
     }
+
+    /// While the server's model service is down every segment gets `guidance_unavailable`; the
+    /// driver hears it once, and once more only after guidance came back in between.
+    @Test func guidanceUnavailableIsSpokenOncePerOutageNotPerSegment() async throws {
+        let loop = try Loop()
+        defer { loop.close() }
+        for seq in 0..<6 {
+            await loop.router.route(.error(code: .guidanceUnavailable, message: "gemini is not answering", seq: seq))
+        }
+        try await loop.spoken.wait(for: 1)
+        await loop.router.route(.guidance(.init(seq: 6, text: "", lang: nil, clear: true, priority: .normal)))
+        for seq in 7..<10 {
+            await loop.router.route(.error(code: .guidanceUnavailable, message: "gemini is not answering", seq: seq))
+        }
+        try await loop.spoken.wait(for: 2)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(loop.spoken.all == [.guidanceUnavailable, .guidanceUnavailable])
+        #expect(StatusPhrase.guidanceUnavailable.text(language: "ko") == "지금은 안내를 받을 수 없습니다. 녹화는 계속됩니다.")
+    }
 }
 
 /// Which status phrases the driver hears, and how often. Waits poll for what is due (so a busy

@@ -79,6 +79,24 @@ import Testing
         #expect(config == expected)
     }
 
+    /// The ready configs for the hosted analyzers load as they are shipped.
+    @Test func hostedAnalyzerConfigs() async throws {
+        let gemini = try await ServerConfig.load(
+            file: Self.deviceConfig.appendingPathComponent("server-gemini.yaml").path, environment: [:])
+        #expect(gemini.analyzer.kind == .gemini && gemini.analyzer.apiKeyFile == "/etc/guidance-server/gemini.key")
+        #expect(gemini.analyzer.model == "gemini-2.5-flash" && gemini.analyzer.timeoutMs == 8000 && !gemini.analyzer.transcodeToH264)
+        let openai = try await ServerConfig.load(
+            file: Self.deviceConfig.appendingPathComponent("server-openai.yaml").path, environment: [:])
+        #expect(openai.analyzer.kind == .openai && openai.analyzer.endpoint == "http://127.0.0.1:8081/v1")
+        #expect(openai.analyzer.keyframes == 3 && openai.analyzer.apiKeyFile == nil)
+        // Each kind says what it cannot do without.
+        #expect(await failure(yaml: "analyzer:\n  kind: gemini\n")?.contains("analyzer.apiKeyFile") == true)
+        #expect(await failure(yaml: "analyzer:\n  kind: openai\n")?.contains("analyzer.model") == true)
+        #expect(await failure(yaml: "analyzer:\n  kind: openai\n  model: m\n  keyframes: 9\n")?.contains("analyzer.keyframes") == true)
+        #expect(await failure(yaml: "analyzer:\n  kind: openai\n  model: m\n  endpoint: 127.0.0.1:8081\n")?
+            .contains("analyzer.endpoint") == true)
+    }
+
     @Test func environmentBeatsFileBeatsDefault() async throws {
         let yaml = """
             server:

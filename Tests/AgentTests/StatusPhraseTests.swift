@@ -19,14 +19,15 @@ private func kind(_ phrase: StatusPhrase) -> String {
     case .usageExhausted: "usageExhausted"
     case .usageRemaining: "usageRemaining"
     case .usageUnlimited: "usageUnlimited"
+    case .guidanceUnavailable: "guidanceUnavailable"
     }
 }
 
 @Suite struct StatusPhraseTests {
     @Test func allCasesHasEveryKindOnce() {
         let kinds = StatusPhrase.allCases(minutes: 5).map(kind)
-        #expect(kinds.count == 10)
-        #expect(Set(kinds).count == 10)
+        #expect(kinds.count == 11)
+        #expect(Set(kinds).count == 11)
     }
 
     @Test func theLanguagesAreTheEightWithTexts() {

@@ -2,6 +2,7 @@ import Foundation
 import GuidanceProtocol
 @testable import GuidanceServer
 import Logging
+import NIOHTTP1
 import TestSupport
 import Testing
 
@@ -184,5 +185,70 @@ enum SampleSegment {
             }
             #expect(standIn.requests.count == calls, "an open breaker calls nobody")
         }
+    }
+
+    // MARK: - OpenAI-compatible
+
+    static func chatCompletion(_ content: String) -> ModelStandIn.Reply {
+        let text = String(data: try! JSONSerialization.data(withJSONObject: [content]), encoding: .utf8)!.dropFirst().dropLast()
+        return .json(status: 200, body: """
+            {"id": "chatcmpl-stand-in", "object": "chat.completion", "created": 1764000000, "model": "qwen2.5-vl",
+             "choices": [{"index": 0, "message": {"role": "assistant", "content": \(text)}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 812, "completion_tokens": 25, "total_tokens": 837}}
+            """)
+    }
+
+    func openai(_ url: String, key: String?, keyframes: Int = 3) -> HostedModelAnalyzer {
+        HostedModelAnalyzer(
+            service: OpenAIChatService(endpoint: "\(url)/v1", model: "qwen2.5-vl", apiKey: key,
+                                       keyframes: { try await SegmentVideo.keyframeJPEGs(from: $0, count: keyframes) }),
+            timeout: .seconds(8), rules: Self.fastRules, ledger: nil, logger: Logger(label: "openai-test"))
+    }
+
+    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"), arguments: [2, 4])
+    func openAIRequestCarriesKeyframesAsJPEGDataURIsAndTheSchema(keyframes: Int) async throws {
+        let standIn = ModelStandIn(replies: [Self.chatCompletion(Self.answer)])
+        try await standIn.serve { url in
+            let guidance = try await openai(url, key: "local-key", keyframes: keyframes).analyze(SampleSegment.received(locale: "de-DE"))
+            #expect(guidance?.priority == .urgent && guidance?.lang == "de-DE")
+        }
+        let request = try #require(standIn.requests.first)
+        #expect(request.path == "/v1/chat/completions")
+        #expect(request.headers["authorization"] == "Bearer local-key")
+        let json = request.json
+        #expect(json["model"] as? String == "qwen2.5-vl")
+        let message = try #require((json["messages"] as? [[String: Any]])?.first)
+        #expect(message["role"] as? String == "user")
+        let content = try #require(message["content"] as? [[String: Any]])
+        #expect((content.first?["text"] as? String)?.contains("de-DE") == true)
+        let images = content.compactMap { ($0["image_url"] as? [String: Any])?["url"] as? String }
+        #expect(images.count == keyframes)
+        for uri in images {
+            #expect(uri.hasPrefix("data:image/jpeg;base64,"))
+            let jpeg = try #require(Data(base64Encoded: String(uri.dropFirst("data:image/jpeg;base64,".count))))
+            #expect(jpeg.prefix(2) == Data([0xFF, 0xD8]))
+        }
+        let format = try #require(json["response_format"] as? [String: Any])
+        #expect(format["type"] as? String == "json_schema")
+        let schema = try #require((format["json_schema"] as? [String: Any])?["schema"] as? [String: Any])
+        #expect(schema["type"] as? String == "object" && schema["additionalProperties"] as? Bool == false)
+    }
+
+    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"))
+    func openAIWithoutAKeySendsNoAuthorizationAndHonoursRetryAfter() async throws {
+        let standIn = ModelStandIn(replies: [
+            .json(status: 429, body: #"{"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}"#,
+                  headers: ["Retry-After": "1"]),
+            Self.chatCompletion(#"{"clear": true, "priority": "normal", "text": "", "hazards": []}"#),
+        ])
+        try await standIn.serve { url in
+            let guidance = try await openai(url, key: nil).analyze(SampleSegment.received())
+            #expect(guidance?.clear == true)
+        }
+        #expect(standIn.requests.count == 2)
+        #expect(standIn.requests.allSatisfy { $0.headers["authorization"] == nil })
+        #expect(HostedModelAnalyzer.retryAfter(["Retry-After": "1"]) == .seconds(1))
+        #expect(HostedModelAnalyzer.retryAfter(["Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"]) == nil)
+        #expect(HostedModelAnalyzer.retryAfter(["Retry-After": "-5"]) == nil)
     }
 }

@@ -46,10 +46,10 @@ import TestSupport
 
             """)
         let one = try await Self.run(["usage", "car-2", "--json", "--config", config])
-        #expect(one.stdout == #"[{"creditedSeconds":30,"device":"car-2","remainingSeconds":130,"segments":0,"spentSeconds":0}]"# + "\n")
+        #expect(one.stdout == #"[{"creditedSeconds":30,"device":"car-2","inputTokens":0,"outputTokens":0,"remainingSeconds":130,"segments":0,"spentSeconds":0}]"# + "\n")
         // A device the ledger never saw has the allowance and nothing else.
         let unknown = try await Self.run(["usage", "car-9", "--json", "--config", config])
-        #expect(unknown.stdout == #"[{"creditedSeconds":0,"device":"car-9","remainingSeconds":100,"segments":0,"spentSeconds":0}]"# + "\n")
+        #expect(unknown.stdout == #"[{"creditedSeconds":0,"device":"car-9","inputTokens":0,"outputTokens":0,"remainingSeconds":100,"segments":0,"spentSeconds":0}]"# + "\n")
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") {
             let notes = try Command.run("/usr/bin/sqlite3", [folder.appendingPathComponent("usage.sqlite").path, "SELECT device || '|' || seconds || '|' || note FROM credits ORDER BY id"])
             #expect(notes.stdout == "car-2|30|order 7\ncar-1|5000000000|\n")
@@ -69,8 +69,8 @@ import TestSupport
         #expect(large.stdout == "car-1                5000000000          0         0  5000000100\n", "\(large.stderr)")
         let json = try await Self.run(["usage", "--json", "--config", config])
         #expect(json.stdout == "[" + [
-            #"{"creditedSeconds":5000000000,"device":"car-1","remainingSeconds":5000000100,"segments":0,"spentSeconds":0}"#,
-            #"{"creditedSeconds":30,"device":"car-2","remainingSeconds":130,"segments":0,"spentSeconds":0}"#,
+            #"{"creditedSeconds":5000000000,"device":"car-1","inputTokens":0,"outputTokens":0,"remainingSeconds":5000000100,"segments":0,"spentSeconds":0}"#,
+            #"{"creditedSeconds":30,"device":"car-2","inputTokens":0,"outputTokens":0,"remainingSeconds":130,"segments":0,"spentSeconds":0}"#,
         ].joined(separator: ",") + "]\n", "\(json.stderr)")
         let rows = try await server.psql(database: String(url.split(separator: "/").last ?? ""), """
             SELECT b.device || '|' || b.credited || '|' || string_agg(c.note, ',') FROM balances b JOIN credits c USING (device)
@@ -95,7 +95,7 @@ import TestSupport
         let credit = try await Self.run(["credit", "car-1", "60", "--config", config])
         #expect(credit.stdout == "car-1                        60          0         0  unlimited\n", "\(credit.stderr)")
         let json = try await Self.run(["usage", "--json", "--config", config])
-        #expect(json.stdout == #"[{"creditedSeconds":60,"device":"car-1","remainingSeconds":null,"segments":0,"spentSeconds":0}]"# + "\n")
+        #expect(json.stdout == #"[{"creditedSeconds":60,"device":"car-1","inputTokens":0,"outputTokens":0,"remainingSeconds":null,"segments":0,"spentSeconds":0}]"# + "\n")
         // An empty ledger: the titles only, and an empty array.
         let (emptyFolder, empty) = try Self.setUp()
         defer { try? FileManager.default.removeItem(at: emptyFolder) }

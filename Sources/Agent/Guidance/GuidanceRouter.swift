@@ -7,7 +7,8 @@ public import Logging
 /// - clear road: the `clear` pattern on the vibration motor, nothing spoken;
 /// - urgent guidance: the `alert` pattern, and the text cuts off whatever is being spoken;
 /// - normal guidance: spoken after the current utterance, replacing one still waiting;
-/// - usage (welcome, usage, quota exhausted): to the announcer, which speaks what changed.
+/// - usage (welcome, usage, quota exhausted) and `guidance_unavailable`: to the announcer, which
+///   speaks what changed, once.
 ///
 /// Neither the speaker nor the motor is waited for: speech plays on its own thread, and the motor
 /// sets its first edge here (one ioctl) and leaves the rest of the pattern to its own thread.
@@ -34,9 +35,11 @@ public struct GuidanceRouter: Sendable {
         board.received(message)
         switch message {
         case .guidance(let guidance) where guidance.clear:
+            await announcer.guidanceArrived()
             haptics.play(patterns.current.clear, receivedAt: receivedAt)
             logger.notice("guidance: segment \(guidance.seq): clear")
         case .guidance(let guidance):
+            await announcer.guidanceArrived()
             let urgent = guidance.priority == .urgent
             if urgent { haptics.play(patterns.current.alert, receivedAt: receivedAt) }
             voice.say(guidance.text, locale: guidance.lang, urgent: urgent, receivedAt: receivedAt)
@@ -50,6 +53,9 @@ public struct GuidanceRouter: Sendable {
             await announcer.usage(remainingSeconds: remaining, fromWelcome: false)
         case .error(.quotaExhausted, _, _):
             await announcer.usageExhausted()
+        case .error(.guidanceUnavailable, let message, _):
+            logger.warning("server: guidance unavailable: \(message)")
+            await announcer.guidanceUnavailable()
         default:
             logger.debug("server: \(message)")
         }

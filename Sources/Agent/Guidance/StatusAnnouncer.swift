@@ -8,6 +8,8 @@
 /// - The remaining usage at the first welcome; `usage low` once when it drops under 10 minutes,
 ///   `usage exhausted` once at 0 (either again only after usage went back up).
 /// - `camera lost` when the camera goes, `camera back` when it returns.
+/// - `guidance unavailable` once when the server says its model service is down, again only
+///   after guidance came back in between.
 ///
 /// Phrases due within ``gather`` of each other are spoken as one utterance ("connected, 43
 /// minutes left"): one after the other, each would replace the one waiting before it.
@@ -27,6 +29,7 @@ public actor StatusAnnouncer {
     private var lowSpoken = false
     private var exhaustedSpoken = false
     private var cameraLost = false
+    private var unavailableSpoken = false
 
     public init(lostAfter: Duration = .seconds(10), gather: Duration = .milliseconds(250),
                 speak: @escaping @Sendable ([StatusPhrase]) -> Void) {
@@ -122,6 +125,18 @@ public actor StatusAnnouncer {
 
     public func usageExhausted() {
         usage(remainingSeconds: 0, fromWelcome: false)
+    }
+
+    /// The server's model service is down (`guidance_unavailable`).
+    public func guidanceUnavailable() {
+        guard !unavailableSpoken else { return }
+        unavailableSpoken = true
+        announce([.guidanceUnavailable])
+    }
+
+    /// Guidance (or a clear road) arrived: the model service answers again.
+    public func guidanceArrived() {
+        unavailableSpoken = false
     }
 
     public func camera(_ event: CameraEvent) {

@@ -26,6 +26,8 @@ public enum StatusPhrase: Sendable, Hashable {
     case usageRemaining(minutes: Int)
     /// The server reports no limit.
     case usageUnlimited
+    /// The server's model service is down: segments are still delivered, but no guidance comes.
+    case guidanceUnavailable
 
     /// The languages with their own texts, as BCP 47 primary subtags; any other language gets English.
     public static let languages = ["en", "ko", "ja", "zh", "de", "es", "fr", "pt"]
@@ -36,6 +38,7 @@ public enum StatusPhrase: Sendable, Hashable {
         [
             .ready, .connected, .connectionLost, .cameraLost, .cameraBack, .authenticationFailed,
             .usageLow(minutes: minutes), .usageExhausted, .usageRemaining(minutes: minutes), .usageUnlimited,
+            .guidanceUnavailable,
         ]
     }
 
@@ -58,6 +61,7 @@ public enum StatusPhrase: Sendable, Hashable {
         case .usageExhausted: book.usageExhausted
         case .usageRemaining(let minutes): book.usageRemaining(max(0, minutes))
         case .usageUnlimited: book.usageUnlimited
+        case .guidanceUnavailable: book.guidanceUnavailable
         }
     }
 }
@@ -74,6 +78,7 @@ struct Phrasebook: Sendable {
     var usageExhausted: String
     var usageRemaining: @Sendable (Int) -> String
     var usageUnlimited: String
+    var guidanceUnavailable: String
 
     static let books: [String: Phrasebook] = [
         "en": English.book, "ko": Korean.book, "ja": Japanese.book, "zh": Chinese.book,
@@ -99,7 +104,8 @@ extension Phrasebook {
             usageLow: { "Guidance time is running low: \(minutes($0)) left." },
             usageExhausted: "Guidance time is used up.",
             usageRemaining: { "\(minutes($0)) of guidance left." },
-            usageUnlimited: "Unlimited guidance."
+            usageUnlimited: "Unlimited guidance.",
+            guidanceUnavailable: "Guidance is unavailable for now. Recording continues."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "1 minute" : "\(n) minutes" }
     }
@@ -115,7 +121,8 @@ extension Phrasebook {
             usageLow: { "안내 시간이 얼마 남지 않았습니다. \($0)분 남았습니다." },
             usageExhausted: "안내 시간을 모두 사용했습니다.",
             usageRemaining: { "안내 시간이 \($0)분 남았습니다." },
-            usageUnlimited: "안내 시간에 제한이 없습니다."
+            usageUnlimited: "안내 시간에 제한이 없습니다.",
+            guidanceUnavailable: "지금은 안내를 받을 수 없습니다. 녹화는 계속됩니다."
         )
     }
 
@@ -131,7 +138,8 @@ extension Phrasebook {
             usageLow: { "ガイダンスの のこりじかんが すくなく なりました。あと \(minutes($0))です。" },
             usageExhausted: "ガイダンスの じかんを つかいきりました。",
             usageRemaining: { "ガイダンスが あと \(minutes($0)) つかえます。" },
-            usageUnlimited: "ガイダンスを むせいげんで つかえます。"
+            usageUnlimited: "ガイダンスを むせいげんで つかえます。",
+            guidanceUnavailable: "いまは ガイダンスが つかえません。ろくがは つづけます。"
         )
 
         /// `n` minutes in hiragana with the counter's sound changes: いっぷん, にふん, さんぷん,
@@ -172,7 +180,8 @@ extension Phrasebook {
             usageLow: { "驾驶指引时间即将用完，还剩\(minutes($0))。" },
             usageExhausted: "驾驶指引时间已用完。",
             usageRemaining: { "驾驶指引还剩\(minutes($0))。" },
-            usageUnlimited: "驾驶指引不限时。"
+            usageUnlimited: "驾驶指引不限时。",
+            guidanceUnavailable: "驾驶指引暂时不可用，录像继续。"
         )
         private static func minutes(_ n: Int) -> String { n == 2 ? "两分钟" : "\(n)分钟" }
     }
@@ -188,7 +197,8 @@ extension Phrasebook {
             usageLow: { "Zeit für Fahrhinweise wird knapp: noch \(minutes($0))." },
             usageExhausted: "Zeit für Fahrhinweise aufgebraucht.",
             usageRemaining: { "Noch \(minutes($0)) Fahrhinweise." },
-            usageUnlimited: "Fahrhinweise ohne Zeitlimit."
+            usageUnlimited: "Fahrhinweise ohne Zeitlimit.",
+            guidanceUnavailable: "Fahrhinweise sind gerade nicht verfügbar. Die Aufnahme läuft weiter."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "eine Minute" : "\(n) Minuten" }
     }
@@ -204,7 +214,8 @@ extension Phrasebook {
             usageLow: { "Queda poco tiempo de asistencia: \(minutes($0))." },
             usageExhausted: "Tiempo de asistencia agotado.",
             usageRemaining: { "\($0 == 1 ? "Queda" : "Quedan") \(minutes($0)) de asistencia." },
-            usageUnlimited: "Asistencia ilimitada."
+            usageUnlimited: "Asistencia ilimitada.",
+            guidanceUnavailable: "La asistencia no está disponible por ahora. La grabación continúa."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "un minuto" : "\(n) minutos" }
     }
@@ -221,7 +232,8 @@ extension Phrasebook {
             usageLow: { "Temps d'assistance bientôt épuisé : il reste \(minutes($0))." },
             usageExhausted: "Temps d'assistance épuisé.",
             usageRemaining: { "Il reste \(minutes($0)) d'assistance." },
-            usageUnlimited: "Assistance illimitée."
+            usageUnlimited: "Assistance illimitée.",
+            guidanceUnavailable: "L'assistance est indisponible pour le moment. L'enregistrement continue."
         )
         // French counts 0 in the singular too.
         private static func minutes(_ n: Int) -> String {
@@ -245,7 +257,8 @@ extension Phrasebook {
             usageLow: { "Resta pouco tempo de assistência: \(minutes($0))." },
             usageExhausted: "Tempo de assistência esgotado.",
             usageRemaining: { "\($0 == 1 ? "Resta" : "Restam") \(minutes($0)) de assistência." },
-            usageUnlimited: "Assistência ilimitada."
+            usageUnlimited: "Assistência ilimitada.",
+            guidanceUnavailable: "A assistência está indisponível por agora. A gravação continua."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "um minuto" : "\(n) minutos" }
     }

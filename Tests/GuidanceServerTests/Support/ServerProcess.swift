@@ -14,8 +14,9 @@ final class ServerProcess: @unchecked Sendable {
     let process: Spawned
     let port: Int
 
-    /// `config` is YAML added to the `server:` section (indented two spaces), `extra` after it.
-    init(server config: [String: String] = [:], extra: String = "", folder existing: URL? = nil) async throws {
+    /// `config` is YAML added to the `server:` section (indented two spaces), `extra` after it;
+    /// `analyzer` replaces the scripted analyzer's keys (indented two spaces).
+    init(server config: [String: String] = [:], analyzer: [String: String]? = nil, extra: String = "", folder existing: URL? = nil) async throws {
         folder = existing ?? FileManager.default.temporaryDirectory.appendingPathComponent("server-\(UUID().uuidString)")
         ownsFolder = existing == nil
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -27,8 +28,8 @@ final class ServerProcess: @unchecked Sendable {
             server:
             \(keys.sorted { $0.key < $1.key }.map { "  \($0.key): \($0.value)" }.joined(separator: "\n"))
             analyzer:
-              kind: scripted
-              scriptFile: \(folder.appendingPathComponent("script.yaml").path)
+            \((analyzer ?? ["kind": "scripted", "scriptFile": folder.appendingPathComponent("script.yaml").path])
+                .sorted { $0.key < $1.key }.map { "  \($0.key): \($0.value)" }.joined(separator: "\n"))
             \(extra)
             \(extra.contains("ledger:") ? "" : "ledger: sqlite:\(folder.appendingPathComponent("usage.sqlite").path)")
 
