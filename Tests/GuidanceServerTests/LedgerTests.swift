@@ -125,6 +125,54 @@ import TestSupport
         #expect(DeviceBalance(device: "d", creditedSeconds: 0, spentSeconds: .max).remaining(allowance: .min) == 0)
     }
 
+    /// A hosted model's tokens are kept per segment, once, and add up per device on both stores.
+    @Test(arguments: Backend.allCases)
+    func modelTokensAreRecordedOncePerSegment(_ backend: Backend) async throws {
+        let store = try await Store(backend)
+        try await store.use { (ledger: any UsageLedger) async throws in
+            let usage = ModelUsage(device: "car-1", stream: "s1", seq: 3, model: "gemini-2.5-flash", inputTokens: 1290, outputTokens: 31)
+            try await ledger.recordModelUsage(usage)
+            try await ledger.recordModelUsage(usage)
+            var next = usage
+            next.seq = 4
+            next.outputTokens = 9
+            try await ledger.recordModelUsage(next)
+            await #expect(throws: LedgerError.self) {
+                try await ledger.recordModelUsage(.init(device: "car-1", stream: "s1", seq: 5, model: "m", inputTokens: -1, outputTokens: 0))
+            }
+        }
+        try await store.use { (reopened: any UsageLedger) async throws in
+            let balance = try await reopened.balance(device: "car-1")
+            #expect(balance.inputTokens == 2580 && balance.outputTokens == 40)
+        }
+        #expect(try await store.sql("SELECT count(*) || '|' || sum(input_tokens) FROM model_usage WHERE device = 'car-1'") == "2|2580")
+    }
+
+    /// A ledger file made before token totals existed (schema 1) is brought up to date when the
+    /// server opens it, and keeps every balance.
+    @Test func aSchemaOneSQLiteLedgerIsUpgradedInPlace() async throws {
+        let file = try Self.folder().appendingPathComponent("old.sqlite").path
+        let old = """
+            CREATE TABLE usage_events (device TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL, sha256 TEXT NOT NULL,
+                seconds INTEGER NOT NULL CHECK (seconds >= 0), at TEXT NOT NULL, PRIMARY KEY (device, stream, seq));
+            CREATE TABLE credits (id INTEGER PRIMARY KEY AUTOINCREMENT, device TEXT NOT NULL, seconds INTEGER NOT NULL CHECK (seconds > 0),
+                note TEXT NOT NULL, at TEXT NOT NULL);
+            CREATE TABLE balances (device TEXT PRIMARY KEY, credited INTEGER NOT NULL DEFAULT 0, spent INTEGER NOT NULL DEFAULT 0,
+                segments INTEGER NOT NULL DEFAULT 0);
+            INSERT INTO balances VALUES ('car-1', 100, 15, 3);
+            PRAGMA user_version = 1;
+            """
+        let made = try await Command.executeAsync("/usr/bin/sqlite3", [file, old])
+        try #require(made.status == 0, "\(made.stderr)")
+        let ledger = try await SQLiteLedger.open(path: file, logger: Self.logger)
+        #expect(try await ledger.balance(device: "car-1") == .init(device: "car-1", creditedSeconds: 100, spentSeconds: 15, segments: 3))
+        try await ledger.recordModelUsage(.init(device: "car-1", stream: "s", seq: 0, model: "m", inputTokens: 10, outputTokens: 2))
+        #expect(try await ledger.balance(device: "car-1").inputTokens == 10)
+        try await ledger.shutdown()
+        let version = try await Command.executeAsync("/usr/bin/sqlite3", [file, "PRAGMA user_version"])
+        #expect(version.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "2")
+    }
+
     @Test func aBadLedgerValueIsAConfigErrorExit78() async throws {
         let folder = try Self.folder()
         defer { try? FileManager.default.removeItem(at: folder) }
