@@ -71,6 +71,19 @@ let package = Package(
             name: "CSegmentVideo",
             dependencies: ["CFFmpeg"]
         ),
+        // OpenCV's HOG people detector (C++) behind a C interface (libopencv-objdetect-dev).
+        .target(
+            name: "CRoadVision",
+            cxxSettings: [.unsafeFlags(["-I/usr/include/opencv4"])],
+            linkerSettings: [.linkedLibrary("opencv_objdetect"), .linkedLibrary("opencv_imgproc"), .linkedLibrary("opencv_core")]
+        ),
+        // What a camera's picture shows, on the CPU: people, and whether the view is usable.
+        // The server's `vision` analyzer uses it; the agent can too.
+        .target(
+            name: "RoadScene",
+            dependencies: ["CRoadVision"],
+            swiftSettings: upcoming
+        ),
         // pthread_setname_np, which needs _GNU_SOURCE.
         .target(name: "CThreads"),
 
@@ -126,6 +139,7 @@ let package = Package(
                 "GuidanceProtocol",
                 "ConfigSupport",
                 "CSegmentVideo",
+                "RoadScene",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
@@ -150,7 +164,7 @@ let package = Package(
         .executableTarget(
             name: "GuidanceServerMain",
             dependencies: [
-                "GuidanceServer",
+                "GuidanceServer", "GuidanceProtocol",
                 "ConfigSupport",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -193,7 +207,7 @@ let package = Package(
         ),
         .testTarget(
             name: "AgentTests",
-            dependencies: ["Agent", "HAL", "GuidanceProtocol", "GuidanceServer", "ConfigSupport", "TestSupport"],
+            dependencies: ["Agent", "HAL", "GuidanceProtocol", "GuidanceServer", "ConfigSupport", "TestSupport", "RoadScene"],
             exclude: ["Fixtures"],
             swiftSettings: upcoming
         ),

@@ -20,7 +20,7 @@ extension ServerConfig {
 
     /// The analyzer `analyzer.kind` names. Its files (script, API key) are configuration: a
     /// problem with one is a ``ConfigError``.
-    func makeAnalyzer(ledger: any UsageLedger, logger: Logger) throws -> any SegmentAnalyzer {
+    public func makeAnalyzer(ledger: any UsageLedger, logger: Logger) throws -> any SegmentAnalyzer {
         let settings = self.analyzer
         let timeout = Duration.milliseconds(settings.timeoutMs)
         switch settings.kind {
@@ -39,6 +39,12 @@ extension ServerConfig {
                 endpoint: settings.endpoint ?? ServerConfig.Kind.openai.defaultEndpoint ?? "", model: settings.model ?? "",
                 apiKey: try apiKey(required: false), keyframes: { try await SegmentVideo.keyframeJPEGs(from: $0, count: count) })
             return HostedModelAnalyzer(service: service, timeout: timeout, ledger: ledger, logger: logger)
+        case .vision:
+            do {
+                return try VisionAnalyzer(framesPerSegment: settings.visionFrames)
+            } catch {
+                throw ConfigError.invalidOption("analyzer.kind", "vision", "an analyzer this machine can run (\(error))")
+            }
         }
     }
 

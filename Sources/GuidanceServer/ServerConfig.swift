@@ -62,6 +62,8 @@ public struct ServerConfig: LoadableConfig {
         public var transcodeToH264 = false
         /// Keyframes per segment sent to an `openai` model.
         public var keyframes = 3
+        /// Frames per segment the `vision` analyzer looks at.
+        public var visionFrames = 4
 
         public init() {}
     }
@@ -87,13 +89,15 @@ public struct ServerConfig: LoadableConfig {
         case gemini
         /// An OpenAI-compatible `/v1/chat/completions` (llama-server, Ollama, vLLM), with keyframes.
         case openai
+        /// On this machine's CPU: OpenCV's people detector and picture checks, no model service.
+        case vision
 
         /// The endpoint used when `analyzer.endpoint` is unset.
         public var defaultEndpoint: String? {
             switch self {
             case .gemini: "https://generativelanguage.googleapis.com/v1beta"
             case .openai: "http://127.0.0.1:8080/v1"
-            case .scripted: nil
+            case .scripted, .vision: nil
             }
         }
     }
@@ -139,7 +143,7 @@ extension ServerConfig {
             "Connections open at once; past it, requests are answered HTTP 503 with Retry-After: 5."),
         .choice(
             "analyzer.kind", \.analyzer.kind,
-            "Analyzer that answers segments: `scripted` plays analyzer.scriptFile; `gemini` asks Google's Gemini API with the segment; `openai` asks an OpenAI-compatible server with keyframes."),
+            "Analyzer that answers segments: `scripted` plays analyzer.scriptFile; `gemini` asks Google's Gemini API with the segment; `openai` asks an OpenAI-compatible server with keyframes; `vision` looks for people and an unusable picture on this machine's CPU."),
         .optionalString(
             "analyzer.scriptFile", \.analyzer.scriptFile, type: "path",
             "YAML script of guidance items for `scripted`; required for that kind."),
@@ -162,6 +166,9 @@ extension ServerConfig {
             "analyzer.transcodeToH264", \.analyzer.transcodeToH264,
             "gemini: send the segment re-encoded as H.264 (libavcodec), for a service that refuses HEVC."),
         .int("analyzer.keyframes", \.analyzer.keyframes, 2...4, "openai: frames of each segment sent as JPEG images."),
+        .int(
+            "analyzer.visionFrames", \.analyzer.visionFrames, 1...25,
+            "vision: frames of each segment looked at (spread over it); each costs tens to hundreds of milliseconds of CPU."),
         .optionalInt(
             "usage.remainingSeconds", \.usage.remainingSeconds, 0...100_000_000,
             "Seconds of video each device may have analyzed before it is closed as over quota; unset is unlimited."),

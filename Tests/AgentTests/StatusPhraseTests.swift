@@ -1,4 +1,5 @@
 @testable import Agent
+import RoadScene
 import Testing
 
 private let counts = [0, 1, 2, 7, 43, 600, 12_345]
@@ -28,6 +29,11 @@ private func kind(_ phrase: StatusPhrase) -> String {
         let kinds = StatusPhrase.allCases(minutes: 5).map(kind)
         #expect(kinds.count == 11)
         #expect(Set(kinds).count == 11)
+    }
+
+    /// Local and server-side findings (the vision analyzer's phrase tables) speak the same languages.
+    @Test func roadFindingsCoverTheSameLanguages() {
+        #expect(RoadFinding.languages == StatusPhrase.languages)
     }
 
     @Test func theLanguagesAreTheEightWithTexts() {

@@ -1,6 +1,7 @@
 import CSegmentVideo
 public import Foundation
 import NIOPosix
+public import RoadScene
 
 /// A received segment's video, worked on with libavcodec (``CSegmentVideo``) on NIO's blocking
 /// pool, never on the cooperative one: keyframes as JPEG, the whole clip as H.264, frames in gray.
@@ -34,6 +35,28 @@ public enum SegmentVideo {
             guard segment_video_transcode_h264(path, output, &error, error.count) > 0 else { throw Failure(description: text(error)) }
             return try Data(contentsOf: URL(fileURLWithPath: output))
         }
+    }
+
+    /// Every `every`-th frame (from the first) in gray, at most `maxWidth` wide.
+    public static func grayFrames(from segment: Data, every: Int, maxWidth: Int) async throws -> [GrayFrame] {
+        try await withFile(segment) { path in try grayFrames(path: path, every: every, maxWidth: maxWidth) }
+    }
+
+    /// The same from a file, on the calling thread (which it blocks while it decodes).
+    public static func grayFrames(path: String, every: Int, maxWidth: Int) throws -> [GrayFrame] {
+        final class Collected { var frames: [GrayFrame] = [] }
+        let collected = Collected()
+        var error = [CChar](repeating: 0, count: 256)
+        let status = withExtendedLifetime(collected) {
+            segment_video_gray_frames(path, Int32(max(1, every)), Int32(maxWidth), { context, gray, width, height, stride, index in
+                guard let context, let gray else { return 1 }
+                let collected = Unmanaged<Collected>.fromOpaque(context).takeUnretainedValue()
+                collected.frames.append(GrayFrame(width: Int(width), height: Int(height), stride: Int(stride), rows: gray, index: Int(index)))
+                return 0
+            }, Unmanaged.passUnretained(collected).toOpaque(), &error, error.count)
+        }
+        guard status >= 0 else { throw Failure(description: text(error)) }
+        return collected.frames
     }
 
     /// Runs `body` on the blocking pool with the segment in a temporary file (mode 0600), removed after.

@@ -1,0 +1,44 @@
+public import Foundation
+public import GuidanceProtocol
+import NIOPosix
+public import RoadScene
+
+/// Guidance from the segment itself, on this machine's CPU, with no model service: a few frames
+/// decoded with libavcodec, checked for a usable picture (too dark, lens covered, frozen), then
+/// searched for people with OpenCV's HOG detector (``RoadLook``). The words come from
+/// ``RoadFinding``'s tables, in the device's language.
+public final class VisionAnalyzer: SegmentAnalyzer {
+    /// Frames looked at per segment, spread over it.
+    public let framesPerSegment: Int
+    /// Frames are scaled down to at most this width first (HOG's cost grows with the pixels).
+    public let maxWidth: Int
+    public let look: RoadLook
+    private let detector: PeopleDetector
+
+    public init(framesPerSegment: Int, maxWidth: Int = 960, look: RoadLook = RoadLook()) throws {
+        self.framesPerSegment = max(1, framesPerSegment)
+        self.maxWidth = maxWidth
+        self.look = look
+        detector = try PeopleDetector()
+    }
+
+    public func analyze(_ segment: ReceivedSegment) async throws -> ServerMessage.Guidance? {
+        let result = try await result(for: segment.data, frames: segment.header.frames)
+        guard let finding = result.finding else {
+            return .init(seq: segment.header.seq, text: "", lang: segment.locale, clear: true, priority: .normal)
+        }
+        let (text, lang) = finding.text(locale: segment.locale)
+        return .init(seq: segment.header.seq, text: text, lang: lang, clear: false, priority: finding.urgent ? .urgent : .normal)
+    }
+
+    /// What the frames of `data` show; `frames` is the clip's frame count (its header's), used to
+    /// spread the frames looked at.
+    public func result(for data: Data, frames: Int) async throws -> RoadLook.Result {
+        let every = max(1, frames / framesPerSegment)
+        let look = self.look, detector = self.detector, maxWidth = self.maxWidth, wanted = framesPerSegment
+        return try await SegmentVideo.withFile(data) { path in
+            let gray = try SegmentVideo.grayFrames(path: path, every: every, maxWidth: maxWidth)
+            return try look.look(at: Array(gray.prefix(wanted)), detector: detector)
+        }
+    }
+}
