@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import GuidanceProtocol
 import HummingbirdWebSocket
@@ -251,10 +252,6 @@ struct StreamSession {
         }
     }
 
-    /// `CLOCK_MONOTONIC` nanoseconds, for ``RateLimit``.
-    static func now() -> UInt64 {
-        var spec = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &spec)
-        return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
-    }
+    /// Monotonic nanoseconds (`CLOCK_MONOTONIC`), for ``RateLimit``.
+    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 }

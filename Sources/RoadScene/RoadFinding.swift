@@ -99,7 +99,7 @@ public enum RoadFinding: String, Sendable, Equatable, CaseIterable {
 public struct RoadLook: Sendable {
     public var scene = SceneCheck()
     /// Least HOG confidence that counts as a person.
-    public var minWeight = 0.5
+    public var minWeight = 1.0
     /// A person whose box is at least this part of the picture's height, and reaches down into
     /// its bottom part (``closeBottom``: feet near the car, not a tall shape up by the horizon),
     /// is close.

@@ -407,6 +407,10 @@ func rejectedVoiceAndTouchValue(yaml: String, message: String) async throws {
     #expect(demo.deviceLocale(environment: ["LANG": "en_US.UTF-8"]) == "ko-KR")
     #expect(demo.localeNotices.isEmpty)
     #expect(try await load("default.yaml").localeNotices.isEmpty)
+    // The vision demo plays opencv-doc's footage at its own size.
+    let vision = try await load("demo-vision.yaml")
+    #expect(vision.camera.source == .file && vision.camera.file == "/usr/share/doc/opencv-doc/examples/data/vtest.avi")
+    #expect(vision.camera.width == 768 && vision.camera.height == 576 && vision.device.locale == "ko-KR")
 }
 
 @Test(arguments: ["uplink", "speech"])

@@ -1,6 +1,7 @@
 import Foundation
 public import Logging
 import SQLiteNIO
+import Synchronization
 
 /// The usage ledger in one SQLite file, for a server that runs alone (the default).
 ///
@@ -81,9 +82,12 @@ public final class SQLiteLedger: UsageLedger {
     }
 
     private let opening: Task<SQLiteConnection, any Error>
+    /// Whether ``shutdown()`` closed the connection: SQLiteNIO's `close()` a second time crashes.
+    private let closed = Mutex(false)
 
     /// A ledger dropped without ``shutdown()`` still closes its file (SQLiteNIO requires it).
     deinit {
+        guard !closed.withLock({ $0 }) else { return }
         let opening = self.opening
         Task { try? await opening.value.close() }
     }
@@ -175,6 +179,11 @@ public final class SQLiteLedger: UsageLedger {
 
     /// Closes the file now; `deinit` does it otherwise. Closing twice is harmless.
     public func shutdown() async throws {
+        let first = closed.withLock { closed in
+            defer { closed = true }
+            return !closed
+        }
+        guard first else { return }
         try await connection().close()
     }
 
