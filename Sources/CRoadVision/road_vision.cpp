@@ -14,6 +14,9 @@ struct road_people_detector {
 
 road_people_detector *road_people_detector_new(void) {
     try {
+        // One thread per call: the caller runs calls side by side on its own threads (one per
+        // session's segment), and OpenCV's own pool on top would fight them for the cores.
+        cv::setNumThreads(1);
         auto *detector = new road_people_detector();
         detector->hog.setSVMDetector(cv::HOGDescriptor::getDefaultPeopleDetector());
         return detector;

@@ -129,7 +129,7 @@ import Testing
                 == "FILE:2: unknown key 'server.prot' (did you mean 'server.port'?)")
         #expect(
             await failure(yaml: "analyzer:\n  script: a.yaml\n")
-                == "FILE:2: unknown key 'analyzer.script' (valid keys here: analyzer.kind, analyzer.scriptFile, analyzer.order, analyzer.endpoint, analyzer.model, analyzer.apiKeyFile, analyzer.timeoutMs, analyzer.transcodeToH264, analyzer.keyframes)")
+                == "FILE:2: unknown key 'analyzer.script' (valid keys here: analyzer.kind, analyzer.scriptFile, analyzer.order, analyzer.endpoint, analyzer.model, analyzer.apiKeyFile, analyzer.timeoutMs, analyzer.transcodeToH264, analyzer.keyframes, analyzer.visionFrames)")
         #expect(
             await failure(yaml: "camera:\n  fps: 10\n")
                 == "FILE:1: unknown key 'camera' (valid keys here: server, analyzer, usage, log, ledger)")

@@ -7,7 +7,7 @@ import Testing
 /// The built `guidance-server` with `analyzer.kind: gemini`, in its own process, in front of a
 /// loopback stand-in of the Gemini API: a device's segment goes out as the service's request and
 /// its answer comes back as guidance; a service that is down gives `guidance_unavailable`.
-@Suite struct HostedModelServerTests {
+@Suite(.serialized) struct HostedModelServerTests {
     static let key = "stand-in-key-0f3a9c"
 
     static func keyFile(in folder: URL, mode: Int = 0o600) throws -> String {
@@ -19,14 +19,14 @@ import Testing
     /// Sends `count` copies of the sample segment (seq 0…) and reads until `needle` has been seen
     /// `count` times, or the read times out.
     static func stream(port: Int, count: Int, until needle: String) async throws -> [String] {
-        try await ServerHardeningTests.offPool {
+        let data = Array(await SampleSegment.data())
+        return try await ServerHardeningTests.offPool {
             let client = try RawClient(port: port, receiveTimeoutMs: 20_000)
             guard try client.upgrade(token: "good-token").status == 101 else { return [] }
             try client.sendText(ClientMessage.hello(.init(
                 device: "car-1", locale: "ko-KR", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 2000),
                 stream: "s-1")).encoded())
             var texts = try client.readTexts(until: "welcome")
-            let data = Array(SampleSegment.data)
             let sha = SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
             for seq in 0..<count {
                 try client.sendText(ServerHardeningTests.header(seq: seq, durationMs: 2000, bytes: data.count,
@@ -41,7 +41,7 @@ import Testing
         }
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"))
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func aSegmentBecomesAGeminiRequestAndItsAnswerTheDevicesGuidance() async throws {
         let standIn = ModelStandIn(replies: [GeminiReplies.answer(HostedModelTests.answer, promptTokens: 700, outputTokens: 20)])
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("gemini-\(UUID().uuidString)")
@@ -64,11 +64,11 @@ import Testing
         #expect(request.headers["x-goog-api-key"] == Self.key)
         let parts = (request.json["contents"] as? [[String: Any]])?.first?["parts"] as? [[String: Any]]
         let inline = parts?.first?["inline_data"] as? [String: Any]
-        #expect(Data(base64Encoded: inline?["data"] as? String ?? "") == SampleSegment.data, "the clip went out byte for byte")
+        #expect(Data(base64Encoded: inline?["data"] as? String ?? "") == (await SampleSegment.data()), "the clip went out byte for byte")
         try? FileManager.default.removeItem(at: folder)
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"))
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func aServiceThatIsDownGivesGuidanceUnavailableAndSegmentsAreStillAcknowledged() async throws {
         let standIn = ModelStandIn(replies: [GeminiReplies.error(503, "UNAVAILABLE")])
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("gemini-\(UUID().uuidString)")

@@ -6,20 +6,26 @@ import NIOHTTP1
 import TestSupport
 import Testing
 
-/// A real HEVC segment, made once by the ffmpeg CLI (libx265): 2 s of `testsrc2` at 320x180, 10 fps.
+/// A real HEVC segment, made once by the ffmpeg CLI (libx265) on a thread of its own: 2 s of
+/// `testsrc2` at 320x180, 10 fps.
 enum SampleSegment {
-    static let data: Data = {
+    static let available = FileManager.default.isExecutableFile(atPath: "/usr/bin/ffmpeg")
+
+    private static let made = Task<Data, Never> {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("hosted-model-\(UUID().uuidString).mp4")
         defer { try? FileManager.default.removeItem(at: file) }
-        _ = try? Command.run("ffmpeg", [
+        _ = try? await Command.executeAsync("ffmpeg", [
             "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=320x180:rate=10", "-t", "2", "-c:v", "libx265",
             "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path,
         ])
         return (try? Data(contentsOf: file)) ?? Data()
-    }()
+    }
 
-    static func received(seq: Int = 7, locale: String = "ko-KR") -> ReceivedSegment {
-        ReceivedSegment(
+    static func data() async -> Data { await made.value }
+
+    static func received(seq: Int = 7, locale: String = "ko-KR") async -> ReceivedSegment {
+        let data = await data()
+        return ReceivedSegment(
             device: "car-1", stream: "stream-a", locale: locale,
             header: .init(seq: seq, capturedAt: "2026-11-24T08:00:00.000Z", durationMs: 2000, frames: 20, bytes: data.count,
                           sha256: String(repeating: "a", count: 64), chunks: 1, data: nil),
@@ -29,7 +35,7 @@ enum SampleSegment {
 
 /// The `gemini` and `openai` analyzers against loopback stand-ins of their services: the exact
 /// request each one sends, and what it does with each documented reply.
-@Suite struct HostedModelTests {
+@Suite(.serialized) struct HostedModelTests {
     static let answer = #"{"clear": false, "priority": "urgent", "text": "보행자가 있습니다. 속도를 줄이세요.", "hazards": ["pedestrian"]}"#
     static let fastRules: ModelCallRules.Settings = {
         var rules = ModelCallRules.Settings()
@@ -38,18 +44,18 @@ enum SampleSegment {
         return rules
     }()
 
-    func gemini(_ url: String, ledger: (any UsageLedger)? = nil, timeout: Duration = .seconds(8)) -> HostedModelAnalyzer {
+    func gemini(_ url: String, ledger: (any UsageLedger)? = nil, timeout: Duration = .seconds(30)) -> HostedModelAnalyzer {
         HostedModelAnalyzer(
             service: GeminiService(endpoint: "\(url)/v1beta", model: "gemini-2.5-flash", apiKey: "test-key-123", transcode: nil),
             timeout: timeout, rules: Self.fastRules, ledger: ledger, logger: Logger(label: "gemini-test"))
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"))
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func geminiRequestCarriesTheClipThePromptAndTheSchemaAndTheAnswerBecomesGuidance() async throws {
         let standIn = ModelStandIn(replies: [GeminiReplies.answer(Self.answer)])
         let ledger = SQLiteLedger(path: ":memory:", logger: Logger(label: "ledger"))
         try await standIn.serve { url in
-            let guidance = try await gemini(url, ledger: ledger).analyze(SampleSegment.received())
+            let guidance = try await gemini(url, ledger: ledger).analyze(await SampleSegment.received())
             #expect(guidance == .init(seq: 7, text: "보행자가 있습니다. 속도를 줄이세요.", lang: "ko-KR", clear: false, priority: .urgent))
         }
         let request = try #require(standIn.requests.first)
@@ -64,7 +70,7 @@ enum SampleSegment {
         let parts = try #require(contents.first?["parts"] as? [[String: Any]])
         let inline = try #require(parts.first?["inline_data"] as? [String: Any])
         #expect(inline["mime_type"] as? String == "video/mp4")
-        #expect(Data(base64Encoded: inline["data"] as? String ?? "") == SampleSegment.data)
+        #expect(Data(base64Encoded: inline["data"] as? String ?? "") == (await SampleSegment.data()))
         let prompt = try #require(parts.last?["text"] as? String)
         #expect(prompt.contains("ko-KR"))
         let config = try #require(json["generationConfig"] as? [String: Any])
@@ -81,54 +87,54 @@ enum SampleSegment {
         #expect(balance.inputTokens == 1290 && balance.outputTokens == 31)
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"))
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func aClearAnswerIsAClearRoad() async throws {
         let standIn = ModelStandIn(replies: [GeminiReplies.answer(#"{"clear": true, "priority": "normal", "text": "", "hazards": []}"#)])
         try await standIn.serve { url in
-            let guidance = try await gemini(url).analyze(SampleSegment.received())
+            let guidance = try await gemini(url).analyze(await SampleSegment.received())
             #expect(guidance?.clear == true && guidance?.text == "")
         }
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"))
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func rateLimitedIsTriedAgainAfterTheDelayTheServiceAsks() async throws {
         let standIn = ModelStandIn(replies: [GeminiReplies.rateLimited(retryDelay: "0.3s"), GeminiReplies.answer(Self.answer)])
         try await standIn.serve { url in
             let analyzer = gemini(url)
-            let guidance = try await analyzer.analyze(SampleSegment.received())
+            let guidance = try await analyzer.analyze(await SampleSegment.received())
             #expect(guidance?.priority == .urgent)
             #expect(analyzer.breaker == .closed(failures: 0))
         }
         #expect(standIn.requests.count == 2)
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"), arguments: [500, 503, 504])
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"), arguments: [500, 503, 504])
     func serverErrorsAreTriedAgainThenGivenUp(status: Int) async throws {
         let standIn = ModelStandIn(replies: [GeminiReplies.error(status, "UNAVAILABLE")])
         try await standIn.serve { url in
             let analyzer = gemini(url)
             await #expect(throws: ModelCallError.failed(service: "gemini", .status(status, retryAfter: nil))) {
-                try await analyzer.analyze(SampleSegment.received())
+                try await analyzer.analyze(await SampleSegment.received())
             }
             #expect(analyzer.breaker == .closed(failures: 1))
         }
         #expect(standIn.requests.count == ModelCallRules.Settings().maxAttempts)
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"), arguments: [400, 403, 404])
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"), arguments: [400, 403, 404])
     func otherClientErrorsAreNeverTriedAgainAndDoNotTripTheBreaker(status: Int) async throws {
         let standIn = ModelStandIn(replies: [GeminiReplies.error(status, "INVALID_ARGUMENT")])
         try await standIn.serve { url in
             let analyzer = gemini(url)
             await #expect(throws: ModelCallError.failed(service: "gemini", .status(status, retryAfter: nil))) {
-                try await analyzer.analyze(SampleSegment.received())
+                try await analyzer.analyze(await SampleSegment.received())
             }
             #expect(analyzer.breaker == .closed(failures: 0))
         }
         #expect(standIn.requests.count == 1)
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"))
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func malformedAnswersGiveNoGuidanceAndAreNotTriedAgain() async throws {
         let replies: [ModelStandIn.Reply] = [
             .json(status: 200, body: "{not json"),
@@ -141,7 +147,7 @@ enum SampleSegment {
             let analyzer = gemini(url)
             for _ in replies {
                 await #expect(throws: ModelCallError.failed(service: "gemini", .malformed)) {
-                    try await analyzer.analyze(SampleSegment.received())
+                    try await analyzer.analyze(await SampleSegment.received())
                 }
             }
             #expect(analyzer.breaker == .closed(failures: 0))
@@ -149,19 +155,19 @@ enum SampleSegment {
         #expect(standIn.requests.count == replies.count)
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"))
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func aServiceThatNeverAnswersIsGivenUpAtTheDeadline() async throws {
         let standIn = ModelStandIn(replies: [.silence])
         try await standIn.serve { url in
             let analyzer = gemini(url, timeout: .milliseconds(600))
             await #expect(throws: ModelCallError.failed(service: "gemini", .transport)) {
-                try await analyzer.analyze(SampleSegment.received())
+                try await analyzer.analyze(await SampleSegment.received())
             }
         }
         #expect(standIn.requests.count >= 1)
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"))
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func aServiceThatIsDownIsNotCalledUntilTheBreakerLetsAProbeThrough() async throws {
         let standIn = ModelStandIn(replies: [GeminiReplies.error(503, "UNAVAILABLE")])
         try await standIn.serve { url in
@@ -169,7 +175,7 @@ enum SampleSegment {
             let failures = ModelCallRules.Settings().failuresToOpen
             for segment in 0..<failures {
                 do {
-                    _ = try await analyzer.analyze(SampleSegment.received(seq: segment))
+                    _ = try await analyzer.analyze(await SampleSegment.received(seq: segment))
                     Issue.record("segment \(segment) got an answer from a service that is down")
                 } catch let error as ModelCallError {
                     // The segment that opens the breaker already says "unavailable".
@@ -180,7 +186,7 @@ enum SampleSegment {
             #expect(calls == failures * ModelCallRules.Settings().maxAttempts)
             for segment in failures..<(failures + 5) {
                 await #expect(throws: ModelCallError.unavailable(service: "gemini")) {
-                    try await analyzer.analyze(SampleSegment.received(seq: segment))
+                    try await analyzer.analyze(await SampleSegment.received(seq: segment))
                 }
             }
             #expect(standIn.requests.count == calls, "an open breaker calls nobody")
@@ -202,14 +208,15 @@ enum SampleSegment {
         HostedModelAnalyzer(
             service: OpenAIChatService(endpoint: "\(url)/v1", model: "qwen2.5-vl", apiKey: key,
                                        keyframes: { try await SegmentVideo.keyframeJPEGs(from: $0, count: keyframes) }),
-            timeout: .seconds(8), rules: Self.fastRules, ledger: nil, logger: Logger(label: "openai-test"))
+            // Long enough for the keyframes on a machine busy with every other test.
+            timeout: .seconds(30), rules: Self.fastRules, ledger: nil, logger: Logger(label: "openai-test"))
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"), arguments: [2, 4])
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"), arguments: [2, 4])
     func openAIRequestCarriesKeyframesAsJPEGDataURIsAndTheSchema(keyframes: Int) async throws {
         let standIn = ModelStandIn(replies: [Self.chatCompletion(Self.answer)])
         try await standIn.serve { url in
-            let guidance = try await openai(url, key: "local-key", keyframes: keyframes).analyze(SampleSegment.received(locale: "de-DE"))
+            let guidance = try await openai(url, key: "local-key", keyframes: keyframes).analyze(await SampleSegment.received(locale: "de-DE"))
             #expect(guidance?.priority == .urgent && guidance?.lang == "de-DE")
         }
         let request = try #require(standIn.requests.first)
@@ -234,7 +241,7 @@ enum SampleSegment {
         #expect(schema["type"] as? String == "object" && schema["additionalProperties"] as? Bool == false)
     }
 
-    @Test(.enabled(if: !SampleSegment.data.isEmpty, "needs ffmpeg with libx265"))
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func openAIWithoutAKeySendsNoAuthorizationAndHonoursRetryAfter() async throws {
         let standIn = ModelStandIn(replies: [
             .json(status: 429, body: #"{"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}"#,
@@ -242,7 +249,7 @@ enum SampleSegment {
             Self.chatCompletion(#"{"clear": true, "priority": "normal", "text": "", "hazards": []}"#),
         ])
         try await standIn.serve { url in
-            let guidance = try await openai(url, key: nil).analyze(SampleSegment.received())
+            let guidance = try await openai(url, key: nil).analyze(await SampleSegment.received())
             #expect(guidance?.clear == true)
         }
         #expect(standIn.requests.count == 2)

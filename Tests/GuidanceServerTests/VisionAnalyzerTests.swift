@@ -7,29 +7,30 @@ import Testing
 
 /// The `vision` analyzer on clips made for it and on real footage nobody here made: `vtest.avi`
 /// from Debian's opencv-doc (people walking across a campus road), cut into segments.
-@Suite struct VisionAnalyzerTests {
+@Suite(.serialized) struct VisionAnalyzerTests {
     static let vtest = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
     static var hasFootage: Bool { FileManager.default.fileExists(atPath: vtest) }
 
     /// A 3 s HEVC clip made by the ffmpeg CLI from `input` (lavfi or a file) with `filter`.
-    static func clip(_ input: [String], filter: String? = nil, seconds: Int = 3) throws -> Data {
+    static func clip(_ input: [String], filter: String? = nil, seconds: Int = 2) async throws -> Data {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("vision-\(UUID().uuidString).mp4")
         defer { try? FileManager.default.removeItem(at: file) }
-        try Command.run("ffmpeg", ["-v", "error"] + input + ["-t", "\(seconds)", "-r", "10"] + (filter.map { ["-vf", $0] } ?? [])
+        let made = try await Command.executeAsync("ffmpeg", ["-v", "error"] + input + ["-t", "\(seconds)", "-r", "10"] + (filter.map { ["-vf", $0] } ?? [])
             + ["-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path])
+        guard made.status == 0 else { throw SegmentVideo.Failure(description: "ffmpeg: \(made.stderr)") }
         return try Data(contentsOf: file)
     }
 
     static func analyze(_ data: Data, locale: String = "en-US") async throws -> ServerMessage.Guidance? {
         try await VisionAnalyzer(framesPerSegment: 4).analyze(ReceivedSegment(
             device: "car-1", stream: "s", locale: locale,
-            header: .init(seq: 1, capturedAt: "", durationMs: 3000, frames: 30, bytes: data.count, sha256: "", chunks: 1, data: nil),
+            header: .init(seq: 1, capturedAt: "", durationMs: 2000, frames: 20, bytes: data.count, sha256: "", chunks: 1, data: nil),
             data: data))
     }
 
-    @Test(.enabled(if: hasFootage, "needs opencv-doc's vtest.avi"), arguments: [0, 25, 50])
+    @Test(.enabled(if: hasFootage, "needs opencv-doc's vtest.avi"), arguments: [0, 40])
     func peopleWalkingInRealFootageArePedestriansInTheDevicesLanguage(startSecond: Int) async throws {
-        let data = try Self.clip(["-ss", "\(startSecond)", "-i", Self.vtest], seconds: 5)
+        let data = try await Self.clip(["-ss", "\(startSecond)", "-i", Self.vtest], seconds: 2)
         let guidance = try #require(try await Self.analyze(data, locale: "ko-KR"))
         #expect(!guidance.clear)
         #expect(guidance.text.contains("보행자"), "\(guidance.text)")
@@ -38,20 +39,20 @@ import Testing
 
     @Test(.enabled(if: hasFootage, "needs opencv-doc's vtest.avi"))
     func aDarkClipIsTooDark() async throws {
-        let data = try Self.clip(["-i", Self.vtest], filter: "eq=brightness=-0.45,noise=alls=4:allf=t")
+        let data = try await Self.clip(["-i", Self.vtest], filter: "eq=brightness=-0.45,noise=alls=4:allf=t", seconds: 2)
         let guidance = try #require(try await Self.analyze(data, locale: "de-DE"))
         #expect(guidance.text == RoadFinding.tooDark.text(locale: "de-DE").text && guidance.priority == .normal && !guidance.clear)
     }
 
     @Test func aFlatPictureIsACoveredLensAndAStillOneIsFrozen() async throws {
-        let covered = try Self.clip(["-f", "lavfi", "-i", "color=c=0x807060:s=320x240"], filter: "noise=alls=3:allf=t")
+        let covered = try await Self.clip(["-f", "lavfi", "-i", "color=c=0x807060:s=320x240"], filter: "noise=alls=3:allf=t")
         #expect(try await Self.analyze(covered)?.text == "The camera lens looks covered.")
-        let still = try Self.clip(["-f", "lavfi", "-i", "testsrc2=s=320x240:r=10"], filter: "trim=end_frame=1,loop=loop=-1:size=1,setpts=N/10/TB")
+        let still = try await Self.clip(["-f", "lavfi", "-i", "testsrc2=s=320x240:r=10"], filter: "trim=end_frame=1,loop=loop=-1:size=1,setpts=N/10/TB")
         #expect(try await Self.analyze(still)?.text == "The camera picture is frozen.")
     }
 
     @Test func aMovingPictureWithoutPeopleIsAClearRoad() async throws {
-        let data = try Self.clip(["-f", "lavfi", "-i", "testsrc2=s=640x360:r=10"])
+        let data = try await Self.clip(["-f", "lavfi", "-i", "testsrc2=s=640x360:r=10"])
         let guidance = try #require(try await Self.analyze(data))
         #expect(guidance.clear && guidance.text.isEmpty, "\(guidance)")
     }

@@ -1,11 +1,14 @@
 import CSegmentVideo
 public import Foundation
+import NIOCore
 import NIOPosix
 public import RoadScene
 
-/// A received segment's video, worked on with libavcodec (``CSegmentVideo``) on NIO's blocking
-/// pool, never on the cooperative one: keyframes as JPEG, the whole clip as H.264, frames in gray.
-/// libavformat reads from a file, so the segment is written to a private temporary file first.
+/// A received segment's video, worked on with libavcodec (``CSegmentVideo``) on a thread pool of
+/// its own, never on the cooperative one, and never on NIO's shared blocking pool (the SQLite
+/// ledger's queries run there; a second of decoding and detection must not hold up a charge):
+/// keyframes as JPEG, the whole clip as H.264, frames in gray. libavformat reads from a file, so
+/// the segment is written to a private temporary file first.
 public enum SegmentVideo {
     public struct Failure: Error, CustomStringConvertible {
         public let description: String
@@ -62,7 +65,7 @@ public enum SegmentVideo {
     /// Runs `body` on the blocking pool with the segment in a temporary file (mode 0600), removed after.
     static func withFile<T: Sendable>(_ segment: Data, _ body: @escaping @Sendable (String) throws -> T) async throws -> T {
         _ = quiet
-        return try await NIOThreadPool.singleton.runIfActive {
+        return try await pool.runIfActive {
             let path = FileManager.default.temporaryDirectory.appendingPathComponent("segment-\(UUID().uuidString).mp4").path
             guard FileManager.default.createFile(atPath: path, contents: segment, attributes: [.posixPermissions: 0o600]) else {
                 throw Failure(description: "cannot write the segment to \(path)")
@@ -73,6 +76,13 @@ public enum SegmentVideo {
     }
 
     private static let quiet: Void = segment_video_quiet()
+
+    /// One thread per core, started on first use and kept for the life of the process.
+    static let pool: NIOThreadPool = {
+        let pool = NIOThreadPool(numberOfThreads: System.coreCount)
+        pool.start()
+        return pool
+    }()
 
     static func text(_ buffer: [CChar]) -> String {
         String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
