@@ -89,6 +89,9 @@ import Testing
             file: Self.deviceConfig.appendingPathComponent("server-openai.yaml").path, environment: [:])
         #expect(openai.analyzer.kind == .openai && openai.analyzer.endpoint == "http://127.0.0.1:8081/v1")
         #expect(openai.analyzer.keyframes == 3 && openai.analyzer.apiKeyFile == nil)
+        let vision = try await ServerConfig.load(
+            file: Self.deviceConfig.appendingPathComponent("server-vision.yaml").path, environment: [:])
+        #expect(vision.analyzer.kind == .vision && vision.analyzer.visionFrames == 4)
         // Each kind says what it cannot do without.
         #expect(await failure(yaml: "analyzer:\n  kind: gemini\n")?.contains("analyzer.apiKeyFile") == true)
         #expect(await failure(yaml: "analyzer:\n  kind: openai\n")?.contains("analyzer.model") == true)
