@@ -13,7 +13,8 @@ source scripts/steps.sh
 step "Debian 12: packages" bash scripts/install-deps.sh
 step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
 step "Debian 12: swift build --build-tests" swift build --build-tests
-step "Debian 12: swift test" swift test
+step "Debian 12: swift test" swift test --skip "$HEAVY_SUITES"
+step "Debian 12: swift test (video suites)" swift test --skip-build --filter "$HEAVY_SUITES"
 
 # The package as shipped: a release build with the static Swift stdlib, listed by dpkg-deb and
 # checked by lintian (no error, no warning that is not overridden with a reason).
