@@ -137,7 +137,8 @@ import WSClient
                 "-H", "Authorization: Bearer wrong", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)",
             ])
             let good = try await Command.executeAsync("curl", [
-                "-s", "-o", "/dev/null", "-m", "3", "-w", "%{http_code}", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
+                // curl waits on the upgraded connection until -m: long enough for a busy machine's first answer.
+                "-s", "-o", "/dev/null", "-m", "10", "-w", "%{http_code}", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
                 "-H", "Sec-WebSocket-Version: 13", "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
                 "-H", "Authorization: Bearer good-token", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)",
             ])
