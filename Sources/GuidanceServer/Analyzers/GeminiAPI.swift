@@ -14,7 +14,7 @@ public import Foundation
 public enum GeminiAPI {
     /// `POST {endpoint}/models/{model}:generateContent`.
     public static func url(endpoint: String, model: String) -> String {
-        "\(endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint)/models/\(model):generateContent"
+        modelURL(endpoint: endpoint, path: "models/\(model):generateContent")
     }
 
     /// The request body: the clip as `inline_data` (base64), then the prompt; JSON output held to
@@ -47,8 +47,8 @@ public enum GeminiAPI {
         var usage: ModelTokens?
         if let metadata = object["usageMetadata"] as? [String: Any] {
             usage = ModelTokens(
-                input: count(metadata["promptTokenCount"]),
-                output: count(metadata["candidatesTokenCount"]) + count(metadata["thoughtsTokenCount"]))
+                input: ModelTokens.count(metadata["promptTokenCount"]),
+                output: ModelTokens.count(metadata["candidatesTokenCount"]) + ModelTokens.count(metadata["thoughtsTokenCount"]))
         }
         guard let candidates = object["candidates"] as? [[String: Any]], let first = candidates.first,
               let content = first["content"] as? [String: Any], let parts = content["parts"] as? [[String: Any]] else {
@@ -77,14 +77,6 @@ public enum GeminiAPI {
         }
         return .milliseconds(Int64((seconds * 1000).rounded()))
     }
-
-    /// A token count from JSON: a non-negative integer below 2^31, else 0.
-    static func count(_ value: Any?) -> Int {
-        guard let number = value as? NSNumber else { return 0 }
-        let double = number.doubleValue
-        guard double.isFinite, double >= 0, double < Double(Int32.max) else { return 0 }
-        return Int(double)
-    }
 }
 
 /// Tokens a model spent on one segment, as its service reports them.
@@ -95,5 +87,13 @@ public struct ModelTokens: Sendable, Equatable {
     public init(input: Int, output: Int) {
         self.input = input
         self.output = output
+    }
+
+    /// A token count from a service's JSON: a non-negative integer below 2^31, else 0.
+    static func count(_ value: Any?) -> Int {
+        guard let number = value as? NSNumber else { return 0 }
+        let double = number.doubleValue
+        guard double.isFinite, double >= 0, double < Double(Int32.max) else { return 0 }
+        return Int(double)
     }
 }

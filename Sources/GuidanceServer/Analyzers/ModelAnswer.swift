@@ -73,3 +73,8 @@ public struct ModelAnswer: Codable, Sendable, Equatable {
         """
     }
 }
+
+/// A model service's `endpoint` (with or without a trailing slash) followed by `path`.
+func modelURL(endpoint: String, path: String) -> String {
+    "\(endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint)/\(path)"
+}

@@ -13,7 +13,7 @@ public import Foundation
 public enum OpenAIChatAPI {
     /// `POST {endpoint}/chat/completions`, where the endpoint ends in `/v1`.
     public static func url(endpoint: String) -> String {
-        "\(endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint)/chat/completions"
+        modelURL(endpoint: endpoint, path: "chat/completions")
     }
 
     /// The request body: the prompt and the keyframes (JPEG) as one user message.
@@ -41,7 +41,7 @@ public enum OpenAIChatAPI {
         guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any] else { return (nil, nil) }
         var usage: ModelTokens?
         if let counts = object["usage"] as? [String: Any] {
-            usage = ModelTokens(input: GeminiAPI.count(counts["prompt_tokens"]), output: GeminiAPI.count(counts["completion_tokens"]))
+            usage = ModelTokens(input: ModelTokens.count(counts["prompt_tokens"]), output: ModelTokens.count(counts["completion_tokens"]))
         }
         guard let choices = object["choices"] as? [[String: Any]], let message = choices.first?["message"] as? [String: Any],
               let text = message["content"] as? String else {
