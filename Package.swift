@@ -114,6 +114,7 @@ let package = Package(
             name: "Agent",
             dependencies: [
                 "HAL",
+                "RoadScene",
                 "GuidanceProtocol",
                 "ConfigSupport",
                 .product(name: "WSClient", package: "swift-websocket"),

@@ -121,14 +121,19 @@ public struct RoadLook: Sendable {
         var counts: [Int] = []
         var close = false
         for frame in frames {
-            let people = try detector.people(in: frame, minWeight: minWeight)
-            counts.append(people.count)
-            let height = Double(frame.height)
-            if people.contains(where: { Double($0.height) >= closeHeight * height && Double($0.y + $0.height) >= closeBottom * height }) {
-                close = true
-            }
+            let found = try people(in: frame, detector: detector)
+            counts.append(found.count)
+            close = close || found.close
         }
         let finding: RoadFinding? = close ? .pedestrianClose : counts.contains(where: { $0 > 0 }) ? .pedestrian : nil
         return Result(finding: finding, peoplePerFrame: counts)
+    }
+
+    /// How many people `frame` shows, and whether one of them is close. Blocks like ``look(at:detector:)``.
+    public func people(in frame: GrayFrame, detector: PeopleDetector) throws -> (count: Int, close: Bool) {
+        let people = try detector.people(in: frame, minWeight: minWeight)
+        let height = Double(frame.height)
+        let close = people.contains { Double($0.height) >= closeHeight * height && Double($0.y + $0.height) >= closeBottom * height }
+        return (people.count, close)
     }
 }

@@ -55,9 +55,17 @@ struct RecordCommand: AsyncParsableCommand {
         if !store.removedLeftovers.isEmpty {
             logger.notice("recording: removed \(store.removedLeftovers.count) temporary file(s) an interrupted run left in \(config.recording.dir)")
         }
+        // The local road checks look at the frames the camera already gives (no decode).
+        let watch: RoadWatch?
+        do {
+            watch = try RoadWatch(fps: config.offline.fps, maxCpuPercent: config.offline.maxCpuPercent)
+        } catch {
+            logger.error("guidance: no local checks: \(error)")
+            watch = nil
+        }
         let pipeline = try CapturePipeline(
             source: config.makeSource(logger: logger), settings: config.pipelineSettings(maxSegments: segments),
-            logger: logger)
+            tap: watch, logger: logger)
 
         let uplink = try config.makeUplink(logger: logger)
         let haptics = try config.makeHaptics(logger: logger)
@@ -73,7 +81,11 @@ struct RecordCommand: AsyncParsableCommand {
         board.update { $0.recording = .init(dir: config.recording.dir) }
         let router = GuidanceRouter(voice: voice, haptics: haptics, clear: patterns.clear, alert: patterns.alert,
                                     announcer: announcer, board: board, logger: logger)
-        let control = ControlRequests(board: board, store: store, uplink: uplink, server: config.uplink.url, voice: voice, haptics: haptics)
+        let offline = watch.map {
+            OfflineGuidance(settings: config.offlineSettings, watch: $0, router: router, announcer: announcer, board: board, logger: logger)
+        }
+        let control = ControlRequests(board: board, store: store, uplink: uplink, server: config.uplink.url, voice: voice,
+                                      haptics: haptics, watch: watch)
 
         let reloader = ConfigReloader(running: config, logger: logger) { [file = self.config] in
             try await AgentConfig.load(file: file, overrides: overrides)
@@ -82,6 +94,7 @@ struct RecordCommand: AsyncParsableCommand {
             router.patterns.current = patterns
             store.retention = new.retention
             logLevel.current = new.log.level
+            offline?.settings.current = new.offlineSettings
         }
 
         let notifier = SystemdNotifier()
@@ -105,12 +118,13 @@ struct RecordCommand: AsyncParsableCommand {
                 notifier.stopping()
             })
         let guidance = GuidanceService(
-            router: router, announcer: announcer, board: board, cameraEvents: pipeline.events, uplink: uplink, voice: voice,
+            router: router, announcer: announcer, board: board, cameraEvents: pipeline.events, uplink: uplink, offline: offline, voice: voice,
             speakToTheEnd: { segments != nil && !stopRequested.value })
         var services: [any Service] = [ConfigReloadService(reloader: reloader, hangups: hangups)]
         if notifier.isActive { services.append(heartbeat) }
         services.append(StatusSocket(path: config.status.socket, logger: logger, answer: control.answer))
         services.append(guidance)
+        if let offline, let watch { services.append(OfflineGuidanceService(guidance: offline, watch: watch)) }
         if let uplink { services.append(UplinkService(uplink: uplink, logger: logger)) }
         services.append(recording)  // last: the first to be stopped
 

@@ -15,6 +15,7 @@ public struct AgentConfig: LoadableConfig {
     public var recording = Recording()
     public var uplink = UplinkSettings()
     public var guidance = Guidance()
+    public var offline = Offline()
     public var speech = Speech()
     public var haptics = HapticsSettings()
     public var status = Status()
@@ -101,6 +102,18 @@ public struct AgentConfig: LoadableConfig {
 
     public struct Guidance: Sendable, Equatable {
         public var maxAgeMs = 10_000
+        /// Without a session this long, the device checks the road itself (``Offline``).
+        public var offlineAfterMs = 15_000
+
+        public init() {}
+    }
+
+    /// Local guidance: checks on the captured frames while no server guides (``OfflineRules``).
+    public struct Offline: Sendable, Equatable {
+        public var enabled = true
+        public var fps = 1
+        public var repeatMs = 30_000
+        public var maxCpuPercent = 50
 
         public init() {}
     }
@@ -285,6 +298,21 @@ extension AgentConfig {
         .int(
             "guidance.maxAgeMs", \.guidance.maxAgeMs, 1000...600_000,
             "Guidance about a segment captured longer ago than this is dropped: stale road information is worse than none."),
+        .int(
+            "guidance.offlineAfterMs", \.guidance.offlineAfterMs, 1000...3_600_000,
+            "Without a session with the server for this long (or with the usage exhausted at once), the device warns from its own checks of the frames (offline.*), in ms. Reloaded on SIGHUP."),
+        .bool(
+            "offline.enabled", \.offline.enabled,
+            "Local guidance when no server guides: too dark, lens covered, frozen picture, pedestrians, spoken in the device language; `false` turns it off. Reloaded on SIGHUP."),
+        .int(
+            "offline.fps", \.offline.fps, 1...10,
+            "Frames a second that local guidance looks at, at most; a frame due while the last one is still being looked at is skipped and counted."),
+        .int(
+            "offline.repeatMs", \.offline.repeatMs, 1000...3_600_000,
+            "A local warning is not spoken again within this time, in ms, even if the finding stays or comes back. Reloaded on SIGHUP."),
+        .int(
+            "offline.maxCpuPercent", \.offline.maxCpuPercent, 5...100,
+            "Share of one CPU core the local checks may use on average: after a look that took t, the next frame is taken no sooner than t × (100 / this − 1)."),
         .optionalString(
             "speech.locale", \.speech.locale, type: "BCP 47",
             "Deprecated: an old name of device.locale (a notice is logged); set to another language than device.locale is an error."),

@@ -1,6 +1,7 @@
 public import GuidanceProtocol
 public import HAL
 public import Logging
+public import RoadScene
 
 /// One guidance message from the wire to the driver: `Uplink.messages → route → speaker / motor`.
 ///
@@ -9,6 +10,8 @@ public import Logging
 /// - normal guidance: spoken after the current utterance, replacing one still waiting;
 /// - usage (welcome, usage, quota exhausted) and `guidance_unavailable`: to the announcer, which
 ///   speaks what changed, once.
+///
+/// Local guidance (``OfflineGuidance``) speaks its findings through ``local(_:)`` with the same rules.
 ///
 /// Neither the speaker nor the motor is waited for: speech plays on its own thread, and the motor
 /// sets its first edge here (one ioctl) and leaves the rest of the pattern to its own thread.
@@ -59,5 +62,16 @@ public struct GuidanceRouter: Sendable {
         default:
             logger.debug("server: \(message)")
         }
+    }
+
+    /// A finding of the device's own checks, in the device's language (English when no voice
+    /// speaks it): urgent with the `alert` pattern and cutting off speech, like server guidance.
+    public func local(_ finding: RoadFinding, receivedAt: ContinuousClock.Instant = .now) {
+        let choice = voice.voice(for: voice.deviceLocale)
+        let (text, lang) = finding.text(locale: choice.fellBack ? "en" : voice.deviceLocale)
+        if finding.urgent { haptics.play(patterns.current.alert, receivedAt: receivedAt) }
+        voice.say(text, locale: lang, urgent: finding.urgent, receivedAt: receivedAt)
+        board.update { $0.offline?.spoken += 1 }
+        logger.notice("guidance (local): \(finding.rawValue): \(text)", metadata: ["lang": "\(lang)"])
     }
 }

@@ -12,6 +12,8 @@ struct GuidanceService: Service {
     let board: StatusBoard
     let cameraEvents: AsyncStream<CameraEvent>
     let uplink: Uplink?
+    /// Hears the sessions and the usage too, to know when the device must guide itself.
+    let offline: OfflineGuidance?
     let voice: DeviceVoice
     /// True at the end of a run of N segments: its last guidance is spoken before the agent ends
     /// (bounded); a service that is told to stop does not wait for speech.
@@ -26,11 +28,17 @@ struct GuidanceService: Service {
                 }
             }
             guard let uplink else { return }
-            group.addTask { [announcer] in
-                for await state in uplink.states { await announcer.uplink(state) }
+            group.addTask { [announcer, offline] in
+                for await state in uplink.states {
+                    await announcer.uplink(state)
+                    await offline?.uplink(state)
+                }
             }
             // One guidance message from the wire to the speaker and the motor.
-            for await message in uplink.messages { await router.route(message, receivedAt: .now) }
+            for await message in uplink.messages {
+                await router.route(message, receivedAt: .now)
+                await offline?.received(message)
+            }
         }
         // The group stops its services one by one: this one ends when its turn comes.
         try? await gracefulShutdown()

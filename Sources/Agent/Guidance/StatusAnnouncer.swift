@@ -11,6 +11,8 @@
 /// - `guidance unavailable` once when the server says its model service is down, again only
 ///   after guidance came back in between.
 ///
+/// - `guidance is now local` and `guidance from the server is back` when ``OfflineRules`` says.
+///
 /// Phrases due within ``gather`` of each other are spoken as one utterance ("connected, 43
 /// minutes left"): one after the other, each would replace the one waiting before it.
 public actor StatusAnnouncer {
@@ -45,6 +47,7 @@ public actor StatusAnnouncer {
         let delay = gather
         flush = Task { [weak self] in
             try? await Task.sleep(for: delay)
+            guard !Task.isCancelled else { return }
             await self?.speakPending()
         }
     }
@@ -137,6 +140,14 @@ public actor StatusAnnouncer {
     /// Guidance (or a clear road) arrived: the model service answers again.
     public func guidanceArrived() {
         unavailableSpoken = false
+    }
+
+    /// A phrase whose once-only rule is kept elsewhere (``OfflineRules``), spoken at once with
+    /// any gathered before it: the local warnings that follow must come after it, not replace it.
+    public func say(_ phrase: StatusPhrase) {
+        flush?.cancel()
+        pending.append(phrase)
+        speakPending()
     }
 
     public func camera(_ event: CameraEvent) {

@@ -3,7 +3,8 @@ public import HAL
 public import Logging
 import Synchronization
 
-/// The data path: `source.nextFrame() → segmenter.place → encoder.encode → segmenter → segments`.
+/// The data path: `source.nextFrame() → segmenter.place → encoder.encode → segmenter → segments`,
+/// and each frame offered to the ``FrameTap`` (the local road checks), which copies what it takes.
 ///
 /// Capture and encoding run on a thread of their own, because a camera blocks in `poll`; finished
 /// segments (one every few seconds) leave through ``segments``. A lost or stalled camera closes the
@@ -54,7 +55,7 @@ public final class CapturePipeline: Sendable {
 
     /// Opens the source and the encoder, so a missing device or a machine without an HEVC
     /// encoder fails here, before anything runs.
-    public init(source: any FrameSource, settings: Settings, logger: Logger) throws {
+    public init(source: any FrameSource, settings: Settings, tap: (any FrameTap)? = nil, logger: Logger) throws {
         let format = try source.open()
         logger.info("camera: \(source.name) opened", metadata: ["format": "\(format)", "pixelFormat": "\(source.pixelFormat)"])
         let hevc = try HEVCEncoder(settings: settings.encoder, inputFormat: source.pixelFormat)
@@ -71,7 +72,7 @@ public final class CapturePipeline: Sendable {
         cameraFormat = "\(format) \(source.pixelFormat)"
         encoderName = encoder.name
         (events, eventSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
-        state = Mutex(Loop(source: source, encoder: encoder, settings: settings, logger: logger, events: eventSink, health: health))
+        state = Mutex(Loop(source: source, encoder: encoder, settings: settings, tap: tap, logger: logger, events: eventSink, health: health))
     }
 
     /// Starts capturing on a thread of its own.
@@ -137,6 +138,7 @@ private struct Loop: @unchecked Sendable {
     let source: any FrameSource
     let encoder: any VideoEncoder
     let settings: CapturePipeline.Settings
+    let tap: (any FrameTap)?
     let logger: Logger
     let events: AsyncStream<CameraEvent>.Continuation
     let health: PipelineHealth
@@ -185,6 +187,7 @@ private struct Loop: @unchecked Sendable {
                 reopen(stopRequested: stopRequested)
                 continue
             }
+            tap?.offer(frame)
             guard let placement = segmenter.place(frame) else { continue }
             try encoder.encode(frame, slot: placement.slot, keyframe: placement.startsSegment, into: segmenter)
             health.frameEncoded()

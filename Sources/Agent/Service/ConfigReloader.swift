@@ -9,6 +9,7 @@ extension AgentConfig {
     public static let reloadableKeys: Set<String> = [
         "recording.maxMegabytes", "recording.protectedMaxMegabytes", "recording.minFreeMegabytes",
         "haptics.clear", "haptics.alert", "log.level",
+        "guidance.offlineAfterMs", "offline.enabled", "offline.repeatMs",
     ]
 }
 

@@ -90,6 +90,35 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         }
     }
 
+    /// Local guidance (``OfflineRules``): the device's own checks while no server guides.
+    public struct LocalGuidance: Codable, Sendable, Equatable {
+        public struct Finding: Codable, Sendable, Equatable {
+            /// A ``RoadScene/RoadFinding`` raw value: `too_dark`, `pedestrian_close`, ….
+            public var finding: String
+            public var at: String
+        }
+
+        /// `offline.enabled`.
+        public var enabled: Bool
+        /// `off` (switched off), `standby` (the server guides), `on` (the device guides).
+        public var state: String
+        /// Why it is on: `no session` or `usage exhausted`.
+        public var reason: String?
+        public var since: String?
+        public var looked = 0
+        public var skipped = 0
+        /// Warnings spoken.
+        public var spoken = 0
+        /// The last look's time, in ms.
+        public var lastLookMs: Double?
+        public var lastFinding: Finding?
+
+        public init(enabled: Bool) {
+            self.enabled = enabled
+            state = enabled ? "standby" : "off"
+        }
+    }
+
     public var camera: Camera
     public var encoder: String
     public var uplink = UplinkStatus()
@@ -100,6 +129,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     /// A welcome or usage message has told the remaining usage.
     public var usageKnown = false
     public var lastGuidance: Guidance?
+    /// Nil in a status made without local guidance (an agent that never built it).
+    public var offline: LocalGuidance?
     public var speech: Speech
     public var haptics: HapticsStatus
 
@@ -135,6 +166,14 @@ public struct AgentStatus: Codable, Sendable, Equatable {
             lines.append("last guidance: segment \(last.seq) at \(last.receivedAt): " + (last.clear ? "clear" : "[\(last.priority)] \(last.text)"))
         } else {
             lines.append("last guidance: none yet")
+        }
+        if let offline {
+            var line = "local guidance: \(offline.state)"
+            if let reason = offline.reason, let since = offline.since { line += " (\(reason)) since \(since)" }
+            line += "; looked at \(offline.looked) frames, skipped \(offline.skipped), spoke \(offline.spoken) warnings"
+            if let ms = offline.lastLookMs { line += String(format: "; last look %.0f ms", ms) }
+            if let last = offline.lastFinding { line += "; last finding: \(last.finding) at \(last.at)" }
+            lines.append(line)
         }
         lines.append("speech: \(speech.output), \(speech.locale); spoken \(speech.spoken), cut off \(speech.cutOff), replaced \(speech.replaced), failed \(speech.failures)")
         lines.append("haptics: \(haptics.line)" + (haptics.released ? " (released)" : ""))

@@ -10,6 +10,7 @@ struct ControlRequests: Sendable {
     let server: String?
     let voice: DeviceVoice
     let haptics: Haptics
+    var watch: RoadWatch? = nil
 
     func answer(_ request: String) async -> String {
         switch request {
@@ -46,6 +47,10 @@ struct ControlRequests: Sendable {
 
     func status() async -> AgentStatus {
         var status = board.current
+        if let counts = watch?.counts {
+            status.offline?.looked = counts.looked
+            status.offline?.skipped = counts.skipped
+        }
         if let uplink {
             let (state, stats, opened, paused) = await (uplink.state, uplink.stats, uplink.sessionOpenedAt, uplink.paused)
             status.uplink.server = server

@@ -28,6 +28,11 @@ public enum StatusPhrase: Sendable, Hashable {
     case usageUnlimited
     /// The server's model service is down: segments are still delivered, but no guidance comes.
     case guidanceUnavailable
+    /// No server guidance for a while (no session, or usage exhausted): the device checks the
+    /// road itself (``OfflineRules``).
+    case guidanceLocal
+    /// The server guides again after ``guidanceLocal``.
+    case guidanceFromServer
 
     /// The languages with their own texts, as BCP 47 primary subtags; any other language gets English.
     public static let languages = ["en", "ko", "ja", "zh", "de", "es", "fr", "pt"]
@@ -38,7 +43,7 @@ public enum StatusPhrase: Sendable, Hashable {
         [
             .ready, .connected, .connectionLost, .cameraLost, .cameraBack, .authenticationFailed,
             .usageLow(minutes: minutes), .usageExhausted, .usageRemaining(minutes: minutes), .usageUnlimited,
-            .guidanceUnavailable,
+            .guidanceUnavailable, .guidanceLocal, .guidanceFromServer,
         ]
     }
 
@@ -62,6 +67,8 @@ public enum StatusPhrase: Sendable, Hashable {
         case .usageRemaining(let minutes): book.usageRemaining(max(0, minutes))
         case .usageUnlimited: book.usageUnlimited
         case .guidanceUnavailable: book.guidanceUnavailable
+        case .guidanceLocal: book.guidanceLocal
+        case .guidanceFromServer: book.guidanceFromServer
         }
     }
 }
@@ -79,6 +86,8 @@ struct Phrasebook: Sendable {
     var usageRemaining: @Sendable (Int) -> String
     var usageUnlimited: String
     var guidanceUnavailable: String
+    var guidanceLocal: String
+    var guidanceFromServer: String
 
     static let books: [String: Phrasebook] = [
         "en": English.book, "ko": Korean.book, "ja": Japanese.book, "zh": Chinese.book,
@@ -105,7 +114,9 @@ extension Phrasebook {
             usageExhausted: "Guidance time is used up.",
             usageRemaining: { "\(minutes($0)) of guidance left." },
             usageUnlimited: "Unlimited guidance.",
-            guidanceUnavailable: "Guidance is unavailable for now. Recording continues."
+            guidanceUnavailable: "Guidance is unavailable for now. Recording continues.",
+            guidanceLocal: "No guidance from the server. The camera now warns on its own.",
+            guidanceFromServer: "Guidance from the server is back."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "1 minute" : "\(n) minutes" }
     }
@@ -122,7 +133,9 @@ extension Phrasebook {
             usageExhausted: "안내 시간을 모두 사용했습니다.",
             usageRemaining: { "안내 시간이 \($0)분 남았습니다." },
             usageUnlimited: "안내 시간에 제한이 없습니다.",
-            guidanceUnavailable: "지금은 안내를 받을 수 없습니다. 녹화는 계속됩니다."
+            guidanceUnavailable: "지금은 안내를 받을 수 없습니다. 녹화는 계속됩니다.",
+            guidanceLocal: "서버 안내가 없어 기기가 직접 경고합니다.",
+            guidanceFromServer: "서버 안내가 다시 시작되었습니다."
         )
     }
 
@@ -139,7 +152,9 @@ extension Phrasebook {
             usageExhausted: "ガイダンスの じかんを つかいきりました。",
             usageRemaining: { "ガイダンスが あと \(minutes($0)) つかえます。" },
             usageUnlimited: "ガイダンスを むせいげんで つかえます。",
-            guidanceUnavailable: "いまは ガイダンスが つかえません。ろくがは つづけます。"
+            guidanceUnavailable: "いまは ガイダンスが つかえません。ろくがは つづけます。",
+            guidanceLocal: "サーバーの ガイダンスが ないので、この きかいが みずから けいこくします。",
+            guidanceFromServer: "サーバーの ガイダンスが もどりました。"
         )
 
         /// `n` minutes in hiragana with the counter's sound changes: いっぷん, にふん, さんぷん,
@@ -181,7 +196,9 @@ extension Phrasebook {
             usageExhausted: "驾驶指引时间已用完。",
             usageRemaining: { "驾驶指引还剩\(minutes($0))。" },
             usageUnlimited: "驾驶指引不限时。",
-            guidanceUnavailable: "驾驶指引暂时不可用，录像继续。"
+            guidanceUnavailable: "驾驶指引暂时不可用，录像继续。",
+            guidanceLocal: "没有服务器指引，现在由本机提醒。",
+            guidanceFromServer: "服务器指引已恢复。"
         )
         private static func minutes(_ n: Int) -> String { n == 2 ? "两分钟" : "\(n)分钟" }
     }
@@ -198,7 +215,9 @@ extension Phrasebook {
             usageExhausted: "Zeit für Fahrhinweise aufgebraucht.",
             usageRemaining: { "Noch \(minutes($0)) Fahrhinweise." },
             usageUnlimited: "Fahrhinweise ohne Zeitlimit.",
-            guidanceUnavailable: "Fahrhinweise sind gerade nicht verfügbar. Die Aufnahme läuft weiter."
+            guidanceUnavailable: "Fahrhinweise sind gerade nicht verfügbar. Die Aufnahme läuft weiter.",
+            guidanceLocal: "Keine Hinweise vom Server. Das Gerät warnt jetzt selbst.",
+            guidanceFromServer: "Die Hinweise vom Server sind zurück."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "eine Minute" : "\(n) Minuten" }
     }
@@ -215,7 +234,9 @@ extension Phrasebook {
             usageExhausted: "Tiempo de asistencia agotado.",
             usageRemaining: { "\($0 == 1 ? "Queda" : "Quedan") \(minutes($0)) de asistencia." },
             usageUnlimited: "Asistencia ilimitada.",
-            guidanceUnavailable: "La asistencia no está disponible por ahora. La grabación continúa."
+            guidanceUnavailable: "La asistencia no está disponible por ahora. La grabación continúa.",
+            guidanceLocal: "Sin asistencia del servidor. El equipo avisa por su cuenta.",
+            guidanceFromServer: "La asistencia del servidor ha vuelto."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "un minuto" : "\(n) minutos" }
     }
@@ -233,7 +254,9 @@ extension Phrasebook {
             usageExhausted: "Temps d'assistance épuisé.",
             usageRemaining: { "Il reste \(minutes($0)) d'assistance." },
             usageUnlimited: "Assistance illimitée.",
-            guidanceUnavailable: "L'assistance est indisponible pour le moment. L'enregistrement continue."
+            guidanceUnavailable: "L'assistance est indisponible pour le moment. L'enregistrement continue.",
+            guidanceLocal: "Pas d'assistance du serveur. L'appareil avertit lui-même.",
+            guidanceFromServer: "L'assistance du serveur est de retour."
         )
         // French counts 0 in the singular too.
         private static func minutes(_ n: Int) -> String {
@@ -258,7 +281,9 @@ extension Phrasebook {
             usageExhausted: "Tempo de assistência esgotado.",
             usageRemaining: { "\($0 == 1 ? "Resta" : "Restam") \(minutes($0)) de assistência." },
             usageUnlimited: "Assistência ilimitada.",
-            guidanceUnavailable: "A assistência está indisponível por agora. A gravação continua."
+            guidanceUnavailable: "A assistência está indisponível por agora. A gravação continua.",
+            guidanceLocal: "Sem assistência do servidor. O aparelho avisa por conta própria.",
+            guidanceFromServer: "A assistência do servidor voltou."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "um minuto" : "\(n) minutos" }
     }

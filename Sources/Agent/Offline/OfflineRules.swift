@@ -1,0 +1,128 @@
+public import RoadScene
+
+/// When the device guides the driver itself, and what it says: a pure state machine, fed the
+/// uplink's sessions, the usage the server reports, the clock and the local findings, and
+/// answering with what to do. No clock, socket or thread of its own; ``OfflineGuidance`` runs it.
+///
+/// - Local guidance starts once there has been no session for `offlineAfter` (from the start, or
+///   from the moment the last session ended), or when the server says the usage is exhausted; it
+///   stops as soon as a session is open and usage is available again.
+/// - Each start says ``StatusPhrase/guidanceLocal`` once, each stop ``StatusPhrase/guidanceFromServer``
+///   once.
+/// - A finding is warned about when it is first seen, and again only once `repeatAfter` has
+///   passed since it was last spoken, whether it stayed in view or went and came back.
+public struct OfflineRules: Sendable {
+    public struct Settings: Sendable, Equatable {
+        public var enabled: Bool
+        public var offlineAfter: Duration
+        public var repeatAfter: Duration
+
+        public init(enabled: Bool, offlineAfter: Duration, repeatAfter: Duration) {
+            self.enabled = enabled
+            self.offlineAfter = offlineAfter
+            self.repeatAfter = repeatAfter
+        }
+    }
+
+    public enum Reason: String, Sendable, Equatable {
+        case noSession = "no session"
+        case usageExhausted = "usage exhausted"
+    }
+
+    public enum Action: Sendable, Equatable {
+        /// Start looking at frames (local guidance is on).
+        case startLooking(Reason)
+        /// Stop looking (the server guides again, or the switch was turned off).
+        case stopLooking
+        case announce(StatusPhrase)
+        /// Speak this finding now.
+        case warn(RoadFinding)
+    }
+
+    public typealias Instant = ContinuousClock.Instant
+
+    public private(set) var settings: Settings
+    /// Why local guidance is on; nil while it is off.
+    public private(set) var active: Reason?
+    private var sessionOpen = false
+    /// When the last session ended, or the agent started.
+    private var withoutSessionSince: Instant
+    private var exhausted = false
+    private var spokenAt: [RoadFinding: Instant] = [:]
+
+    public init(settings: Settings, now: Instant) {
+        self.settings = settings
+        withoutSessionSince = now
+    }
+
+    /// When ``tick(now:)`` next has something to decide; nil while nothing is pending.
+    public var deadline: Instant? {
+        guard settings.enabled, active == nil, !sessionOpen else { return nil }
+        return withoutSessionSince + settings.offlineAfter
+    }
+
+    public mutating func sessionOpened(now: Instant) -> [Action] {
+        sessionOpen = true
+        return decide(now: now)
+    }
+
+    /// The session ended, or an attempt to open one failed (it was not open to begin with).
+    public mutating func sessionClosed(now: Instant) -> [Action] {
+        if sessionOpen {
+            sessionOpen = false
+            withoutSessionSince = now
+        }
+        return decide(now: now)
+    }
+
+    /// What the server says of the usage: `remainingSeconds` nil is unlimited, 0 or less is exhausted.
+    public mutating func usage(remainingSeconds: Int?, now: Instant) -> [Action] {
+        exhausted = remainingSeconds.map { $0 <= 0 } ?? false
+        return decide(now: now)
+    }
+
+    public mutating func tick(now: Instant) -> [Action] {
+        decide(now: now)
+    }
+
+    /// A new `settings` (SIGHUP): turning the switch off stops local guidance at once.
+    public mutating func reconfigure(_ settings: Settings, now: Instant) -> [Action] {
+        self.settings = settings
+        return decide(now: now)
+    }
+
+    /// What the latest frame showed; ignored while local guidance is off (a look that was
+    /// running when it stopped).
+    public mutating func looked(_ finding: RoadFinding?, now: Instant) -> [Action] {
+        guard active != nil, let finding else { return [] }
+        if let last = spokenAt[finding], now - last < settings.repeatAfter { return [] }
+        spokenAt[finding] = now
+        return [.warn(finding)]
+    }
+
+    private mutating func decide(now: Instant) -> [Action] {
+        let wanted: Reason? = if !settings.enabled {
+            nil
+        } else if exhausted {
+            .usageExhausted
+        } else if !sessionOpen && now - withoutSessionSince >= settings.offlineAfter {
+            .noSession
+        } else {
+            nil
+        }
+        switch (active, wanted) {
+        case (nil, let reason?):
+            active = reason
+            return [.startLooking(reason), .announce(.guidanceLocal)]
+        case (_?, nil):
+            active = nil
+            // Turned off by the switch: nothing came back, so nothing is said.
+            return settings.enabled ? [.stopLooking, .announce(.guidanceFromServer)] : [.stopLooking]
+        case (_?, let reason?):
+            active = reason
+            return []
+        case (nil, nil):
+            return []
+        }
+    }
+}

@@ -1,0 +1,138 @@
+public import HAL
+import NIOPosix
+public import RoadScene
+import Synchronization
+
+/// The local road checks: while on, takes a frame now and then from the capture thread and looks
+/// at it on a thread of its own (``RoadLook``: too dark, lens covered, frozen, people).
+///
+/// The camera and the encoder never wait for it. ``offer(_:)`` copies the frame's luma (no decode,
+/// at most 640 pixels wide) only when a look is due: at most `fps` a second, and no sooner than
+/// the CPU share allows after the last look took its time. A frame that is due while the last
+/// look is still running, or the share is used up, is skipped and counted.
+public final class RoadWatch: FrameTap {
+    public struct Look: Sendable, Equatable {
+        public var finding: RoadFinding?
+        /// The detector's and the checks' time for this frame.
+        public var took: Duration
+        /// The luma size looked at.
+        public var width: Int
+        public var height: Int
+    }
+
+    public struct Counts: Sendable, Equatable {
+        /// Frames looked at.
+        public var looked = 0
+        /// Frames due that were not looked at: the last look was still running or the CPU share was used up.
+        public var skipped = 0
+        /// Frames in a layout with no 8-bit luma to look at.
+        public var unreadable = 0
+    }
+
+    /// Each look's result, in order. Holds the newest few for a consumer that falls behind.
+    public let results: AsyncStream<Look>
+    private let sink: AsyncStream<Look>.Continuation
+    /// Frames spaced at least this far apart, in ns.
+    private let interval: UInt64
+    /// After a look that took t ns, no frame for t × (1 / share − 1).
+    private let idleFactor: Double
+    private let maxWidth: Int
+    private let look: RoadLook
+    private let detector: PeopleDetector
+    private let pool: NIOThreadPool
+    private let looking = Atomic<Bool>(false)
+    private let busy = Atomic<Bool>(false)
+    private let dueAt = Atomic<UInt64>(0)
+    private let restingUntil = Atomic<UInt64>(0)
+    private let looked = Atomic<Int>(0)
+    private let skipped = Atomic<Int>(0)
+    private let unreadable = Atomic<Int>(0)
+    /// The last frames looked at, for the frozen check; only the look in progress touches it.
+    private let window = Mutex<[GrayFrame]>([])
+
+    /// Frames looked at together by the scene checks (the frozen check compares them).
+    public static let windowFrames = 3
+
+    public init(fps: Int, maxCpuPercent: Int, maxWidth: Int = 640, look: RoadLook = RoadLook()) throws {
+        interval = 1_000_000_000 / UInt64(max(1, fps))
+        idleFactor = 100 / Double(min(100, max(1, maxCpuPercent))) - 1
+        self.maxWidth = maxWidth
+        self.look = look
+        detector = try PeopleDetector()
+        (results, sink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(4))
+        pool = NIOThreadPool(numberOfThreads: 1)
+        pool.start()
+    }
+
+    public var isLooking: Bool { looking.load(ordering: .relaxed) }
+
+    public var counts: Counts {
+        Counts(looked: looked.load(ordering: .relaxed), skipped: skipped.load(ordering: .relaxed),
+               unreadable: unreadable.load(ordering: .relaxed))
+    }
+
+    /// Starts looking, with no memory of frames from an earlier run.
+    public func start() {
+        window.withLock { $0.removeAll() }
+        dueAt.store(0, ordering: .relaxed)
+        looking.store(true, ordering: .relaxed)
+    }
+
+    public func stop() {
+        looking.store(false, ordering: .relaxed)
+    }
+
+    /// Stops for good: ends ``results`` and the thread.
+    public func shutdown() async {
+        stop()
+        sink.finish()
+        try? await pool.shutdownGracefully()
+    }
+
+    /// On the capture thread: returns at once.
+    public func offer(_ frame: Frame) {
+        guard looking.load(ordering: .relaxed) else { return }
+        let now = MonotonicClock.now()
+        let due = dueAt.load(ordering: .relaxed)
+        guard now >= due else { return }
+        // A due frame is taken or skipped once; the next is due an interval later (less a tenth,
+        // for the jitter of the frames' arrival).
+        dueAt.store(now &+ interval &- interval / 10, ordering: .relaxed)
+        guard now >= restingUntil.load(ordering: .relaxed),
+              busy.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
+        else {
+            skipped.add(1, ordering: .relaxed)
+            return
+        }
+        guard let luma = frame.luma(maxWidth: maxWidth) else {
+            unreadable.add(1, ordering: .relaxed)
+            busy.store(false, ordering: .releasing)
+            return
+        }
+        pool.submit { [self] state in
+            defer { busy.store(false, ordering: .releasing) }
+            guard case .active = state else { return }
+            examine(GrayFrame(width: luma.width, height: luma.height, pixels: luma.pixels))
+        }
+    }
+
+    private func examine(_ frame: GrayFrame) {
+        let started = MonotonicClock.now()
+        let frames = window.withLock { window in
+            window.append(frame)
+            if window.count > Self.windowFrames { window.removeFirst(window.count - Self.windowFrames) }
+            return window
+        }
+        var finding: RoadFinding?
+        if let problem = look.scene.finding(in: frames) {
+            finding = RoadFinding(problem)
+        } else if let people = try? look.people(in: frame, detector: detector), people.count > 0 {
+            finding = people.close ? .pedestrianClose : .pedestrian
+        }
+        let took = MonotonicClock.now() &- started
+        restingUntil.store(MonotonicClock.now() &+ UInt64(Double(took) * idleFactor), ordering: .relaxed)
+        looked.add(1, ordering: .relaxed)
+        guard looking.load(ordering: .relaxed) else { return }
+        sink.yield(Look(finding: finding, took: .nanoseconds(Int64(took)), width: frame.width, height: frame.height))
+    }
+}
