@@ -21,14 +21,16 @@ private func kind(_ phrase: StatusPhrase) -> String {
     case .usageRemaining: "usageRemaining"
     case .usageUnlimited: "usageUnlimited"
     case .guidanceUnavailable: "guidanceUnavailable"
+    case .guidanceLocal: "guidanceLocal"
+    case .guidanceFromServer: "guidanceFromServer"
     }
 }
 
 @Suite struct StatusPhraseTests {
     @Test func allCasesHasEveryKindOnce() {
         let kinds = StatusPhrase.allCases(minutes: 5).map(kind)
-        #expect(kinds.count == 11)
-        #expect(Set(kinds).count == 11)
+        #expect(kinds.count == 13)
+        #expect(Set(kinds).count == 13)
     }
 
     /// Local and server-side findings (the vision analyzer's phrase tables) speak the same languages.

@@ -6,10 +6,12 @@ import Synchronization
 /// The local road checks: while on, takes a frame now and then from the capture thread and looks
 /// at it on a thread of its own (``RoadLook``: too dark, lens covered, frozen, people).
 ///
-/// The camera and the encoder never wait for it. ``offer(_:)`` copies the frame's luma (no decode,
-/// at most 640 pixels wide) only when a look is due: at most `fps` a second, and no sooner than
-/// the CPU share allows after the last look took its time. A frame that is due while the last
-/// look is still running, or the share is used up, is skipped and counted.
+/// The camera and the encoder never wait for it. ``offer(_:)`` copies the frame's luma only when a
+/// look is due: at most `fps` a second, and no sooner than the CPU share allows after the last
+/// look took its time. A frame that is due while the last look is still running, or the share is
+/// used up, is skipped and counted. The copy needs no decode and is at most 960 pixels wide, as
+/// the server's `vision` analyzer looks: a 640x360 camera is seen whole, a bigger one every
+/// second or third pixel.
 public final class RoadWatch: FrameTap {
     public struct Look: Sendable, Equatable {
         public var finding: RoadFinding?
@@ -53,7 +55,7 @@ public final class RoadWatch: FrameTap {
     /// Frames looked at together by the scene checks (the frozen check compares them).
     public static let windowFrames = 3
 
-    public init(fps: Int, maxCpuPercent: Int, maxWidth: Int = 640, look: RoadLook = RoadLook()) throws {
+    public init(fps: Int, maxCpuPercent: Int, maxWidth: Int = 960, look: RoadLook = RoadLook()) throws {
         interval = 1_000_000_000 / UInt64(max(1, fps))
         idleFactor = 100 / Double(min(100, max(1, maxCpuPercent))) - 1
         self.maxWidth = maxWidth

@@ -12,6 +12,12 @@ public struct Luma: Sendable, Equatable {
     public var width: Int
     public var height: Int
     public var pixels: [UInt8]
+
+    public init(width: Int, height: Int, pixels: [UInt8]) {
+        self.width = width
+        self.height = height
+        self.pixels = pixels
+    }
 }
 
 extension Frame {
