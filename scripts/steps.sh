@@ -20,4 +20,4 @@ step_times() {
 # The suites that keep both cores busy for a minute (decoding video, OpenCV's detector, model
 # stand-ins behind a real server process). They run after the others, on their own, so that the
 # many tests that wait for a socket or a timer are not starved of CPU by them.
-HEAVY_SUITES="VisionAnalyzerTests|SegmentVideoTests|HostedModelTests|HostedModelServerTests"
+HEAVY_SUITES="VisionAnalyzerTests|SegmentVideoTests|HostedModelTests|HostedModelServerTests|RoadWatchTests"

@@ -66,11 +66,14 @@ public struct GuidanceRouter: Sendable {
 
     /// A finding of the device's own checks, in the device's language (English when no voice
     /// speaks it): urgent with the `alert` pattern and cutting off speech, like server guidance.
-    public func local(_ finding: RoadFinding, receivedAt: ContinuousClock.Instant = .now) {
+    /// `phrases` are said first, in the same utterance.
+    public func local(_ finding: RoadFinding, after phrases: [StatusPhrase] = [], receivedAt: ContinuousClock.Instant = .now) {
         let choice = voice.voice(for: voice.deviceLocale)
         let (text, lang) = finding.text(locale: choice.fellBack ? "en" : voice.deviceLocale)
         if finding.urgent { haptics.play(patterns.current.alert, receivedAt: receivedAt) }
-        voice.say(text, locale: lang, urgent: finding.urgent, receivedAt: receivedAt)
+        let intro = phrases.isEmpty ? "" : voice.statusText(phrases)
+        if !intro.isEmpty { logger.info("status: \(intro)") }
+        voice.say(intro.isEmpty ? text : intro + " " + text, locale: lang, urgent: finding.urgent, receivedAt: receivedAt)
         board.update { $0.offline?.spoken += 1 }
         logger.notice("guidance (local): \(finding.rawValue): \(text)", metadata: ["lang": "\(lang)"])
     }

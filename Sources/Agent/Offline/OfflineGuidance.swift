@@ -18,6 +18,11 @@ public actor OfflineGuidance {
     private let announcer: StatusAnnouncer
     private let board: StatusBoard
     private let logger: Logger
+    /// "Guidance is now local", held for the first look: spoken together with a warning it
+    /// finds (one after the other, the warning would replace the phrase still waiting behind
+    /// whatever is being said), or alone once the look finds nothing or ``introHold`` passes.
+    private var intro: (phrase: StatusPhrase, until: ContinuousClock.Instant)?
+    static let introHold = Duration.seconds(2)
 
     public init(settings: OfflineRules.Settings, watch: RoadWatch, router: GuidanceRouter, announcer: StatusAnnouncer,
                 board: StatusBoard, logger: Logger, now: ContinuousClock.Instant = .now) {
@@ -55,6 +60,7 @@ public actor OfflineGuidance {
 
     /// Called every quarter second: the no-session deadline, and settings SIGHUP changed.
     public func tick() async {
+        if let intro, intro.until <= .now { await sayIntro() }
         let settings = settings.current
         if settings != rules.settings {
             board.update { $0.offline?.enabled = settings.enabled }
@@ -74,7 +80,15 @@ public actor OfflineGuidance {
                 status.offline?.lastFinding = .init(finding: finding.rawValue, at: Date().rfc3339Milliseconds)
             }
         }
-        await perform(rules.looked(look.finding, now: .now))
+        let actions = rules.looked(look.finding, now: .now)
+        await perform(actions)
+        if actions.isEmpty { await sayIntro() }
+    }
+
+    private func sayIntro() async {
+        guard let phrase = intro?.phrase else { return }
+        intro = nil
+        await announcer.say(phrase)
     }
 
     private func perform(_ actions: [OfflineRules.Action]) async {
@@ -89,6 +103,7 @@ public actor OfflineGuidance {
                     $0.offline?.since = Date().rfc3339Milliseconds
                 }
             case .stopLooking:
+                intro = nil
                 watch.stop()
                 let counts = watch.counts
                 logger.notice("guidance: local checks off", metadata: ["looked": "\(counts.looked)", "skipped": "\(counts.skipped)"])
@@ -97,10 +112,13 @@ public actor OfflineGuidance {
                     $0.offline?.reason = nil
                     $0.offline?.since = nil
                 }
+            case .announce(.guidanceLocal):
+                intro = (.guidanceLocal, .now + Self.introHold)
             case .announce(let phrase):
                 await announcer.say(phrase)
             case .warn(let finding):
-                router.local(finding)
+                router.local(finding, after: intro.map { [$0.phrase] } ?? [])
+                intro = nil
             }
         }
         if !rules.settings.enabled { board.update { $0.offline?.state = "off" } }
