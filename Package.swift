@@ -78,7 +78,7 @@ let package = Package(
             linkerSettings: [.linkedLibrary("opencv_objdetect"), .linkedLibrary("opencv_imgproc"), .linkedLibrary("opencv_core")]
         ),
         // What a camera's picture shows, on the CPU: people, and whether the view is usable.
-        // The server's `vision` analyzer uses it; the agent can too.
+        // The server's `vision` analyzer and the agent's local guidance use it.
         .target(
             name: "RoadScene",
             dependencies: ["CRoadVision"],
