@@ -62,6 +62,15 @@ import Testing
         #expect(rules.active == .noSession)
     }
 
+    @Test func aServerWhoseModelIsDownLeavesItToTheDeviceUntilGuidanceComes() {
+        var rules = OfflineRules(settings: settings, now: at(0))
+        _ = rules.sessionOpened(now: at(1))
+        _ = rules.usage(remainingSeconds: 600, now: at(1))
+        #expect(rules.guidanceUnavailable(true, now: at(10)) == [.startLooking(.guidanceUnavailable), .announce(.guidanceLocal)])
+        #expect(rules.guidanceUnavailable(true, now: at(15)).isEmpty)
+        #expect(rules.guidanceUnavailable(false, now: at(20)) == [.stopLooking, .announce(.guidanceFromServer)])
+    }
+
     @Test func aWarningIsNotRepeatedWithinTheRepeatTime() {
         var rules = OfflineRules(settings: settings, now: at(0))
         #expect(rules.looked(.tooDark, now: at(1)).isEmpty, "nothing is said while the server may still guide")

@@ -300,7 +300,7 @@ extension AgentConfig {
             "Guidance about a segment captured longer ago than this is dropped: stale road information is worse than none."),
         .int(
             "guidance.offlineAfterMs", \.guidance.offlineAfterMs, 1000...3_600_000,
-            "Without a session with the server for this long (or with the usage exhausted at once), the device warns from its own checks of the frames (offline.*), in ms. Reloaded on SIGHUP."),
+            "Without a session with the server for this long (at once when the usage is exhausted or the server has no model service), the device warns from its own checks of the frames (offline.*), in ms. Reloaded on SIGHUP."),
         .bool(
             "offline.enabled", \.offline.enabled,
             "Local guidance when no server guides: too dark, lens covered, frozen picture, pedestrians, spoken in the device language; `false` turns it off. Reloaded on SIGHUP."),

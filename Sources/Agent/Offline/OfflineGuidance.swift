@@ -44,7 +44,7 @@ public actor OfflineGuidance {
         }
     }
 
-    /// Reads what the server says of the usage; everything else is the router's.
+    /// Reads what the server says of the usage and of its model service; the rest is the router's.
     public func received(_ message: ServerMessage) async {
         switch message {
         case .welcome(_, let remaining):
@@ -53,6 +53,10 @@ public actor OfflineGuidance {
             await perform(rules.usage(remainingSeconds: remaining, now: .now))
         case .error(.quotaExhausted, _, _):
             await perform(rules.usage(remainingSeconds: 0, now: .now))
+        case .error(.guidanceUnavailable, _, _):
+            await perform(rules.guidanceUnavailable(true, now: .now))
+        case .guidance:
+            await perform(rules.guidanceUnavailable(false, now: .now))
         default:
             break
         }
@@ -92,6 +96,8 @@ public actor OfflineGuidance {
     }
 
     private func perform(_ actions: [OfflineRules.Action]) async {
+        // Local guidance that ends before its news was said ends without a word either.
+        var unsaid = false
         for action in actions {
             switch action {
             case .startLooking(let reason):
@@ -103,6 +109,7 @@ public actor OfflineGuidance {
                     $0.offline?.since = Date().rfc3339Milliseconds
                 }
             case .stopLooking:
+                unsaid = intro != nil
                 intro = nil
                 watch.stop()
                 let counts = watch.counts
@@ -114,6 +121,8 @@ public actor OfflineGuidance {
                 }
             case .announce(.guidanceLocal):
                 intro = (.guidanceLocal, .now + Self.introHold)
+            case .announce(.guidanceFromServer) where unsaid:
+                break
             case .announce(let phrase):
                 await announcer.say(phrase)
             case .warn(let finding):

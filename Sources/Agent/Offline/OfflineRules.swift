@@ -5,8 +5,9 @@ public import RoadScene
 /// answering with what to do. No clock, socket or thread of its own; ``OfflineGuidance`` runs it.
 ///
 /// - Local guidance starts once there has been no session for `offlineAfter` (from the start, or
-///   from the moment the last session ended), or when the server says the usage is exhausted; it
-///   stops as soon as a session is open and usage is available again.
+///   from the moment the last session ended), when the server says the usage is exhausted, or
+///   when it says its model service is down (`guidance_unavailable`); it stops as soon as a
+///   session is open, usage is available and guidance arrives again.
 /// - Each start says ``StatusPhrase/guidanceLocal`` once, each stop ``StatusPhrase/guidanceFromServer``
 ///   once.
 /// - A finding is warned about when it is first seen, and again only once `repeatAfter` has
@@ -27,6 +28,7 @@ public struct OfflineRules: Sendable {
     public enum Reason: String, Sendable, Equatable {
         case noSession = "no session"
         case usageExhausted = "usage exhausted"
+        case guidanceUnavailable = "guidance unavailable"
     }
 
     public enum Action: Sendable, Equatable {
@@ -48,6 +50,7 @@ public struct OfflineRules: Sendable {
     /// When the last session ended, or the agent started.
     private var withoutSessionSince: Instant
     private var exhausted = false
+    private var modelDown = false
     private var spokenAt: [RoadFinding: Instant] = [:]
 
     public init(settings: Settings, now: Instant) {
@@ -81,6 +84,12 @@ public struct OfflineRules: Sendable {
         return decide(now: now)
     }
 
+    /// The server's model service is down (`true`), or guidance came from it again (`false`).
+    public mutating func guidanceUnavailable(_ unavailable: Bool, now: Instant) -> [Action] {
+        modelDown = unavailable
+        return decide(now: now)
+    }
+
     public mutating func tick(now: Instant) -> [Action] {
         decide(now: now)
     }
@@ -105,6 +114,8 @@ public struct OfflineRules: Sendable {
             nil
         } else if exhausted {
             .usageExhausted
+        } else if modelDown {
+            .guidanceUnavailable
         } else if !sessionOpen && now - withoutSessionSince >= settings.offlineAfter {
             .noSession
         } else {

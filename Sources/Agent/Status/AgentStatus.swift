@@ -102,7 +102,7 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var enabled: Bool
         /// `off` (switched off), `standby` (the server guides), `on` (the device guides).
         public var state: String
-        /// Why it is on: `no session` or `usage exhausted`.
+        /// Why it is on: `no session`, `usage exhausted` or `guidance unavailable`.
         public var reason: String?
         public var since: String?
         public var looked = 0
