@@ -26,7 +26,7 @@ ffmpeg -v error -f lavfi -i "color=c=0x0a0a0a:s=640x360:r=10" -vf "noise=alls=10
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-# run VIDEO ENABLED FPS: prints "cpu_seconds looked skipped last_look_ms"
+# run VIDEO ENABLED FPS: prints "cpu_seconds looked skipped last_look_ms dropped_frames"
 run() {
     local dir="$work/run-$RANDOM"
     mkdir -p "$dir"
@@ -67,21 +67,22 @@ YAML
     wait "$pid" || true
     python3 - "$status" "$before" "$after" "$ticks" <<'PY'
 import json, sys
-s = json.loads(sys.argv[1]).get("offline") or {}
+status = json.loads(sys.argv[1])
+s = status.get("offline") or {}
 cpu = (int(sys.argv[3]) - int(sys.argv[2])) / int(sys.argv[4])
-print(f'{cpu:.2f} {s.get("looked", 0)} {s.get("skipped", 0)} {s.get("lastLookMs") or 0:.0f}')
+print(f'{cpu:.2f} {s.get("looked", 0)} {s.get("skipped", 0)} {s.get("lastLookMs") or 0:.0f} {status["camera"]["droppedFrames"]}')
 PY
 }
 
 echo "agent $AGENT; $(nproc) cores; $MEASURED s measured per run at 640x360, 10 fps"
-printf '%-34s %9s %8s %8s %10s %12s\n' run "cpu s" looked skipped "look ms" "% of a core"
+printf '%-34s %9s %8s %8s %10s %12s %14s\n' run "cpu s" looked skipped "look ms" "% of a core" "frames dropped"
 for video in people dark; do
-    read -r off _ _ _ < <(run "$work/$video.mp4" false 1)
-    printf '%-34s %9s %8s %8s %10s %12s\n' "$video, local guidance off" "$off" - - - -
+    read -r off _ _ _ dropped < <(run "$work/$video.mp4" false 1)
+    printf '%-34s %9s %8s %8s %10s %12s %14s\n' "$video, local guidance off" "$off" - - - - "$dropped"
     for fps in 1 5; do
         [ "$video" = dark ] && [ "$fps" = 5 ] && continue
-        read -r on looked skipped look < <(run "$work/$video.mp4" true "$fps")
+        read -r on looked skipped look dropped < <(run "$work/$video.mp4" true "$fps")
         share=$(awk -v a="$on" -v b="$off" -v t="$MEASURED" 'BEGIN { printf "%.1f", (a - b) / t * 100 }')
-        printf '%-34s %9s %8s %8s %10s %12s\n' "$video, local guidance on, fps $fps" "$on" "$looked" "$skipped" "$look" "$share"
+        printf '%-34s %9s %8s %8s %10s %12s %14s\n' "$video, local guidance on, fps $fps" "$on" "$looked" "$skipped" "$look" "$share" "$dropped"
     done
 done

@@ -8,6 +8,11 @@ import Testing
 /// The control socket against clients that misbehave, over real Unix sockets: idle clients beyond
 /// the cap, a client that never writes, an oversized request, and the socket file's mode.
 @Suite struct StatusSocketTests {
+    /// How long a test's own request keeps asking while it is turned away. Idle clients hold the
+    /// slots for their read timeouts, one after the other: on a machine running every test at
+    /// once, a client's default 10 s has run out before a slot came free.
+    static let patience = Duration.seconds(60)
+
     /// A socket in a fresh folder answering `answer:REQUEST`; `body` runs while it serves.
     func withSocket<T>(limits: StatusSocket.Limits = .init(), logger: Logger = Logger(label: "status-socket-test"),
                        _ body: (StatusSocket) async throws -> T) async throws -> T {
@@ -34,7 +39,7 @@ import Testing
             #expect(info.st_mode & 0o777 == 0o600, "mode \(String(info.st_mode & 0o777, radix: 8))")
             let folder = (socket.path as NSString).deletingLastPathComponent
             #expect(try FileManager.default.contentsOfDirectory(atPath: folder) == ["status.sock"])
-            #expect(try await StatusSocket.ask("status", path: socket.path) == "answer:status\n")
+            #expect(try await StatusSocket.ask("status", path: socket.path, patience: Self.patience) == "answer:status\n")
         }
     }
 
@@ -44,7 +49,7 @@ import Testing
         try await withSocket(limits: limits, logger: lines.logger) { socket in
             let idle = try (0..<(limits.connections * 4)).map { _ in try #require(UnixClient(path: socket.path)) }
             // A real client, while all of them are connected and silent.
-            #expect(try await StatusSocket.ask("status", path: socket.path) == "answer:status\n")
+            #expect(try await StatusSocket.ask("status", path: socket.path, patience: Self.patience) == "answer:status\n")
             // Every idle client ends closed: turned away at once with the busy line, or cut off
             // with nothing once it has held its slot for the read timeout.
             var busy = 0
@@ -71,7 +76,7 @@ import Testing
             #expect(await client.readUntilClosed() == "")
             #expect(socket.refusals.timedOut == 1)
             // The slot is free again.
-            #expect(try await StatusSocket.ask("status", path: socket.path) == "answer:status\n")
+            #expect(try await StatusSocket.ask("status", path: socket.path, patience: Self.patience) == "answer:status\n")
         }
     }
 
@@ -84,7 +89,7 @@ import Testing
             #expect(reply == #"{"error":"request longer than 4096 bytes; send one line: `status`, `say-status` or `protect …`"}"# + "\n")
             #expect(socket.refusals.tooLong == 1)
             // A request at the limit is still read.
-            #expect(try await StatusSocket.ask(String(repeating: "y", count: 4096), path: socket.path).count == 4096 + 8)
+            #expect(try await StatusSocket.ask(String(repeating: "y", count: 4096), path: socket.path, patience: Self.patience).count == 4096 + 8)
         }
     }
 
@@ -104,7 +109,7 @@ import Testing
         let group = ServiceGroup(services: [socket], logger: Logger(label: "status-socket-test"))
         let running = Task { try await group.run() }
         while !FileManager.default.fileExists(atPath: path) { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(try await StatusSocket.ask("ping", path: path) == "ping\n")
+        #expect(try await StatusSocket.ask("ping", path: path, patience: Self.patience) == "ping\n")
         await group.triggerGracefulShutdown()
         try await running.value
         #expect(!FileManager.default.fileExists(atPath: path))
@@ -135,7 +140,7 @@ import Testing
         while lstat(path, &replaced) != 0 || replaced.st_ino == stale.st_ino { try await Task.sleep(for: .milliseconds(10)) }
         first.cancel()
         try await first.value
-        #expect(try await StatusSocket.ask("status", path: path) == "later\n")
+        #expect(try await StatusSocket.ask("status", path: path, patience: Self.patience) == "later\n")
         second.cancel()
         try await second.value
         #expect(!FileManager.default.fileExists(atPath: path))
