@@ -14,8 +14,11 @@ import Testing
         #expect(rules.deadline == at(15))
         #expect(rules.tick(now: at(14.9)).isEmpty)
         #expect(rules.sessionClosed(now: at(14.95)).isEmpty, "a failed attempt does not restart the wait")
-        #expect(rules.tick(now: at(15)) == [.startLooking(.noSession), .announce(.guidanceLocal)])
+        #expect(rules.tick(now: at(15)) == [.startLooking(.noSession)])
         #expect(rules.active == .noSession)
+        // The news waits up to 2 s for a warning to go with; a first look with nothing says it.
+        #expect(rules.deadline == at(17))
+        #expect(rules.looked(nil, now: at(16)) == [.announce(.guidanceLocal)])
         #expect(rules.tick(now: at(40)).isEmpty)
         #expect(rules.sessionClosed(now: at(41)).isEmpty)
         #expect(rules.deadline == nil)
@@ -31,7 +34,10 @@ import Testing
         #expect(rules.sessionClosed(now: at(100)).isEmpty)
         #expect(rules.deadline == at(115))
         #expect(rules.tick(now: at(114)).isEmpty)
-        #expect(rules.tick(now: at(115.2)) == [.startLooking(.noSession), .announce(.guidanceLocal)])
+        #expect(rules.tick(now: at(115.2)) == [.startLooking(.noSession)])
+        // No frame comes (the camera is gone too): the news is said alone once its hold is over.
+        #expect(rules.tick(now: at(117.1)).isEmpty)
+        #expect(rules.tick(now: at(117.2)) == [.announce(.guidanceLocal)])
         // Out of the tunnel: a session and usage; the server guides again, said once.
         #expect(rules.sessionOpened(now: at(130)) == [.stopLooking, .announce(.guidanceFromServer)])
         #expect(rules.usage(remainingSeconds: 500, now: at(130.1)).isEmpty)
@@ -41,7 +47,9 @@ import Testing
     @Test func exhaustedUsageTurnsItOnAtOnceAndOnlyUsageTurnsItOff() {
         var rules = OfflineRules(settings: settings, now: at(0))
         _ = rules.sessionOpened(now: at(1))
-        #expect(rules.usage(remainingSeconds: 0, now: at(1.1)) == [.startLooking(.usageExhausted), .announce(.guidanceLocal)])
+        #expect(rules.usage(remainingSeconds: 0, now: at(1.1)) == [.startLooking(.usageExhausted)])
+        // The first look finds someone: the news and the warning in one utterance.
+        #expect(rules.looked(.pedestrian, now: at(2)) == [.warn(.pedestrian, after: [.guidanceLocal])])
         // A new session while the usage is still exhausted changes nothing.
         #expect(rules.sessionClosed(now: at(20)).isEmpty)
         #expect(rules.sessionOpened(now: at(21)).isEmpty)
@@ -66,7 +74,8 @@ import Testing
         var rules = OfflineRules(settings: settings, now: at(0))
         _ = rules.sessionOpened(now: at(1))
         _ = rules.usage(remainingSeconds: 600, now: at(1))
-        #expect(rules.guidanceUnavailable(true, now: at(10)) == [.startLooking(.guidanceUnavailable), .announce(.guidanceLocal)])
+        #expect(rules.guidanceUnavailable(true, now: at(10)) == [.startLooking(.guidanceUnavailable)])
+        #expect(rules.tick(now: at(12)) == [.announce(.guidanceLocal)])
         #expect(rules.guidanceUnavailable(true, now: at(15)).isEmpty)
         #expect(rules.guidanceUnavailable(false, now: at(20)) == [.stopLooking, .announce(.guidanceFromServer)])
     }
@@ -75,7 +84,7 @@ import Testing
         var rules = OfflineRules(settings: settings, now: at(0))
         #expect(rules.looked(.tooDark, now: at(1)).isEmpty, "nothing is said while the server may still guide")
         _ = rules.tick(now: at(15))
-        #expect(rules.looked(.tooDark, now: at(16)) == [.warn(.tooDark)])
+        #expect(rules.looked(.tooDark, now: at(16)) == [.warn(.tooDark, after: [.guidanceLocal])])
         #expect(rules.looked(.tooDark, now: at(17)).isEmpty)
         #expect(rules.looked(nil, now: at(18)).isEmpty)
         #expect(rules.looked(.tooDark, now: at(45.9)).isEmpty, "gone and back within 30 s")
@@ -94,7 +103,16 @@ import Testing
         #expect(rules.deadline == nil)
         #expect(rules.tick(now: at(100)).isEmpty)
         // Turned on again after a long time without a session: on at once.
-        #expect(rules.reconfigure(settings, now: at(101)) == [.startLooking(.noSession), .announce(.guidanceLocal)])
+        #expect(rules.reconfigure(settings, now: at(101)) == [.startLooking(.noSession)])
+    }
+
+    @Test func localGuidanceThatEndsBeforeItsNewsWasSaidEndsWithoutAWord() {
+        var rules = OfflineRules(settings: settings, now: at(0))
+        #expect(rules.tick(now: at(15)) == [.startLooking(.noSession)])
+        // The session is back within the hold, before any look: nothing was said, nothing is.
+        #expect(rules.sessionOpened(now: at(16)) == [.stopLooking])
+        #expect(rules.deadline == nil)
+        #expect(rules.tick(now: at(20)).isEmpty)
     }
 
     @Test func aDisabledDeviceNeverGuidesItself() {

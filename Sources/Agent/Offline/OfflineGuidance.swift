@@ -18,11 +18,6 @@ public actor OfflineGuidance {
     private let announcer: StatusAnnouncer
     private let board: StatusBoard
     private let logger: Logger
-    /// "Guidance is now local", held for the first look: spoken together with a warning it
-    /// finds (one after the other, the warning would replace the phrase still waiting behind
-    /// whatever is being said), or alone once the look finds nothing or ``introHold`` passes.
-    private var intro: (phrase: StatusPhrase, until: ContinuousClock.Instant)?
-    static let introHold = Duration.seconds(2)
 
     public init(settings: OfflineRules.Settings, watch: RoadWatch, router: GuidanceRouter, announcer: StatusAnnouncer,
                 board: StatusBoard, logger: Logger, now: ContinuousClock.Instant = .now) {
@@ -64,7 +59,6 @@ public actor OfflineGuidance {
 
     /// Called every quarter second: the no-session deadline, and settings SIGHUP changed.
     public func tick() async {
-        if let intro, intro.until <= .now { await sayIntro() }
         let settings = settings.current
         if settings != rules.settings {
             board.update { $0.offline?.enabled = settings.enabled }
@@ -84,20 +78,10 @@ public actor OfflineGuidance {
                 status.offline?.lastFinding = .init(finding: finding.rawValue, at: Date().rfc3339Milliseconds)
             }
         }
-        let actions = rules.looked(look.finding, now: .now)
-        await perform(actions)
-        if actions.isEmpty { await sayIntro() }
-    }
-
-    private func sayIntro() async {
-        guard let phrase = intro?.phrase else { return }
-        intro = nil
-        await announcer.say(phrase)
+        await perform(rules.looked(look.finding, now: .now))
     }
 
     private func perform(_ actions: [OfflineRules.Action]) async {
-        // Local guidance that ends before its news was said ends without a word either.
-        var unsaid = false
         for action in actions {
             switch action {
             case .startLooking(let reason):
@@ -109,8 +93,6 @@ public actor OfflineGuidance {
                     $0.offline?.since = Date().rfc3339Milliseconds
                 }
             case .stopLooking:
-                unsaid = intro != nil
-                intro = nil
                 watch.stop()
                 let counts = watch.counts
                 logger.notice("guidance: local checks off", metadata: ["looked": "\(counts.looked)", "skipped": "\(counts.skipped)"])
@@ -119,15 +101,10 @@ public actor OfflineGuidance {
                     $0.offline?.reason = nil
                     $0.offline?.since = nil
                 }
-            case .announce(.guidanceLocal):
-                intro = (.guidanceLocal, .now + Self.introHold)
-            case .announce(.guidanceFromServer) where unsaid:
-                break
             case .announce(let phrase):
                 await announcer.say(phrase)
-            case .warn(let finding):
-                router.local(finding, after: intro.map { [$0.phrase] } ?? [])
-                intro = nil
+            case .warn(let finding, let phrases):
+                router.local(finding, after: phrases)
             }
         }
         if !rules.settings.enabled { board.update { $0.offline?.state = "off" } }

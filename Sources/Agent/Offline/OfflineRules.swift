@@ -9,7 +9,9 @@ public import RoadScene
 ///   when it says its model service is down (`guidance_unavailable`); it stops as soon as a
 ///   session is open, usage is available and guidance arrives again.
 /// - Each start says ``StatusPhrase/guidanceLocal`` once, each stop ``StatusPhrase/guidanceFromServer``
-///   once.
+///   once. The news of the start waits for the first look (at most ``introHold``) and goes with
+///   its warning in one utterance: said one after the other, the warning would replace the news
+///   still waiting behind whatever is being spoken. A stop before the news was said says nothing.
 /// - A finding is warned about when it is first seen, and again only once `repeatAfter` has
 ///   passed since it was last spoken, whether it stayed in view or went and came back.
 public struct OfflineRules: Sendable {
@@ -37,9 +39,12 @@ public struct OfflineRules: Sendable {
         /// Stop looking (the server guides again, or the switch was turned off).
         case stopLooking
         case announce(StatusPhrase)
-        /// Speak this finding now.
-        case warn(RoadFinding)
+        /// Speak this finding now, after `phrases` in the same utterance.
+        case warn(RoadFinding, after: [StatusPhrase] = [])
     }
+
+    /// How long the news that the device warns by itself waits for the first look.
+    public static let introHold = Duration.seconds(2)
 
     public typealias Instant = ContinuousClock.Instant
 
@@ -52,6 +57,8 @@ public struct OfflineRules: Sendable {
     private var exhausted = false
     private var modelDown = false
     private var spokenAt: [RoadFinding: Instant] = [:]
+    /// Until when the news of the start waits for a warning to go with; nil once said.
+    private var introUntil: Instant?
 
     public init(settings: Settings, now: Instant) {
         self.settings = settings
@@ -60,6 +67,7 @@ public struct OfflineRules: Sendable {
 
     /// When ``tick(now:)`` next has something to decide; nil while nothing is pending.
     public var deadline: Instant? {
+        if let introUntil { return introUntil }
         guard settings.enabled, active == nil, !sessionOpen else { return nil }
         return withoutSessionSince + settings.offlineAfter
     }
@@ -91,7 +99,8 @@ public struct OfflineRules: Sendable {
     }
 
     public mutating func tick(now: Instant) -> [Action] {
-        decide(now: now)
+        if let until = introUntil, now >= until { return sayIntro() + decide(now: now) }
+        return decide(now: now)
     }
 
     /// A new `settings` (SIGHUP): turning the switch off stops local guidance at once.
@@ -103,10 +112,18 @@ public struct OfflineRules: Sendable {
     /// What the latest frame showed; ignored while local guidance is off (a look that was
     /// running when it stopped).
     public mutating func looked(_ finding: RoadFinding?, now: Instant) -> [Action] {
-        guard active != nil, let finding else { return [] }
-        if let last = spokenAt[finding], now - last < settings.repeatAfter { return [] }
+        guard active != nil else { return [] }
+        guard let finding, spokenAt[finding].map({ now - $0 >= settings.repeatAfter }) ?? true else { return sayIntro() }
         spokenAt[finding] = now
-        return [.warn(finding)]
+        let news: [StatusPhrase] = introUntil == nil ? [] : [.guidanceLocal]
+        introUntil = nil
+        return [.warn(finding, after: news)]
+    }
+
+    private mutating func sayIntro() -> [Action] {
+        guard introUntil != nil else { return [] }
+        introUntil = nil
+        return [.announce(.guidanceLocal)]
     }
 
     private mutating func decide(now: Instant) -> [Action] {
@@ -124,11 +141,15 @@ public struct OfflineRules: Sendable {
         switch (active, wanted) {
         case (nil, let reason?):
             active = reason
-            return [.startLooking(reason), .announce(.guidanceLocal)]
+            introUntil = now + Self.introHold
+            return [.startLooking(reason)]
         case (_?, nil):
             active = nil
-            // Turned off by the switch: nothing came back, so nothing is said.
-            return settings.enabled ? [.stopLooking, .announce(.guidanceFromServer)] : [.stopLooking]
+            // Turned off by the switch, nothing came back; and the driver who never heard that
+            // the device warns by itself needs no news that the server does again.
+            let unsaid = introUntil != nil
+            introUntil = nil
+            return settings.enabled && !unsaid ? [.stopLooking, .announce(.guidanceFromServer)] : [.stopLooking]
         case (_?, let reason?):
             active = reason
             return []
