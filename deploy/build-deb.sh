@@ -46,7 +46,7 @@ strip --strip-unneeded --remove-section=.comment --remove-section=.note "$ROOT/u
 UNIT_DIR=$(pkg-config --variable=systemdsystemunitdir systemd 2>/dev/null || echo /lib/systemd/system)
 UDEV_DIR=$(pkg-config --variable=udevdir udev 2>/dev/null || echo /lib/udev)
 install -D -m 0644 deploy/dashcam-agent.service "$ROOT$UNIT_DIR/dashcam-agent.service"
-install -D -m 0644 deploy/60-dashcam-agent.rules "$ROOT$UDEV_DIR/rules.d/60-dashcam-agent.rules"
+install -D -m 0644 deploy/70-dashcam-agent.rules "$ROOT$UDEV_DIR/rules.d/70-dashcam-agent.rules"
 install -D -m 0644 device-config/default.yaml "$ROOT/etc/dashcam-agent/agent.yaml"
 for board in device-config/boards/*.yaml; do
     install -D -m 0644 "$board" "$ROOT/usr/share/dashcam-agent/boards/$(basename "$board")"

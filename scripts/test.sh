@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command, on both Debian releases the agent supports: on this machine
 # (Debian 12) unit and integration tests, the release .deb through lintian and the
-# hardware-in-the-loop suite (a real kernel with the vivid camera under QEMU); then the same on
-# Debian 13, in a root scripts/debian13.sh makes. HIL=0 skips the VM suites, PACKAGE=0 the
-# release packages, DEBIAN13=0 the Debian 13 half, for a quick loop.
+# hardware-in-the-loop suite (a real kernel with the vivid camera under QEMU), and the .deb
+# installed with apt on a Debian 12 root that boots with systemd under QEMU; then the same on
+# Debian 13 (but the boot), in a root scripts/debian13.sh makes. HIL=0 skips the VM suites,
+# PACKAGE=0 the release packages, BOOT=0 the boot, DEBIAN13=0 the Debian 13 half, for a quick loop.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,6 +32,13 @@ if [ "${HIL:-1}" != 0 ]; then
     step "Debian 12: hardware-in-the-loop (VM)" env AGENT_BIN="$PWD/.build/debug/dashcam-agent" bash Tests/HIL/run.sh
 else
     echo "HIL=0: hardware-in-the-loop suite skipped"
+fi
+
+# The .deb as a board gets it: installed with apt on a Debian 12 root that boots with systemd.
+if [ "${PACKAGE:-1}" != 0 ] && [ "${BOOT:-1}" != 0 ]; then
+    step "Debian 12: the .deb booted with systemd (VM)" bash Tests/Boot/run.sh "$(cat .build-release/deb.path)"
+else
+    echo "PACKAGE=0 or BOOT=0: boot test skipped"
 fi
 
 # Debian 13: its own root, libraries, lintian and VM userspace; the same steps (see the script).

@@ -75,6 +75,7 @@ import TestSupport
         defer { agent.stop() }
         let warning = "guidance (local): too_dark: 카메라 화면이 너무 어둡습니다."
         try #require(await agent.wait(for: .seconds(30)) { $0.stderr.contains(warning) }, "\(agent.stderr.suffix(3000))")
+        let firstWarning = ContinuousClock.now
 
         let json = try await Command.executeAsync(Self.agent, ["status", "--json", "--socket", files.path("status.sock")])
         #expect(json.status == 0, "\(json.stderr)")
@@ -87,15 +88,18 @@ import TestSupport
         let text = try await Command.executeAsync(Self.agent, ["status", "--socket", files.path("status.sock")])
         #expect(text.stdout.contains("local guidance: on (no session)") && text.stdout.contains("last finding: too_dark"), "\(text.stdout)")
 
-        // The file ends after 14 s, and with it the recording.
-        #expect(await agent.wait(for: .seconds(60)) { !$0.process.isRunning }, "\(agent.stderr.suffix(3000))")
+        // The file ends after 14 s of frames, and with it the recording (later on a busy machine).
+        #expect(await agent.wait(for: .seconds(120)) { !$0.process.isRunning }, "\(agent.stderr.suffix(3000))")
+        let warned = ContinuousClock.now - firstWarning
         #expect(agent.stop() == 0, "\(agent.stderr.suffix(3000))")
         let log = agent.stderr
         #expect(agent.count("guidance: local checks on (no session)", in: log) == 1)
         #expect(log.contains("status: 서버 안내가 없어 기기가 직접 경고합니다."))
-        // About 12 s of local guidance, one warning per 4 s at most.
+        // One warning per 4 s at most, over the time from the first one to the end (plus one for
+        // the first, one for the polling's lag).
         let warnings = agent.count(warning, in: log)
-        #expect((2...4).contains(warnings), "\(log.suffix(3000))")
+        let most = Int(warned / .seconds(4)) + 2
+        #expect(warnings >= 2 && warnings <= most, "\(warnings) warnings in \(warned): \(log.suffix(3000))")
         #expect(!log.contains("guidance (local): pedestrian"), "a dark road shows nobody")
         #expect(!log.contains("guidance: segment"), "no server, no server guidance")
 

@@ -66,7 +66,7 @@ import Testing
         let unitDir = try await Command.executeAsync("pkg-config", ["--variable=systemdsystemunitdir", "systemd"])
         let udevDir = try await Command.executeAsync("pkg-config", ["--variable=udevdir", "udev"])
         let unit = "." + unitDir.stdout.trimmingCharacters(in: .whitespacesAndNewlines) + "/dashcam-agent.service"
-        let rules = "." + udevDir.stdout.trimmingCharacters(in: .whitespacesAndNewlines) + "/rules.d/60-dashcam-agent.rules"
+        let rules = "." + udevDir.stdout.trimmingCharacters(in: .whitespacesAndNewlines) + "/rules.d/70-dashcam-agent.rules"
         #expect(unitDir.status == 0 && udevDir.status == 0, "pkg-config: \(unitDir.stderr) \(udevDir.stderr)")
         for (mode, path) in [("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", unit),
                              ("-rw-r--r--", "./etc/dashcam-agent/agent.yaml"), ("-rw-r--r--", rules),

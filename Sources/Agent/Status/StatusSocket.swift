@@ -331,13 +331,16 @@ public struct StatusSocket: Service {
     }
 
     /// Sends one request to the agent on `path` and returns its reply. While the agent is busy
-    /// with as many clients as it takes, asks again for up to `patience`.
+    /// with as many clients as it takes, or closes before it read the request, asks again for up
+    /// to `patience`.
     public static func ask(_ request: String, path: String, patience: Duration = .seconds(10)) async throws -> String {
         let deadline = ContinuousClock.now + patience
         while true {
             do {
                 let reply = try await askOnce(request, path: path)
-                guard reply.hasPrefix(busyReply), ContinuousClock.now < deadline else { return reply }
+                // Busy, or closed with no reply at all: the agent's read timeout came before the
+                // request (a machine too busy to read it in time). Both are worth another try.
+                guard reply.hasPrefix(busyReply) || reply.isEmpty, ContinuousClock.now < deadline else { return reply }
             } catch where turnedAway(error) && ContinuousClock.now < deadline {
                 // Turned away before the request was written or read: the busy line is lost.
             }
