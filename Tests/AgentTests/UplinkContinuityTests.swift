@@ -8,8 +8,9 @@ import Testing
 /// server killed with -9. Each test asserts what the driver and the fleet would notice: a new
 /// session, and every recorded segment received by the server, none missing.
 @Suite(.serialized) struct UplinkContinuityTests {
-    /// 1 s segments, and room to hold every segment of a long outage: only the age limit may drop one.
-    static let uplinkKeys = ["queueSegments": "30", "reconnectBackoffMs": "[100, 1000]"]
+    /// 1 s segments, room to hold every segment of a long outage, and an age limit (2 minutes)
+    /// that a busy machine's slow handovers never reach: nothing may be dropped.
+    static let uplinkKeys = ["queueSegments": "30", "reconnectBackoffMs": "[100, 1000]", "queueMaxAgeMs": "120000"]
 
     static func startAgent(_ files: LoopFiles, url: String, prefix: [String] = []) throws -> Spawned {
         try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(url: url, segmentSeconds: 1, uplink: uplinkKeys)],

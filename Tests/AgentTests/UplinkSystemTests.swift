@@ -53,7 +53,7 @@ import Testing
         let json = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
                                                   ["status", "--json", "--socket", files.path("status.sock")])
         let status = try JSONDecoder().decode(AgentStatus.self, from: Data(json.stdout.utf8))
-        #expect(status.uplink.acked == 0 && status.uplink.notSent == status.camera.segments && status.camera.segments > 100,
+        #expect(status.uplink.acked == 0 && status.uplink.notSent == status.camera.segments && status.camera.segments > 30,
                 "\(json.stdout)")
         #expect(agent.stop() == 0)
         await server.stop()
@@ -65,7 +65,8 @@ import Testing
             return Int(summary[range.upperBound...].prefix { $0.isNumber }) ?? -1
         }
         let acked = number(after: "acked"), dropped = number(after: "dropped"), sessions = number(after: "sessions")
-        #expect(produced > 100, "the test pattern at full speed makes many segments a minute")
+        // Far more than the 3 the queue holds (a busy machine here made 81 in the minute, an idle one 199).
+        #expect(produced > 30, "the test pattern at full speed makes many segments a minute")
         #expect(dropped > 0)
         // Nothing is acknowledged, so every segment is dropped and counted, or still held (at most
         // uplink.queueSegments, 3) when the agent stops: sent is not enough to let one go.
@@ -135,8 +136,10 @@ import Testing
         defer { files.remove() }
         let (server, port) = try await files.startServer()
         defer { server.stop() }
-        let agent = try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream")],
-                                folder: files.folder)
+        // Guidance is kept however late it comes: this test is about status, and a busy machine
+        // can take longer than the default 10 s from capture to answer.
+        let agent = try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(
+            url: "ws://127.0.0.1:\(port)/v1/stream", extra: "guidance:\n  maxAgeMs: 120000")], folder: files.folder)
         defer { agent.stop() }
         // The first segment (5 s) is answered with "slow down" by the script.
         try #require(await agent.wait(for: .seconds(30)) { $0.stderr.contains("guidance: segment 0") }, "\(agent.stderr.suffix(2000))")

@@ -78,7 +78,7 @@ struct LoopFiles {
     /// `crf: 0` makes segments big (lossless), to fill socket buffers quickly.
     /// Speech goes to WAV files in `speech/`, the status socket is `status.sock`, both in the folder.
     func agentConfig(url: String, pace: String = "realtime", crf: Int = 28, segmentSeconds: Int = 5, caFile: String? = nil,
-                     uplink: [String: String] = [:]) throws -> String {
+                     uplink: [String: String] = [:], extra: String = "") throws -> String {
         try write("agent.yaml", """
             \(Self.testPattern(pace: pace, crf: crf, segmentSeconds: segmentSeconds))
             recording:
@@ -96,6 +96,7 @@ struct LoopFiles {
               sink: wav:\(path("speech"))
             status:
               socket: \(path("status.sock"))
+            \(extra)
 
             """)
         return path("agent.yaml")
