@@ -69,10 +69,8 @@ public actor OfflineGuidance {
     }
 
     public func looked(_ look: RoadWatch.Look) async {
-        let counts = watch.counts
+        // (Frames looked at and skipped are read from the watch when `status` asks.)
         board.update { status in
-            status.offline?.looked = counts.looked
-            status.offline?.skipped = counts.skipped
             status.offline?.lastLookMs = look.took.milliseconds
             if let finding = look.finding {
                 status.offline?.lastFinding = .init(finding: finding.rawValue, at: Date().rfc3339Milliseconds)
