@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-VERSION=$(sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/Agent/Uplink/AgentConfig+Uplink.swift)
+VERSION=$(sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/GuidanceProtocol/ReleaseVersion.swift)
 ARCH=$(dpkg --print-architecture)
 if [ -z "${AGENT_BIN:-}" ]; then
     # No RUNPATH: every library the binary needs comes from the system's own folders. The build's

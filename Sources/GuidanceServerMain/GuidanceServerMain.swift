@@ -14,6 +14,7 @@ struct GuidanceServerMain: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "guidance-server",
         abstract: "Reference guidance server: receives segments over WebSocket and answers with guidance.",
+        version: ReleaseVersion.current,
         subcommands: [Serve.self, Credit.self, Usage.self, Analyze.self],
         defaultSubcommand: Serve.self)
 }

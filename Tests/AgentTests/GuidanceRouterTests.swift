@@ -193,6 +193,21 @@ final class RecordingLine: HapticLine {
         #expect(heard.all == [.authenticationFailed])
     }
 
+    @Test func aMissingTokenIsSpokenOnceNotAsConnectionLostAndAgainOnlyAfterASession() async throws {
+        let (announcer, heard) = make(lostAfter: .milliseconds(100))
+        for _ in 0..<3 {
+            await announcer.uplink(.connecting)
+            await announcer.uplink(.noToken(problem: "uplink.tokenFile /etc/dashcam-agent/token: No such file or directory", retryIn: .seconds(30)))
+        }
+        try await heard.wait(for: 1)
+        try await Task.sleep(for: .milliseconds(400))
+        #expect(heard.all == [.noToken])
+        await announcer.uplink(.connected(session: "a"))
+        await announcer.uplink(.noToken(problem: "uplink.tokenFile /etc/dashcam-agent/token is empty", retryIn: .seconds(30)))
+        try await heard.wait(for: 3)
+        #expect(heard.all == [.noToken, .connected, .noToken])
+    }
+
     @Test func usageLowAndExhaustedAreSpokenOnceEachUntilUsageComesBack() async throws {
         let (announcer, heard) = make()
         await announcer.usage(remainingSeconds: nil, fromWelcome: true)

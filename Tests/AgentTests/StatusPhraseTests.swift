@@ -23,14 +23,15 @@ private func kind(_ phrase: StatusPhrase) -> String {
     case .guidanceUnavailable: "guidanceUnavailable"
     case .guidanceLocal: "guidanceLocal"
     case .guidanceFromServer: "guidanceFromServer"
+    case .noToken: "noToken"
     }
 }
 
 @Suite struct StatusPhraseTests {
     @Test func allCasesHasEveryKindOnce() {
         let kinds = StatusPhrase.allCases(minutes: 5).map(kind)
-        #expect(kinds.count == 13)
-        #expect(Set(kinds).count == 13)
+        #expect(kinds.count == 14)
+        #expect(Set(kinds).count == 14)
     }
 
     /// Local and server-side findings (the vision analyzer's phrase tables) speak the same languages.

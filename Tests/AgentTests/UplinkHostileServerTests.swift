@@ -15,7 +15,7 @@ import Testing
 
     func makeUplink(port: Int, token: String = "t0k3n", ping: Duration = .seconds(10)) -> Uplink {
         Uplink(settings: .init(
-            url: "ws://127.0.0.1:\(port)/v1/stream", token: token, tls: nil,
+            url: "ws://127.0.0.1:\(port)/v1/stream", token: .literal(token), tls: nil,
             hello: .init(device: "car-9", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
             payload: .chunks, ping: ping, backoff: Backoff(base: .milliseconds(50), cap: .milliseconds(200)),
             queueSegments: 3, queueMaxAgeMs: 60_000, guidanceMaxAgeMs: 60_000),

@@ -138,6 +138,26 @@ import Testing
                 == .report(.disconnected(retryIn: .seconds(600))))
     }
 
+    @Test func withoutATokenTheFileIsReadAgainEveryThirtySecondsAndTheSameProblemLoggedOnce() {
+        var m = Self.machine()
+        _ = m.start(now: Self.t0)
+        func logs(_ actions: [Machine.Action]) -> Int { actions.filter { if case .log(.error, _) = $0 { true } else { false } }.count }
+        let missing = "uplink.tokenFile /etc/dashcam-agent/token: No such file or directory"
+        let first = m.connectFailed(SessionID(1), .noToken(missing), now: Self.t0)
+        #expect(logs(first) == 1)
+        #expect(first.last == .report(.noToken(problem: missing, retryIn: .seconds(30))))
+        #expect(m.tick(now: Self.t0 + 29 * Self.second) == [])
+        #expect(m.tick(now: Self.t0 + 30 * Self.second) == [.report(.connecting), .connect(SessionID(2))])
+        #expect(logs(m.connectFailed(SessionID(2), .noToken(missing), now: Self.t0 + 30 * Self.second)) == 0)
+        // A different problem (the file appeared, but empty) is logged.
+        _ = m.tick(now: Self.t0 + 60 * Self.second)
+        #expect(logs(m.connectFailed(SessionID(3), .noToken("uplink.tokenFile /etc/dashcam-agent/token is empty"), now: Self.t0 + 60 * Self.second)) == 1)
+        // Nothing reached the server: these are not reconnects.
+        #expect(m.stats.reconnects == 0)
+        _ = m.tick(now: Self.t0 + 90 * Self.second)
+        #expect(m.opened(SessionID(4), now: Self.t0 + 90 * Self.second) == [])
+    }
+
     @Test func notFoundIsAConfigErrorLoggedAtMostOnceAMinute() {
         var m = Self.machine()
         _ = m.start(now: Self.t0)

@@ -59,7 +59,7 @@ import Testing
 
     func makeUplink(port: Int, token: String = "t0k3n") -> Uplink {
         Uplink(settings: .init(
-            url: "ws://127.0.0.1:\(port)/v1/stream", token: token, tls: nil,
+            url: "ws://127.0.0.1:\(port)/v1/stream", token: .literal(token), tls: nil,
             hello: .init(device: "car-7", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
             payload: .chunks, ping: .seconds(1), queueSegments: 3, queueMaxAgeMs: 60_000, guidanceMaxAgeMs: 60_000,
             // A loaded machine can leave a pong late by seconds: the session is not given up for

@@ -4,7 +4,8 @@
 /// - `connected` at the first session, and again only after `connection lost` was spoken.
 /// - `connection lost` once the uplink has been without a session for ``lostAfter`` (10 s), so a
 ///   network hand-over or a server restart that heals at once says nothing.
-/// - `authentication failed` once per run of refusals.
+/// - `authentication failed` once per run of refusals; `no device token` once while the token
+///   file stays unusable (both again only after a session opened in between).
 /// - The remaining usage at the first welcome; `usage low` once when it drops under 10 minutes,
 ///   `usage exhausted` once at 0 (either again only after usage went back up).
 /// - `camera lost` when the camera goes, `camera back` when it returns.
@@ -26,6 +27,7 @@ public actor StatusAnnouncer {
     private var everConnected = false
     private var lostSpoken = false
     private var authSpoken = false
+    private var tokenSpoken = false
     private var lostTimer: Task<Void, Never>?
     private var usageSpoken = false
     private var lowSpoken = false
@@ -69,6 +71,7 @@ public actor StatusAnnouncer {
             lostTimer?.cancel()
             lostTimer = nil
             authSpoken = false
+            tokenSpoken = false
             if !everConnected || lostSpoken { announce([.connected]) }
             everConnected = true
             lostSpoken = false
@@ -77,8 +80,13 @@ public actor StatusAnnouncer {
             lostTimer = nil
             if !authSpoken { announce([.authenticationFailed]) }
             authSpoken = true
+        case .noToken:
+            lostTimer?.cancel()
+            lostTimer = nil
+            if !tokenSpoken { announce([.noToken]) }
+            tokenSpoken = true
         case .connecting, .disconnected:
-            guard lostTimer == nil, !lostSpoken, !authSpoken else { return }
+            guard lostTimer == nil, !lostSpoken, !authSpoken, !tokenSpoken else { return }
             let delay = lostAfter
             lostTimer = Task { [weak self] in
                 try? await Task.sleep(for: delay)
@@ -93,7 +101,7 @@ public actor StatusAnnouncer {
 
     private func connectionStillLost() {
         lostTimer = nil
-        guard !lostSpoken, !authSpoken else { return }
+        guard !lostSpoken, !authSpoken, !tokenSpoken else { return }
         lostSpoken = true
         announce([.connectionLost])
     }

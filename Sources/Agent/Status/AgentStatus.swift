@@ -23,8 +23,11 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     }
 
     public struct UplinkStatus: Codable, Sendable, Equatable {
-        /// `off` (no uplink.url), `connecting`, `connected`, `disconnected`, `authentication failed`, `stopped`.
+        /// `off` (no uplink.url), `connecting`, `connected`, `disconnected`, `authentication failed`,
+        /// `no token`, `stopped`.
         public var state = "off"
+        /// What keeps the uplink from a session, when the agent knows (`no token`: which file and why).
+        public var problem: String?
         public var server: String?
         public var session: String?
         public var sessionAgeSeconds: Int?
@@ -153,6 +156,7 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         link += "; sent \(uplink.sent), acked \(uplink.acked), dropped \(uplink.dropped), reconnects \(uplink.reconnects)"
         if uplink.state != "off" { link += "; \(uplink.notSent) segments only on disk" }
         if uplink.paused { link += "; uploads paused (usage exhausted)" }
+        if let problem = uplink.problem { link += "; \(problem)" }
         lines.append(link)
         if let recording {
             var line = "recording: \(recording.dir); \(recording.segments) segments (\(Self.megabytes(recording.bytes))), "

@@ -67,7 +67,12 @@ struct ControlRequests: Sendable {
                 status.uplink.session = session
                 status.uplink.sessionAgeSeconds = opened.map { Int((ContinuousClock.now - $0).components.seconds) }
             case .disconnected: status.uplink.state = "disconnected"
-            case .authenticationFailed: status.uplink.state = "authentication failed"
+            case .authenticationFailed:
+                status.uplink.state = "authentication failed"
+                status.uplink.problem = "the server refused the device token (uplink.tokenFile)"
+            case .noToken(let problem, _):
+                status.uplink.state = "no token"
+                status.uplink.problem = problem
             case .stopped: status.uplink.state = "stopped"
             }
         }

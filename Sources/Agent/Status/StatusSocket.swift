@@ -330,6 +330,14 @@ public struct StatusSocket: Service {
         public var description: String { "no running agent answers on \(path) (status.socket): \(reason)" }
     }
 
+    /// The socket is there but this user may not use it (it is mode 0600, owned by the agent's user).
+    public struct NotPermitted: Error, CustomStringConvertible {
+        public let path: String
+        public var description: String {
+            "permission denied on \(path) (status.socket): it is open only to the agent's own user (dashcam-agent when installed) and root; run the command with sudo"
+        }
+    }
+
     /// Sends one request to the agent on `path` and returns its reply. While the agent is busy
     /// with as many clients as it takes, or closes before it read the request, asks again for up
     /// to `patience`.
@@ -371,6 +379,8 @@ public struct StatusSocket: Service {
                 }
         } catch let error as IOError where error.errnoCode == EAGAIN {
             throw error
+        } catch let error as IOError where error.errnoCode == EACCES || error.errnoCode == EPERM {
+            throw NotPermitted(path: path)
         } catch {
             throw Unreachable(path: path, reason: "\(error)")
         }

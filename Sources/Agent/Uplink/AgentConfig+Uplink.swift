@@ -6,10 +6,11 @@ public import Logging
 import NIOSSL
 
 extension AgentConfig {
-    /// The uplink `uplink.url` asks for, or `nil` to record only. Reads the token file.
+    /// The uplink `uplink.url` asks for, or `nil` to record only. The token file is read at each
+    /// connection attempt: a missing or unusable one pauses the uplink, never the recording.
     public func makeUplink(logger: Logger) throws -> Agent.Uplink? {
         guard let url = uplink.url else { return nil }
-        let token = try TokenFile.read(uplink.tokenFile)
+        let token = TokenSource.file(uplink.tokenFile)
         var tls: TLSConfiguration?
         if url.hasPrefix("wss://") {
             var configuration = TLSConfiguration.makeClientConfiguration()
@@ -74,5 +75,6 @@ extension AgentConfig {
 }
 
 public enum AgentVersion {
-    public static let current = "0.1.0"
+    /// Sent in `hello` as the agent's name and version.
+    public static let current = ReleaseVersion.current
 }

@@ -23,3 +23,22 @@ public enum TokenFile {
         return token
     }
 }
+
+/// Where the uplink takes its bearer token from. The file is read again at every connection
+/// attempt: a token put in place (or fixed) while the agent records is used from the next attempt,
+/// without a restart.
+public enum TokenSource: Sendable, Equatable, ExpressibleByStringLiteral {
+    /// A token given directly (tests, tools).
+    case literal(String)
+    /// `uplink.tokenFile`.
+    case file(String)
+
+    public init(stringLiteral value: String) { self = .literal(value) }
+
+    public func read() throws(TokenFileError) -> String {
+        switch self {
+        case .literal(let token): token
+        case .file(let path): try TokenFile.read(path)
+        }
+    }
+}

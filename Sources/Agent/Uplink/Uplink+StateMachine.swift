@@ -18,6 +18,8 @@ public enum ConnectFailure: Sendable, Equatable {
     case timedOut
     /// DNS, TCP or TLS failed.
     case unreachable(String)
+    /// No token to send: the token file is missing, empty, unreadable or open to others.
+    case noToken(String)
 }
 
 extension Uplink {
@@ -46,6 +48,8 @@ extension Uplink {
             public var authFailureWait: Duration = .seconds(60)
             /// A `Retry-After` longer than this is not believed.
             public var retryAfterCap: Duration = .seconds(600)
+            /// Without a usable token file: how soon it is read again (someone may be fixing it).
+            public var tokenRetry: Duration = .seconds(30)
 
             public init(backoff: Backoff = Backoff(), liveness: Duration, ping: Duration, drain: Duration,
                         guidanceMaxAge: Duration, queueSegments: Int, queueMaxAgeMs: Int) {
@@ -113,6 +117,8 @@ extension Uplink {
         /// Acknowledged segments whose guidance has not come yet (a drain waits for them).
         private var awaitingGuidance: [Int: UInt64] = [:]
         private var notFoundLog = RateLimit(interval: .seconds(60))
+        /// The token problem last logged: the same one again is not logged every retry.
+        private var tokenProblemLogged: String?
         private var dropLog = RateLimit(interval: .seconds(10))
         /// `stats.dropped` when the log last heard of drops: a line counts those it did not hear of.
         private var droppedLogged = 0
@@ -235,6 +241,7 @@ extension Uplink {
         /// The upgrade succeeded and `hello` was written.
         public mutating func opened(_ id: SessionID, now: UInt64) -> [Action] {
             guard current?.id == id else { return [] }
+            tokenProblemLogged = nil
             current?.opened = true
             current?.openedAt = now
             current?.lastHeard = now
@@ -248,6 +255,7 @@ extension Uplink {
             current = nil
             if isClosingDown { return finishIfDone() }
             if case .draining = stopping { return closeAll() }
+            if case .noToken(let problem) = failure { return noToken(problem, now: now) }
             stats.reconnects += 1
             switch failure {
             case .refused(let status, _) where status == 401 || status == 403:
@@ -274,7 +282,22 @@ extension Uplink {
             case .unreachable(let reason):
                 let delay = nextBackoff(lived: nil)
                 return [.log(.warning, "cannot reach the server: \(reason); retrying in \(delay.spoken)")] + retry(after: delay, now: now)
+            case .noToken:
+                return []  // handled above
             }
+        }
+
+        /// Nothing was sent (not a reconnect): recording goes on, and the file is read again after
+        /// ``Settings/tokenRetry``. The same problem is logged once, not at every retry.
+        private mutating func noToken(_ problem: String, now: UInt64) -> [Action] {
+            let delay = settings.tokenRetry
+            var actions: [Action] = []
+            if tokenProblemLogged != problem {
+                tokenProblemLogged = problem
+                actions.append(.log(.error, "no guidance until the device has a token: \(problem); recording goes on, the file is read again every \(delay.spoken)"))
+            }
+            retryAt = now + delay.ns
+            return actions + report(.noToken(problem: problem, retryIn: delay))
         }
 
         /// The session's connection ended: the peer's close code, or `nil` if it just dropped.

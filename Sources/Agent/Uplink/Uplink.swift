@@ -14,7 +14,7 @@ public import NIOSSL
 public actor Uplink {
     public struct Settings: Sendable {
         public var url: String
-        public var token: String
+        public var token: TokenSource
         /// `nil` for `ws://`.
         public var tls: TLSConfiguration?
         public var hello: ClientMessage.Hello
@@ -31,7 +31,7 @@ public actor Uplink {
         /// How long a shutdown waits for the last acknowledgements and guidance.
         public var drain: Duration
 
-        public init(url: String, token: String, tls: TLSConfiguration?, hello: ClientMessage.Hello,
+        public init(url: String, token: TokenSource, tls: TLSConfiguration?, hello: ClientMessage.Hello,
                     payload: AgentConfig.Payload, ping: Duration, backoff: Backoff = Backoff(), queueSegments: Int,
                     queueMaxAgeMs: Int, guidanceMaxAgeMs: Int, liveness: Duration? = nil,
                     connectTimeout: Duration = .seconds(5), drain: Duration = .milliseconds(1500)) {
@@ -70,6 +70,9 @@ public actor Uplink {
         case disconnected(retryIn: Duration)
         /// The server refused the device token; the next attempt is in `retryIn`.
         case authenticationFailed(retryIn: Duration)
+        /// There is no token to send (`uplink.tokenFile` missing, empty, unreadable or open to
+        /// others): `problem` says which; the file is read again in `retryIn`.
+        case noToken(problem: String, retryIn: Duration)
         case stopped
     }
 
@@ -220,9 +223,16 @@ public actor Uplink {
     }
 
     private nonisolated func sessionBody(_ id: SessionID, wakes: AsyncStream<Void>) async {
+        let token: String
+        do {
+            token = try settings.token.read()
+        } catch {
+            if !Task.isCancelled { await perform { $0.connectFailed(id, .noToken(error.description), now: $1) } }
+            return
+        }
         let connection: WebSocketConnection
         do {
-            connection = try await WebSocketConnection.connect(connectOptions, logger: logger)
+            connection = try await WebSocketConnection.connect(connectOptions(token: token), logger: logger)
         } catch {
             if !Task.isCancelled { await perform { $0.connectFailed(id, error.failure, now: $1) } }
             return
@@ -254,9 +264,9 @@ public actor Uplink {
         if !Task.isCancelled { await perform { $0.ended(id, code: code, now: $1) } }
     }
 
-    private nonisolated var connectOptions: WebSocketConnectOptions {
+    private nonisolated func connectOptions(token: String) -> WebSocketConnectOptions {
         WebSocketConnectOptions(
-            url: settings.url, headers: [("Authorization", "Bearer \(settings.token)")], tls: settings.tls,
+            url: settings.url, headers: [("Authorization", "Bearer \(token)")], tls: settings.tls,
             deadline: settings.connectTimeout, userTimeout: settings.liveness,
             maxMessageBytes: GuidanceProtocol.maxMessageBytes)
     }

@@ -33,6 +33,8 @@ public enum StatusPhrase: Sendable, Hashable {
     case guidanceLocal
     /// The server guides again after ``guidanceLocal``.
     case guidanceFromServer
+    /// The uplink has no usable token file: recording goes on, the server is not asked.
+    case noToken
 
     /// The languages with their own texts, as BCP 47 primary subtags; any other language gets English.
     public static let languages = ["en", "ko", "ja", "zh", "de", "es", "fr", "pt"]
@@ -43,7 +45,7 @@ public enum StatusPhrase: Sendable, Hashable {
         [
             .ready, .connected, .connectionLost, .cameraLost, .cameraBack, .authenticationFailed,
             .usageLow(minutes: minutes), .usageExhausted, .usageRemaining(minutes: minutes), .usageUnlimited,
-            .guidanceUnavailable, .guidanceLocal, .guidanceFromServer,
+            .guidanceUnavailable, .guidanceLocal, .guidanceFromServer, .noToken,
         ]
     }
 
@@ -69,6 +71,7 @@ public enum StatusPhrase: Sendable, Hashable {
         case .guidanceUnavailable: book.guidanceUnavailable
         case .guidanceLocal: book.guidanceLocal
         case .guidanceFromServer: book.guidanceFromServer
+        case .noToken: book.noToken
         }
     }
 }
@@ -88,6 +91,7 @@ struct Phrasebook: Sendable {
     var guidanceUnavailable: String
     var guidanceLocal: String
     var guidanceFromServer: String
+    var noToken: String
 
     static let books: [String: Phrasebook] = [
         "en": English.book, "ko": Korean.book, "ja": Japanese.book, "zh": Chinese.book,
@@ -116,7 +120,8 @@ extension Phrasebook {
             usageUnlimited: "Unlimited guidance.",
             guidanceUnavailable: "Guidance is unavailable for now. Recording continues.",
             guidanceLocal: "No guidance from the server. The camera now warns on its own.",
-            guidanceFromServer: "Guidance from the server is back."
+            guidanceFromServer: "Guidance from the server is back.",
+            noToken: "No device token. Recording continues without guidance."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "1 minute" : "\(n) minutes" }
     }
@@ -135,7 +140,8 @@ extension Phrasebook {
             usageUnlimited: "안내 시간에 제한이 없습니다.",
             guidanceUnavailable: "지금은 안내를 받을 수 없습니다. 녹화는 계속됩니다.",
             guidanceLocal: "서버 안내가 없어 기기가 직접 경고합니다.",
-            guidanceFromServer: "서버 안내가 다시 시작되었습니다."
+            guidanceFromServer: "서버 안내가 다시 시작되었습니다.",
+            noToken: "기기 토큰이 없습니다. 안내 없이 녹화를 계속합니다."
         )
     }
 
@@ -154,7 +160,8 @@ extension Phrasebook {
             usageUnlimited: "ガイダンスを むせいげんで つかえます。",
             guidanceUnavailable: "いまは ガイダンスが つかえません。ろくがは つづけます。",
             guidanceLocal: "サーバーの ガイダンスが ないので、この きかいが みずから けいこくします。",
-            guidanceFromServer: "サーバーの ガイダンスが もどりました。"
+            guidanceFromServer: "サーバーの ガイダンスが もどりました。",
+            noToken: "デバイス トークンが ありません。ガイダンス なしで ろくがを つづけます。"
         )
 
         /// `n` minutes in hiragana with the counter's sound changes: いっぷん, にふん, さんぷん,
@@ -198,7 +205,8 @@ extension Phrasebook {
             usageUnlimited: "驾驶指引不限时。",
             guidanceUnavailable: "驾驶指引暂时不可用，录像继续。",
             guidanceLocal: "没有服务器指引，现在由本机提醒。",
-            guidanceFromServer: "服务器指引已恢复。"
+            guidanceFromServer: "服务器指引已恢复。",
+            noToken: "没有设备令牌。继续录像，但没有指引。"
         )
         private static func minutes(_ n: Int) -> String { n == 2 ? "两分钟" : "\(n)分钟" }
     }
@@ -217,7 +225,8 @@ extension Phrasebook {
             usageUnlimited: "Fahrhinweise ohne Zeitlimit.",
             guidanceUnavailable: "Fahrhinweise sind gerade nicht verfügbar. Die Aufnahme läuft weiter.",
             guidanceLocal: "Keine Hinweise vom Server. Das Gerät warnt jetzt selbst.",
-            guidanceFromServer: "Die Hinweise vom Server sind zurück."
+            guidanceFromServer: "Die Hinweise vom Server sind zurück.",
+            noToken: "Kein Geräte-Token. Die Aufnahme läuft ohne Hinweise weiter."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "eine Minute" : "\(n) Minuten" }
     }
@@ -236,7 +245,8 @@ extension Phrasebook {
             usageUnlimited: "Asistencia ilimitada.",
             guidanceUnavailable: "La asistencia no está disponible por ahora. La grabación continúa.",
             guidanceLocal: "Sin asistencia del servidor. El equipo avisa por su cuenta.",
-            guidanceFromServer: "La asistencia del servidor ha vuelto."
+            guidanceFromServer: "La asistencia del servidor ha vuelto.",
+            noToken: "No hay token del dispositivo. La grabación continúa sin asistencia."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "un minuto" : "\(n) minutos" }
     }
@@ -256,7 +266,8 @@ extension Phrasebook {
             usageUnlimited: "Assistance illimitée.",
             guidanceUnavailable: "L'assistance est indisponible pour le moment. L'enregistrement continue.",
             guidanceLocal: "Pas d'assistance du serveur. L'appareil avertit lui-même.",
-            guidanceFromServer: "L'assistance du serveur est de retour."
+            guidanceFromServer: "L'assistance du serveur est de retour.",
+            noToken: "Aucun jeton d'appareil. L'enregistrement continue sans assistance."
         )
         // French counts 0 in the singular too.
         private static func minutes(_ n: Int) -> String {
@@ -283,7 +294,8 @@ extension Phrasebook {
             usageUnlimited: "Assistência ilimitada.",
             guidanceUnavailable: "A assistência está indisponível por agora. A gravação continua.",
             guidanceLocal: "Sem assistência do servidor. O aparelho avisa por conta própria.",
-            guidanceFromServer: "A assistência do servidor voltou."
+            guidanceFromServer: "A assistência do servidor voltou.",
+            noToken: "Sem token do dispositivo. A gravação continua sem assistência."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "um minuto" : "\(n) minutos" }
     }
