@@ -1,31 +1,183 @@
 public import ConfigSupport
 import Foundation
+public import Logging
+import Glibc
+import Synchronization
 import Yams
 
 /// Which device a bearer token belongs to, read from a YAML mapping `token: device-id`.
+///
+/// The device id counts from this file alone: the `device` an agent names in its `hello`
+/// (`uplink.deviceId`) is a label, logged when it differs, never trusted for the ledger or the lease.
+///
+/// Read from a file, the mapping follows the file: each upgrade looks at the file's inode, size
+/// and modification time, and a changed file is read again, so `guidance-server token add` (or an
+/// edit) takes effect without a restart. A change that cannot be read (a half-written file, a
+/// wrong mode) is logged and the tokens read last stay in force.
 public struct DeviceTokens: Sendable {
-    private let devices: [String: String]
+    private let source: Source
 
-    public init(_ devices: [String: String]) { self.devices = devices }
+    private enum Source: Sendable {
+        case fixed([String: String])
+        case file(Watched)
+    }
+
+    public init(_ devices: [String: String]) { source = .fixed(devices) }
 
     /// Reads `file`, the value of `key`. The file holds every device's secret, so it must be
     /// private to its owner (no permission for group or others, e.g. mode 0600); a problem is a
     /// ``ConfigError`` about `key`.
-    public init(file: String, key: String = "server.tokensFile") throws(ConfigError) {
-        let text = try PrivateFile.read(file, key: key, holding: "every device's token (YAML token: device-id)")
-        guard let mapping = try? YAMLDecoder().decode([String: String].self, from: text), !mapping.isEmpty else {
-            throw .invalidOption(key, file, "a YAML mapping of token to device id, with at least one entry")
-        }
-        // The tokens themselves are never printed.
-        if mapping.contains(where: { $0.key.isEmpty || $0.value.isEmpty }) {
-            throw .invalidOption(key, file, "tokens and device ids that are not empty")
-        }
-        self.init(mapping)
+    public init(file: String, key: String = "server.tokensFile", logger: Logger? = nil) throws(ConfigError) {
+        let stamp = FileStamp(file)
+        source = .file(Watched(file: file, key: key, devices: try Self.parse(file: file, key: key), stamp: stamp, logger: logger))
     }
 
     /// The device for an `Authorization` header value, if it is `Bearer <known token>`.
     public func device(authorization: String?) -> String? {
         guard let authorization, authorization.hasPrefix("Bearer ") else { return nil }
-        return devices[String(authorization.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)]
+        let token = String(authorization.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)
+        return devices[token]
+    }
+
+    /// The mapping in force now (read again first if the file changed).
+    var devices: [String: String] {
+        switch source {
+        case .fixed(let devices): devices
+        case .file(let watched): watched.current()
+        }
+    }
+
+    /// The mapping in `file`: a YAML mapping of token to device id, with at least one entry at
+    /// start (`allowEmpty` for a file read again: the last device removed leaves none).
+    static func parse(file: String, key: String, allowEmpty: Bool = false) throws(ConfigError) -> [String: String] {
+        let text = try PrivateFile.read(file, key: key, holding: "every device's token (YAML token: device-id)")
+        guard let mapping = try? YAMLDecoder().decode([String: String].self, from: text), allowEmpty || !mapping.isEmpty else {
+            throw .invalidOption(key, file, "a YAML mapping of token to device id, with at least one entry (guidance-server token add DEVICE makes one)")
+        }
+        // The tokens themselves are never printed.
+        if mapping.contains(where: { $0.key.isEmpty || $0.value.isEmpty }) {
+            throw .invalidOption(key, file, "tokens and device ids that are not empty")
+        }
+        return mapping
+    }
+
+    /// The tokens file and what was last read from it.
+    final class Watched: Sendable {
+        let file: String
+        let key: String
+        let logger: Logger?
+        private let state: Mutex<(devices: [String: String], stamp: FileStamp?)>
+
+        init(file: String, key: String, devices: [String: String], stamp: FileStamp?, logger: Logger?) {
+            self.file = file
+            self.key = key
+            self.logger = logger
+            state = Mutex((devices, stamp))
+        }
+
+        func current() -> [String: String] {
+            let now = FileStamp(file)
+            let (devices, changed) = state.withLock { state in (state.devices, state.stamp != now) }
+            guard changed else { return devices }
+            do {
+                let fresh = try DeviceTokens.parse(file: file, key: key, allowEmpty: true)
+                state.withLock { $0 = (fresh, now) }
+                logger?.notice("tokens: \(file) changed; \(fresh.count) device token(s) in force")
+                return fresh
+            } catch {
+                // Remembered as seen, so this is logged once; fixed (a new stamp), it is read again.
+                state.withLock { $0.stamp = now }
+                logger?.error("tokens: \(file) changed but cannot be used, the tokens read before stay in force: \(error)")
+                return devices
+            }
+        }
+    }
+}
+
+/// What tells a changed file: inode, size and modification time (nanoseconds).
+struct FileStamp: Equatable, Sendable {
+    let inode: UInt64
+    let size: Int64
+    let modified: Int64
+
+    init?(_ path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        inode = UInt64(info.st_ino)
+        size = Int64(info.st_size)
+        modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+    }
+}
+
+/// Adds and removes device tokens in a tokens file, as `guidance-server token` does. The file is
+/// written whole, to a temporary file (mode 0600) beside it that is synced and renamed over it,
+/// so a running server never reads half of it.
+public enum TokensFileEditor {
+    public struct EditError: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// A new random token for `device`: 32 bytes from the system's random source, base64url.
+    /// With `replace`, a device that has a token gets a new one (the old stops working);
+    /// without, that is an error. A missing file is created.
+    public static func add(device: String, file: String, replace: Bool = false) throws -> String {
+        guard !device.isEmpty, device.count <= 64, device.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-_.".contains($0)) }) else {
+            throw EditError(description: "'\(device.prefix(80))' is not a device id: use 1 to 64 letters, digits, '-', '_' or '.'")
+        }
+        var devices = try existing(file)
+        if devices.values.contains(device) {
+            guard replace else {
+                throw EditError(description: "\(device) already has a token in \(file); --replace gives it a new one (the old one stops working)")
+            }
+            devices = devices.filter { $0.value != device }
+        }
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        let token = Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        devices[token] = device
+        try write(devices, to: file)
+        return token
+    }
+
+    /// Removes `device`'s token; its sessions can no longer start.
+    public static func remove(device: String, file: String) throws {
+        let devices = try existing(file)
+        guard devices.values.contains(device) else { throw EditError(description: "\(device) has no token in \(file)") }
+        try write(devices.filter { $0.value != device }, to: file)
+    }
+
+    /// The device ids that have a token, sorted.
+    public static func devices(file: String) throws -> [String] {
+        try existing(file).values.sorted()
+    }
+
+    private static func existing(_ file: String) throws -> [String: String] {
+        guard FileManager.default.fileExists(atPath: file) else { return [:] }
+        let text = try PrivateFile.read(file, key: "server.tokensFile", holding: "every device's token (YAML token: device-id)")
+        if text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty { return [:] }
+        return try DeviceTokens.parse(file: file, key: "server.tokensFile", allowEmpty: true)
+    }
+
+    private static func write(_ devices: [String: String], to file: String) throws {
+        var text = "# Device tokens of the guidance server: token: device-id. Written by `guidance-server token`;\n"
+            + "# the server reads it again when it changes. Keep it mode 0600.\n"
+        for (token, device) in devices.sorted(by: { ($0.value, $0.key) < ($1.value, $1.key) }) {
+            text += "\"\(token)\": \"\(device)\"\n"
+        }
+        if devices.isEmpty { text += "{}\n" }
+        let url = URL(fileURLWithPath: file)
+        let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(getpid()).tmp").path
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw EditError(description: "cannot write \(temporary): \(String(cString: strerror(errno)))") }
+        let bytes = Array(text.utf8)
+        let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard written == bytes.count, synced, rename(temporary, file) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(temporary)
+            throw EditError(description: "cannot write \(file): \(reason)")
+        }
     }
 }

@@ -31,6 +31,9 @@ public struct IngestStateMachine: Sendable {
         public var stream: String?
         /// The segment length it records; a segment may last up to twice that.
         public var segmentMs: Int
+        /// The device id it names itself by (`uplink.deviceId`): a label only, the tokens file
+        /// decides which device a session is.
+        public var named: String = ""
     }
 
     /// A segment whose size, chunk count and SHA-256 match its header.
@@ -145,7 +148,7 @@ public struct IngestStateMachine: Sendable {
             actions.append(.ignore("a stream id that is empty or over \(limits.maxStreamLength) bytes; re-sent segments will be analysed again"))
             stream = nil
         }
-        let agent = Agent(locale: hello.locale, agent: hello.agent, stream: stream, segmentMs: hello.video.segmentMs)
+        let agent = Agent(locale: hello.locale, agent: hello.agent, stream: stream, segmentMs: hello.video.segmentMs, named: hello.device)
         state = .ready(agent)
         return actions + [.open(agent)]
     }

@@ -14,7 +14,7 @@ extension ServerConfig {
             settings: .init(host: server.host, port: server.port, tls: tls, idleTimeoutSeconds: server.idleTimeoutSeconds,
                             keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections),
-            tokens: try DeviceTokens(file: server.tokensFile), analyzer: analyzer, ledger: ledger, leases: leases,
+            tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
             services: services, logger: logger)
     }
 

@@ -110,6 +110,10 @@ struct StreamSession {
         let remaining = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
         lease.paused = remaining == 0
         try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
+        if !agent.named.isEmpty, agent.named != device {
+            logger.notice("session \(id): the agent calls itself '\(agent.named.prefix(64))'; its token says '\(device)', which counts",
+                          metadata: ["device": "\(device)"])
+        }
         logger.info("session \(id) opened", metadata: [
             "device": "\(device)", "locale": "\(agent.locale)", "agent": "\(agent.agent)", "stream": "\(agent.stream ?? "-")",
             "epoch": "\(lease.epoch ?? 0)",

@@ -15,7 +15,7 @@ struct GuidanceServerMain: AsyncParsableCommand {
         commandName: "guidance-server",
         abstract: "Reference guidance server: receives segments over WebSocket and answers with guidance.",
         version: ReleaseVersion.current,
-        subcommands: [Serve.self, Credit.self, Usage.self, Analyze.self],
+        subcommands: [Serve.self, Credit.self, Usage.self, Analyze.self, TokenCommand.self],
         defaultSubcommand: Serve.self)
 }
 
@@ -293,5 +293,61 @@ struct UsageReport: Encodable {
         func right(_ text: String, _ width: Int) -> String { String(repeating: " ", count: max(0, width - text.count)) + text }
         let padded = device + String(repeating: " ", count: max(0, 18 - device.count))
         return "\(padded) \(right(credited, 12)) \(right(spent, 10)) \(right(segments, 9))  \(remaining)"
+    }
+}
+
+struct TokenCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "token",
+        abstract: "Give a device its token, take it away, or list the devices that have one (server.tokensFile).",
+        discussion: """
+            The tokens file is written whole (mode 0600) and renamed into place; a running server \
+            reads it again at its next connection, so no restart is needed.
+            """,
+        subcommands: [Add.self, Remove.self, List.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Make a token for DEVICE and print it, once: it goes in the device's uplink.tokenFile (mode 0600).")
+        @OptionGroup var options: ConfigOptions
+        @Argument(help: "Device id (letters, digits, '-', '_', '.'): the id the ledger and the logs use.")
+        var device: String
+        @Flag(help: "Give a device that has a token a new one; the old one stops working.")
+        var replace = false
+
+        func run() async throws {
+            let file = try await options.load().server.tokensFile
+            do {
+                print(try TokensFileEditor.add(device: device, file: file, replace: replace))
+            } catch {
+                fail("\(error)", exit: 65)
+            }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove DEVICE's token: it can no longer open a session.")
+        @OptionGroup var options: ConfigOptions
+        @Argument(help: "Device id.")
+        var device: String
+
+        func run() async throws {
+            let file = try await options.load().server.tokensFile
+            do { try TokensFileEditor.remove(device: device, file: file) } catch { fail("\(error)", exit: 65) }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the devices that have a token (never the tokens).")
+        @OptionGroup var options: ConfigOptions
+
+        func run() async throws {
+            let file = try await options.load().server.tokensFile
+            do {
+                for device in try TokensFileEditor.devices(file: file) { print(device) }
+            } catch {
+                fail("\(error)", exit: 65)
+            }
+        }
     }
 }

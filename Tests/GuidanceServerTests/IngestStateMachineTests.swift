@@ -37,7 +37,7 @@ import Testing
     @Test func helloOpensWithWhatSegmentsNeed() {
         var machine = IngestStateMachine(limits: Self.limits)
         let actions = machine.text(Self.hello())
-        #expect(actions == [.open(.init(locale: "en-US", agent: "test", stream: "s1", segmentMs: 5000))])
+        #expect(actions == [.open(.init(locale: "en-US", agent: "test", stream: "s1", segmentMs: 5000, named: "car-1"))])
         #expect(machine.isOpen)
     }
 
@@ -69,7 +69,7 @@ import Testing
         for stream in ["", String(repeating: "x", count: 129)] {
             var machine = IngestStateMachine(limits: Self.limits)
             let actions = machine.text(Self.hello(stream: stream))
-            #expect(actions.last == .open(.init(locale: "en-US", agent: "test", stream: nil, segmentMs: 5000)))
+            #expect(actions.last == .open(.init(locale: "en-US", agent: "test", stream: nil, segmentMs: 5000, named: "car-1")))
         }
     }
 

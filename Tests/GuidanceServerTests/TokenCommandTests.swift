@@ -1,0 +1,71 @@
+import Foundation
+import Glibc
+import TestSupport
+import Testing
+
+/// `guidance-server token add|remove|list`, run as the built program, and a running server that
+/// follows the tokens file without a restart.
+@Suite struct TokenCommandTests {
+    static let program = Spawned.buildFolder.appendingPathComponent("guidance-server").path
+
+    static func run(_ arguments: [String]) async throws -> Command.Result {
+        try await Command.executeAsync(program, arguments)
+    }
+
+    static func mode(_ path: String) -> Int {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int(info.st_mode & 0o777) : -1
+    }
+
+    @Test func addPrintsATokenOnceWritesAPrivateFileAndRefusesASecondWithoutReplace() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tokens-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let tokens = folder.appendingPathComponent("tokens.yaml").path
+        let config = folder.appendingPathComponent("server.yaml").path
+        try "server:\n  tokensFile: \(tokens)\nanalyzer:\n  kind: vision\n".write(toFile: config, atomically: true, encoding: .utf8)
+
+        let added = try await Self.run(["token", "add", "car-1", "--config", config])
+        #expect(added.status == 0, "\(added.stderr)")
+        let token = added.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        // 32 random bytes, base64url without padding.
+        #expect(token.count == 43 && token.allSatisfy { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }, "\(token)")
+        #expect(Self.mode(tokens) == 0o600)
+        #expect(try String(contentsOfFile: tokens, encoding: .utf8).contains("\"\(token)\": \"car-1\""))
+
+        let again = try await Self.run(["token", "add", "car-1", "--config", config])
+        #expect(again.status == 65 && again.stderr.contains("car-1 already has a token") && again.stdout.isEmpty, "\(again.stderr)")
+        let replaced = try await Self.run(["token", "add", "car-1", "--replace", "--config", config])
+        let newToken = replaced.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(replaced.status == 0 && newToken.count == 43 && newToken != token)
+        let file = try String(contentsOfFile: tokens, encoding: .utf8)
+        #expect(!file.contains(token) && file.contains(newToken))
+
+        _ = try await Self.run(["token", "add", "car-2", "--config", config])
+        let listed = try await Self.run(["token", "list", "--config", config])
+        #expect(listed.stdout == "car-1\ncar-2\n", "the devices, never the tokens")
+        let badID = try await Self.run(["token", "add", "car 3: x", "--config", config])
+        #expect(badID.status == 65 && badID.stderr.contains("is not a device id"), "\(badID.stderr)")
+    }
+
+    @Test func aRunningServerTakesAnAddedTokenAndDropsARemovedOneWithoutARestart() async throws {
+        let server = try await ServerProcess()
+        defer { server.stop() }
+        let config = server.folder.appendingPathComponent("server.yaml").path
+        let added = try await Self.run(["token", "add", "car-9", "--config", config])
+        try #require(added.status == 0, "\(added.stderr)")
+        let token = added.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+
+        let accepted = try RawClient(port: server.port).upgrade(token: token)
+        #expect(accepted.status == 101, "\(accepted.head)")
+        #expect(server.process.stderr.contains("tokens:") && server.process.stderr.contains("changed; 3 device token(s) in force"),
+                "\(server.process.stderr.suffix(2000))")
+        // The devices that were there keep working.
+        #expect(try RawClient(port: server.port).upgrade(token: "good-token").status == 101)
+
+        let removed = try await Self.run(["token", "remove", "car-9", "--config", config])
+        try #require(removed.status == 0, "\(removed.stderr)")
+        #expect(try RawClient(port: server.port).upgrade(token: token).status == 401)
+        #expect(server.process.process.isRunning)
+    }
+}
