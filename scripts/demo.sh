@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job, on any machine: starts the reference guidance server (device-config/server.yaml)
+# The main job, on any machine: starts the reference guidance server (device-config/demo-server.yaml)
 # and the agent recording the built-in test pattern (device-config/demo-stream.yaml). The agent
 # prints each segment's metadata as it closes, streams it to the server, and logs the guidance
 # that comes back. Options replace the default `--segments 3`, e.g. `scripts/demo.sh --segments 6`.
@@ -27,7 +27,7 @@ if [ "${1:-}" = "--vision" ]; then
     agent_config=device-config/demo-vision.yaml
     export GUIDANCE_ANALYZER_KIND=vision
 fi
-GUIDANCE_SERVER_TOKENS_FILE=out/demo-tokens.yaml .build/release/guidance-server --config device-config/server.yaml &
+GUIDANCE_SERVER_TOKENS_FILE=out/demo-tokens.yaml .build/release/guidance-server --config device-config/demo-server.yaml &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
 sleep 1

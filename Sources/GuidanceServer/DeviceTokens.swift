@@ -170,6 +170,16 @@ public enum TokensFileEditor {
         let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(getpid()).tmp").path
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw EditError(description: "cannot write \(temporary): \(String(cString: strerror(errno)))") }
+        // Run as root, the file keeps its owner (or takes its folder's): the server's user must
+        // read it, and the mode lets no one else.
+        var owner = stat()
+        if getuid() == 0, stat(file, &owner) == 0 || stat(url.deletingLastPathComponent().path, &owner) == 0,
+           fchown(fd, owner.st_uid, owner.st_gid) != 0 {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            unlink(temporary)
+            throw EditError(description: "cannot give \(temporary) the owner of \(file): \(reason)")
+        }
         let bytes = Array(text.utf8)
         let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
         let synced = fsync(fd) == 0

@@ -71,12 +71,25 @@ import Testing
 
     @Test func demoServerYAML() async throws {
         let config = try await ServerConfig.load(
-            file: Self.deviceConfig.appendingPathComponent("server.yaml").path, environment: [:])
+            file: Self.deviceConfig.appendingPathComponent("demo-server.yaml").path, environment: [:])
         var expected = ServerConfig()
         expected.server.tokensFile = "device-config/demo-tokens.yaml"
         expected.ledger = "sqlite:out/demo-usage.sqlite"
         expected.analyzer.scriptFile = "device-config/demo-script.yaml"
         #expect(config == expected)
+    }
+
+    /// The config deployed as shipped never plays the demo script: the car would hear the same
+    /// lines whatever is on the road.
+    @Test func theShippedServerYAMLIsSafeToDeploy() async throws {
+        let config = try await ServerConfig.load(
+            file: Self.deviceConfig.appendingPathComponent("server.yaml").path, environment: [:])
+        #expect(config.analyzer.kind == .vision && config.analyzer.scriptFile == nil)
+        #expect(config.server.host == "127.0.0.1" && config.server.tokensFile == "/etc/guidance-server/tokens.yaml")
+        #expect(config.ledger == "sqlite:/var/lib/guidance-server/usage.sqlite")
+        let unit = try String(contentsOf: Self.deviceConfig.deletingLastPathComponent()
+            .appendingPathComponent("deploy/server/guidance-server.service"), encoding: .utf8)
+        #expect(unit.contains("--config /etc/guidance-server/server.yaml") && unit.contains("StateDirectory=guidance-server"))
     }
 
     /// The ready configs for the hosted analyzers load as they are shipped.

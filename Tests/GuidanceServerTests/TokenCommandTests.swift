@@ -44,6 +44,15 @@ import Testing
         _ = try await Self.run(["token", "add", "car-2", "--config", config])
         let listed = try await Self.run(["token", "list", "--config", config])
         #expect(listed.stdout == "car-1\ncar-2\n", "the devices, never the tokens")
+        // Run as root on a file the server's user owns, the file stays that user's (else the
+        // server could not read it any more).
+        if getuid() == 0 {
+            chown(tokens, 65534, 65534)
+            _ = try await Self.run(["token", "add", "car-3", "--config", config])
+            var info = stat()
+            stat(tokens, &info)
+            #expect(info.st_uid == 65534 && info.st_gid == 65534 && info.st_mode & 0o777 == 0o600)
+        }
         let badID = try await Self.run(["token", "add", "car 3: x", "--config", config])
         #expect(badID.status == 65 && badID.stderr.contains("is not a device id"), "\(badID.stderr)")
     }
