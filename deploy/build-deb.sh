@@ -52,7 +52,7 @@ for board in device-config/boards/*.yaml; do
     install -D -m 0644 "$board" "$ROOT/usr/share/dashcam-agent/boards/$(basename "$board")"
 done
 install -D -m 0644 README.md "$ROOT/usr/share/doc/dashcam-agent/README.md"
-install -D -m 0644 deploy/README.md "$ROOT/usr/share/doc/dashcam-agent/README.Debian"
+install -D -m 0644 deploy/debian/README.Debian "$ROOT/usr/share/doc/dashcam-agent/README.Debian"
 install -D -m 0644 device-config/README.md "$ROOT/usr/share/doc/dashcam-agent/CONFIG.md"
 install -D -m 0644 deploy/copyright "$ROOT/usr/share/doc/dashcam-agent/copyright"
 install -D -m 0644 deploy/recording-dir.conf "$ROOT/usr/share/doc/dashcam-agent/examples/recording-dir.conf"

@@ -55,7 +55,7 @@ import Testing
     @Test func statusAsAnotherUserExplainsThePermissionProblem() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
-        let agent = try files.startRecorder()
+        let agent = try files.startRecorder(extra: "device:\n  locale: en-US\n")
         defer { agent.stop() }
         // The first segment closes after the socket is up.
         try #require(await agent.wait(for: .seconds(30)) { !$0.stdout.isEmpty }, "\(agent.stderr.suffix(2000))")
@@ -68,5 +68,63 @@ import Testing
         #expect(asNobody.stderr.contains("permission denied on \(files.path("status.sock"))") && asNobody.stderr.contains("sudo"),
                 "\(asNobody.stderr)")
         #expect(!asNobody.stderr.contains("no running agent"), "\(asNobody.stderr)")
+        // With no server configured, say-status says so, in the device's language (en-US here).
+        let said = try await Command.executeAsync(Self.agentBinary, ["say-status", "--socket", files.path("status.sock")])
+        #expect(said.stdout.contains("Recording. No guidance server is set."), "\(said.stdout)\(said.stderr)")
+    }
+
+    struct DoctorReport: Decodable {
+        struct Check: Decodable {
+            var name: String
+            var outcome: String
+            var detail: String
+            var fix: String?
+        }
+        var checks: [Check]
+        func check(_ name: String) -> Check? { checks.first { $0.name == name } }
+    }
+
+    func doctor(_ files: LoopFiles, _ extra: [String] = []) async throws -> (Int32, DoctorReport, String) {
+        let run = try await Command.executeAsync(Self.agentBinary, ["doctor", "--config", files.path("agent.yaml"), "--json"] + extra)
+        let report = try JSONDecoder().decode(DoctorReport.self, from: Data(run.stdout.utf8))
+        return (run.status, report, run.stdout + run.stderr)
+    }
+
+    /// What doctor tells a user about the server side: a token it accepts, one it refuses, none.
+    @Test func doctorChecksTheTokenAndTheServerAndSaysHowToFixThem() async throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        let (server, port) = try await files.startServer()
+        defer { server.stop() }
+        _ = try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", extra: "haptics:\n  required: false\n")
+
+        let (status, report, output) = try await doctor(files)
+        #expect(report.check("server")?.outcome == "ok" && report.check("server")?.detail.contains("accepted the token") == true, "\(output)")
+        #expect(report.check("token")?.outcome == "ok", "\(output)")
+        #expect(report.check("camera")?.outcome == "skipped", "the test pattern is no camera: \(output)")
+        #expect(report.check("encoder")?.outcome == "ok" && report.check("encoder")?.detail.contains("libx265") == true, "\(output)")
+        #expect(report.check("speaker")?.outcome == "ok" && report.check("speaker")?.detail.contains("Dashcam ready.") == true, "\(output)")
+        #expect(report.check("voice")?.detail.contains("en-US") == true, "\(output)")
+        #expect(report.check("recording")?.outcome == "ok", "\(output)")
+        #expect(report.check("motor")?.outcome == "skipped", "\(output)")
+        // The phrase went where speech goes.
+        let spoken = (try? FileManager.default.contentsOfDirectory(atPath: files.path("speech"))) ?? []
+        #expect(spoken.contains { $0.hasSuffix(".wav") }, "\(spoken)")
+        // The clock is this machine's: whatever it says, nothing else failed.
+        if report.check("clock")?.outcome != "failed" { #expect(status == 0, "\(output)") }
+
+        try files.write("token", "not-the-servers-token\n", mode: 0o600)
+        let (refusedStatus, refused, refusedOutput) = try await doctor(files, ["--quiet"])
+        #expect(refusedStatus == 1)
+        #expect(refused.check("server")?.outcome == "failed" && refused.check("server")?.detail.contains("refused the token (HTTP 401)") == true,
+                "\(refusedOutput)")
+        #expect(refused.check("speaker")?.outcome == "skipped", "--quiet: \(refusedOutput)")
+
+        try FileManager.default.removeItem(atPath: files.path("token"))
+        let (missingStatus, missing, missingOutput) = try await doctor(files, ["--quiet"])
+        #expect(missingStatus == 1)
+        #expect(missing.check("token")?.outcome == "failed" && missing.check("token")?.fix?.contains("guidance-server token add") == true,
+                "\(missingOutput)")
+        #expect(missing.check("server")?.outcome == "skipped", "\(missingOutput)")
     }
 }

@@ -1,4 +1,6 @@
+import Agent
 import Foundation
+import Glibc
 import TestSupport
 import Testing
 
@@ -138,6 +140,34 @@ import Testing
         #expect(run.status == 78)
         #expect(run.stderr.contains("camera.fsp"))
         #expect(run.stderr.contains("camera.fps"))
+    }
+
+    @Test func setOverridesAKeyForTheRunAndABadOneExits78NamingIt() async throws {
+        let run = try await record(["--source", "test-pattern", "--fast", "--segments", "1",
+                                    "--set", "camera.fps=15", "--set", "encoder.segmentSeconds=2", "--set", "recording.maxMegabytes=64"])
+        defer { try? FileManager.default.removeItem(at: run.folder) }
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.lines.first?["fps"] as? Int == 15 && run.lines.first?["frames"] as? Int == 30, "\(run.lines)")
+        #expect(run.stderr.contains("segments kept under 64 MB (recording.maxMegabytes)"), "\(run.stderr)")
+        let noValue = try await record(["--segments", "1", "--set", "camera.fps"])
+        #expect(noValue.status == 78 && noValue.stderr.contains("--set: 'camera.fps' is not allowed; expected KEY=VALUE"), "\(noValue.stderr)")
+        let unknown = try await record(["--segments", "1", "--set", "camera.fsp=15"])
+        #expect(unknown.status == 78 && unknown.stderr.contains("camera.fsp") && unknown.stderr.contains("camera.fps"), "\(unknown.stderr)")
+        let outOfRange = try await record(["--segments", "1", "--set", "camera.fps=0"])
+        #expect(outOfRange.status == 78 && outOfRange.stderr.contains("camera.fps"), "\(outOfRange.stderr)")
+    }
+
+    /// Without recording.maxMegabytes the recordings are kept under 80 % of their disk.
+    @Test func theDefaultCapIsEightyPercentOfTheDisk() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("cap-\(UUID().uuidString)/not/yet/made")
+        var info = statvfs()
+        try #require(statvfs(FileManager.default.temporaryDirectory.path, &info) == 0)
+        let disk = Int64(info.f_blocks) * Int64(info.f_frsize)
+        var config = AgentConfig()
+        config.recording.dir = folder.path
+        #expect(config.retention.maxBytes == disk / 100 * 80)
+        config.recording.maxMegabytes = 100
+        #expect(config.retention.maxBytes == 100 << 20)
     }
 
     @Test func stopSignalClosesTheSegmentInProgressAndExitsZero() async throws {

@@ -24,14 +24,15 @@ private func kind(_ phrase: StatusPhrase) -> String {
     case .guidanceLocal: "guidanceLocal"
     case .guidanceFromServer: "guidanceFromServer"
     case .noToken: "noToken"
+    case .recordingOnly: "recordingOnly"
     }
 }
 
 @Suite struct StatusPhraseTests {
     @Test func allCasesHasEveryKindOnce() {
         let kinds = StatusPhrase.allCases(minutes: 5).map(kind)
-        #expect(kinds.count == 14)
-        #expect(Set(kinds).count == 14)
+        #expect(kinds.count == 15)
+        #expect(Set(kinds).count == 15)
     }
 
     /// Local and server-side findings (the vision analyzer's phrase tables) speak the same languages.

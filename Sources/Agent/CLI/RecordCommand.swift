@@ -28,6 +28,10 @@ struct RecordCommand: AsyncParsableCommand {
     @Flag(help: "Feed test-pattern and file sources as fast as possible (camera.pace: fast).")
     var fast = false
 
+    @Option(name: .customLong("set"), help: ArgumentHelp(
+        "Set a config key for this run, over the file and the environment (repeatable).", valueName: "KEY=VALUE"))
+    var settings: [String] = []
+
     func run() async throws {
         do {
             try await record()
@@ -66,6 +70,11 @@ struct RecordCommand: AsyncParsableCommand {
         let pipeline = try CapturePipeline(
             source: config.makeSource(logger: logger), settings: config.pipelineSettings(maxSegments: segments),
             tap: watch, logger: logger)
+        if let cap = config.retention.maxBytes {
+            let source = config.recording.maxMegabytes != nil
+                ? "recording.maxMegabytes" : "\(AgentConfig.defaultCapPercent) % of its disk; recording.maxMegabytes sets another"
+            logger.info("recording: \(config.recording.dir): segments kept under \(cap >> 20) MB (\(source))")
+        }
 
         let uplink = try config.makeUplink(logger: logger)
         let haptics = try config.makeHaptics(logger: logger)
@@ -145,6 +154,12 @@ struct RecordCommand: AsyncParsableCommand {
     /// Flags that override config keys (CLI > environment > file > defaults).
     private func overrides() throws -> [String: String] {
         var values: [String: String] = [:]
+        for setting in settings {
+            guard let equals = setting.firstIndex(of: "="), equals != setting.startIndex else {
+                throw ConfigError.invalidOption("--set", setting, "KEY=VALUE with a key from device-config/README.md, e.g. camera.fps=15")
+            }
+            values[String(setting[..<equals])] = String(setting[setting.index(after: equals)...])
+        }
         if let out { values["recording.dir"] = out }
         if fast { values["camera.pace"] = "fast" }
         if let source {

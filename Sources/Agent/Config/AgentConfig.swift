@@ -248,7 +248,7 @@ extension AgentConfig {
             "Folder of the local recording: one subfolder per UTC day, and `protected/` for kept incidents; a relative path is taken from the working directory."),
         .optionalInt(
             "recording.maxMegabytes", \.recording.maxMegabytes, 1...10_000_000,
-            "Loop recording: the oldest unprotected segments are deleted to keep them under this size, in MB; unset means no cap. Reloaded on SIGHUP."),
+            "Loop recording: the oldest unprotected segments are deleted to keep them under this size, in MB; unset keeps them under 80 % of the size of the disk holding recording.dir. Reloaded on SIGHUP."),
         .int(
             "recording.protectedMaxMegabytes", \.recording.protectedMaxMegabytes, 1...10_000_000,
             "Cap of the segments kept with `dashcam-agent protect`, in MB; a request makes room by deleting those protected before it, oldest first. Reloaded on SIGHUP."),
@@ -267,7 +267,7 @@ extension AgentConfig {
         .bool(
             "uplink.allowInsecure", \.uplink.allowInsecure,
             "Allow a plain `ws://` URL (no TLS); for a server on the same machine or in tests."),
-        .string("uplink.deviceId", \.uplink.deviceId, type: "string", "Device id sent in `hello`."),
+        .string("uplink.deviceId", \.uplink.deviceId, type: "string", "Device name sent in `hello`, a label for the server's log: the server identifies the device by its token (its tokens file says which device id counts)."),
         .optionalString(
             "uplink.locale", \.uplink.locale, type: "BCP 47",
             "Deprecated: an old name of device.locale (a notice is logged); set to another language than device.locale is an error."),

@@ -13,16 +13,19 @@ public final class DeviceVoice: Sendable {
     public let deviceLocale: String
     /// Where speech goes, e.g. `alsa:default`, `wav:out/speech`, or `none`.
     public let output: String
+    /// Why there is no sound output, when there is none: eSpeak-ng or the sink did not start.
+    public let problem: String?
     private let speaker: Speaker?
     private let voices: VoiceMap
     private let announced = Mutex<Set<String>>([])
     private let logger: Logger
 
     /// `speaker` nil: there is no sound output; what would be spoken is logged instead.
-    public init(deviceLocale: String, speaker: Speaker?, output: String, voices: VoiceMap, logger: Logger) {
+    public init(deviceLocale: String, speaker: Speaker?, output: String, voices: VoiceMap, logger: Logger, problem: String? = nil) {
         self.deviceLocale = deviceLocale
         self.speaker = speaker
         self.output = speaker == nil ? "none" : output
+        self.problem = speaker == nil ? problem ?? "no sound output" : nil
         self.voices = voices
         self.logger = logger
     }
@@ -94,10 +97,12 @@ extension AgentConfig {
             synthesizer = try EspeakSynthesizer(logger: logger)
         } catch {
             logger.error("speech: eSpeak-ng does not start: \(error); guidance will only be logged")
-            return DeviceVoice(deviceLocale: locale, speaker: nil, output: "none", voices: VoiceMap(available: []), logger: logger)
+            return DeviceVoice(deviceLocale: locale, speaker: nil, output: "none", voices: VoiceMap(available: []), logger: logger,
+                               problem: "eSpeak-ng does not start: \(error)")
         }
         let voices = VoiceMap(available: VoiceMap.voiceNames(identifiers: synthesizer.voiceIdentifiers()))
         var speaker: Speaker?
+        var problem: String?
         let output = speech.sink == "alsa" ? "alsa:\(speech.device)" : speech.sink
         do {
             let spec = try AudioSinkSpec(parsing: output)
@@ -107,7 +112,8 @@ extension AgentConfig {
             logger.info("speech: speaking to \(spec)", metadata: ["locale": "\(locale)"])
         } catch {
             logger.error("speech: \(error); guidance will only be logged")
+            problem = "\(output): \(error)"
         }
-        return DeviceVoice(deviceLocale: locale, speaker: speaker, output: output, voices: voices, logger: logger)
+        return DeviceVoice(deviceLocale: locale, speaker: speaker, output: output, voices: voices, logger: logger, problem: problem)
     }
 }

@@ -40,7 +40,15 @@ struct ControlRequests: Sendable {
 
     /// The remaining usage, or why it is not known.
     private func spokenStatus(_ status: AgentStatus) -> StatusPhrase {
-        guard status.usageKnown else { return status.uplink.state == "connected" ? .connected : .connectionLost }
+        guard status.usageKnown else {
+            return switch status.uplink.state {
+            case "off": .recordingOnly
+            case "connected": .connected
+            case "no token": .noToken
+            case "authentication failed": .authenticationFailed
+            default: .connectionLost
+            }
+        }
         guard let seconds = status.remainingSeconds else { return .usageUnlimited }
         return seconds <= 0 ? .usageExhausted : .usageRemaining(minutes: seconds / 60)
     }

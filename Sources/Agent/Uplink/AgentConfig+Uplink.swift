@@ -11,17 +11,8 @@ extension AgentConfig {
     public func makeUplink(logger: Logger) throws -> Agent.Uplink? {
         guard let url = uplink.url else { return nil }
         let token = TokenSource.file(uplink.tokenFile)
-        var tls: TLSConfiguration?
-        if url.hasPrefix("wss://") {
-            var configuration = TLSConfiguration.makeClientConfiguration()
-            if let caFile = uplink.caFile { configuration.trustRoots = .file(caFile) }
-            tls = configuration
-        }
-        let hello = ClientMessage.Hello(
-            device: uplink.deviceId, locale: deviceLocale(), agent: AgentVersion.current,
-            video: .init(width: camera.width, height: camera.height, fps: camera.fps, segmentMs: encoder.segmentSeconds * 1000),
-            // One per run: with the device and seq it names a segment, so the server knows a re-send.
-            stream: UUID().uuidString.lowercased())
+        let tls = uplinkTLS(url: url)
+        let hello = uplinkHello()
         return Agent.Uplink(
             settings: .init(url: url, token: token, tls: tls, hello: hello, payload: uplink.payload,
                             ping: .seconds(uplink.pingSeconds),
@@ -36,6 +27,23 @@ extension AgentConfig {
 }
 
 extension AgentConfig {
+    /// TLS for a `wss://` URL: the system's roots, or `uplink.caFile`'s.
+    func uplinkTLS(url: String) -> TLSConfiguration? {
+        guard url.hasPrefix("wss://") else { return nil }
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        if let caFile = uplink.caFile { configuration.trustRoots = .file(caFile) }
+        return configuration
+    }
+
+    /// The `hello` of a run: a new stream id each time (with the device and seq it names a
+    /// segment, so the server knows a re-send).
+    func uplinkHello() -> ClientMessage.Hello {
+        ClientMessage.Hello(
+            device: uplink.deviceId, locale: deviceLocale(), agent: AgentVersion.current,
+            video: .init(width: camera.width, height: camera.height, fps: camera.fps, segmentMs: encoder.segmentSeconds * 1000),
+            stream: UUID().uuidString.lowercased())
+    }
+
     /// The forms `uplink.url` may take, for messages.
     static let uplinkURLForm = "a wss://HOST[:PORT]/PATH URL, e.g. wss://guidance.example.com/v1/stream (PORT 1-65535)"
 

@@ -35,6 +35,8 @@ public enum StatusPhrase: Sendable, Hashable {
     case guidanceFromServer
     /// The uplink has no usable token file: recording goes on, the server is not asked.
     case noToken
+    /// No `uplink.url`: the device records (and checks the road itself), with no server (`say-status`).
+    case recordingOnly
 
     /// The languages with their own texts, as BCP 47 primary subtags; any other language gets English.
     public static let languages = ["en", "ko", "ja", "zh", "de", "es", "fr", "pt"]
@@ -45,7 +47,7 @@ public enum StatusPhrase: Sendable, Hashable {
         [
             .ready, .connected, .connectionLost, .cameraLost, .cameraBack, .authenticationFailed,
             .usageLow(minutes: minutes), .usageExhausted, .usageRemaining(minutes: minutes), .usageUnlimited,
-            .guidanceUnavailable, .guidanceLocal, .guidanceFromServer, .noToken,
+            .guidanceUnavailable, .guidanceLocal, .guidanceFromServer, .noToken, .recordingOnly,
         ]
     }
 
@@ -72,6 +74,7 @@ public enum StatusPhrase: Sendable, Hashable {
         case .guidanceLocal: book.guidanceLocal
         case .guidanceFromServer: book.guidanceFromServer
         case .noToken: book.noToken
+        case .recordingOnly: book.recordingOnly
         }
     }
 }
@@ -92,6 +95,7 @@ struct Phrasebook: Sendable {
     var guidanceLocal: String
     var guidanceFromServer: String
     var noToken: String
+    var recordingOnly: String
 
     static let books: [String: Phrasebook] = [
         "en": English.book, "ko": Korean.book, "ja": Japanese.book, "zh": Chinese.book,
@@ -121,7 +125,8 @@ extension Phrasebook {
             guidanceUnavailable: "Guidance is unavailable for now. Recording continues.",
             guidanceLocal: "No guidance from the server. The camera now warns on its own.",
             guidanceFromServer: "Guidance from the server is back.",
-            noToken: "No device token. Recording continues without guidance."
+            noToken: "No device token. Recording continues without guidance.",
+            recordingOnly: "Recording. No guidance server is set."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "1 minute" : "\(n) minutes" }
     }
@@ -141,7 +146,8 @@ extension Phrasebook {
             guidanceUnavailable: "지금은 안내를 받을 수 없습니다. 녹화는 계속됩니다.",
             guidanceLocal: "서버 안내가 없어 기기가 직접 경고합니다.",
             guidanceFromServer: "서버 안내가 다시 시작되었습니다.",
-            noToken: "기기 토큰이 없습니다. 안내 없이 녹화를 계속합니다."
+            noToken: "기기 토큰이 없습니다. 안내 없이 녹화를 계속합니다.",
+            recordingOnly: "녹화 중입니다. 안내 서버가 설정되지 않았습니다."
         )
     }
 
@@ -161,7 +167,8 @@ extension Phrasebook {
             guidanceUnavailable: "いまは ガイダンスが つかえません。ろくがは つづけます。",
             guidanceLocal: "サーバーの ガイダンスが ないので、この きかいが みずから けいこくします。",
             guidanceFromServer: "サーバーの ガイダンスが もどりました。",
-            noToken: "デバイス トークンが ありません。ガイダンス なしで ろくがを つづけます。"
+            noToken: "デバイス トークンが ありません。ガイダンス なしで ろくがを つづけます。",
+            recordingOnly: "ろくが ちゅうです。ガイダンス サーバーは せってい されて いません。"
         )
 
         /// `n` minutes in hiragana with the counter's sound changes: いっぷん, にふん, さんぷん,
@@ -206,7 +213,8 @@ extension Phrasebook {
             guidanceUnavailable: "驾驶指引暂时不可用，录像继续。",
             guidanceLocal: "没有服务器指引，现在由本机提醒。",
             guidanceFromServer: "服务器指引已恢复。",
-            noToken: "没有设备令牌。继续录像，但没有指引。"
+            noToken: "没有设备令牌。继续录像，但没有指引。",
+            recordingOnly: "正在录像。没有设置指引服务器。"
         )
         private static func minutes(_ n: Int) -> String { n == 2 ? "两分钟" : "\(n)分钟" }
     }
@@ -226,7 +234,8 @@ extension Phrasebook {
             guidanceUnavailable: "Fahrhinweise sind gerade nicht verfügbar. Die Aufnahme läuft weiter.",
             guidanceLocal: "Keine Hinweise vom Server. Das Gerät warnt jetzt selbst.",
             guidanceFromServer: "Die Hinweise vom Server sind zurück.",
-            noToken: "Kein Geräte-Token. Die Aufnahme läuft ohne Hinweise weiter."
+            noToken: "Kein Geräte-Token. Die Aufnahme läuft ohne Hinweise weiter.",
+            recordingOnly: "Aufnahme läuft. Kein Hinweis-Server eingestellt."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "eine Minute" : "\(n) Minuten" }
     }
@@ -246,7 +255,8 @@ extension Phrasebook {
             guidanceUnavailable: "La asistencia no está disponible por ahora. La grabación continúa.",
             guidanceLocal: "Sin asistencia del servidor. El equipo avisa por su cuenta.",
             guidanceFromServer: "La asistencia del servidor ha vuelto.",
-            noToken: "No hay token del dispositivo. La grabación continúa sin asistencia."
+            noToken: "No hay token del dispositivo. La grabación continúa sin asistencia.",
+            recordingOnly: "Grabando. No hay servidor de asistencia configurado."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "un minuto" : "\(n) minutos" }
     }
@@ -267,7 +277,8 @@ extension Phrasebook {
             guidanceUnavailable: "L'assistance est indisponible pour le moment. L'enregistrement continue.",
             guidanceLocal: "Pas d'assistance du serveur. L'appareil avertit lui-même.",
             guidanceFromServer: "L'assistance du serveur est de retour.",
-            noToken: "Aucun jeton d'appareil. L'enregistrement continue sans assistance."
+            noToken: "Aucun jeton d'appareil. L'enregistrement continue sans assistance.",
+            recordingOnly: "Enregistrement en cours. Aucun serveur d'assistance n'est configuré."
         )
         // French counts 0 in the singular too.
         private static func minutes(_ n: Int) -> String {
@@ -295,7 +306,8 @@ extension Phrasebook {
             guidanceUnavailable: "A assistência está indisponível por agora. A gravação continua.",
             guidanceLocal: "Sem assistência do servidor. O aparelho avisa por conta própria.",
             guidanceFromServer: "A assistência do servidor voltou.",
-            noToken: "Sem token do dispositivo. A gravação continua sem assistência."
+            noToken: "Sem token do dispositivo. A gravação continua sem assistência.",
+            recordingOnly: "Gravando. Nenhum servidor de assistência configurado."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "um minuto" : "\(n) minutos" }
     }

@@ -22,6 +22,16 @@ static inline int dashcam_v4l2_ioctl(int fd, unsigned long request, void *arg) {
     return v4l2_ioctl(fd, request, arg);
 }
 
+// The kernel's clock discipline, read-only (adjtimex with no modes): 1 synchronised, 0 not,
+// -1 unknown (errno says why). TIME_ERROR and STA_UNSYNC are macros.
+#include <sys/timex.h>
+static inline int dashcam_clock_synchronised(void) {
+    struct timex t = {0};
+    int state = adjtimex(&t);
+    if (state < 0) return -1;
+    return (state == TIME_ERROR || (t.status & STA_UNSYNC)) ? 0 : 1;
+}
+
 // The kernel's own ioctl, to look at a device before libv4l2 does (libv4l2 prints to stderr).
 #include <sys/ioctl.h>
 static inline int dashcam_ioctl(int fd, unsigned long request, void *arg) { return ioctl(fd, request, arg); }
