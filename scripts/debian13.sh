@@ -10,7 +10,8 @@
 #
 # `test` runs, each against trixie's packages: the libgpiod shim's C checks (its libgpiod v2
 # branch), the Swift build and tests, the release .deb checked by trixie's lintian, and the
-# hardware-in-the-loop suite with the root as the VM's userspace. PACKAGE=0 and HIL=0 skip
+# hardware-in-the-loop suite with the root as the VM's userspace, and the package booted with systemd
+# on a trixie root of its own (Tests/Boot/run.sh). PACKAGE=0, BOOT=0 and HIL=0 skip
 # steps as in scripts/test.sh.
 #
 # Everything lives in .build-debian13/ (ignored): root/ (the Debian 13 root, reused while this
@@ -147,6 +148,12 @@ test_all() {
         step "Debian 13: resolve dependencies (release)" resolve "$DIR/release"
         step "Debian 13: release .deb" run_in_root env DEB_SCRATCH="$DIR/release" DEB_OUT="$DIR/deb" bash deploy/build-deb.sh > "$DIR/deb.path"
         step "Debian 13: dpkg-deb, lintian" run_in_root bash deploy/check-deb.sh "$(tail -1 "$DIR/deb.path")"
+        if [ "${BOOT:-1}" != 0 ]; then
+            # On the host: a trixie root of its own (debootstrap), the package installed with apt.
+            step "Debian 13: the .deb booted with systemd (VM)" env BOOT_RELEASE=trixie bash "$REPO/Tests/Boot/run.sh" "$(tail -1 "$DIR/deb.path")"
+        else
+            say "BOOT=0: boot test skipped"
+        fi
     else
         say "PACKAGE=0: release package skipped"
     fi

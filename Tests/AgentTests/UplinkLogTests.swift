@@ -17,7 +17,7 @@ import Testing
     static func dropCounts(_ actions: [Machine.Action]) -> [(since: Int, total: Int)] {
         actions.compactMap { action in
             guard case .log(_, let text) = action,
-                  let match = text.firstMatch(of: /dropped (\d+) segment\(s\) the network could not carry in time \((\d+) in all\)/)
+                  let match = text.firstMatch(of: /dropped (\d+) segment\(s\) not delivered in time, kept on disk \((\d+) in all\)/)
             else { return nil }
             return (Int(match.1)!, Int(match.2)!)
         }

@@ -221,7 +221,7 @@ extension Uplink {
             guard count > 0, dropLog.allows(now: now) else { return [] }
             let since = stats.dropped - droppedLogged
             droppedLogged = stats.dropped
-            return [.log(.warning, "dropped \(since) segment(s) the network could not carry in time (\(stats.dropped) in all)")]
+            return [.log(.warning, "dropped \(since) segment(s) not delivered in time, kept on disk (\(stats.dropped) in all)")]
         }
 
         /// A segment's last byte was written.
