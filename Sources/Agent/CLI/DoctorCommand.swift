@@ -213,7 +213,9 @@ struct Doctor: Sendable {
         if let problem = voice.problem {
             let fix = problem.hasPrefix("eSpeak-ng")
                 ? "sudo apt install libespeak-ng1 espeak-ng-data"
-                : "check speech.device against `aplay -L`; run doctor with sudo (the sound card belongs to the audio group)"
+                : problem.localizedCaseInsensitiveContains("busy")
+                    ? "another program plays on it, most likely the running agent: sudo systemctl stop dashcam-agent, then run doctor again"
+                    : "check speech.device against `aplay -L`; run doctor with sudo (the sound card belongs to the audio group)"
             return [Check(name: "speaker", outcome: .failed, detail: problem, fix: fix), voiceCheck]
         }
         guard speak else { return [Check(name: "speaker", outcome: .skipped, detail: "\(voice.output): not tried (--quiet)"), voiceCheck] }

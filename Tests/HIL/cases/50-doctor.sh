@@ -96,7 +96,7 @@ else hil_fail "--quiet --no-buzz skipped the phrase and the buzz"; fi
 "$AGENT_BIN" record --config "$CONFIG" > "$CASE_DIR/agent.jsonl" 2> "$CASE_DIR/agent.log" &
 agent_pid=$!
 if hil_wait_for 120 grep -q "camera: .* opened" "$CASE_DIR/agent.log"; then
-    "$AGENT_BIN" doctor --config "$CONFIG" --json --quiet --no-buzz > "$CASE_DIR/doctor-busy.json" 2>&1
+    "$AGENT_BIN" doctor --config "$CONFIG" --json --quiet --no-buzz > "$CASE_DIR/doctor-busy.json" 2> "$CASE_DIR/doctor-busy.err"
     busy_rc=$?
     fix=$(field "$CASE_DIR/doctor-busy.json" camera fix)
     if [ "$busy_rc" -eq 1 ] && [ "$(outcome "$CASE_DIR/doctor-busy.json" camera)" = failed ] && [[ $fix == *"systemctl stop dashcam-agent"* ]]; then
