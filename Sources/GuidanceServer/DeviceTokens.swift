@@ -94,18 +94,20 @@ public struct DeviceTokens: Sendable {
     }
 }
 
-/// What tells a changed file: inode, size and modification time (nanoseconds).
+/// What tells a changed file: inode, size and modification time.
 struct FileStamp: Equatable, Sendable {
     let inode: UInt64
-    let size: Int64
-    let modified: Int64
+    let size: UInt64
+    let modified: Date
 
     init?(_ path: String) {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        inode = UInt64(info.st_ino)
-        size = Int64(info.st_size)
-        modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+              let inode = (attributes[.systemFileNumber] as? NSNumber)?.uint64Value,
+              let size = (attributes[.size] as? NSNumber)?.uint64Value,
+              let modified = attributes[.modificationDate] as? Date else { return nil }
+        self.inode = inode
+        self.size = size
+        self.modified = modified
     }
 }
 
@@ -172,9 +174,10 @@ public enum TokensFileEditor {
         guard fd >= 0 else { throw EditError(description: "cannot write \(temporary): \(String(cString: strerror(errno)))") }
         // Run as root, the file keeps its owner (or takes its folder's): the server's user must
         // read it, and the mode lets no one else.
-        var owner = stat()
-        if getuid() == 0, stat(file, &owner) == 0 || stat(url.deletingLastPathComponent().path, &owner) == 0,
-           fchown(fd, owner.st_uid, owner.st_gid) != 0 {
+        let owner = (try? FileManager.default.attributesOfItem(atPath: file))
+            ?? (try? FileManager.default.attributesOfItem(atPath: url.deletingLastPathComponent().path))
+        if getuid() == 0, let uid = (owner?[.ownerAccountID] as? NSNumber)?.uint32Value,
+           let gid = (owner?[.groupOwnerAccountID] as? NSNumber)?.uint32Value, fchown(fd, uid, gid) != 0 {
             let reason = String(cString: strerror(errno))
             close(fd)
             unlink(temporary)

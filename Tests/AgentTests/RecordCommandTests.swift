@@ -1,6 +1,5 @@
 import Agent
 import Foundation
-import Glibc
 import TestSupport
 import Testing
 
@@ -160,9 +159,8 @@ import Testing
     /// Without recording.maxMegabytes the recordings are kept under 80 % of their disk.
     @Test func theDefaultCapIsEightyPercentOfTheDisk() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("cap-\(UUID().uuidString)/not/yet/made")
-        var info = statvfs()
-        try #require(statvfs(FileManager.default.temporaryDirectory.path, &info) == 0)
-        let disk = Int64(info.f_blocks) * Int64(info.f_frsize)
+        let attributes = try FileManager.default.attributesOfFileSystem(forPath: FileManager.default.temporaryDirectory.path)
+        let disk = try #require((attributes[.systemSize] as? NSNumber)?.int64Value)
         var config = AgentConfig()
         config.recording.dir = folder.path
         #expect(config.retention.maxBytes == disk / 100 * 80)

@@ -12,10 +12,11 @@ import Testing
         try await Command.executeAsync(program, arguments)
     }
 
-    static func mode(_ path: String) -> Int {
-        var info = stat()
-        return stat(path, &info) == 0 ? Int(info.st_mode & 0o777) : -1
+    static func attribute(_ path: String, _ key: FileAttributeKey) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: path))?[key] as? NSNumber)?.intValue ?? -1
     }
+
+    static func mode(_ path: String) -> Int { attribute(path, .posixPermissions) }
 
     @Test func addPrintsATokenOnceWritesAPrivateFileAndRefusesASecondWithoutReplace() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tokens-\(UUID().uuidString)")
@@ -49,9 +50,8 @@ import Testing
         if getuid() == 0 {
             chown(tokens, 65534, 65534)
             _ = try await Self.run(["token", "add", "car-3", "--config", config])
-            var info = stat()
-            stat(tokens, &info)
-            #expect(info.st_uid == 65534 && info.st_gid == 65534 && info.st_mode & 0o777 == 0o600)
+            #expect(Self.attribute(tokens, .ownerAccountID) == 65534 && Self.attribute(tokens, .groupOwnerAccountID) == 65534)
+            #expect(Self.mode(tokens) == 0o600)
         }
         let badID = try await Self.run(["token", "add", "car 3: x", "--config", config])
         #expect(badID.status == 65 && badID.stderr.contains("is not a device id"), "\(badID.stderr)")

@@ -235,22 +235,16 @@ struct Doctor: Sendable {
 
     func recordingFolder() -> Check {
         let dir = config.recording.dir
-        var existing = dir
-        while !FileManager.default.fileExists(atPath: existing), existing != "/" {
-            existing = (existing as NSString).deletingLastPathComponent
-            if existing.isEmpty { existing = "." }
+        guard let space = FileSystemSpace(nearest: dir) else {
+            return Check(name: "recording", outcome: .failed, detail: "\(dir): cannot measure its disk", fix: "check the disk is mounted")
         }
-        guard access(existing, W_OK) == 0 else {
-            return Check(name: "recording", outcome: .failed, detail: "\(existing) is not writable here",
+        guard access(space.path, W_OK) == 0 else {
+            return Check(name: "recording", outcome: .failed, detail: "\(space.path) is not writable here",
                          fix: "run doctor with sudo, or choose a recording.dir the service user may write (deploy/README.md, \"Recording to another disk\")")
         }
-        var info = statvfs()
-        guard statvfs(existing, &info) == 0 else {
-            return Check(name: "recording", outcome: .failed, detail: "\(existing): \(String(cString: strerror(errno)))", fix: "check the disk is mounted")
-        }
-        let free = (Int64(info.f_bavail) * Int64(info.f_frsize)) >> 20
+        let free = space.available >> 20
         let cap = config.retention.maxBytes.map { "kept under \($0 >> 20) MB" } ?? "no cap"
-        let detail = "\(dir)\(existing == dir ? "" : " (made at start)"): \(free) MB free, segments \(cap)"
+        let detail = "\(dir)\(space.path == dir ? "" : " (made at start)"): \(free) MB free, segments \(cap)"
         guard free > config.recording.minFreeMegabytes + 64 else {
             return Check(name: "recording", outcome: .warning, detail: detail,
                          fix: "the disk is nearly full: free space, or a bigger card; the loop deletes old segments to keep \(config.recording.minFreeMegabytes) MB free")

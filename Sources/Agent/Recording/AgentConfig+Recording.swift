@@ -1,4 +1,4 @@
-import Glibc
+import Foundation
 
 extension AgentConfig {
     /// `recording.*` limits in bytes. Without `recording.maxMegabytes`, unprotected segments are
@@ -16,15 +16,32 @@ extension AgentConfig {
     /// ``defaultCapPercent`` of the filesystem holding `dir` (or its nearest existing parent);
     /// `nil` when it cannot be measured.
     static func defaultCap(for dir: String) -> Int64? {
-        var path = dir.isEmpty ? "." : dir
-        var info = statvfs()
-        while statvfs(path, &info) != 0 {
-            guard errno == ENOENT, path != "/", path != "." else { return nil }
-            let parent = path.split(separator: "/", omittingEmptySubsequences: true).dropLast().joined(separator: "/")
-            path = parent.isEmpty ? (path.hasPrefix("/") ? "/" : ".") : (path.hasPrefix("/") ? "/" + parent : parent)
-        }
-        let (size, overflow) = Int64(clamping: info.f_blocks).multipliedReportingOverflow(by: Int64(clamping: info.f_frsize))
-        guard !overflow, size > 0 else { return nil }
+        guard let size = (FileSystemSpace(nearest: dir)?.size).flatMap({ $0 > 0 ? $0 : nil }) else { return nil }
         return size / 100 * defaultCapPercent
+    }
+}
+
+/// The size and the space left of the filesystem holding a path, or its nearest existing parent
+/// (a recording folder is made at start).
+struct FileSystemSpace {
+    /// The path measured.
+    let path: String
+    let size: Int64
+    /// Free to an unprivileged writer.
+    let available: Int64
+
+    init?(nearest dir: String) {
+        var path = dir.isEmpty ? "." : dir
+        while !FileManager.default.fileExists(atPath: path) {
+            let parent = (path as NSString).deletingLastPathComponent
+            guard !parent.isEmpty, parent != path else { return nil }
+            path = parent
+        }
+        guard let attributes = try? FileManager.default.attributesOfFileSystem(forPath: path),
+              let size = (attributes[.systemSize] as? NSNumber)?.int64Value,
+              let available = (attributes[.systemFreeSize] as? NSNumber)?.int64Value else { return nil }
+        self.path = path
+        self.size = size
+        self.available = available
     }
 }
