@@ -68,6 +68,11 @@ final class NotifyListener: @unchecked Sendable {
         process.standardError = FileHandle.nullDevice
         let started = ContinuousClock.now
         try process.run()
+        // Frames first (a loaded machine takes seconds), then the pings for a while.
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !listener.messages.contains(where: { $0.hasPrefix("READY=1") }), process.isRunning, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
         try await Task.sleep(for: .seconds(3))
         process.terminate()
         while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
@@ -78,7 +83,7 @@ final class NotifyListener: @unchecked Sendable {
         let ready = try #require(messages.firstIndex { $0.hasPrefix("READY=1") }, "\(messages)")
         #expect(messages[ready].contains("STATUS=recording test-pattern with libx265"))
         #expect(!messages[..<ready].contains("WATCHDOG=1"), "no watchdog ping before ready")
-        // Pings every 200 ms (half of WATCHDOG_USEC) for about 2.5 s.
+        // Pings every 200 ms (half of WATCHDOG_USEC) for the 3 s after ready.
         #expect(messages.filter { $0 == "WATCHDOG=1" }.count >= 5, "\(messages)")
         let stopping = try #require(messages.firstIndex { $0.hasPrefix("STOPPING=1") }, "\(messages)")
         #expect(stopping > ready)
