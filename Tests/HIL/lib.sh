@@ -268,6 +268,16 @@ stat_figure() { awk -F: -v n="$2" '{ gsub(/ +/, " ", $1) } $1 == n { gsub(/ /, "
 # at_least A B: the number A >= B.
 at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
 
+# hil_watch_haptic_line STOPFILE: prints every change of the haptic line as "TIME VALUE" until
+# STOPFILE exists. Builtins only, so it keeps up with 80 ms pulses; run it in the background.
+hil_watch_haptic_line() {
+    local v last=x
+    while [ ! -e "$1" ]; do
+        read -r v < "$HIL_HAPTIC_VALUE" || continue
+        if [ "$v" != "$last" ]; then printf '%s %s\n' "$EPOCHREALTIME" "$v"; last=$v; fi
+    done
+}
+
 # Loads snd-aloop and waits for its card. Called once per boot by in-vm.sh.
 hil_load_snd_aloop() {
     if [ ! -d /sys/module/snd_aloop ]; then

@@ -53,8 +53,10 @@ struct RecordCommand: AsyncParsableCommand {
         let logger = Logger(label: "dashcam-agent")
         // Trapped before anything starts: SIGHUP's default would end the agent.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
+        // Measures the disk once (the default cap is a share of it).
+        let retention = config.retention
         let store = try RecordingStore(
-            directory: config.recording.dir, retention: config.retention, segmentSeconds: config.encoder.segmentSeconds)
+            directory: config.recording.dir, retention: retention, segmentSeconds: config.encoder.segmentSeconds)
         StoredSegment.warnAboutSymbolicLinks(in: store.root, logger: logger)
         if !store.removedLeftovers.isEmpty {
             logger.notice("recording: removed \(store.removedLeftovers.count) temporary file(s) an interrupted run left in \(config.recording.dir)")
@@ -70,7 +72,7 @@ struct RecordCommand: AsyncParsableCommand {
         let pipeline = try CapturePipeline(
             source: config.makeSource(logger: logger), settings: config.pipelineSettings(maxSegments: segments),
             tap: watch, logger: logger)
-        if let cap = config.retention.maxBytes {
+        if let cap = retention.maxBytes {
             let source = config.recording.maxMegabytes != nil
                 ? "recording.maxMegabytes" : "\(AgentConfig.defaultCapPercent) % of its disk; recording.maxMegabytes sets another"
             logger.info("recording: \(config.recording.dir): segments kept under \(cap >> 20) MB (\(source))")

@@ -89,15 +89,7 @@ log:
   level: debug
 EOF
 
-# Every change of the haptic line, with its time: builtins only, so it keeps up with 80 ms pulses.
-watch_line() {
-    local v last=x
-    while [ ! -e "$CASE_DIR/stop-watch" ]; do
-        read -r v < "$HIL_HAPTIC_VALUE" || continue
-        if [ "$v" != "$last" ]; then printf '%s %s\n' "$EPOCHREALTIME" "$v"; last=$v; fi
-    done
-}
-watch_line > "$CASE_DIR/line.log" &
+hil_watch_haptic_line "$CASE_DIR/stop-watch" > "$CASE_DIR/line.log" &
 watch_pid=$!
 
 # The capture side opens first, so the loop runs at the agent's format (eSpeak-ng: 22 050 Hz mono).

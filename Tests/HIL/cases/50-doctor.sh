@@ -36,14 +36,6 @@ status:
   socket: /tmp/hil-doctor-$$.sock
 EOF
 
-# Every change of the haptic line, with its time.
-watch_line() {
-    local v last=x
-    while [ ! -e "$CASE_DIR/stop-watch" ]; do
-        read -r v < "$HIL_HAPTIC_VALUE" || continue
-        if [ "$v" != "$last" ]; then printf '%s %s\n' "$EPOCHREALTIME" "$v"; last=$v; fi
-    done
-}
 # outcome FILE CHECK: the outcome doctor's JSON gives a check.
 outcome() {
     python3 -c 'import json,sys; print(next(c["outcome"] for c in json.load(open(sys.argv[1]))["checks"] if c["name"] == sys.argv[2]))' "$1" "$2" 2>/dev/null
@@ -53,7 +45,7 @@ field() {
 }
 
 # ---------------------------------------------------------------- the agent stopped
-watch_line > "$CASE_DIR/line.log" &
+hil_watch_haptic_line "$CASE_DIR/stop-watch" > "$CASE_DIR/line.log" &
 watch_pid=$!
 arecord -q -D "$HIL_AUDIO_CAPTURE" -f S16_LE -r 22050 -c 1 -d 120 "$CASE_DIR/speech.wav" 2> "$CASE_DIR/arecord.log" &
 arecord_pid=$!
