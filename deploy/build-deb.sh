@@ -48,6 +48,9 @@ UDEV_DIR=$(pkg-config --variable=udevdir udev 2>/dev/null || echo /lib/udev)
 install -D -m 0644 deploy/dashcam-agent.service "$ROOT$UNIT_DIR/dashcam-agent.service"
 install -D -m 0644 deploy/70-dashcam-agent.rules "$ROOT$UDEV_DIR/rules.d/70-dashcam-agent.rules"
 install -D -m 0644 device-config/default.yaml "$ROOT/etc/dashcam-agent/agent.yaml"
+# `dashcam-agent setup` merges a board profile into the conffile; the package's defaults tell it
+# which of the conffile's values the user changed.
+install -D -m 0644 device-config/default.yaml "$ROOT/usr/share/dashcam-agent/default.yaml"
 for board in device-config/boards/*.yaml; do
     install -D -m 0644 "$board" "$ROOT/usr/share/dashcam-agent/boards/$(basename "$board")"
 done

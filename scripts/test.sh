@@ -12,8 +12,42 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/steps.sh
 
 step "Debian 12: packages" bash scripts/install-deps.sh
+
+# The Debian roots later steps start from (Debian 13's build root, the boot tests' bases) are
+# downloaded and unpacked while this machine compiles: network and disk beside the CPU's work.
+# The steps that use them make them again if this did not finish (the log says why).
+ROOTS_LOG=.build-boot/roots.log
+ROOTS_PID=
+prepare_roots() {
+    command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap
+    mkdir -p .build-boot
+    (
+        set -e
+        [ "${DEBIAN13:-1}" = 0 ] || bash scripts/debian13.sh root
+        if [ "${PACKAGE:-1}" != 0 ] && [ "${BOOT:-1}" != 0 ]; then
+            BOOT_RELEASE=bookworm bash Tests/Boot/run.sh --base
+            [ "${DEBIAN13:-1}" = 0 ] || BOOT_RELEASE=trixie bash Tests/Boot/run.sh --base
+        fi
+    ) > "$ROOTS_LOG" 2>&1 &
+    ROOTS_PID=$!
+}
+# Waited for before the tests: they wait on sockets and timers, and are not to share the machine.
+wait_roots() {
+    [ -n "$ROOTS_PID" ] || return 0
+    if wait "$ROOTS_PID"; then
+        echo "roots ready ($ROOTS_LOG)" >&2
+    else
+        echo "making the roots beside the build failed; the steps that use them try again. The end of $ROOTS_LOG:" >&2
+        tail -20 "$ROOTS_LOG" >&2
+    fi
+    ROOTS_PID=
+}
+if [ "${DEBIAN13:-1}" != 0 ] || { [ "${PACKAGE:-1}" != 0 ] && [ "${BOOT:-1}" != 0 ]; }; then
+    step "Debian 13 and boot roots: started beside the build" prepare_roots
+fi
 step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
 step "Debian 12: swift build --build-tests" swift build --build-tests
+step "Debian 13 and boot roots: made beside the build (wait)" wait_roots
 step "Debian 12: swift test" swift test --skip "$HEAVY_SUITES"
 step "Debian 12: swift test (video suites)" swift test --skip-build --filter "$HEAVY_SUITES"
 

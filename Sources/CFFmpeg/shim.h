@@ -6,6 +6,8 @@
 #include <libavutil/imgutils.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
+#include <libavutil/sha.h>
+#include <libavutil/mem.h>
 
 /// The pixel formats `codec` takes, ending in AV_PIX_FMT_NONE; NULL when it does not say.
 /// libavcodec 61.13 (FFmpeg 7.1) asks through avcodec_get_supported_config and deprecates

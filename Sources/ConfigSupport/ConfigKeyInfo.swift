@@ -208,6 +208,36 @@ extension ConfigKeyInfo {
     }
 }
 
+// MARK: - Writing
+
+extension ConfigKeyInfo {
+    /// The key's value in `config` written as YAML that reads back as the same value; nil when
+    /// unset. Text YAML would take for a number, a boolean or null, or that holds YAML's own
+    /// characters, is quoted.
+    public func yaml(in config: Root) -> String? {
+        guard let text = text(config) else { return nil }
+        switch shape {
+        case .string:
+            return Self.yamlString(text)
+        case .stringList:
+            let items = text.dropFirst().dropLast().components(separatedBy: ", ")
+            return "[\(items.map(Self.yamlString).joined(separator: ", "))]"
+        case .int, .bool, .intList:
+            return text
+        }
+    }
+
+    static func yamlString(_ text: String) -> String {
+        let special: Set<String> = ["true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"]
+        let plain = text.first.map { $0.isASCII && ($0.isLetter || $0 == "/") } == true
+            && text.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "_./+-:".contains($0)) }
+            && !text.contains(": ") && !text.hasSuffix(":")
+            && !special.contains(text.lowercased())
+        if plain { return text }
+        return "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+    }
+}
+
 // MARK: - Reading
 
 extension ConfigKeyInfo {

@@ -66,6 +66,12 @@ extension LoadableConfig {
         return config
     }
 
+    /// The dotted keys a YAML config file sets, after the checks `load` makes of it (unknown keys,
+    /// misplaced sections, syntax): for a command that rewrites the file and keeps what it sets.
+    public static func keys(setIn file: String) throws(ConfigError) -> Set<String> {
+        Set(try ConfigFileContents(path: file, table: KeyTable<Self>()).entries.keys)
+    }
+
     /// The key table for the docs (e.g. device-config/README.md), one row per key in `keys`.
     public static func markdownTable() -> String {
         ConfigKeyInfo<Self>.markdownTable(keys)

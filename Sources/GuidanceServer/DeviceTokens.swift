@@ -168,29 +168,10 @@ public enum TokensFileEditor {
             text += "\"\(token)\": \"\(device)\"\n"
         }
         if devices.isEmpty { text += "{}\n" }
-        let url = URL(fileURLWithPath: file)
-        let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(getpid()).tmp").path
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw EditError(description: "cannot write \(temporary): \(String(cString: strerror(errno)))") }
-        // Run as root, the file keeps its owner (or takes its folder's): the server's user must
-        // read it, and the mode lets no one else.
-        let owner = (try? FileManager.default.attributesOfItem(atPath: file))
-            ?? (try? FileManager.default.attributesOfItem(atPath: url.deletingLastPathComponent().path))
-        if getuid() == 0, let uid = (owner?[.ownerAccountID] as? NSNumber)?.uint32Value,
-           let gid = (owner?[.groupOwnerAccountID] as? NSNumber)?.uint32Value, fchown(fd, uid, gid) != 0 {
-            let reason = String(cString: strerror(errno))
-            close(fd)
-            unlink(temporary)
-            throw EditError(description: "cannot give \(temporary) the owner of \(file): \(reason)")
-        }
-        let bytes = Array(text.utf8)
-        let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard written == bytes.count, synced, rename(temporary, file) == 0 else {
-            let reason = String(cString: strerror(errno))
-            unlink(temporary)
-            throw EditError(description: "cannot write \(file): \(reason)")
+        do {
+            try ConfigFileWriter.replace(file, with: text, mode: 0o600)
+        } catch {
+            throw EditError(description: error.description)
         }
     }
 }

@@ -458,7 +458,7 @@ func aLocaleThatIsNoLanguageTagIsRefusedNamingKeyValueAndWhatIsAllowed(yaml: Str
 @Test func everyBoardProfileLoadsAndNamesCameraEncoderSpeech() async throws {
     let boards = deviceConfig.appendingPathComponent("boards")
     let files = try FileManager.default.contentsOfDirectory(atPath: boards.path).filter { $0.hasSuffix(".yaml") }.sorted()
-    #expect(files == ["nvidia-jetson.yaml", "raspberry-pi-4.yaml", "raspberry-pi-5.yaml", "rockchip-rk3588.yaml", "usb-webcam.yaml"])
+    #expect(files == ["nvidia-jetson.yaml", "raspberry-pi-4-usb-webcam.yaml", "raspberry-pi-4.yaml", "raspberry-pi-5.yaml", "rockchip-rk3588.yaml", "usb-webcam.yaml"])
     for file in files {
         let config = try await AgentConfig.load(file: boards.appendingPathComponent(file).path, environment: [:])
         #expect(config.camera.device == "/dev/dashcam-camera", "\(file)")
@@ -468,6 +468,8 @@ func aLocaleThatIsNoLanguageTagIsRefusedNamingKeyValueAndWhatIsAllowed(yaml: Str
     let pi4 = try await AgentConfig.load(file: boards.appendingPathComponent("raspberry-pi-4.yaml").path, environment: [:])
     #expect(pi4.encoder.preference == ["libx265"], "the Pi 4 has no HEVC encoder")
     #expect(pi4.haptics.chip == "gpiochip0" && pi4.haptics.line == "17")
+    let webcam = try await AgentConfig.load(file: boards.appendingPathComponent("raspberry-pi-4-usb-webcam.yaml").path, environment: [:])
+    #expect(webcam.encoder.preference == pi4.encoder.preference && webcam.haptics == pi4.haptics, "the same board")
 }
 
 @Test func theKeysSIGHUPReloadsAreTheOnesDocumentedSo() {

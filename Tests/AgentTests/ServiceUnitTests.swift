@@ -93,6 +93,8 @@ import Testing
         for (mode, path) in [("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", unit),
                              ("-rw-r--r--", "./etc/dashcam-agent/agent.yaml"), ("-rw-r--r--", rules),
                              ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4.yaml"),
+                             ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4-usb-webcam.yaml"),
+                             ("-rw-r--r--", "./usr/share/dashcam-agent/default.yaml"),
                              ("-rw-r--r--", "./usr/share/doc/dashcam-agent/copyright"),
                              ("-rw-r--r--", "./usr/share/doc/dashcam-agent/changelog.gz"),
                              ("-rw-r--r--", "./usr/share/doc/dashcam-agent/README.Debian"),

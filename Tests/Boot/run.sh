@@ -26,17 +26,13 @@ die() { printf 'boot: error: %s\n' "$*" >&2; exit 2; }
 [ $# -eq 1 ] && { [ -f "$1" ] || [ "$1" = --base ]; } || die "usage: $0 PATH/TO/dashcam-agent_*.deb | --base"
 DEB=$(readlink -f -- "$1")
 
-for p in debootstrap qemu-system-x86 e2fsprogs linux-image-amd64 kmod; do
+# --base needs only debootstrap: the test command makes the bases while it compiles.
+HOST_PACKAGES="debootstrap qemu-system-x86 e2fsprogs linux-image-amd64 kmod"
+[ "$1" != --base ] || HOST_PACKAGES=debootstrap
+for p in $HOST_PACKAGES; do
     [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || {
         say "installing $p"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >&2; }
 done
-
-# The newest Debian kernel here, its initramfs (virtio disk and ext4 are in it) and gpio-sim
-# built for it (Tests/HIL/build-gpio-sim.sh: Debian's kernel leaves it out).
-KVER=$(for v in /boot/vmlinuz-*-amd64; do echo "${v#/boot/vmlinuz-}"; done | sort -rV | head -1)
-[ -f "/boot/initrd.img-$KVER" ] && [ -d "/lib/modules/$KVER/kernel" ] || die "no kernel with initramfs and modules in /boot"
-mkdir -p "$DIR/modules"
-bash "$REPO/Tests/HIL/build-gpio-sim.sh" "$KVER" "$DIR/modules" >&2
 
 # chroot_in ROOT CMD...: CMD in ROOT with /proc, /sys, /dev and the apt cache mounted, in a mount
 # namespace of its own; nothing it starts outlives it.
@@ -71,6 +67,13 @@ if [ ! -x "$BASE/usr/bin/apt-get" ] || [ -d "$BASE/debootstrap" ] || [ "$(cat "$
 fi
 
 [ "$1" != --base ] || exit 0
+
+# The newest Debian kernel here, its initramfs (virtio disk and ext4 are in it) and gpio-sim
+# built for it (Tests/HIL/build-gpio-sim.sh: Debian's kernel leaves it out).
+KVER=$(for v in /boot/vmlinuz-*-amd64; do echo "${v#/boot/vmlinuz-}"; done | sort -rV | head -1)
+[ -f "/boot/initrd.img-$KVER" ] && [ -d "/lib/modules/$KVER/kernel" ] || die "no kernel with initramfs and modules in /boot"
+mkdir -p "$DIR/modules"
+bash "$REPO/Tests/HIL/build-gpio-sim.sh" "$KVER" "$DIR/modules" >&2
 
 # ------------------------------------------------------------------ this run's root and disk
 RUN="$DIR/run"

@@ -10,11 +10,25 @@ public struct V4L2DeviceInfo: Sendable, Codable {
         /// Made by libv4l2 from another format (e.g. YU12 from MJPEG).
         public var emulated: Bool
         public var sizes: [Size]
+        /// A camera that takes any size within bounds (stepwise or continuous); `sizes` then holds the largest.
+        public var range: SizeRange?
+    }
+    public struct SizeRange: Sendable, Codable {
+        public var minWidth: Int
+        public var maxWidth: Int
+        public var minHeight: Int
+        public var maxHeight: Int
     }
     public struct Size: Sendable, Codable {
         public var width: Int
         public var height: Int
         public var fps: [Double]
+
+        public init(width: Int, height: Int, fps: [Double]) {
+            self.width = width
+            self.height = height
+            self.fps = fps
+        }
     }
     public var path: String
     public var card: String
@@ -51,7 +65,8 @@ extension V4L2Camera {
         let formats = Self.formats(fd: fd).map { entry in
             V4L2DeviceInfo.Format(
                 fourcc: fourccString(entry.fourcc), description: entry.name, emulated: entry.emulated,
-                sizes: sizes(fd: fd, fourcc: entry.fourcc))
+                sizes: sizes(fd: fd, fourcc: entry.fourcc),
+                range: entry.range.map { V4L2DeviceInfo.SizeRange(minWidth: $0.minW, maxWidth: $0.maxW, minHeight: $0.minH, maxHeight: $0.maxH) })
         }
         return V4L2DeviceInfo(path: path, card: cString(caps.card), driver: cString(caps.driver),
                               bus: cString(caps.bus_info), formats: formats)

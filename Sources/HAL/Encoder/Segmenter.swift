@@ -1,5 +1,5 @@
+import CFFmpeg
 import Foundation
-internal import Crypto
 
 /// Cuts the encoded stream into self-contained MP4 segments on the ``SegmentClock`` timeline.
 ///
@@ -87,7 +87,7 @@ public final class Segmenter {
             frames: frames,
             droppedFrames: Int(span) - frames,
             bytes: bytes.count,
-            sha256: hex(SHA256.hash(data: bytes)),
+            sha256: sha256Hex(bytes),
             encoder: encoderName,
             width: format.width, height: format.height, fps: format.fps,
             complete: reason == .complete && frames == Int(n),
@@ -101,8 +101,15 @@ public final class Segmenter {
 
 private let hexDigits = Array("0123456789abcdef".utf8)
 
-/// Lower-case hex by table: `String(format:)` would go through Foundation's string formatting.
-private func hex(_ digest: some Sequence<UInt8>) -> String {
+/// SHA-256 of a segment, in lower-case hex, by libavutil (linked already for the encoder).
+func sha256Hex(_ bytes: [UInt8]) -> String {
+    var digest = [UInt8](repeating: 0, count: 32)
+    guard let context = av_sha_alloc() else { preconditionFailure("av_sha_alloc: out of memory") }
+    defer { av_free(UnsafeMutableRawPointer(context)) }
+    av_sha_init(context, 256)
+    bytes.withUnsafeBufferPointer { av_sha_update(context, $0.baseAddress, $0.count) }
+    av_sha_final(context, &digest)
+    // Lower-case hex by table: `String(format:)` would go through Foundation's string formatting.
     var text: [UInt8] = []
     text.reserveCapacity(64)
     for byte in digest {

@@ -5,7 +5,10 @@
 #     Korean to snd-aloop and recorded back as sound (sox stat), the ko voice is found; exit 0
 #     unless the clock check fails;
 #   * with the agent recording: the camera check fails and its fix says to stop the service;
-#   * --no-buzz --quiet: the line does not move and nothing is played.
+#   * --no-buzz --quiet: the line does not move and nothing is played;
+#   * setup --board with a profile asking a size and rate vivid does not list: the file names the
+#     camera by its stable link, takes the nearest size and rate v4l2-ctl lists, keeps the user's
+#     keys, and the agent records with it (ffprobe: the size setup wrote).
 set -uo pipefail
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
@@ -35,6 +38,61 @@ haptics:
 status:
   socket: /tmp/hil-doctor-$$.sock
 EOF
+
+# ---------------------------------------------------------------- setup --board
+# A board asking 352x198 at 7 fps, which vivid does not list; the user's file already names the
+# simulated motor, speaker and folder.
+PROFILES="$CASE_DIR/profiles"
+mkdir -p "$PROFILES/boards"
+cp "$HIL_DIR/../../device-config/default.yaml" "$PROFILES/default.yaml"
+cat > "$PROFILES/boards/hil-board.yaml" <<EOF
+camera:
+  source: v4l2
+  device: /dev/dashcam-camera
+  width: 352
+  height: 198
+  fps: 7
+encoder:
+  preference: [libx265]
+haptics:
+  chip: gpiochip0
+  line: "17"
+EOF
+SETUP="$CASE_DIR/agent.yaml"
+SETUP_OUT="$CASE_DIR/setup-segments"
+cat > "$SETUP" <<EOF
+camera:
+  buffers: 16
+encoder:
+  segmentSeconds: $HIL_SEGMENT_SECONDS
+recording:
+  dir: $SETUP_OUT
+haptics:
+  chip: $HIL_GPIO_CHIP
+  line: $HIL_HAPTIC_NAME
+status:
+  socket: /tmp/hil-setup-$$.sock
+EOF
+"$AGENT_BIN" setup --board hil-board --profiles "$PROFILES" --config "$SETUP" > "$CASE_DIR/setup.txt" 2>&1
+setup_rc=$?
+sed 's/^/    /' "$CASE_DIR/setup.txt"
+# key SECTION KEY: the value setup wrote.
+key() { awk -v s="$1:" -v k="$2:" '$0 == s { in_s = 1; next } /^[a-z]/ { in_s = 0 } in_s && $1 == k { print $2 }' "$SETUP"; }
+stable=$HIL_VIDEO_DEV
+for link in /dev/v4l/by-path/* /dev/v4l/by-id/*; do
+    [ -L "$link" ] && [ "$(readlink -f "$link")" = "$HIL_VIDEO_DEV" ] && stable=$link
+done
+width=$(key camera width) height=$(key camera height) fps=$(key camera fps)
+if [ "$setup_rc" -eq 0 ] && [ "$(key camera device)" = "$stable" ]; then hil_ok "setup: camera.device $stable"
+else hil_fail "setup exit 0 naming the camera $stable (got $setup_rc, '$(key camera device)')"; fi
+offered=$(v4l2-ctl -d "$HIL_VIDEO_DEV" --list-formats-ext | awk -v size="${width}x${height}" -v rate="(${fps}.000 fps)" '
+    $1 == "Size:" { here = ($3 == size) } here && index($0, rate) { found = 1 } END { print found ? "yes" : "no" }')
+if [ "$offered" = yes ] && [ "${width}x${height}" != 352x198 ] && [ "$fps" != 7 ] && grep -q "the camera has no 352x198" "$CASE_DIR/setup.txt"; then
+    hil_ok "setup: ${width}x${height} at $fps fps, which v4l2-ctl lists (the board asked 352x198 at 7)"
+else hil_fail "setup took a size and rate v4l2-ctl lists, with a note (got ${width}x${height} at $fps: $offered)"; fi
+if [ "$(key haptics chip)" = "$HIL_GPIO_CHIP" ] && [ "$(key recording dir)" = "$SETUP_OUT" ] && [ "$(key encoder preference)" = "[libx265]" ]; then
+    hil_ok "setup: the user's keys kept, the board's added"
+else hil_fail "setup kept haptics.chip and recording.dir and took the board's encoder"; fi
 
 # outcome FILE CHECK: the outcome doctor's JSON gives a check.
 outcome() {
@@ -84,8 +142,8 @@ if grep -q "^\[--\] speaker" "$CASE_DIR/doctor.txt" && grep -q "^\[ok\] motor: .
     hil_ok "--quiet --no-buzz: nothing played, no buzz"
 else hil_fail "--quiet --no-buzz skipped the phrase and the buzz"; fi
 
-# ---------------------------------------------------------------- the agent recording
-"$AGENT_BIN" record --config "$CONFIG" > "$CASE_DIR/agent.jsonl" 2> "$CASE_DIR/agent.log" &
+# ---------------------------------------------------------------- the agent recording, with setup's file
+"$AGENT_BIN" record --config "$SETUP" > "$CASE_DIR/agent.jsonl" 2> "$CASE_DIR/agent.log" &
 agent_pid=$!
 if hil_wait_for 120 grep -q "camera: .* opened" "$CASE_DIR/agent.log"; then
     "$AGENT_BIN" doctor --config "$CONFIG" --json --quiet --no-buzz > "$CASE_DIR/doctor-busy.json" 2> "$CASE_DIR/doctor-busy.err"
@@ -96,6 +154,15 @@ if hil_wait_for 120 grep -q "camera: .* opened" "$CASE_DIR/agent.log"; then
     else hil_fail "agent recording: camera failed with a fix naming the service (got exit $busy_rc: $(cat "$CASE_DIR/doctor-busy.json"))"; fi
 else
     hil_fail "agent opened the camera"
+fi
+has_segment() { [ -n "$(hil_segments "$SETUP_OUT")" ]; }
+if hil_wait_for 120 has_segment; then
+    segment="$SETUP_OUT/$(hil_segments "$SETUP_OUT" | head -1)"
+    probed=$(ffprobe -v error -select_streams v:0 -show_entries stream=codec_name,width,height -of csv=p=0 "$segment")
+    if [ "$probed" = "hevc,$width,$height" ]; then hil_ok "recording with setup's file: $probed"
+    else hil_fail "a segment of ${width}x${height} from setup's file (ffprobe: $probed)"; fi
+else
+    hil_fail "a segment recorded with setup's file"
 fi
 kill -TERM "$agent_pid"
 wait "$agent_pid"
