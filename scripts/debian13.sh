@@ -131,7 +131,7 @@ source "$REPO/scripts/steps.sh"
 # libraries deprecate (FFmpeg 7.1's AVCodec.pix_fmts, ...) where a replacement exists: every
 # file compiles in a fresh build folder, so every such warning is in the log.
 build_tests() {
-    run_in_root swift build --build-tests --scratch-path "$DIR/build" 2>&1 | tee "$DIR/build.log"
+    run_in_root swift build --build-tests --scratch-path "$DIR/build" "${DEBUG_BUILD_FLAGS[@]}" 2>&1 | tee "$DIR/build.log"
     if grep -E "^$REPO/(Sources|Tests)/.*deprecated" "$DIR/build.log" | sort -u >&2; then
         die "the build above calls deprecated API (see the lines above)"
     fi

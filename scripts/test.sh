@@ -13,21 +13,25 @@ source scripts/steps.sh
 
 step "Debian 12: packages" bash scripts/install-deps.sh
 
-# The Debian roots later steps start from (Debian 13's build root, the boot tests' bases) are
-# downloaded and unpacked while this machine compiles: network and disk beside the CPU's work.
-# The steps that use them make them again if this did not finish (the log says why).
+# The Debian roots later steps start from (Debian 13's build root, the boot tests' bases) and the
+# VM suite's host packages and gpio-sim module are downloaded, unpacked and built while this
+# machine compiles: network and disk beside the CPU's work. The steps that use them make them
+# again if this did not finish (the log says why).
 ROOTS_LOG=.build-boot/roots.log
 ROOTS_PID=
 prepare_roots() {
     command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap
     mkdir -p .build-boot
     (
-        set -e
-        [ "${DEBIAN13:-1}" = 0 ] || bash scripts/debian13.sh root
+        # Each on its own: one that fails leaves the others to do.
+        failed=0
+        if [ "${DEBIAN13:-1}" != 0 ]; then bash scripts/debian13.sh root || failed=1; fi
         if [ "${PACKAGE:-1}" != 0 ] && [ "${BOOT:-1}" != 0 ]; then
-            BOOT_RELEASE=bookworm bash Tests/Boot/run.sh --base
-            [ "${DEBIAN13:-1}" = 0 ] || BOOT_RELEASE=trixie bash Tests/Boot/run.sh --base
+            BOOT_RELEASE=bookworm bash Tests/Boot/run.sh --base || failed=1
+            if [ "${DEBIAN13:-1}" != 0 ]; then BOOT_RELEASE=trixie bash Tests/Boot/run.sh --base || failed=1; fi
         fi
+        if [ "${HIL:-1}" != 0 ]; then bash Tests/HIL/run.sh --prepare || failed=1; fi
+        exit "$failed"
     ) > "$ROOTS_LOG" 2>&1 &
     ROOTS_PID=$!
 }
@@ -42,13 +46,13 @@ wait_roots() {
     fi
     ROOTS_PID=
 }
-if [ "${DEBIAN13:-1}" != 0 ] || { [ "${PACKAGE:-1}" != 0 ] && [ "${BOOT:-1}" != 0 ]; }; then
-    step "Debian 13 and boot roots: started beside the build" prepare_roots
+if [ "${DEBIAN13:-1}" != 0 ] || [ "${HIL:-1}" != 0 ] || { [ "${PACKAGE:-1}" != 0 ] && [ "${BOOT:-1}" != 0 ]; }; then
+    step "roots and VM parts: started beside the build" prepare_roots
 fi
 step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
-step "Debian 12: swift build --build-tests" swift build --build-tests
-step "Debian 13 and boot roots: made beside the build (wait)" wait_roots
-step "Debian 12: swift test" swift test --skip "$HEAVY_SUITES"
+step "Debian 12: swift build --build-tests" swift build --build-tests "${DEBUG_BUILD_FLAGS[@]}"
+step "roots and VM parts: made beside the build (wait)" wait_roots
+step "Debian 12: swift test" swift test --skip-build --skip "$HEAVY_SUITES"
 step "Debian 12: swift test (video suites)" swift test --skip-build --filter "$HEAVY_SUITES"
 
 # The package as shipped: a release build with the static Swift stdlib, listed by dpkg-deb and

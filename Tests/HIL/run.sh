@@ -5,6 +5,7 @@
 # agent binary against them. Run on the host, as root:
 #
 #     bash Tests/HIL/run.sh
+#     bash Tests/HIL/run.sh --prepare     only install and build what the host needs for it
 #
 # Environment:
 #   AGENT_BIN         agent to test (default <repo>/.build/debug/dashcam-agent)
@@ -118,6 +119,14 @@ find_agent() {
 
 # ------------------------------------------------------------------ main
 [ "${HIL_SKIP_INSTALL:-0}" = 1 ] || install_packages
+# --prepare: only the host's part (packages, virtme-ng, gpio-sim built into its cache), which the
+# test command does while it compiles.
+if [ "${1:-}" = --prepare ]; then
+    find_vng
+    find_kernel
+    bash "$HIL_DIR/build-gpio-sim.sh" "$KVER" "$REPO_ROOT/.build-hil/prepared"
+    exit 0
+fi
 find_agent
 find_vng
 find_kernel
