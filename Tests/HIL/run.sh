@@ -171,13 +171,13 @@ fi
 
 VNG_ARGS=(--run "/boot/vmlinuz-$KVER" --disable-kvm --memory "${HIL_VM_MEMORY:-2G}")
 if [ -n "${HIL_ROOT:-}" ]; then
-    # Another release's root: the VM sees the tests, the agent's folder, the run's folder and the
-    # kernel's modules at their host paths (mount points made in the root), and nothing else.
+    # Another release's root: the VM sees the tests, the device configs, the agent's folder, the
+    # run's folder and the kernel's modules at their host paths (mount points made in the root), and nothing else.
     [ -x "$HIL_ROOT/usr/bin/bash" ] || die "HIL_ROOT=$HIL_ROOT is not a root folder"
     say "userspace: $HIL_ROOT (Debian $(cat "$HIL_ROOT/etc/debian_version"))"
     VNG_ARGS+=(--root "$HIL_ROOT" --rwdir "$WORK=$WORK")
     # shellcheck disable=SC2086  # HIL_RODIRS is a list
-    for d in "$REPO_ROOT/Tests" "$(dirname "$AGENT_BIN")" "/lib/modules/$KVER" ${HIL_RODIRS:-}; do
+    for d in "$REPO_ROOT/Tests" "$REPO_ROOT/device-config" "$(dirname "$AGENT_BIN")" "/lib/modules/$KVER" ${HIL_RODIRS:-}; do
         d=$(readlink -f "$d")
         mkdir -p "$HIL_ROOT$d"
         VNG_ARGS+=(--rodir "$d=$d")

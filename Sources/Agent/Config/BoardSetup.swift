@@ -115,7 +115,7 @@ struct BoardSetup {
     func render(_ outcome: Outcome, version: String) -> String {
         var text = "# The agent's config, written by `dashcam-agent setup --board \(board)` (\(version)).\n"
             + "# Every key is described in /usr/share/doc/dashcam-agent/CONFIG.md. The service reads this\n"
-            + "# file at start and on `systemctl reload dashcam-agent`.\n"
+            + "# file when it starts: sudo systemctl restart dashcam-agent.\n"
             + "#\n" + Self.choicesMarker + "\n"
         for (key, source) in outcome.written where source == .camera || source == .board {
             text += "#   \(key.name): \(key.yaml(in: outcome.config) ?? "")\n"

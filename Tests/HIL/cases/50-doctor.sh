@@ -44,7 +44,7 @@ EOF
 # simulated motor, speaker and folder.
 PROFILES="$CASE_DIR/profiles"
 mkdir -p "$PROFILES/boards"
-cp "$HIL_DIR/../../device-config/default.yaml" "$PROFILES/default.yaml"
+cp "$HIL_DIR/../../device-config/default.yaml" "$PROFILES/default.yaml" || hil_fail "the package's default.yaml is readable in the VM"
 cat > "$PROFILES/boards/hil-board.yaml" <<EOF
 camera:
   source: v4l2
