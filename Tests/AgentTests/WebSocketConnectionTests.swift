@@ -115,12 +115,14 @@ import Testing
         await later.stop()
     }
 
-    @Test func aServerThatNeverAnswersTimesOutAtTheDeadline() async throws {
+    /// It gives up at the deadline, not before; a connect that never gave up would hang the test
+    /// until its time limit. (How soon after the deadline depends on the machine's load: not asserted.)
+    @Test(.timeLimit(.minutes(1))) func aServerThatNeverAnswersTimesOutAtTheDeadline() async throws {
         let silent = try await CannedHTTPServer(response: nil)
         let started = ContinuousClock.now
         #expect(await connectFailure(options(port: silent.port, deadline: .milliseconds(500))) == .timedOut(.milliseconds(500)))
         let took = ContinuousClock.now - started
-        #expect(took >= .milliseconds(400) && took < .seconds(5))
+        #expect(took >= .milliseconds(400), "gave up after \(took), before the deadline")
         await silent.stop()
     }
 

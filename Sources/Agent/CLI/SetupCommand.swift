@@ -93,7 +93,7 @@ struct SetupCommand: AsyncParsableCommand {
             try write(text)
         } catch {
             var standardError = StandardError()
-            print("dashcam-agent: setup: \(error)", to: &standardError)
+            print("dashcam-agent: setup: \(error)\(getuid() == 0 ? "" : " (run it with sudo)")", to: &standardError)
             throw ExitCode(ExitStatus.output)
         }
         print("setup: board \(board), \(config) written")
