@@ -38,10 +38,12 @@ public enum ConfigFileWriter {
             while written < bytes.count {
                 let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
                 if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { break }
+                guard n > 0 else {
+                    failure = n < 0 ? String(cString: strerror(errno)) : "the disk took \(written) of \(bytes.count) bytes"
+                    break
+                }
                 written += n
             }
-            if written != bytes.count { failure = String(cString: strerror(errno)) }
         }
         if failure == nil, fsync(fd) != 0 { failure = String(cString: strerror(errno)) }
         close(fd)

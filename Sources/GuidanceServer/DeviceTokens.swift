@@ -1,7 +1,6 @@
 public import ConfigSupport
 import Foundation
 public import Logging
-import Glibc
 import Synchronization
 import Yams
 
