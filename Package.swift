@@ -191,6 +191,11 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -200,6 +205,12 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: upcoming
         ),
+        // Tests by kind, each a target: a kind is run by its target's name, never by a list of suites.
+        // - HALTests, AgentTests: in-process; real libraries, no child process, namespace or server
+        //   of the system's (an in-process guidance server on loopback is allowed).
+        // - GuidanceServerTests: the server's parts in-process (ingest, analyzers, model stand-ins).
+        // - SystemTests: the built programs as processes, network namespaces, Debian's nginx and
+        //   PostgreSQL, systemd's and dpkg's tools on the shipped files.
         .testTarget(
             name: "HALTests",
             dependencies: ["HAL", "TestSupport", .product(name: "Logging", package: "swift-log")],
@@ -214,7 +225,7 @@ let package = Package(
         .testTarget(
             name: "GuidanceServerTests",
             dependencies: [
-                "GuidanceServer", "GuidanceProtocol", "TestSupport",
+                "GuidanceServer", "GuidanceProtocol", "ConfigSupport", "TestSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -225,6 +236,18 @@ let package = Package(
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "SystemTests",
+            dependencies: [
+                "Agent", "HAL", "GuidanceProtocol", "GuidanceServer", "ConfigSupport", "TestSupport", "RoadScene",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "PropertyBased", package: "swift-property-based"),
             ],
             swiftSettings: upcoming
         ),

@@ -142,8 +142,9 @@ test_all() {
     step "Debian 13: libgpiod shim checks (C)" run_in_root bash Tests/CGPIODShim/run.sh "$DIR/shim"
     step "Debian 13: resolve dependencies (host)" resolve "$DIR/build"
     step "Debian 13: swift build --build-tests" build_tests
-    step "Debian 13: swift test" run_in_root swift test --skip-build --scratch-path "$DIR/build" --skip "$HEAVY_SUITES"
-    step "Debian 13: swift test (video suites)" run_in_root swift test --skip-build --scratch-path "$DIR/build" --filter "$HEAVY_SUITES"
+    for target in "${TEST_TARGETS[@]}"; do
+        step "Debian 13: swift test $target" run_in_root swift test --skip-build --scratch-path "$DIR/build" --filter "^$target\."
+    done
     if [ "${PACKAGE:-1}" != 0 ]; then
         step "Debian 13: resolve dependencies (release)" resolve "$DIR/release"
         step "Debian 13: release .deb" run_in_root env DEB_SCRATCH="$DIR/release" DEB_OUT="$DIR/deb" bash deploy/build-deb.sh > "$DIR/deb.path"

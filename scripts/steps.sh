@@ -17,10 +17,15 @@ step_times() {
     printf '  %s\n' "${STEP_TIMES[@]}" >&2
 }
 
-# The suites that keep both cores busy for a minute (decoding video, OpenCV's detector, model
-# stand-ins behind a real server process). They run after the others, on their own, so that the
-# many tests that wait for a socket or a timer are not starved of CPU by them.
-HEAVY_SUITES="VisionAnalyzerTests|SegmentVideoTests|HostedModelTests|HostedModelServerTests|RoadWatchTests"
+# The test targets, one per kind of test (Package.swift says which is which), run in this order:
+# each by its own name, so a new suite runs where its file lives without being listed anywhere.
+TEST_TARGETS=(HALTests AgentTests GuidanceServerTests SystemTests)
+
+# swift_tests TARGET [SWIFT TEST OPTIONS...]: one target's tests from the build already made.
+swift_tests() {
+    local target=$1; shift
+    swift test --skip-build "$@" --filter "^$target\."
+}
 
 # The test command's debug build carries no DWARF: it builds and links about a quarter faster on
 # two cores. Failed expectations name their source line anyway (#expect records it), and a crash's

@@ -52,8 +52,9 @@ fi
 step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
 step "Debian 12: swift build --build-tests" swift build --build-tests "${DEBUG_BUILD_FLAGS[@]}"
 step "roots and VM parts: made beside the build (wait)" wait_roots
-step "Debian 12: swift test" swift test --skip-build --skip "$HEAVY_SUITES"
-step "Debian 12: swift test (video suites)" swift test --skip-build --filter "$HEAVY_SUITES"
+for target in "${TEST_TARGETS[@]}"; do
+    step "Debian 12: swift test $target" swift_tests "$target"
+done
 
 # The package as shipped: a release build with the static Swift stdlib, listed by dpkg-deb and
 # checked by lintian (no error, no warning that is not overridden with a reason).

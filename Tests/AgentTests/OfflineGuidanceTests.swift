@@ -3,6 +3,7 @@ import Foundation
 import GuidanceProtocol
 import HAL
 import RoadScene
+import TestSupport
 import Testing
 
 /// Local guidance between the rules and the driver: what the router does with a finding, and
@@ -33,15 +34,12 @@ import Testing
         #expect(loop.router.board.current.offline?.state == "standby")
         await offline.uplink(.connecting)
         await offline.uplink(.disconnected(retryIn: .seconds(1)))
-        try await Task.sleep(for: .milliseconds(100))
-        await offline.tick()
-        #expect(watch.isLooking)
+        // Ticked as the service's timer would, until the rules' deadline has passed.
+        #expect(await eventually { await offline.tick(); return watch.isLooking })
         #expect(loop.router.board.current.offline?.state == "on")
         #expect(loop.router.board.current.offline?.reason == "no session")
         // No frame came to warn about: the news is said alone once its hold is over.
-        try await Task.sleep(for: .seconds(2.1))
-        await offline.tick()
-        try await loop.spoken.wait(for: 1)
+        #expect(await eventually { await offline.tick(); return !loop.spoken.all.isEmpty })
         #expect(loop.spoken.all == [.guidanceLocal])
 
         await offline.uplink(.connected(session: "s1"))

@@ -10,13 +10,25 @@ import Testing
 
     func at(_ text: String) -> Date { try! Date(text, strategy: .iso8601) }
 
+    /// `check` answers with an error or nothing: each range is checked at the edge of what is
+    /// allowed, and a second past the edge, so the limits themselves are what is tested.
     @Test func rangesUpToFiveMinutesAheadAndADayLongAreAccepted() throws {
-        try SegmentSelection.last("2m", now: now).check("--last 2m", now: now)
-        try SegmentSelection.last("24h", now: now).check("--last 24h", now: now)
-        try SegmentSelection.time(now...now.addingTimeInterval(SegmentSelection.maxAhead)).check("x", now: now)
-        try SegmentSelection.parse("2026-11-20T09:30Z..2026-11-20T09:35Z", now: now).check("x", now: now)
+        func refusal(_ selection: SegmentSelection) -> String? {
+            do { try selection.check("x", now: now); return nil } catch { return "\(error)" }
+        }
+        #expect(try SegmentSelection.last("2m", now: now) == .time(now.addingTimeInterval(-120)...now))
+        #expect(refusal(try SegmentSelection.last("2m", now: now)) == nil)
+        #expect(refusal(try SegmentSelection.last("24h", now: now)) == nil)
+        #expect(refusal(.time(now...now.addingTimeInterval(SegmentSelection.maxAhead))) == nil)
+        #expect(refusal(.time(now...now.addingTimeInterval(SegmentSelection.maxAhead + 1)))?.contains("it may end at most 5 minutes ahead") == true)
+        let dayAgo = now.addingTimeInterval(-SegmentSelection.maxLength)
+        #expect(refusal(.time(dayAgo...now)) == nil)
+        #expect(refusal(.time(dayAgo.addingTimeInterval(-1)...now))?.contains("protect at most 24 hours at once") == true)
+        let parsed = try SegmentSelection.parse("2026-11-20T09:30Z..2026-11-20T09:35Z", now: now)
+        #expect(parsed == .time(at("2026-11-20T09:30:00Z")...at("2026-11-20T09:35:00Z")))
+        #expect(refusal(parsed) == nil)
         // Sequence numbers name segments already recorded: nothing is left pending.
-        try SegmentSelection.sequence(0...Int.max).check("0..", now: now)
+        #expect(refusal(.sequence(0...Int.max)) == nil)
     }
 
     @Test(arguments: [

@@ -2,6 +2,7 @@
 import Foundation
 import Glibc
 import HAL
+import TestSupport
 import Testing
 
 /// Symbolic links inside the recording folder are never followed: not listed, counted, moved or

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import Logging
 import ServiceLifecycle
+import TestSupport
 import Testing
 
 /// The control socket against clients that misbehave, over real Unix sockets: idle clients beyond

@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import GuidanceProtocol
 @testable import GuidanceServer
@@ -44,12 +43,14 @@ import WSClient
     static func header(seq: Int, data: [UInt8], chunks: Int, sha: String? = nil, durationMs: Int = 5000) -> String {
         ClientMessage.segment(.init(
             seq: seq, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: durationMs, frames: 50, bytes: data.count,
-            sha256: sha ?? SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined(),
+            sha256: sha ?? sha256Hex(data),
             chunks: chunks, data: nil)).encoded()
     }
 
     /// Sends `script` then collects server messages until `until` says stop (or the server closes).
+    /// `then`: sends `more` once `when` holds for what came so far.
     func converse(port: Int, token: String = "good-token", send script: [WebSocketMessage],
+                  then: (when: @Sendable ([ServerMessage]) -> Bool, more: [WebSocketMessage])? = nil,
                   until done: @escaping @Sendable ([ServerMessage]) -> Bool) async throws -> (messages: [ServerMessage], close: WebSocketCloseFrame?) {
         let received = Mutex<[ServerMessage]>([])
         let close = try await WebSocketClient.connect(
@@ -57,15 +58,23 @@ import WSClient
             configuration: .init(additionalHeaders: [.authorization: "Bearer \(token)"]),
             logger: Logger(label: "test-client")
         ) { inbound, outbound, _ in
-            for message in script {
-                switch message {
-                case .text(let text): try await outbound.write(.text(text))
-                case .binary(let buffer): try await outbound.write(.binary(buffer))
+            func write(_ messages: [WebSocketMessage]) async throws {
+                for message in messages {
+                    switch message {
+                    case .text(let text): try await outbound.write(.text(text))
+                    case .binary(let buffer): try await outbound.write(.binary(buffer))
+                    }
                 }
             }
+            try await write(script)
+            var next = then
             for try await message in inbound.messages(maxSize: 1 << 16) {
                 guard case .text(let text) = message, let decoded = try? ServerMessage.decode(text) else { continue }
                 let all = received.withLock { $0.append(decoded); return $0 }
+                if let pending = next, pending.when(all) {
+                    next = nil
+                    try await write(pending.more)
+                }
                 if done(all) { return }
             }
         }
@@ -166,8 +175,11 @@ import WSClient
     }
 
     /// Session 1 sends segment 5 and stays open; session 2 of the same device (which supersedes it)
-    /// sends `resend` as segment 5, then a new segment 6. Returns both sessions' messages.
-    func sendTwice(port: Int, stream: String?, resend: [UInt8]? = nil) async throws -> (first: [ServerMessage], second: [ServerMessage]) {
+    /// sends `resend` as segment 5, then, once the server has answered it as `answered` says, a
+    /// new segment 6 (the server analyses only the newest segment: sent at once, 6 would race 5).
+    /// Returns both sessions' messages.
+    func sendTwice(port: Int, stream: String?, resend: [UInt8]? = nil,
+                   answered: @escaping @Sendable ([ServerMessage]) -> Bool) async throws -> (first: [ServerMessage], second: [ServerMessage]) {
         let data: [UInt8] = Array(repeating: 5, count: 3000)
         let next: [UInt8] = Array(repeating: 6, count: 3000)
         let resend = resend ?? data
@@ -188,8 +200,8 @@ import WSClient
         while !charged.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(20)) }
         let second = try await converse(
             port: port, send: [.text(Self.hello(stream: stream)), .text(Self.header(seq: 5, data: resend, chunks: 1)),
-                               .binary(ByteBuffer(bytes: resend)),
-                               .text(Self.header(seq: 6, data: next, chunks: 1)), .binary(ByteBuffer(bytes: next))],
+                               .binary(ByteBuffer(bytes: resend))],
+            then: (when: answered, more: [.text(Self.header(seq: 6, data: next, chunks: 1)), .binary(ByteBuffer(bytes: next))]),
             until: { messages in
                 // Done once segment 6, the last one, is charged and analysed.
                 guard let acked = messages.firstIndex(of: .ack(seq: 6)) else { return false }
@@ -208,7 +220,8 @@ import WSClient
 
     @Test func aReSentSegmentIsAcknowledgedAgainButNotAnalysedOrChargedTwice() async throws {
         try await withServer(usage: 60) { port in
-            let (first, second) = try await sendTwice(port: port, stream: "s-1")
+            // Not analysed again: nothing but the ack is owed for 5, so 6 goes once 5 is acknowledged.
+            let (first, second) = try await sendTwice(port: port, stream: "s-1") { $0.contains(.ack(seq: 5)) }
             #expect(first.contains(.ack(seq: 5)))
             #expect(Self.guidance(first, seq: 5) == 1)
             #expect(Self.usage(first) == [55])
@@ -223,7 +236,8 @@ import WSClient
 
     @Test func withoutAStreamAReSentSegmentIsAnalysedAgain() async throws {
         try await withServer(usage: 60) { port in
-            let (first, second) = try await sendTwice(port: port, stream: nil)
+            // Analysed again: 6 goes once 5's guidance came.
+            let (first, second) = try await sendTwice(port: port, stream: nil) { Self.guidance($0, seq: 5) == 1 }
             #expect(first.contains(.ack(seq: 5)) && Self.usage(first) == [55])
             #expect(second.contains(.ack(seq: 5)))
             #expect(Self.guidance(first, seq: 5) == 1 && Self.guidance(second, seq: 5) == 1)
@@ -235,7 +249,9 @@ import WSClient
     /// refused, not analysed for free.
     @Test func aReSendWithOtherBytesIsRefused() async throws {
         try await withServer(usage: 60) { port in
-            let (_, second) = try await sendTwice(port: port, stream: "s-1", resend: Array(repeating: 9, count: 2000))
+            let (_, second) = try await sendTwice(port: port, stream: "s-1", resend: Array(repeating: 9, count: 2000)) { messages in
+                messages.contains { if case .error(.badSegment, _, 5) = $0 { true } else { false } }
+            }
             #expect(!second.contains(.ack(seq: 5)))
             #expect(second.contains { if case .error(.badSegment, _, 5) = $0 { true } else { false } })
             #expect(Self.guidance(second, seq: 5) == 0)

@@ -6,23 +6,7 @@ import NIOHTTP1
 import TestSupport
 import Testing
 
-/// A real HEVC segment, made once by the ffmpeg CLI (libx265) on a thread of its own: 2 s of
-/// `testsrc2` at 320x180, 10 fps.
-enum SampleSegment {
-    static let available = FileManager.default.isExecutableFile(atPath: "/usr/bin/ffmpeg")
-
-    private static let made = Task<Data, Never> {
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("hosted-model-\(UUID().uuidString).mp4")
-        defer { try? FileManager.default.removeItem(at: file) }
-        _ = try? await Command.executeAsync("ffmpeg", [
-            "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=320x180:rate=10", "-t", "2", "-c:v", "libx265",
-            "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path,
-        ])
-        return (try? Data(contentsOf: file)) ?? Data()
-    }
-
-    static func data() async -> Data { await made.value }
-
+extension SampleSegment {
     static func received(seq: Int = 7, locale: String = "ko-KR") async -> ReceivedSegment {
         let data = await data()
         return ReceivedSegment(
@@ -36,7 +20,7 @@ enum SampleSegment {
 /// The `gemini` and `openai` analyzers against loopback stand-ins of their services: the exact
 /// request each one sends, and what it does with each documented reply.
 @Suite(.serialized) struct HostedModelTests {
-    static let answer = #"{"clear": false, "priority": "urgent", "text": "보행자가 있습니다. 속도를 줄이세요.", "hazards": ["pedestrian"]}"#
+    static let answer = GeminiReplies.sampleAnswer
     static let fastRules: ModelCallRules.Settings = {
         var rules = ModelCallRules.Settings()
         rules.backoff = .milliseconds(20)

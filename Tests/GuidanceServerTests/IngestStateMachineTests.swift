@@ -1,8 +1,8 @@
-import Crypto
 import Foundation
 import GuidanceProtocol
 @testable import GuidanceServer
 import PropertyBased
+import TestSupport
 import Testing
 
 /// The session's rules, without a socket: every message in, every action out.
@@ -17,7 +17,7 @@ import Testing
         return ClientMessage.hello(hello).encoded()
     }
 
-    static func sha(_ data: [UInt8]) -> String { SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() }
+    static func sha(_ data: [UInt8]) -> String { sha256Hex(data) }
 
     static func header(seq: Int = 1, durationMs: Int = 5000, frames: Int = 50, bytes: Int, chunks: Int?, sha: String, data: String? = nil) -> String {
         ClientMessage.segment(.init(seq: seq, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: durationMs, frames: frames,

@@ -2,6 +2,7 @@ import Foundation
 import HAL
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 
 // The player against a fake line that records every edge with its time and thread, the pattern
@@ -96,16 +97,6 @@ private func capturingLogger() -> (Logger, CapturingLogHandler.Box) {
 
 private let logger = capturingLogger().0
 
-/// Polls `condition` every 2 ms until it holds or `timeout` passes; whether it held. A late
-/// wake-up only makes the wait longer.
-private func eventually(within timeout: Duration = .seconds(5), _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try? await Task.sleep(for: .milliseconds(2))
-    }
-    return condition()
-}
 
 /// Runs `body` on a new thread after `delay`; what it returns is in the result once it is done.
 private func onThread<T: Sendable>(after delay: Duration, _ body: @escaping @Sendable () -> T) -> ThreadResult<T> {
@@ -169,30 +160,31 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
         let line = FakeHapticLine()
         let haptics = try Haptics(line: line, logger: logger)
         #expect(line.values == [false])
-        try await Task.sleep(for: .milliseconds(50))
-        #expect(line.values == [false])
         #expect(!line.released)
         #expect(haptics.recentLatencies.isEmpty)
+        // Closing joins the thread: nothing it did while idle can land after this.
         haptics.close()
+        #expect(line.values == [false])
     }
 
-    @Test func clearIsOnePulseOfAbout150Milliseconds() async throws {
+    /// How soon the pulse starts and how close to 150 ms it lasts on a loaded board is measured by
+    /// `bench/haptics-latency.sh`, not here: a busy test machine only makes both later.
+    @Test func clearIsOnePulseOfAtLeast150Milliseconds() async throws {
         let line = FakeHapticLine()
         let haptics = try Haptics(line: line, logger: logger)
-        defer { haptics.close() }
         let received = ContinuousClock.now
         haptics.play(.clear, receivedAt: received)
         #expect(await eventually { line.values.count >= 3 })
-        try await Task.sleep(for: .milliseconds(100))
+        let latencies = haptics.recentLatencies
+        haptics.close()
         #expect(line.values == [false, true, false])
         let pulses = line.pulses
         try #require(pulses.count == 1)
-        #expect(pulses[0].length >= .milliseconds(120) && pulses[0].length <= .milliseconds(400), "\(pulses[0].length)")
-        let latencies = haptics.recentLatencies
+        // The thread ends the pulse at its deadline or later, never sooner.
+        #expect(pulses[0].length >= .milliseconds(150), "\(pulses[0].length)")
         try #require(latencies.count == 1)
         // What was measured is the time from `receivedAt` to the edge the fake recorded.
         #expect(latencies[0] >= received.duration(to: pulses[0].start))
-        #expect(latencies[0] < .milliseconds(250), "\(latencies[0])")
     }
 
     @Test func theFirstEdgeIsSetOnTheCallersThreadBeforePlayReturns() async throws {
@@ -238,8 +230,8 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
         let caller = try #require(last.value.withLock { $0 })
         let callerStarted = { (edges: [FakeHapticLine.Edge]) in edges.lastIndex { pthread_equal($0.thread, caller) != 0 } }
         #expect(await eventually { callerStarted(line.edges).map { line.edges.count - $0 >= 4 } == true })
-        // Time for a stale edge of an older pattern to land, if one could.
-        try await Task.sleep(for: .milliseconds(100))
+        // Closing joins the thread: a stale edge of an older pattern, if one could land, has.
+        haptics.close()
         let edges = line.edges
         // On, off, on, off, …: a pulse ended by a stale edge of an older pattern would show as
         // two edges alike in a row, or the last pattern short of its four edges.
@@ -252,77 +244,77 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
     @Test func alertIsThreePulsesWithGapsBetween() async throws {
         let line = FakeHapticLine()
         let haptics = try Haptics(line: line, logger: logger)
-        defer { haptics.close() }
         haptics.play(.alert)
         #expect(await eventually { line.values.count >= 7 })
-        try await Task.sleep(for: .milliseconds(150))
+        #expect(haptics.recentLatencies.count == 1)
+        haptics.close()
         #expect(line.values == [false, true, false, true, false, true, false])
         let pulses = line.pulses
         try #require(pulses.count == 3)
-        for pulse in pulses {
-            #expect(pulse.length >= .milliseconds(64) && pulse.length <= .milliseconds(350), "\(pulse.length)")
+        // Each time is waited for in full (a late wake-up only makes it longer).
+        let times = HapticPattern.alert.milliseconds
+        for (index, pulse) in pulses.enumerated() {
+            #expect(pulse.length >= .milliseconds(times[2 * index]), "\(pulse.length)")
         }
-        for (earlier, later) in zip(pulses, pulses.dropFirst()) {
+        for (index, (earlier, later)) in zip(pulses, pulses.dropFirst()).enumerated() {
             let gap = (earlier.start + earlier.length).duration(to: later.start)
-            #expect(gap >= .milliseconds(64) && gap <= .milliseconds(350), "\(gap)")
+            #expect(gap >= .milliseconds(times[2 * index + 1]), "\(gap)")
         }
-        #expect(haptics.recentLatencies.count == 1)
     }
 
     @Test func aTrailingOffTimeEndsWithTheLineInactive() async throws {
         let line = FakeHapticLine()
         let haptics = try Haptics(line: line, logger: logger)
-        defer { haptics.close() }
         haptics.play(try pattern([40, 40, 40, 2000]))
         #expect(await eventually { line.values.count >= 5 })
-        try await Task.sleep(for: .milliseconds(100))
+        haptics.close()
         #expect(line.values == [false, true, false, true, false])
     }
 
     @Test func aNewerPatternCutsTheOnePlayingShortThenStarts() async throws {
         let line = FakeHapticLine()
         let haptics = try Haptics(line: line, logger: logger)
-        defer { haptics.close() }
-        haptics.play(try pattern([5000], name: "long"))
-        let preempted = onThread(after: .milliseconds(100)) { () -> ContinuousClock.Instant in
+        // Long, so the cut is the newer pattern's doing (checked by the thread that set it below),
+        // not the long pulse ending by itself.
+        haptics.play(try pattern([5000, 5000, 5000], name: "long"))
+        let preempted = onThread(after: .milliseconds(100)) { () -> (at: ContinuousClock.Instant, thread: pthread_t) in
             let now = ContinuousClock.now
             haptics.play(.clear, receivedAt: now)
-            return now
+            return (now, pthread_self())
         }
         #expect(await eventually { preempted.done && line.values.count >= 5 })
-        try await Task.sleep(for: .milliseconds(100))
+        #expect(haptics.recentLatencies.count == 2)
+        haptics.close()
         // Inactive first, then the new pulse: never two pulses at once.
         #expect(line.values == [false, true, false, true, false])
         let edges = line.edges
         #expect(zip(edges, edges.dropFirst()).allSatisfy { $0.at <= $1.at })
-        let pulses = line.pulses
-        try #require(pulses.count == 2)
-        let cut = try #require(preempted.value.withLock { $0 }).duration(to: edges[2].at)
-        #expect(cut >= .zero && cut < .milliseconds(1000), "the long pulse ended \(cut) after the newer pattern came")
-        #expect(pulses[0].length < .milliseconds(4500), "the long pulse was not cut: \(pulses[0].length)")
-        #expect(pulses[1].length >= .milliseconds(120) && pulses[1].length <= .milliseconds(400), "\(pulses[1].length)")
-        #expect(haptics.recentLatencies.count == 2)
+        let caller = try #require(preempted.value.withLock { $0 })
+        // The long pulse was cut by the newer pattern's caller, after it came, and the new pulse
+        // started on that same call.
+        #expect(edges[2].at >= caller.at)
+        #expect(pthread_equal(edges[2].thread, caller.thread) != 0, "the cut is the newer pattern's doing")
+        #expect(pthread_equal(edges[3].thread, caller.thread) != 0)
+        #expect(try #require(line.pulses.last).length >= .milliseconds(150))
     }
 
     @Test func closeStopsThePulseDrivesInactiveAndReleasesAndIsSafeTwice() async throws {
         let line = FakeHapticLine()
         let haptics = try Haptics(line: line, logger: logger)
-        haptics.play(try pattern([5000]))
-        let closing = onThread(after: .milliseconds(100)) { () -> Duration in
-            let start = ContinuousClock.now
+        // On for 5 s, off for 5 s, on again: a close that let the pattern play on would leave
+        // more edges than these three.
+        haptics.play(try pattern([5000, 5000, 5000]))
+        let closing = onThread(after: .milliseconds(100)) { () -> Bool in
             haptics.close()
-            return start.duration(to: .now)
+            return true
         }
         #expect(await eventually { closing.done })
-        let took = try #require(closing.value.withLock { $0 })
-        #expect(took < .milliseconds(1000), "close took \(took)")
         #expect(line.values == [false, true, false])
-        #expect(try #require(line.pulses.first).length < .milliseconds(4500))
         #expect(line.released)
         #expect(haptics.isReleased)
         haptics.close()
+        // After close, play sets nothing, not even its first edge (set on the caller's thread).
         haptics.play(.clear)
-        try await Task.sleep(for: .milliseconds(50))
         #expect(line.values == [false, true, false])
     }
 
@@ -356,8 +348,8 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
         let errors = logged.lines.withLock { $0 }
         #expect(errors.contains("haptics: alert [80, 80, 80, 80, 80] ms stopped: fake line: set call 3 failed"), "\(errors)")
         #expect(errors.contains { $0.contains("fake line cannot be driven inactive; releasing it") }, "\(errors)")
+        // Released: play sets nothing, not even its first edge (set on the caller's thread).
         haptics.play(.clear)
-        try await Task.sleep(for: .milliseconds(50))
         #expect(line.values == [false, true])
     }
 
@@ -368,12 +360,12 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
         defer { haptics.close() }
         haptics.play(.alert)
         #expect(await eventually { line.failures == 1 && line.values.count >= 3 })
-        try await Task.sleep(for: .milliseconds(300))
-        #expect(line.values == [false, true, false])
         #expect(!line.released)
         #expect(!haptics.isReleased)
         haptics.play(.clear)
         #expect(await eventually { line.values.count >= 5 })
+        // Closing joins the thread: had the alert gone on after its error, its edges would be here.
+        haptics.close()
         #expect(line.values == [false, true, false, true, false])
     }
 
@@ -385,11 +377,11 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
         for attempt in 1...2 {
             haptics.play(.clear)
             #expect(await eventually { line.failures == attempt })
-            try await Task.sleep(for: .milliseconds(20))
-            #expect(!line.released)
         }
         haptics.play(.clear)
         #expect(await eventually { line.released && haptics.isReleased })
+        // A line released after two failures would not have been tried a third time.
+        #expect(line.failures == 3)
         #expect(line.values.allSatisfy { !$0 })
     }
 

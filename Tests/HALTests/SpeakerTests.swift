@@ -2,6 +2,7 @@ import Foundation
 import HAL
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 
 /// Speaks `NAME/MILLISECONDS`: every sample of the utterance is the code of NAME's first
@@ -200,15 +201,6 @@ final class FakeSink: AudioSink, @unchecked Sendable {
     }
 }
 
-/// Polls `condition` until it holds or `timeout` passes.
-private func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try? await Task.sleep(for: .milliseconds(5))
-    }
-    return condition()
-}
 
 @Suite(.timeLimit(.minutes(1))) struct SpeakerTests {
     let logger = Logger(label: "speaker-tests")
@@ -216,7 +208,8 @@ private func eventually(timeout: Duration = .seconds(10), _ condition: () -> Boo
     @Test func anUrgentMessageCutsOffWhatIsPlayingAndPlaysNext() async throws {
         let sink = FakeSink()
         let speaker = try Speaker(synthesizer: FakeSynthesizer(), sink: sink, logger: logger)
-        speaker.say(text: "A/10000", voice: "en")
+        // Ten minutes: an A that was not cut would keep the test waiting, not pass it.
+        speaker.say(text: "A/600000", voice: "en")
         #expect(await eventually { sink.samplesWritten(of: "A") > 0 })
         let urgentAt = ContinuousClock.now
         speaker.say(text: "B/300", voice: "ko", urgent: true, receivedAt: urgentAt)
@@ -224,15 +217,16 @@ private func eventually(timeout: Duration = .seconds(10), _ condition: () -> Boo
 
         #expect(sink.script == ["begin en", "write A", "stop", "begin ko", "write B", "drain"])
         // A was cut: far from all of it written. B played whole.
-        #expect(sink.samplesWritten(of: "A") < FakeSynthesizer.samples(ms: 8000))
+        #expect(sink.samplesWritten(of: "A") < FakeSynthesizer.samples(ms: 600_000))
         #expect(sink.samplesWritten(of: "B") == FakeSynthesizer.samples(ms: 300))
         let stoppedAt = try #require(sink.firstTime(of: .stop))
-        #expect(urgentAt.duration(to: stoppedAt) < .seconds(2))
+        #expect(stoppedAt >= urgentAt)
         #expect(speaker.stats.spoken == 1)
         #expect(speaker.stats.cutOff == 1)
         #expect(speaker.stats.replaced == 0)
         #expect(speaker.recentLatencies.count == 2)
-        #expect(try #require(speaker.recentLatencies.last) < .seconds(2))
+        // B's latency counts from its receipt, A's cut included.
+        #expect(try #require(speaker.recentLatencies.last) >= urgentAt.duration(to: stoppedAt))
     }
 
     @Test func nothingOfTheCutUtteranceIsWrittenAfterTheBlockInHand() async throws {
@@ -332,7 +326,6 @@ private func eventually(timeout: Duration = .seconds(10), _ condition: () -> Boo
         speaker.say(text: "", voice: "en", urgent: true)
         speaker.say(text: " \n\t", voice: "en")
         await speaker.waitUntilIdle()
-        try await Task.sleep(for: .milliseconds(50))
         #expect(sink.calls == [.open(8000)])
         #expect(speaker.stats == Speaker.Stats())
     }
@@ -364,8 +357,8 @@ private func eventually(timeout: Duration = .seconds(10), _ condition: () -> Boo
 
         let all = reported.withLock { $0 }
         #expect(all.count == 3)
-        #expect(all[0] >= .milliseconds(500) && all[0] < .seconds(3))
-        #expect(all[1] >= .zero && all[1] < .seconds(2))
+        #expect(all[0] >= .milliseconds(500))
+        #expect(all[1] >= .zero && all[2] >= .zero)
         #expect(speaker.recentLatencies == Array(all.suffix(2)))
     }
 
@@ -413,11 +406,10 @@ private func eventually(timeout: Duration = .seconds(10), _ condition: () -> Boo
     @Test func closingCutsOffAndClosesTheSink() async throws {
         let sink = FakeSink()
         let speaker = try Speaker(synthesizer: FakeSynthesizer(), sink: sink, logger: logger)
-        speaker.say(text: "A/30000", voice: "en")
+        // Ten minutes: a close that let A play out would keep the test waiting, not pass it.
+        speaker.say(text: "A/600000", voice: "en")
         #expect(await eventually { sink.samplesWritten(of: "A") > 0 })
-        let start = ContinuousClock.now
         speaker.close()
-        #expect(start.duration(to: .now) < .seconds(2))
         #expect(sink.script == ["begin en", "write A", "stop", "close"])
         speaker.say(text: "B/100", voice: "en")
         await speaker.waitUntilIdle()

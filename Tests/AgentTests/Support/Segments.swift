@@ -1,3 +1,4 @@
+import TestSupport
 import Foundation
 import HAL
 
@@ -8,7 +9,7 @@ func testSegment(seq: Int, capturedAt: UInt64, bytes: Int = 100) -> Segment {
         metadata: SegmentMetadata(
             seq: seq, capturedAt: Date(), captureStartMonotonicNs: capturedAt, durationMs: 5000, frames: 50,
             droppedFrames: 0, bytes: data.count,
-            sha256: SHA256Hex.of(data), encoder: "test", width: 320, height: 180, fps: 10,
+            sha256: sha256Hex(data), encoder: "test", width: 320, height: 180, fps: 10,
             complete: true, endReason: .complete),
         data: data)
 }

@@ -1,0 +1,19 @@
+import Agent
+import Foundation
+import TestSupport
+import Testing
+
+@Suite struct ProbeCommandTests {
+    @Test func probeReportsWhichEncodersOpenAndWhy() async throws {
+        let result = try Command.execute(RecordCommandTests.agent, ["probe", "--json", "--device", "/dev/null"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        let encoders = try #require(report["encoders"] as? [[String: Any]])
+        #expect(encoders.map { $0["name"] as? String } == ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc", "libx265"])
+        #expect(encoders.last?["opens"] as? Bool == true)
+        #expect(encoders.first?["opens"] as? Bool == false)
+        #expect((encoders.first?["reason"] as? String)?.isEmpty == false)
+        let notCameras = try #require(report["notCameras"] as? [String: String])
+        #expect(notCameras["/dev/null"]?.contains("not a video capture device") == true)
+    }
+}

@@ -1,0 +1,130 @@
+import Agent
+import Foundation
+import Glibc
+import TestSupport
+import Testing
+
+/// The real `dashcam-agent` and `guidance-server` binaries, as separate processes.
+@Suite(.serialized) struct UplinkSystemTests {
+    @Test func twentyServerRestartsLeakNoSocketsOrThreadsInTheAgent() async throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        var (server, port) = try await files.startServer()
+        let agent = try Spawned(
+            "dashcam-agent",
+            ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["reconnectBackoffMs": "[50, 300]"])],
+            folder: files.folder)
+        defer { agent.stop() }
+        try #require(await server.wait(for: .seconds(30)) { $0.stderr.contains("opened") }, "no session: \(agent.stderr)")
+
+        var baseline: (fds: Int, threads: Int, rssKiB: Int)?
+        for restart in 1...20 {
+            server.stop(SIGKILL)
+            (server, _) = try await files.startServer(port: port)
+            let reconnected = await server.wait(for: .seconds(60)) { $0.stderr.contains("opened") }
+            try #require(reconnected, "restart \(restart): the agent did not come back: \(agent.stderr.suffix(2000))")
+            if restart == 2 { baseline = agent.resources }
+        }
+        let after = agent.resources
+        let before = try #require(baseline)
+        // A leaked session would hold a socket (and its event-loop work) per restart: 18 more.
+        #expect(after.fds <= before.fds + 2, "fds \(before.fds) → \(after.fds)")
+        #expect(after.threads <= before.threads + 2, "threads \(before.threads) → \(after.threads)")
+        #expect(agent.process.isRunning)
+        server.stop()
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func aServerThatStopsReadingLeavesMemoryFlatAndDropsAreCounted() async throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        // Takes the upgrade, then never reads again (each new session too). Lossless segments at full speed (about
+        // 13 MB a minute) fill the socket buffers on both ends within seconds.
+        let server = try await RawWebSocketServer(receiveBuffer: 4096) { _ in [.stopReading] }
+        let agent = try Spawned(
+            "dashcam-agent",
+            ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(server.port)/v1/stream", pace: "fast", crf: 0)],
+            folder: files.folder)
+        try await Task.sleep(for: .seconds(20))
+        let early = agent.resources
+        try await Task.sleep(for: .seconds(40))
+        let late = agent.resources
+        // This server never acknowledges: every recorded segment is only on disk.
+        let json = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+                                                  ["status", "--json", "--socket", files.path("status.sock")])
+        let status = try JSONDecoder().decode(AgentStatus.self, from: Data(json.stdout.utf8))
+        #expect(status.uplink.acked == 0 && status.uplink.notSent == status.camera.segments && status.camera.segments > 30,
+                "\(json.stdout)")
+        #expect(agent.stop() == 0)
+        await server.stop()
+
+        let produced = agent.stdout.split(separator: "\n").count
+        let summary = try #require(agent.stderr.split(separator: "\n").last { $0.contains("uplink: sent") }, "\(agent.stderr.suffix(2000))")
+        func number(after word: String) -> Int {
+            guard let range = summary.range(of: word + " ") else { return -1 }
+            return Int(summary[range.upperBound...].prefix { $0.isNumber }) ?? -1
+        }
+        let acked = number(after: "acked"), dropped = number(after: "dropped"), sessions = number(after: "sessions")
+        // Far more than the 3 the queue holds (a busy machine here made 81 in the minute, an idle one 199).
+        #expect(produced > 30, "the test pattern at full speed makes many segments a minute")
+        #expect(dropped > 0)
+        // Nothing is acknowledged, so every segment is dropped and counted, or still held (at most
+        // uplink.queueSegments, 3) when the agent stops: sent is not enough to let one go.
+        #expect(acked == 0 && (0...3).contains(produced - dropped), "produced \(produced), acked \(acked), dropped \(dropped)")
+        // The silence is noticed: the session is given up and others tried, not held for the whole minute.
+        #expect(sessions >= 3, "\(summary)")
+        #expect(late.rssKiB - early.rssKiB < 12 * 1024, "RSS \(early.rssKiB) KiB at 20 s, \(late.rssKiB) KiB at 60 s")
+        print("stalled server: produced \(produced), sessions \(sessions), dropped \(dropped); RSS \(early.rssKiB) KiB at 20 s, \(late.rssKiB) KiB at 60 s")
+    }
+
+    @Test func sigtermSendsTheLastSegmentThenClosesWithGoingAway() async throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        let welcome = #"{"type":"welcome","session":"s1","usage":{"remainingSeconds":null}}"#
+        let server = try await RawWebSocketServer { _ in [.text(welcome)] }
+        let agent = try Spawned(
+            "dashcam-agent", ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(server.port)/v1/stream", segmentSeconds: 1)],
+            folder: files.folder)
+        try #require(await agent.wait(for: .seconds(30)) { $0.stdout.split(separator: "\n").count >= 2 }, "\(agent.stderr.suffix(2000))")
+        let stopped = ContinuousClock.now
+        #expect(agent.stop() == 0)
+        let took = ContinuousClock.now - stopped
+        let recorded = agent.stdout.split(separator: "\n").count
+        // hello, then a header and one chunk per segment, the one closed by the stop included.
+        #expect(server.dataFrames == 1 + 2 * recorded, "\(server.dataFrames) frames for \(recorded) segments")
+        #expect(server.closeCodes == [1001], "\(server.closeCodes)")
+        // This server never acknowledges: the drain (uplink.drainMs) runs out, and the agent ends.
+        print("SIGTERM → exit \(took) (drain unanswered); \(recorded) segments, all sent, close 1001")
+        await server.stop()
+    }
+
+    @Test(.enabled(if: TwoPaths.available, "needs root and network namespaces"))
+    func movingTheCarsDefaultRouteOpensANewSessionOverTheOtherPath() async throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        let paths = try TwoPaths()
+        defer { paths.remove() }
+        let (server, port) = try await files.startServer(prefix: paths.exec(in: paths.server), host: TwoPaths.serverAddress)
+        defer { server.stop() }
+        let agent = try Spawned(
+            "dashcam-agent",
+            ["record", "--config", try files.agentConfig(url: "ws://\(TwoPaths.serverAddress):\(port)/v1/stream")],
+            prefix: paths.exec(in: paths.car), folder: files.folder)
+        defer { agent.stop() }
+        try #require(await server.wait(for: .seconds(30)) { $0.count("opened", in: $0.stderr) == 1 }, "no session: \(agent.stderr)")
+        // The old path stays up, so its TCP connection would live on: only the route change can
+        // make the agent open a second session.
+        let moved = ContinuousClock.now
+        try paths.switchToPath(2)
+        let reopened = await server.wait(for: .seconds(60)) { $0.count("opened", in: $0.stderr) == 2 }
+        let elapsed = ContinuousClock.now - moved
+        try #require(reopened, "no new session after the route moved: \(agent.stderr.suffix(2000))")
+        print("route moved → the server logged the new session after \(elapsed)")
+        #expect(agent.stderr.contains("network changed"))
+        #expect(agent.stderr.contains("moved from va1 to va2"), "\(agent.stderr.suffix(1000))")
+        // The server lets the old session go: the agent's 1001 ends it, or the new one supersedes it.
+        #expect(await server.wait(for: .seconds(60)) { $0.stderr.contains("ended") || $0.stderr.contains("superseded") },
+                "\(server.stderr.suffix(2000))")
+        #expect(agent.stop() == 0)
+    }
+}

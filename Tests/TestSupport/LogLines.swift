@@ -1,0 +1,36 @@
+public import Logging
+import Synchronization
+
+/// Log lines, kept for a test to read.
+public final class LogLines: Sendable {
+    public init() {}
+
+    private let lines = Mutex<[String]>([])
+
+    public var all: [String] { lines.withLock { $0 } }
+
+    public func count(containing text: String) -> Int { all.filter { $0.contains(text) }.count }
+
+    public var logger: Logger {
+        var logger = Logger(label: "test") { _ in Handler(lines: self) }
+        logger.logLevel = .debug
+        return logger
+    }
+
+    fileprivate func append(_ line: String) { lines.withLock { $0.append(line) } }
+
+    private struct Handler: LogHandler {
+        let lines: LogLines
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .debug
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            lines.append("\(event.level) \(event.message)")
+        }
+    }
+}
