@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian 13 (trixie): the agent built and tested against trixie's libraries (FFmpeg 7.1,
-# libgpiod 2, libv4l 1.28, espeak-ng 1.52) in a Debian 13 root made here, with the Swift toolchain
+# libgpiod 2, libv4l 1.30, espeak-ng 1.52) in a Debian 13 root made here, with the Swift toolchain
 # on PATH mounted into it (Debian 13's own Swift is older than the 6.2 our dependencies need).
 # Needs root on a Debian or Ubuntu host (debootstrap, mount namespaces, chroot).
 #

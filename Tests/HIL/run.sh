@@ -28,7 +28,7 @@ set -euo pipefail
 
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$HIL_DIR/../.." && pwd)"
-VIRTME_NG_VERSION="${VIRTME_NG_VERSION:-1.42}"   # the version seen working (FACTS.md)
+VIRTME_NG_VERSION="${VIRTME_NG_VERSION:-1.42}"   # the version seen working (README.md)
 
 say() { printf 'hil: %s\n' "$*"; }
 die() { printf 'hil: error: %s\n' "$*" >&2; exit 2; }
