@@ -29,7 +29,8 @@ if [ -z "${AGENT_BIN:-}" ]; then
     fi
     # The order file is not an input the build tracks: link again every time.
     rm -f "${DEB_SCRATCH:-.build}/release/dashcam-agent"
-    swift build -c release --static-swift-stdlib --disable-local-rpath --product dashcam-agent "${LINK[@]}" ${DEB_SCRATCH:+--scratch-path "$DEB_SCRATCH"} >&2
+    # The versions in Package.resolved, as every build of the project.
+    swift build -c release --force-resolved-versions --static-swift-stdlib --disable-local-rpath --product dashcam-agent "${LINK[@]}" ${DEB_SCRATCH:+--scratch-path "$DEB_SCRATCH"} >&2
     AGENT_BIN=${DEB_SCRATCH:-.build}/release/dashcam-agent
 fi
 OUT="${DEB_OUT:-deploy/out}"

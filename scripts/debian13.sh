@@ -122,7 +122,7 @@ make_root() {
 
 # Dependencies are resolved on the host (its git reaches the package sources), into the scratch
 # folder the root's build then uses without fetching.
-resolve() { (cd "$REPO" && swift package resolve --scratch-path "$1" >&2); }
+resolve() { (cd "$REPO" && swift package resolve "${RESOLVED_FLAGS[@]}" --scratch-path "$1" >&2); }
 
 # shellcheck source=steps.sh
 source "$REPO/scripts/steps.sh"

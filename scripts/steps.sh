@@ -27,7 +27,13 @@ swift_tests() {
     swift test --skip-build "$@" --filter "^$target\."
 }
 
-# The test command's debug build carries no DWARF: it builds and links about a quarter faster on
-# two cores. Failed expectations name their source line anyway (#expect records it), and a crash's
-# backtrace keeps the function names. A build for debugging is plain `swift build`.
-DEBUG_BUILD_FLAGS=(-debug-info-format none)
+# Every build of the test command takes the versions in the committed Package.resolved and fails
+# if it is out of date (after a change to Package.swift's dependencies: `swift package resolve`,
+# then commit the file), so every clone builds the same code.
+RESOLVED_FLAGS=(--force-resolved-versions)
+
+# The test command's debug build carries no DWARF and writes no index store (only an editor reads
+# it): it builds and links about a quarter faster on two cores. Failed expectations name their
+# source line anyway (#expect records it), and a crash's backtrace keeps the function names. A
+# build for debugging is plain `swift build`.
+DEBUG_BUILD_FLAGS=("${RESOLVED_FLAGS[@]}" --disable-index-store -debug-info-format none)

@@ -49,6 +49,7 @@ wait_roots() {
 if [ "${DEBIAN13:-1}" != 0 ] || [ "${HIL:-1}" != 0 ] || { [ "${PACKAGE:-1}" != 0 ] && [ "${BOOT:-1}" != 0 ]; }; then
     step "roots and VM parts: started beside the build" prepare_roots
 fi
+step "Debian 12: resolve dependencies (Package.resolved)" swift package resolve "${RESOLVED_FLAGS[@]}"
 step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
 step "Debian 12: swift build --build-tests" swift build --build-tests "${DEBUG_BUILD_FLAGS[@]}"
 step "roots and VM parts: made beside the build (wait)" wait_roots
