@@ -168,7 +168,7 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
     }
 
     /// How soon the pulse starts and how close to 150 ms it lasts on a loaded board is measured by
-    /// `bench/haptics-latency.sh`, not here: a busy test machine only makes both later.
+    /// `bench/voice_touch.sh` (BENCHMARKS.md, "Voice and touch"), not here: a busy test machine only makes both later.
     @Test func clearIsOnePulseOfAtLeast150Milliseconds() async throws {
         let line = FakeHapticLine()
         let haptics = try Haptics(line: line, logger: logger)
