@@ -48,8 +48,8 @@ import Testing
 @Suite(.serialized) struct UplinkLoopbackTests {
     static let logger = Logger(label: "uplink-test")
 
-    func makeServer(port: Int) -> GuidanceServer {
-        GuidanceServer(
+    func makeServer(port: Int) -> StreamServer {
+        StreamServer(
             settings: .init(host: "127.0.0.1", port: port, idleTimeoutSeconds: 30),
             tokens: DeviceTokens(["t0k3n": "car-7"]),
             analyzer: ScriptedAnalyzer(items: [.init(text: "slow down", lang: "en-US", clear: false, priority: .normal),
@@ -69,7 +69,7 @@ import Testing
     }
 
     /// Starts the server; returns its task and the bound port.
-    func start(_ server: GuidanceServer) async throws -> (Task<Void, any Error>, Int) {
+    func start(_ server: StreamServer) async throws -> (Task<Void, any Error>, Int) {
         let port = Mutex(0)
         let app = try server.application { bound in port.withLock { $0 = bound } }
         let task = Task { try await app.run() }
@@ -223,7 +223,7 @@ enum SHA256Hex {
     @Test func aServerCertificateFromAnUnknownCAIsRefusedUnlessCaFileNamesIt() async throws {
         let credentials = try makeCredentials()
         defer { try? FileManager.default.removeItem(at: credentials.folder) }
-        let server = GuidanceServer(
+        let server = StreamServer(
             settings: .init(host: "127.0.0.1", port: 0, tls: (credentials.cert, credentials.key)),
             tokens: DeviceTokens(["t0k3n": "car-7"]),
             analyzer: ScriptedAnalyzer(items: [.init(text: nil, lang: nil, clear: true, priority: nil)], order: .order),

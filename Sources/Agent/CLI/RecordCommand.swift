@@ -93,7 +93,7 @@ struct RecordCommand: AsyncParsableCommand {
         let router = GuidanceRouter(voice: voice, haptics: haptics, clear: patterns.clear, alert: patterns.alert,
                                     announcer: announcer, board: board, logger: logger)
         let offline = watch.map {
-            OfflineGuidance(settings: config.offlineSettings, watch: $0, router: router, announcer: announcer, board: board, logger: logger)
+            LocalGuidance(settings: config.localGuidanceSettings, watch: $0, router: router, announcer: announcer, board: board, logger: logger)
         }
         let control = ControlRequests(board: board, store: store, uplink: uplink, server: config.uplink.url, voice: voice,
                                       haptics: haptics, watch: watch)
@@ -105,7 +105,7 @@ struct RecordCommand: AsyncParsableCommand {
             router.patterns.current = patterns
             store.retention = new.retention
             logLevel.current = new.log.level
-            offline?.settings.current = new.offlineSettings
+            offline?.settings.current = new.localGuidanceSettings
         }
 
         let notifier = SystemdNotifier()
@@ -135,7 +135,7 @@ struct RecordCommand: AsyncParsableCommand {
         if notifier.isActive { services.append(heartbeat) }
         services.append(StatusSocket(path: config.status.socket, logger: logger, answer: control.answer))
         services.append(guidance)
-        if let offline, let watch { services.append(OfflineGuidanceService(guidance: offline, watch: watch)) }
+        if let offline, let watch { services.append(LocalGuidanceService(guidance: offline, watch: watch)) }
         if let uplink { services.append(UplinkService(uplink: uplink, logger: logger)) }
         services.append(recording)  // last: the first to be stopped
 

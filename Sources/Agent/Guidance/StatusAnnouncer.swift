@@ -12,7 +12,7 @@
 /// - `guidance unavailable` once when the server says its model service is down, again only
 ///   after guidance came back in between.
 ///
-/// - `guidance is now local` and `guidance from the server is back` when ``OfflineRules`` says.
+/// - `guidance is now local` and `guidance from the server is back` when ``LocalGuidanceRules`` says.
 ///
 /// Phrases due within ``gather`` of each other are spoken as one utterance ("connected, 43
 /// minutes left"): one after the other, each would replace the one waiting before it.
@@ -150,7 +150,7 @@ public actor StatusAnnouncer {
         unavailableSpoken = false
     }
 
-    /// A phrase whose once-only rule is kept elsewhere (``OfflineRules``), spoken at once with
+    /// A phrase whose once-only rule is kept elsewhere (``LocalGuidanceRules``), spoken at once with
     /// any gathered before it: the local warnings that follow must come after it, not replace it.
     public func say(_ phrase: StatusPhrase) {
         flush?.cancel()
