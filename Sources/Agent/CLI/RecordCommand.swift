@@ -71,7 +71,7 @@ struct RecordCommand: AsyncParsableCommand {
         }
         let pipeline = try CapturePipeline(
             source: config.makeSource(logger: logger), settings: config.pipelineSettings(maxSegments: segments),
-            tap: watch, logger: logger)
+            encoder: { try config.makeEncoder(inputFormat: $0, logger: logger) }, tap: watch, logger: logger)
         if let cap = retention.maxBytes {
             let source = config.recording.maxMegabytes != nil
                 ? "recording.maxMegabytes" : "\(AgentConfig.defaultCapPercent) % of its disk; recording.maxMegabytes sets another"
