@@ -80,10 +80,8 @@ struct RecordCommand: AsyncParsableCommand {
 
         let uplink = try config.makeUplink(logger: logger)
         let haptics = try config.makeHaptics(logger: logger)
-        defer { haptics.close() }
         let patterns = try config.hapticPatterns()
         let voice = config.makeVoice(logger: logger)
-        defer { voice.close() }
         let announcer = StatusAnnouncer { phrases in voice.announce(phrases) }
         let board = StatusBoard(AgentStatus(
             camera: .init(source: pipeline.cameraName, format: pipeline.cameraFormat, fps: config.camera.fps, state: "recording"),
@@ -131,7 +129,9 @@ struct RecordCommand: AsyncParsableCommand {
         let guidance = GuidanceService(
             router: router, announcer: announcer, board: board, cameraEvents: pipeline.events, uplink: uplink, offline: offline, voice: voice,
             speakToTheEnd: { segments != nil && !stopRequested.value })
-        var services: [any Service] = [ConfigReloadService(reloader: reloader, hangups: hangups)]
+        // First: the haptic line and the voice, whose threads are released last.
+        var services: [any Service] = [HapticsService(haptics: haptics), VoiceService(voice: voice)]
+        services.append(ConfigReloadService(reloader: reloader, hangups: hangups))
         if notifier.isActive { services.append(heartbeat) }
         services.append(StatusSocket(path: config.status.socket, logger: logger, answer: control.answer))
         services.append(guidance)
