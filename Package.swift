@@ -87,9 +87,16 @@ let package = Package(
         // pthread_setname_np, which needs _GNU_SOURCE.
         .target(name: "CThreads"),
 
+        // Files written whole or not at all, for the recording, config files and speech files.
+        .target(
+            name: "FileSupport",
+            swiftSettings: upcoming
+        ),
+
         .target(
             name: "HAL",
             dependencies: [
+                "FileSupport",
                 "CShims", "CThreads", "CV4L2", "CFFmpeg", "CGPIOD", "CALSA", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -103,6 +110,7 @@ let package = Package(
         .target(
             name: "ConfigSupport",
             dependencies: [
+                "FileSupport",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "Logging", package: "swift-log"),
@@ -116,19 +124,16 @@ let package = Package(
                 "RoadScene",
                 "GuidanceProtocol",
                 "ConfigSupport",
-                .product(name: "WSClient", package: "swift-websocket"),
+                "FileSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-                .product(name: "Configuration", package: "swift-configuration"),
-                .product(name: "Yams", package: "Yams"),
             ],
             swiftSettings: upcoming
         ),

@@ -1,8 +1,8 @@
+import FileSupport
 import Foundation
 import Glibc
 
-/// Replaces a configuration file whole: the new text goes to a temporary file beside it, which is
-/// flushed and renamed over the old one, and the folder is flushed. A program reading the file
+/// Replaces a configuration file whole, through ``DurableFileWriter``: a program reading the file
 /// meanwhile (a running server, the agent's reload) sees the old file or the new one, never half,
 /// and a power cut leaves one of the two.
 ///
@@ -18,44 +18,28 @@ public enum ConfigFileWriter {
         let url = URL(fileURLWithPath: path)
         let folder = url.deletingLastPathComponent().path
         let existing = try? FileManager.default.attributesOfItem(atPath: path)
-        let owner = existing ?? (try? FileManager.default.attributesOfItem(atPath: folder))
-        var mode = mode_t(wanted)
-        if keepMode, let kept = (existing?[.posixPermissions] as? NSNumber)?.uint16Value {
-            mode = mode_t(kept)
+        let ownerSource = existing ?? (try? FileManager.default.attributesOfItem(atPath: folder))
+        var mode = wanted
+        if keepMode, let kept = (existing?[.posixPermissions] as? NSNumber)?.intValue {
+            mode = kept
+        }
+        var owner: (user: UInt32, group: UInt32)?
+        if getuid() == 0, let uid = (ownerSource?[.ownerAccountID] as? NSNumber)?.uint32Value,
+           let gid = (ownerSource?[.groupOwnerAccountID] as? NSNumber)?.uint32Value {
+            owner = (uid, gid)
         }
         let temporary = "\(folder)/.\(url.lastPathComponent).\(getpid()).tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw WriteError(description: "cannot write \(temporary): \(String(cString: strerror(errno)))") }
-        var failure: String?
-        if fchmod(fd, mode) != 0 { failure = "cannot set its mode: \(String(cString: strerror(errno)))" }
-        if failure == nil, getuid() == 0, let uid = (owner?[.ownerAccountID] as? NSNumber)?.uint32Value,
-           let gid = (owner?[.groupOwnerAccountID] as? NSNumber)?.uint32Value, fchown(fd, uid, gid) != 0 {
-            failure = "cannot give it the owner of \(path): \(String(cString: strerror(errno)))"
-        }
-        if failure == nil {
-            let bytes = Array(text.utf8)
-            var written = 0
-            while written < bytes.count {
-                let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else {
-                    failure = n < 0 ? String(cString: strerror(errno)) : "the disk took \(written) of \(bytes.count) bytes"
-                    break
-                }
-                written += n
+        do {
+            try DurableFileWriter.write(Array(text.utf8), to: path, temporary: temporary, mode: mode, exactMode: true, owner: owner)
+        } catch {
+            switch error.step {
+            case .setMode:
+                throw WriteError(description: "cannot write \(path): cannot set its mode: \(error.reason)")
+            case .setOwner:
+                throw WriteError(description: "cannot write \(path): cannot give it the owner of \(path): \(error.reason)")
+            case .create, .write, .rename:
+                throw WriteError(description: error.description)
             }
-        }
-        if failure == nil, fsync(fd) != 0 { failure = String(cString: strerror(errno)) }
-        close(fd)
-        if failure == nil, rename(temporary, path) != 0 { failure = String(cString: strerror(errno)) }
-        if let failure {
-            unlink(temporary)
-            throw WriteError(description: "cannot write \(path): \(failure)")
-        }
-        let folderFD = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if folderFD >= 0 {
-            fsync(folderFD)
-            close(folderFD)
         }
     }
 }

@@ -7,10 +7,10 @@ extension ServerConfig {
     /// The server this configuration describes, with its tokens and analyzer loaded; `ledger`,
     /// `leases` and `services` come from ``openLedger(logger:)``. A problem with the tokens file,
     /// the script or the TLS files is a configuration error.
-    public func makeServer(logger: Logger, ledger: any UsageLedger, leases: any SessionLeases, services: [any Service]) throws -> GuidanceServer {
+    public func makeServer(logger: Logger, ledger: any UsageLedger, leases: any SessionLeases, services: [any Service]) throws -> StreamServer {
         let analyzer = try makeAnalyzer(ledger: ledger, logger: logger)
         let tls = server.tlsCertFile.flatMap { cert in server.tlsKeyFile.map { (certificateFile: cert, keyFile: $0) } }
-        return GuidanceServer(
+        return StreamServer(
             settings: .init(host: server.host, port: server.port, tls: tls, idleTimeoutSeconds: server.idleTimeoutSeconds,
                             keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections),
@@ -29,16 +29,16 @@ extension ServerConfig {
         case .gemini:
             let key = try apiKey(required: true) ?? ""
             let transcode: (@Sendable (Data) async throws -> Data)? = settings.transcodeToH264 ? { @Sendable data in try await SegmentVideo.h264(from: data) } : nil
-            let service = GeminiService(
+            let endpoint = GeminiEndpoint(
                 endpoint: settings.endpoint ?? ServerConfig.Kind.gemini.defaultEndpoint ?? "", model: settings.model ?? "gemini-2.5-flash",
                 apiKey: key, transcode: transcode)
-            return HostedModelAnalyzer(service: service, timeout: timeout, ledger: ledger, logger: logger)
+            return HostedModelAnalyzer(endpoint: endpoint, timeout: timeout, ledger: ledger, logger: logger)
         case .openai:
             let count = settings.keyframes
-            let service = OpenAIChatService(
+            let endpoint = OpenAIChatEndpoint(
                 endpoint: settings.endpoint ?? ServerConfig.Kind.openai.defaultEndpoint ?? "", model: settings.model ?? "",
                 apiKey: try apiKey(required: false), keyframes: { try await SegmentVideo.keyframeJPEGs(from: $0, count: count) })
-            return HostedModelAnalyzer(service: service, timeout: timeout, ledger: ledger, logger: logger)
+            return HostedModelAnalyzer(endpoint: endpoint, timeout: timeout, ledger: ledger, logger: logger)
         case .vision:
             do {
                 return try VisionAnalyzer(framesPerSegment: settings.visionFrames)

@@ -16,7 +16,7 @@ import Synchronization
 struct StreamSession {
     let id = UUID().uuidString
     let device: String
-    let settings: GuidanceServer.Settings
+    let settings: StreamServer.Settings
     let sessions: LiveSessions
     let leases: any SessionLeases
     let ledger: any UsageLedger

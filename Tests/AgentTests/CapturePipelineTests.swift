@@ -52,9 +52,13 @@ private final class UnpluggedCamera: FrameSource {
               segmentSeconds: 5, reopenBackoffMs: (1, 4), maxSegments: maxSegments)
     }
 
+    func hevc(_ inputFormat: PixelFormat) throws -> any VideoEncoder {
+        try HEVCEncoder(settings: settings().encoder, inputFormat: inputFormat)
+    }
+
     @Test func aLostCameraClosesTheSegmentEarlyAndRecordingResumesAfterReopen() async throws {
         let camera = UnpluggedCamera(format: format, framesBeforeLoss: 73, framesAfterReturn: 60)
-        let pipeline = try CapturePipeline(source: camera, settings: settings(), logger: Logger(label: "test"))
+        let pipeline = try CapturePipeline(source: camera, settings: settings(), encoder: hevc, logger: Logger(label: "test"))
         pipeline.start()
         var segments: [SegmentMetadata] = []
         for try await segment in pipeline.segments { segments.append(segment.metadata) }
@@ -69,7 +73,7 @@ private final class UnpluggedCamera: FrameSource {
 
     @Test func maxSegmentsEndsThePipeline() async throws {
         let source = TestPatternSource(format: format, realtime: false)
-        let pipeline = try CapturePipeline(source: source, settings: settings(maxSegments: 2), logger: Logger(label: "test"))
+        let pipeline = try CapturePipeline(source: source, settings: settings(maxSegments: 2), encoder: hevc, logger: Logger(label: "test"))
         pipeline.start()
         var count = 0
         for try await segment in pipeline.segments {
@@ -82,14 +86,14 @@ private final class UnpluggedCamera: FrameSource {
     @Test func aMissingCameraFailsBeforeAnythingRuns() throws {
         let camera = V4L2Camera(options: .init(device: "/dev/no-such-video", format: format), logger: Logger(label: "test"))
         #expect(throws: SourceError.notFound("/dev/no-such-video")) {
-            _ = try CapturePipeline(source: camera, settings: settings(), logger: Logger(label: "test"))
+            _ = try CapturePipeline(source: camera, settings: settings(), encoder: hevc, logger: Logger(label: "test"))
         }
     }
 
     @Test func aConsumerThatFallsBehindLosesTheOldestSegmentsCounted() async throws {
         let produced = CapturePipeline.bufferedSegments + 2
         let pipeline = try CapturePipeline(
-            source: TestPatternSource(format: format, realtime: false), settings: settings(maxSegments: produced), logger: Logger(label: "test"))
+            source: TestPatternSource(format: format, realtime: false), settings: settings(maxSegments: produced), encoder: hevc, logger: Logger(label: "test"))
         pipeline.start()
         // Nobody reads the segments until the capture thread has ended (its events end with it).
         for await _ in pipeline.events {}

@@ -8,7 +8,7 @@ import Testing
 @Suite struct RecordingStoreWriteTests {
     /// A write that waits until the test lets it go, then writes the file for real.
     final class HeldWrite: Sendable {
-        let gate = ConditionLock((started: false, released: false))
+        let gate = WaitableState((started: false, released: false))
 
         func write(_ bytes: [UInt8], to file: URL) throws(OutputError) {
             gate.update { $0.started = true }
@@ -34,7 +34,7 @@ import Testing
         let start = Date(timeIntervalSince1970: 1_795_000_000)
 
         // The recording writes segment 7 on a thread of its own; the disk does not let it finish.
-        let recorded = ConditionLock<RecordingStore.Recorded?>(nil)
+        let recorded = WaitableState<RecordingStore.Recorded?>(nil)
         let writer = try NamedThread.start(name: "test-writer") {
             let result = store.record(segment(seq: 7, at: start))
             recorded.update { $0 = result }

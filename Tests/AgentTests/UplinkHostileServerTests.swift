@@ -87,7 +87,7 @@ import Testing
     }
 
     @Test func aWrongTokenIsReportedAsAnAuthFailureAndRetriedOnlyMuchLater() async throws {
-        let server = GuidanceServer(
+        let server = StreamServer(
             settings: .init(host: "127.0.0.1", port: 0), tokens: DeviceTokens(["right": "car-9"]),
             analyzer: ScriptedAnalyzer(items: [.init(text: "never", lang: "en", clear: false, priority: .normal)], order: .order),
             ledger: SQLiteLedger(path: ":memory:", logger: Self.logger), logger: Self.logger)

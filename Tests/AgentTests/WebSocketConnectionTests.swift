@@ -24,7 +24,7 @@ import Testing
 
     /// Starts the reference server; returns its task and the bound port.
     func startGuidanceServer() async throws -> (Task<Void, any Error>, Int) {
-        let server = GuidanceServer(
+        let server = StreamServer(
             settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: 30),
             tokens: DeviceTokens(["t0k3n": "car-7"]),
             analyzer: ScriptedAnalyzer(items: [], order: .seq), ledger: SQLiteLedger(path: ":memory:", logger: Self.logger),

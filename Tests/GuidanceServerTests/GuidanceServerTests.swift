@@ -19,7 +19,7 @@ import WSClient
 
     /// Runs a server on a free port for the duration of `body`.
     func withServer(usage: Int? = nil, idleSeconds: Int = 30, _ body: @Sendable (Int) async throws -> Void) async throws {
-        let server = GuidanceServer(
+        let server = StreamServer(
             settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: idleSeconds, usageSeconds: usage),
             tokens: DeviceTokens(["good-token": "car-1", "other-token": "car-2"]),
             analyzer: ScriptedAnalyzer(items: Self.script, order: .order),

@@ -30,7 +30,7 @@ extension SampleSegment {
 
     func gemini(_ url: String, ledger: (any UsageLedger)? = nil, timeout: Duration = .seconds(30)) -> HostedModelAnalyzer {
         HostedModelAnalyzer(
-            service: GeminiService(endpoint: "\(url)/v1beta", model: "gemini-2.5-flash", apiKey: "test-key-123", transcode: nil),
+            endpoint: GeminiEndpoint(endpoint: "\(url)/v1beta", model: "gemini-2.5-flash", apiKey: "test-key-123", transcode: nil),
             timeout: timeout, rules: Self.fastRules, ledger: ledger, logger: Logger(label: "gemini-test"))
     }
 
@@ -190,7 +190,7 @@ extension SampleSegment {
 
     func openai(_ url: String, key: String?, keyframes: Int = 3) -> HostedModelAnalyzer {
         HostedModelAnalyzer(
-            service: OpenAIChatService(endpoint: "\(url)/v1", model: "qwen2.5-vl", apiKey: key,
+            endpoint: OpenAIChatEndpoint(endpoint: "\(url)/v1", model: "qwen2.5-vl", apiKey: key,
                                        keyframes: { try await SegmentVideo.keyframeJPEGs(from: $0, count: keyframes) }),
             // Long enough for the keyframes on a machine busy with every other test.
             timeout: .seconds(30), rules: Self.fastRules, ledger: nil, logger: Logger(label: "openai-test"))

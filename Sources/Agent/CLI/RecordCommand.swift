@@ -71,7 +71,7 @@ struct RecordCommand: AsyncParsableCommand {
         }
         let pipeline = try CapturePipeline(
             source: config.makeSource(logger: logger), settings: config.pipelineSettings(maxSegments: segments),
-            tap: watch, logger: logger)
+            encoder: { try config.makeEncoder(inputFormat: $0, logger: logger) }, tap: watch, logger: logger)
         if let cap = retention.maxBytes {
             let source = config.recording.maxMegabytes != nil
                 ? "recording.maxMegabytes" : "\(AgentConfig.defaultCapPercent) % of its disk; recording.maxMegabytes sets another"
@@ -80,10 +80,8 @@ struct RecordCommand: AsyncParsableCommand {
 
         let uplink = try config.makeUplink(logger: logger)
         let haptics = try config.makeHaptics(logger: logger)
-        defer { haptics.close() }
         let patterns = try config.hapticPatterns()
         let voice = config.makeVoice(logger: logger)
-        defer { voice.close() }
         let announcer = StatusAnnouncer { phrases in voice.announce(phrases) }
         let board = StatusBoard(AgentStatus(
             camera: .init(source: pipeline.cameraName, format: pipeline.cameraFormat, fps: config.camera.fps, state: "recording"),
@@ -93,7 +91,7 @@ struct RecordCommand: AsyncParsableCommand {
         let router = GuidanceRouter(voice: voice, haptics: haptics, clear: patterns.clear, alert: patterns.alert,
                                     announcer: announcer, board: board, logger: logger)
         let offline = watch.map {
-            OfflineGuidance(settings: config.offlineSettings, watch: $0, router: router, announcer: announcer, board: board, logger: logger)
+            LocalGuidance(settings: config.localGuidanceSettings, watch: $0, router: router, announcer: announcer, board: board, logger: logger)
         }
         let control = ControlRequests(board: board, store: store, uplink: uplink, server: config.uplink.url, voice: voice,
                                       haptics: haptics, watch: watch)
@@ -105,7 +103,7 @@ struct RecordCommand: AsyncParsableCommand {
             router.patterns.current = patterns
             store.retention = new.retention
             logLevel.current = new.log.level
-            offline?.settings.current = new.offlineSettings
+            offline?.settings.current = new.localGuidanceSettings
         }
 
         let notifier = SystemdNotifier()
@@ -131,11 +129,13 @@ struct RecordCommand: AsyncParsableCommand {
         let guidance = GuidanceService(
             router: router, announcer: announcer, board: board, cameraEvents: pipeline.events, uplink: uplink, offline: offline, voice: voice,
             speakToTheEnd: { segments != nil && !stopRequested.value })
-        var services: [any Service] = [ConfigReloadService(reloader: reloader, hangups: hangups)]
+        // First: the haptic line and the voice, whose threads are released last.
+        var services: [any Service] = [HapticsService(haptics: haptics), VoiceService(voice: voice)]
+        services.append(ConfigReloadService(reloader: reloader, hangups: hangups))
         if notifier.isActive { services.append(heartbeat) }
         services.append(StatusSocket(path: config.status.socket, logger: logger, answer: control.answer))
         services.append(guidance)
-        if let offline, let watch { services.append(OfflineGuidanceService(guidance: offline, watch: watch)) }
+        if let offline, let watch { services.append(LocalGuidanceService(guidance: offline, watch: watch)) }
         if let uplink { services.append(UplinkService(uplink: uplink, logger: logger)) }
         services.append(recording)  // last: the first to be stopped
 

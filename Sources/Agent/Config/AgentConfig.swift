@@ -108,7 +108,7 @@ public struct AgentConfig: LoadableConfig {
         public init() {}
     }
 
-    /// Local guidance: checks on the captured frames while no server guides (``OfflineRules``).
+    /// Local guidance: checks on the captured frames while no server guides (``LocalGuidanceRules``).
     public struct Offline: Sendable, Equatable {
         public var enabled = true
         public var fps = 1

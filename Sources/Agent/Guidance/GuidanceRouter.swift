@@ -11,7 +11,7 @@ public import RoadScene
 /// - usage (welcome, usage, quota exhausted) and `guidance_unavailable`: to the announcer, which
 ///   speaks what changed, once.
 ///
-/// Local guidance (``OfflineGuidance``) speaks its findings through ``local(_:)`` with the same rules.
+/// Local guidance (``LocalGuidance``) speaks its findings through ``local(_:)`` with the same rules.
 ///
 /// Neither the speaker nor the motor is waited for: speech plays on its own thread, and the motor
 /// sets its first edge here (one ioctl) and leaves the rest of the pattern to its own thread.

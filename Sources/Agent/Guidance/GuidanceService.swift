@@ -13,7 +13,7 @@ struct GuidanceService: Service {
     let cameraEvents: AsyncStream<CameraEvent>
     let uplink: Uplink?
     /// Hears the sessions and the usage too, to know when the device must guide itself.
-    let offline: OfflineGuidance?
+    let offline: LocalGuidance?
     let voice: DeviceVoice
     /// True at the end of a run of N segments: its last guidance is spoken before the agent ends
     /// (bounded); a service that is told to stop does not wait for speech.

@@ -23,6 +23,17 @@ extension AgentConfig {
               maxSegments: maxSegments)
     }
 
+    /// The encoder segments are made with: the first of `encoder.preference` that opens on this
+    /// machine, for frames in `inputFormat` (what the source delivers). Those that did not open
+    /// are logged with why.
+    public func makeEncoder(inputFormat: PixelFormat, logger: Logger) throws -> any VideoEncoder {
+        let hevc = try HEVCEncoder(settings: encoderSettings, inputFormat: inputFormat)
+        for (name, reason) in hevc.skipped {
+            logger.info("encoder: \(name) does not open: \(reason)")
+        }
+        return hevc
+    }
+
     /// The frame source `camera.source` names.
     public func makeSource(logger: Logger) -> any FrameSource {
         switch camera.source {

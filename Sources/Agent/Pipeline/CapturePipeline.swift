@@ -53,16 +53,16 @@ public final class CapturePipeline: Sendable {
     /// Segments the consumer was too far behind to take (see ``segments``).
     public var droppedSegments: Int { dropped.load(ordering: .relaxed) }
 
-    /// Opens the source and the encoder, so a missing device or a machine without an HEVC
-    /// encoder fails here, before anything runs.
-    public init(source: any FrameSource, settings: Settings, tap: (any FrameTap)? = nil, logger: Logger) throws {
+    /// Opens the source, then the encoder with `makeEncoder` (given the pixel format the source
+    /// delivers), so a missing device or a machine without a working encoder fails here, before
+    /// anything runs. Which encoder is the caller's choice: the agent's is
+    /// ``AgentConfig/makeEncoder(inputFormat:logger:)``.
+    public init(source: any FrameSource, settings: Settings,
+                encoder makeEncoder: (_ inputFormat: PixelFormat) throws -> any VideoEncoder,
+                tap: (any FrameTap)? = nil, logger: Logger) throws {
         let format = try source.open()
         logger.info("camera: \(source.name) opened", metadata: ["format": "\(format)", "pixelFormat": "\(source.pixelFormat)"])
-        let hevc = try HEVCEncoder(settings: settings.encoder, inputFormat: source.pixelFormat)
-        for (name, reason) in hevc.skipped {
-            logger.info("encoder: \(name) does not open: \(reason)")
-        }
-        let encoder: any VideoEncoder = hevc
+        let encoder = try makeEncoder(source.pixelFormat)
         logger.info("encoder: \(encoder.name)", metadata: [
             "format": "\(settings.encoder.format)", "pixelFormat": "\(encoder.encoderPixelFormat)",
             "swscale": "\(source.pixelFormat != encoder.encoderPixelFormat || format.width != settings.encoder.format.width || format.height != settings.encoder.format.height)",

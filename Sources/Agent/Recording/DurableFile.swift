@@ -1,3 +1,4 @@
+import FileSupport
 public import Foundation
 import Glibc
 
@@ -17,8 +18,8 @@ public struct OutputError: Error, CustomStringConvertible {
 }
 
 /// Files that are either whole on the disk or not there: written under a hidden temporary name,
-/// flushed, renamed, and the folder flushed too. A power cut leaves at worst a temporary file
-/// (`.NAME.partial`), which ``removeLeftovers(in:)`` deletes at the next start.
+/// flushed, renamed, and the folder flushed too (``DurableFileWriter``). A power cut leaves at
+/// worst a temporary file (`.NAME.partial`), which ``removeLeftovers(in:)`` deletes at the next start.
 ///
 /// Symbolic links inside the recording folder are never followed: the temporary file is made
 /// new (`O_EXCL | O_NOFOLLOW`), a day folder or `protected/` that is a link is refused, and
@@ -27,13 +28,10 @@ enum DurableFile {
     static func write(_ bytes: [UInt8], to file: URL) throws(OutputError) {
         let temporary = file.deletingLastPathComponent().appendingPathComponent(".\(file.lastPathComponent).partial")
         do {
-            try writeAndFlush(temporary.path, bytes)
+            try DurableFileWriter.write(bytes, to: file.path, temporary: temporary.path)
         } catch {
-            // A full disk must not leave half a segment behind.
-            unlink(temporary.path)
-            throw error
+            throw OutputError(path: error.step == .rename ? file.path : temporary.path, reason: error.reason)
         }
-        try move(temporary, to: file)
     }
 
     /// Renames within one filesystem and flushes the folders involved: the rename is only
@@ -70,10 +68,7 @@ enum DurableFile {
     }
 
     static func syncFolder(_ folder: URL) {
-        let fd = open(folder.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        fsync(fd)
-        close(fd)
+        DurableFileWriter.syncFolder(folder.path)
     }
 
     /// Temporary files an interrupted write left in `folder`; returns their names.
@@ -118,26 +113,6 @@ enum DurableFile {
     static func isSymbolicLink(_ path: String) -> Bool {
         var info = stat()
         return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK
-    }
-
-    /// Writes straight from the buffer: no second copy of a multi-megabyte segment. The file is
-    /// made new: a link or a file left under the temporary name is deleted first, never written through.
-    private static func writeAndFlush(_ path: String, _ bytes: [UInt8]) throws(OutputError) {
-        let flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC
-        var fd = open(path, flags, 0o644)
-        if fd < 0 && errno == EEXIST, unlink(path) == 0 {
-            fd = open(path, flags, 0o644)
-        }
-        guard fd >= 0 else { throw OutputError(path: path) }
-        defer { close(fd) }
-        var written = 0
-        while written < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw OutputError(path: path) }
-            written += n
-        }
-        guard fsync(fd) == 0 else { throw OutputError(path: path) }
     }
 
     private static func reason(_ error: any Error) -> String {

@@ -7,10 +7,10 @@ import NIOFoundationCompat
 public import NIOHTTP1
 import Synchronization
 
-/// One hosted model service: how a segment becomes an HTTP request, and how a reply becomes an
-/// answer. ``GeminiService`` and ``OpenAIChatService`` are the two; ``HostedModelAnalyzer`` does
-/// the calling.
-public protocol ModelService: Sendable {
+/// One hosted model's HTTP API: how a segment becomes an HTTP request, and how a reply becomes
+/// an answer. ``GeminiEndpoint`` and ``OpenAIChatEndpoint`` are the two; ``HostedModelAnalyzer``
+/// does the calling.
+public protocol ModelEndpoint: Sendable {
     /// For logs: `gemini`, `openai`.
     var name: String { get }
     /// The model id, as the ledger records it with the tokens.
@@ -43,7 +43,7 @@ public enum ModelCallError: Error, CustomStringConvertible, Equatable {
 /// what ``ModelCallRules`` says is worth it, waits as the service asks, and stops calling a service
 /// that is down (circuit breaker). Token counts go to the usage ledger.
 public final class HostedModelAnalyzer: SegmentAnalyzer {
-    public let service: any ModelService
+    public let endpoint: any ModelEndpoint
     public let timeout: Duration
     private let rules: Mutex<ModelCallRules>
     private let ledger: (any UsageLedger)?
@@ -52,9 +52,9 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
     /// Largest reply read; a bigger one is a malformed answer.
     static let maxReplyBytes = 1 << 20
 
-    public init(service: any ModelService, timeout: Duration, rules: ModelCallRules.Settings = .init(),
+    public init(endpoint: any ModelEndpoint, timeout: Duration, rules: ModelCallRules.Settings = .init(),
                 ledger: (any UsageLedger)?, client: HTTPClient = .shared, logger: Logger) {
-        self.service = service
+        self.endpoint = endpoint
         self.timeout = timeout
         self.rules = Mutex(ModelCallRules(settings: rules))
         self.ledger = ledger
@@ -67,18 +67,18 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
 
     public func analyze(_ segment: ReceivedSegment) async throws -> ServerMessage.Guidance? {
         let started = ContinuousClock.now
-        guard rules.withLock({ $0.admit(now: started) }) == .call else { throw ModelCallError.unavailable(service: service.name) }
+        guard rules.withLock({ $0.admit(now: started) }) == .call else { throw ModelCallError.unavailable(service: endpoint.name) }
         let deadline = started.advanced(by: timeout)
         var last = ModelCallRules.Outcome.transport
         do {
-            let request = try await service.request(for: segment)
+            let request = try await endpoint.request(for: segment)
             var attempt = 1
             while true {
                 let (outcome, body) = await call(request, deadline: deadline)
                 try Task.checkCancellation()
                 last = outcome
                 if outcome == .answered {
-                    let (answer, usage) = service.parse(body)
+                    let (answer, usage) = endpoint.parse(body)
                     if let usage { await record(usage, for: segment) }
                     guard let answer else {
                         last = .malformed
@@ -90,7 +90,7 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
                 guard let wait = rules.withLock({
                     $0.retry(after: outcome, attempt: attempt, now: .now, deadline: deadline, jitter: Double.random(in: 0...1))
                 }) else { break }
-                logger.info("\(service.name): attempt \(attempt) for segment \(segment.header.seq): \(outcome); again in \(wait)",
+                logger.info("\(endpoint.name): attempt \(attempt) for segment \(segment.header.seq): \(outcome); again in \(wait)",
                             metadata: ["device": "\(segment.device)"])
                 try await Task.sleep(for: wait)
                 attempt += 1
@@ -110,10 +110,10 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
             return false
         }
         if opened {
-            logger.warning("\(service.name) is failing (\(last)): not called for \(rules.withLock { $0.settings.openFor })")
-            throw ModelCallError.unavailable(service: service.name)
+            logger.warning("\(endpoint.name) is failing (\(last)): not called for \(rules.withLock { $0.settings.openFor })")
+            throw ModelCallError.unavailable(service: endpoint.name)
         }
-        throw ModelCallError.failed(service: service.name, last)
+        throw ModelCallError.failed(service: endpoint.name, last)
     }
 
     /// One attempt, ended by its reply or by `deadline`.
@@ -128,9 +128,9 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
             let data = Data(buffer: body)
             let status = Int(response.status.code)
             if (200..<300).contains(status) { return (.answered, data) }
-            return (.status(status, retryAfter: service.retryDelay(headers: response.headers, body: data)), data)
+            return (.status(status, retryAfter: endpoint.retryDelay(headers: response.headers, body: data)), data)
         } catch let error as NIOTooManyBytesError {
-            logger.warning("\(service.name): reply larger than \(Self.maxReplyBytes) bytes: \(error)")
+            logger.warning("\(endpoint.name): reply larger than \(Self.maxReplyBytes) bytes: \(error)")
             return (.malformed, Data())
         } catch {
             return (.transport, Data())
@@ -141,10 +141,10 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
         guard let ledger else { return }
         do {
             try await ledger.recordModelUsage(ModelUsage(
-                device: segment.device, stream: segment.stream, seq: segment.header.seq, model: service.model,
+                device: segment.device, stream: segment.stream, seq: segment.header.seq, model: endpoint.model,
                 inputTokens: tokens.input, outputTokens: tokens.output))
         } catch {
-            logger.error("cannot record \(service.name)'s tokens for segment \(segment.header.seq): \(error)", metadata: ["device": "\(segment.device)"])
+            logger.error("cannot record \(endpoint.name)'s tokens for segment \(segment.header.seq): \(error)", metadata: ["device": "\(segment.device)"])
         }
     }
 

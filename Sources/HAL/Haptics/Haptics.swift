@@ -121,7 +121,7 @@ private final class HapticsWorker: Sendable {
     private let logger: Logger
     private let latencyHistory: Int
     private let onLatency: (@Sendable (Duration, HapticPattern) -> Void)?
-    private let lock = ConditionLock(State())
+    private let lock = WaitableState(State())
 
     init(line: any HapticLine, logger: Logger, latencyHistory: Int,
          onLatency: (@Sendable (Duration, HapticPattern) -> Void)?) throws(HapticsError) {

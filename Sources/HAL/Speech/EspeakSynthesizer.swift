@@ -143,7 +143,7 @@ private final class SpeechChannel: Sendable {
 
     /// Samples the channel holds before the callback waits.
     let limit: Int
-    let state = ConditionLock(State())
+    let state = WaitableState(State())
 
     init(limit: Int) {
         self.limit = limit
@@ -184,14 +184,14 @@ private final class EspeakEngine: @unchecked Sendable {
     static let shared = Result { () throws(SpeechError) in try EspeakEngine() }
 
     let sampleRate: Int
-    private let jobs: ConditionLock<[() -> Void]>
+    private let jobs: WaitableState<[() -> Void]>
     // These belong to the thread.
     /// The voice eSpeak-ng has now, when known for sure.
     private var currentVoice: String?
     private var failedVoices: Set<String> = []
 
     private init() throws(SpeechError) {
-        let jobs = ConditionLock<[() -> Void]>([])
+        let jobs = WaitableState<[() -> Void]>([])
         do {
             // Lives as long as the process: eSpeak-ng has one global state, used from this thread only.
             try NamedThread.start(name: "espeak") {
@@ -273,7 +273,7 @@ private final class EspeakEngine: @unchecked Sendable {
     }
 
     /// Runs `body` on the thread and waits for its result.
-    private static func run<Value>(on jobs: ConditionLock<[() -> Void]>, _ body: @escaping () -> Value) -> Value {
+    private static func run<Value>(on jobs: WaitableState<[() -> Void]>, _ body: @escaping () -> Value) -> Value {
         let slot = ResultSlot<Value>()
         jobs.update { queue in
             queue.append {

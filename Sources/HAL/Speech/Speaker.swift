@@ -134,7 +134,7 @@ private final class SpeakerWorker: @unchecked Sendable {
     private let logger: Logger
     private let options: Options
     private let blockSamples: Int
-    private let lock = ConditionLock(State())
+    private let lock = WaitableState(State())
 
     typealias Options = Speaker.Options
 

@@ -1,3 +1,4 @@
+internal import FileSupport
 internal import Foundation
 internal import Glibc
 
@@ -5,8 +6,8 @@ internal import Glibc
 ///
 /// Files are named by a six-digit sequence number and the voice, `000003-ko.wav`, numbered on
 /// from the highest number already in the folder. Each is 16-bit mono PCM at the synthesizer's
-/// rate, written to a temporary file and renamed into place, so a file that exists is complete.
-/// An utterance cut off by ``stop()`` is saved with what had been "played" of it.
+/// rate, written to a temporary file and renamed into place (``DurableFileWriter``), so a file
+/// that exists is complete. An utterance cut off by ``stop()`` is saved with what had been "played" of it.
 ///
 /// With `realtime`, ``write(_:)`` takes as long as the samples would take to play, so a
 /// ``Speaker`` in front of it cuts off and replaces utterances as it would with a loudspeaker;
@@ -120,27 +121,10 @@ public final class WAVFileSink: AudioSink {
         for sample in samples {
             withUnsafeBytes(of: sample.littleEndian) { data.append(contentsOf: $0) }
         }
-        let fd = Glibc.open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw AudioSinkError.file(temporary, AudioSinkError.text(errno: errno)) }
-        var failure: Int32?
-        data.withUnsafeBytes { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                let written = Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    failure = errno
-                    return
-                }
-                offset += written
-            }
-        }
-        if failure == nil, fsync(fd) != 0 { failure = errno }
-        if Glibc.close(fd) != 0, failure == nil { failure = errno }
-        if failure == nil, rename(temporary, path) != 0 { failure = errno }
-        if let failure {
-            unlink(temporary)
-            throw AudioSinkError.file(path, AudioSinkError.text(errno: failure))
+        do {
+            try DurableFileWriter.write(data, to: path, temporary: temporary)
+        } catch {
+            throw AudioSinkError.file(error.path, error.code.map { AudioSinkError.text(errno: $0) } ?? error.reason)
         }
     }
 

@@ -8,7 +8,7 @@ internal import CV4L2
 /// block in C (V4L2, FFmpeg, eSpeak-ng, ALSA, libgpiod, netlink) and so live outside Swift's
 /// cooperative pool, where `Mutex` alone cannot make a thread wait. Timed waits count on
 /// `CLOCK_MONOTONIC`, so a change of the wall clock never shortens or stretches one.
-public final class ConditionLock<State>: @unchecked Sendable {
+public final class WaitableState<State>: @unchecked Sendable {
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
     private var state: State

@@ -6,7 +6,7 @@ public import NIOHTTP1
 
 /// Google's Gemini API (``GeminiAPI``): the segment itself, inline, as `video/mp4`; or, when
 /// `transcode` is set (a service that refuses HEVC), the segment made H.264 first.
-public struct GeminiService: ModelService {
+public struct GeminiEndpoint: ModelEndpoint {
     public let name = "gemini"
     public let endpoint: String
     public let model: String
@@ -39,7 +39,7 @@ public struct GeminiService: ModelService {
 
 /// An OpenAI-compatible chat completions endpoint (``OpenAIChatAPI``) with a few keyframes of the
 /// segment as JPEG images. The key is optional: a model served on the same machine needs none.
-public struct OpenAIChatService: ModelService {
+public struct OpenAIChatEndpoint: ModelEndpoint {
     public let name = "openai"
     public let endpoint: String
     public let model: String

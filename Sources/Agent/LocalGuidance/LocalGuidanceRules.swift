@@ -2,7 +2,7 @@ public import RoadScene
 
 /// When the device guides the driver itself, and what it says: a pure state machine, fed the
 /// uplink's sessions, the usage the server reports, the clock and the local findings, and
-/// answering with what to do. No clock, socket or thread of its own; ``OfflineGuidance`` runs it.
+/// answering with what to do. No clock, socket or thread of its own; ``LocalGuidance`` runs it.
 ///
 /// - Local guidance starts once there has been no session for `offlineAfter` (from the start, or
 ///   from the moment the last session ended), when the server says the usage is exhausted, or
@@ -14,7 +14,7 @@ public import RoadScene
 ///   still waiting behind whatever is being spoken. A stop before the news was said says nothing.
 /// - A finding is warned about when it is first seen, and again only once `repeatAfter` has
 ///   passed since it was last spoken, whether it stayed in view or went and came back.
-public struct OfflineRules: Sendable {
+public struct LocalGuidanceRules: Sendable {
     public struct Settings: Sendable, Equatable {
         public var enabled: Bool
         public var offlineAfter: Duration

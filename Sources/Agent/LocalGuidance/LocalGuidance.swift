@@ -5,23 +5,23 @@ public import Logging
 import RoadScene
 import ServiceLifecycle
 
-/// Runs ``OfflineRules``: hears the uplink's sessions and the usage from ``GuidanceService``,
-/// the clock and ``RoadWatch``'s looks from ``OfflineGuidanceService``, and does what the rules
+/// Runs ``LocalGuidanceRules``: hears the uplink's sessions and the usage from ``GuidanceService``,
+/// the clock and ``RoadWatch``'s looks from ``LocalGuidanceService``, and does what the rules
 /// answer: starts and stops the watch, says the status phrases, and speaks local findings
 /// through the ``GuidanceRouter`` (the same voice and motor as server guidance).
-public actor OfflineGuidance {
-    private var rules: OfflineRules
+public actor LocalGuidance {
+    private var rules: LocalGuidanceRules
     /// `offline.enabled`, `offline.repeatMs` and `guidance.offlineAfterMs`, which SIGHUP may change.
-    public nonisolated let settings: Reloadable<OfflineRules.Settings>
+    public nonisolated let settings: Reloadable<LocalGuidanceRules.Settings>
     private let watch: RoadWatch
     private let router: GuidanceRouter
     private let announcer: StatusAnnouncer
     private let board: StatusBoard
     private let logger: Logger
 
-    public init(settings: OfflineRules.Settings, watch: RoadWatch, router: GuidanceRouter, announcer: StatusAnnouncer,
+    public init(settings: LocalGuidanceRules.Settings, watch: RoadWatch, router: GuidanceRouter, announcer: StatusAnnouncer,
                 board: StatusBoard, logger: Logger, now: ContinuousClock.Instant = .now) {
-        rules = OfflineRules(settings: settings, now: now)
+        rules = LocalGuidanceRules(settings: settings, now: now)
         self.settings = Reloadable(settings)
         self.watch = watch
         self.router = router
@@ -79,7 +79,7 @@ public actor OfflineGuidance {
         await perform(rules.looked(look.finding, now: .now))
     }
 
-    private func perform(_ actions: [OfflineRules.Action]) async {
+    private func perform(_ actions: [LocalGuidanceRules.Action]) async {
         for action in actions {
             switch action {
             case .startLooking(let reason):
@@ -110,11 +110,11 @@ public actor OfflineGuidance {
 }
 
 /// The local guidance as one service: feeds ``RoadWatch``'s looks and the clock to
-/// ``OfflineGuidance`` until the group stops, then ends the watch's thread.
+/// ``LocalGuidance`` until the group stops, then ends the watch's thread.
 ///
 /// After the uplink in the group, so it is stopped before the voice and the motor are released.
-struct OfflineGuidanceService: Service {
-    let guidance: OfflineGuidance
+struct LocalGuidanceService: Service {
+    let guidance: LocalGuidance
     let watch: RoadWatch
 
     func run() async {
@@ -136,7 +136,7 @@ struct OfflineGuidanceService: Service {
 }
 
 extension AgentConfig {
-    public var offlineSettings: OfflineRules.Settings {
+    public var localGuidanceSettings: LocalGuidanceRules.Settings {
         .init(enabled: offline.enabled, offlineAfter: .milliseconds(guidance.offlineAfterMs), repeatAfter: .milliseconds(offline.repeatMs))
     }
 }

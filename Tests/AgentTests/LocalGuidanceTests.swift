@@ -8,8 +8,8 @@ import Testing
 
 /// Local guidance between the rules and the driver: what the router does with a finding, and
 /// what the driver hears as sessions and usage come and go (real eSpeak-ng to WAV files, a
-/// recording motor line; the rules themselves are in ``OfflineRulesTests``).
-@Suite struct OfflineGuidanceTests {
+/// recording motor line; the rules themselves are in ``LocalGuidanceRulesTests``).
+@Suite struct LocalGuidanceTests {
     @Test func aClosePedestrianIsUrgentWithTheAlertAndTheOtherFindingsAreSpokenPlainly() async throws {
         let loop = try GuidanceRouterTests.Loop(deviceLocale: "ko-KR")
         defer { loop.close() }
@@ -28,7 +28,7 @@ import Testing
         let loop = try GuidanceRouterTests.Loop(deviceLocale: "en-US")
         defer { loop.close() }
         let watch = try RoadWatch(fps: 1, maxCpuPercent: 50)
-        let offline = OfflineGuidance(
+        let offline = LocalGuidance(
             settings: .init(enabled: true, offlineAfter: .milliseconds(50), repeatAfter: .seconds(30)), watch: watch,
             router: loop.router, announcer: loop.router.announcer, board: loop.router.board, logger: GuidanceRouterTests.logger)
         #expect(loop.router.board.current.offline?.state == "standby")

@@ -22,7 +22,7 @@ struct GuidanceRequestContext: RequestContext, WebSocketRequestContext {
 }
 
 /// The reference guidance server: `GET /v1/stream` upgraded to a WebSocket for authorized devices.
-public struct GuidanceServer: Sendable {
+public struct StreamServer: Sendable {
     public struct Settings: Sendable {
         public var host: String
         public var port: Int

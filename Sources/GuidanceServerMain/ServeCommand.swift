@@ -1,0 +1,38 @@
+import ArgumentParser
+import GuidanceServer
+import Hummingbird
+import Logging
+
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve", abstract: "Run the server (the default command).")
+
+    @OptionGroup var options: ConfigOptions
+
+    @Option(help: "Port to listen on (overrides server.port; 0 picks a free one).")
+    var port: Int?
+
+    func run() async throws {
+        let config = try await options.load(overrides: port.map { ["server.port": String($0)] } ?? [:])
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = config.log.level
+            return handler
+        }
+        let logger = Logger(label: "guidance-server")
+        // Configuration first (exit 78), before the ledger is opened or created.
+        do { _ = try DeviceTokens(file: config.server.tokensFile) } catch { fail("\(error)", exit: 78) }
+        let (ledger, leases, services) = try await options.openLedger(config, logger: logger)
+        let app: any ApplicationProtocol
+        do {
+            app = try config.makeServer(logger: logger, ledger: ledger, leases: leases, services: services).application { port in
+                logger.notice("listening on \(config.server.host):\(port)\(config.server.usesTLS ? " (TLS)" : "")")
+            }
+        } catch {
+            // Tokens, script and TLS files are configuration too: EX_CONFIG.
+            fail("\(error)", exit: 78)
+        }
+        try await app.runService()
+        try? await ledger.shutdown()
+    }
+}
