@@ -14,8 +14,8 @@ import Testing
 @Suite(.serialized) struct UplinkLoopbackTests {
     static let logger = Logger(label: "uplink-test")
 
-    func makeServer(port: Int) -> GuidanceServer {
-        GuidanceServer(
+    func makeServer(port: Int) -> StreamServer {
+        StreamServer(
             settings: .init(host: "127.0.0.1", port: port, idleTimeoutSeconds: 30),
             tokens: DeviceTokens(["t0k3n": "car-7"]),
             analyzer: ScriptedAnalyzer(items: [.init(text: "slow down", lang: "en-US", clear: false, priority: .normal),
@@ -35,7 +35,7 @@ import Testing
     }
 
     /// Starts the server; returns its task and the bound port.
-    func start(_ server: GuidanceServer) async throws -> (Task<Void, any Error>, Int) {
+    func start(_ server: StreamServer) async throws -> (Task<Void, any Error>, Int) {
         let port = Mutex(0)
         let app = try server.application { bound in port.withLock { $0 = bound } }
         let task = Task { try await app.run() }

@@ -26,7 +26,7 @@ import Testing
     @Test func aServerCertificateFromAnUnknownCAIsRefusedUnlessCaFileNamesIt() async throws {
         let credentials = try TestCredentials.make()
         defer { try? FileManager.default.removeItem(at: credentials.folder) }
-        let server = GuidanceServer(
+        let server = StreamServer(
             settings: .init(host: "127.0.0.1", port: 0, tls: (credentials.cert, credentials.key)),
             tokens: DeviceTokens(["t0k3n": "car-7"]),
             analyzer: ScriptedAnalyzer(items: [.init(text: nil, lang: nil, clear: true, priority: nil)], order: .order),
