@@ -12,7 +12,7 @@ public final class ServerMetrics: Sendable {
     private let open = Atomic<Int>(0)
     private let segmentsVerified: Metrics.Counter
     private let segmentsResent: Metrics.Counter
-    private let rejected: [IngestStateMachine.Rejection: Metrics.Counter]
+    private let rejected: [StreamSession.StateMachine.Rejection: Metrics.Counter]
     private let ledgerWrites: [LedgerWrite: Metrics.Counter]
     private let refused: [Refusal: Metrics.Counter]
     private let analyzerSeconds: Metrics.Timer
@@ -35,7 +35,7 @@ public final class ServerMetrics: Sendable {
         sessionsGauge = Metrics.Gauge(label: "guidance_sessions", factory: factory)
         segmentsVerified = Metrics.Counter(label: "guidance_segments_verified_total", factory: factory)
         segmentsResent = Metrics.Counter(label: "guidance_segments_resent_total", factory: factory)
-        rejected = Dictionary(uniqueKeysWithValues: IngestStateMachine.Rejection.allCases.map {
+        rejected = Dictionary(uniqueKeysWithValues: StreamSession.StateMachine.Rejection.allCases.map {
             ($0, Metrics.Counter(label: "guidance_segments_rejected_total", dimensions: [("reason", $0.rawValue)], factory: factory))
         })
         ledgerWrites = Dictionary(uniqueKeysWithValues: LedgerWrite.allCases.map {
@@ -53,7 +53,7 @@ public final class ServerMetrics: Sendable {
     func sessionClosed() { sessionsGauge.record(open.subtract(1, ordering: .relaxed).newValue) }
     func verified() { segmentsVerified.increment() }
     func resent() { segmentsResent.increment() }
-    func rejected(_ reason: IngestStateMachine.Rejection) { rejected[reason]?.increment() }
+    func rejected(_ reason: StreamSession.StateMachine.Rejection) { rejected[reason]?.increment() }
     func ledger(_ result: LedgerWrite) { ledgerWrites[result]?.increment() }
     func refused(_ reason: Refusal) { refused[reason]?.increment() }
     /// A segment waiting for the analyzer was replaced by a newer one of the same device.

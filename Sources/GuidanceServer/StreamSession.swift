@@ -7,7 +7,7 @@ import NIOCore
 import NIOWebSocket
 import Synchronization
 
-/// One agent's WebSocket session. Its protocol rules are ``IngestStateMachine``'s; this carries
+/// One agent's WebSocket session. Its protocol rules are ``StreamSession.StateMachine``'s; this carries
 /// out what the machine decides: the lease (one session per device), the ledger (each segment
 /// charged once, before its `ack`), analysis, usage, and the idle check.
 ///
@@ -65,7 +65,7 @@ struct StreamSession {
 
     private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease,
                          analysis: AsyncStream<ReceivedSegment>.Continuation) async throws {
-        var machine = IngestStateMachine(limits: .init(maxSegmentBytes: settings.maxSegmentBytes))
+        var machine = StreamSession.StateMachine(limits: .init(maxSegmentBytes: settings.maxSegmentBytes))
         var log = RateLimit(interval: .seconds(10))
         for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes + 1024) {
             let actions = switch message {
@@ -99,7 +99,7 @@ struct StreamSession {
         }
     }
 
-    private func open(_ agent: IngestStateMachine.Agent, lease: Lease, outbound: WebSocketOutboundWriter) async throws {
+    private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, outbound: WebSocketOutboundWriter) async throws {
         await sessions.add(id) {
             let superseded = ServerMessage.error(code: .superseded, message: "a newer connection of \(device) took over", seq: nil)
             logger.info("session \(id) superseded by a newer connection", metadata: ["device": "\(device)"])
@@ -122,7 +122,7 @@ struct StreamSession {
 
     /// Charges and acknowledges a verified segment, and hands it to the analysis; `false` once the
     /// session is closing.
-    private func finish(_ segment: IngestStateMachine.Verified, agent: IngestStateMachine.Agent?, lease: Lease,
+    private func finish(_ segment: StreamSession.StateMachine.Verified, agent: StreamSession.StateMachine.Agent?, lease: Lease,
                         outbound: WebSocketOutboundWriter, analysis: AsyncStream<ReceivedSegment>.Continuation) async throws -> Bool {
         let header = segment.header
         if let left = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left == 0 {

@@ -8,7 +8,7 @@ import Testing
 
 /// Local guidance between the rules and the driver: what the router does with a finding, and
 /// what the driver hears as sessions and usage come and go (real eSpeak-ng to WAV files, a
-/// recording motor line; the rules themselves are in ``LocalGuidanceRulesTests``).
+/// recording motor line; the rules themselves are in ``LocalGuidanceStateMachineTests``).
 @Suite struct LocalGuidanceTests {
     @Test func aClosePedestrianIsUrgentWithTheAlertAndTheOtherFindingsAreSpokenPlainly() async throws {
         let loop = try GuidanceRouterTests.Loop(deviceLocale: "ko-KR")

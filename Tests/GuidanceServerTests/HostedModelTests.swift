@@ -21,8 +21,8 @@ extension SampleSegment {
 /// request each one sends, and what it does with each documented reply.
 @Suite(.serialized) struct HostedModelTests {
     static let answer = GeminiReplies.sampleAnswer
-    static let fastRules: ModelCallRules.Settings = {
-        var rules = ModelCallRules.Settings()
+    static let fastRules: HostedModelAnalyzer.StateMachine.Settings = {
+        var rules = HostedModelAnalyzer.StateMachine.Settings()
         rules.backoff = .milliseconds(20)
         rules.openFor = .seconds(60)
         return rules
@@ -102,7 +102,7 @@ extension SampleSegment {
             }
             #expect(analyzer.breaker == .closed(failures: 1))
         }
-        #expect(standIn.requests.count == ModelCallRules.Settings().maxAttempts)
+        #expect(standIn.requests.count == HostedModelAnalyzer.StateMachine.Settings().maxAttempts)
     }
 
     @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"), arguments: [400, 403, 404])
@@ -156,7 +156,7 @@ extension SampleSegment {
         let standIn = ModelStandIn(replies: [GeminiReplies.error(503, "UNAVAILABLE")])
         try await standIn.serve { url in
             let analyzer = gemini(url)
-            let failures = ModelCallRules.Settings().failuresToOpen
+            let failures = HostedModelAnalyzer.StateMachine.Settings().failuresToOpen
             for segment in 0..<failures {
                 do {
                     _ = try await analyzer.analyze(await SampleSegment.received(seq: segment))
@@ -167,7 +167,7 @@ extension SampleSegment {
                 }
             }
             let calls = standIn.requests.count
-            #expect(calls == failures * ModelCallRules.Settings().maxAttempts)
+            #expect(calls == failures * HostedModelAnalyzer.StateMachine.Settings().maxAttempts)
             for segment in failures..<(failures + 5) {
                 await #expect(throws: ModelCallError.unavailable(service: "gemini")) {
                     try await analyzer.analyze(await SampleSegment.received(seq: segment))

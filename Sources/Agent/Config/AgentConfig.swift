@@ -108,7 +108,7 @@ public struct AgentConfig: LoadableConfig {
         public init() {}
     }
 
-    /// Local guidance: checks on the captured frames while no server guides (``LocalGuidanceRules``).
+    /// Local guidance: checks on the captured frames while no server guides (``LocalGuidance.StateMachine``).
     public struct Offline: Sendable, Equatable {
         public var enabled = true
         public var fps = 1

@@ -5,23 +5,23 @@ public import Logging
 import RoadScene
 import ServiceLifecycle
 
-/// Runs ``LocalGuidanceRules``: hears the uplink's sessions and the usage from ``GuidanceService``,
+/// Runs ``LocalGuidance.StateMachine``: hears the uplink's sessions and the usage from ``GuidanceService``,
 /// the clock and ``RoadWatch``'s looks from ``LocalGuidanceService``, and does what the rules
 /// answer: starts and stops the watch, says the status phrases, and speaks local findings
 /// through the ``GuidanceRouter`` (the same voice and motor as server guidance).
 public actor LocalGuidance {
-    private var rules: LocalGuidanceRules
+    private var rules: LocalGuidance.StateMachine
     /// `offline.enabled`, `offline.repeatMs` and `guidance.offlineAfterMs`, which SIGHUP may change.
-    public nonisolated let settings: Reloadable<LocalGuidanceRules.Settings>
+    public nonisolated let settings: Reloadable<LocalGuidance.StateMachine.Settings>
     private let watch: RoadWatch
     private let router: GuidanceRouter
     private let announcer: StatusAnnouncer
     private let board: StatusBoard
     private let logger: Logger
 
-    public init(settings: LocalGuidanceRules.Settings, watch: RoadWatch, router: GuidanceRouter, announcer: StatusAnnouncer,
+    public init(settings: LocalGuidance.StateMachine.Settings, watch: RoadWatch, router: GuidanceRouter, announcer: StatusAnnouncer,
                 board: StatusBoard, logger: Logger, now: ContinuousClock.Instant = .now) {
-        rules = LocalGuidanceRules(settings: settings, now: now)
+        rules = LocalGuidance.StateMachine(settings: settings, now: now)
         self.settings = Reloadable(settings)
         self.watch = watch
         self.router = router
@@ -79,7 +79,7 @@ public actor LocalGuidance {
         await perform(rules.looked(look.finding, now: .now))
     }
 
-    private func perform(_ actions: [LocalGuidanceRules.Action]) async {
+    private func perform(_ actions: [LocalGuidance.StateMachine.Action]) async {
         for action in actions {
             switch action {
             case .startLooking(let reason):
@@ -136,7 +136,7 @@ struct LocalGuidanceService: Service {
 }
 
 extension AgentConfig {
-    public var localGuidanceSettings: LocalGuidanceRules.Settings {
+    public var localGuidanceSettings: LocalGuidance.StateMachine.Settings {
         .init(enabled: offline.enabled, offlineAfter: .milliseconds(guidance.offlineAfterMs), repeatAfter: .milliseconds(offline.repeatMs))
     }
 }

@@ -93,7 +93,7 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         }
     }
 
-    /// Local guidance (``LocalGuidanceRules``): the device's own checks while no server guides.
+    /// Local guidance (``LocalGuidance.StateMachine``): the device's own checks while no server guides.
     public struct LocalGuidance: Codable, Sendable, Equatable {
         public struct Finding: Codable, Sendable, Equatable {
             /// A ``RoadScene/RoadFinding`` raw value: `too_dark`, `pedestrian_close`, ….

@@ -29,7 +29,7 @@ public enum StatusPhrase: Sendable, Hashable {
     /// The server's model service is down: segments are still delivered, but no guidance comes.
     case guidanceUnavailable
     /// No server guidance for a while (no session, or usage exhausted): the device checks the
-    /// road itself (``LocalGuidanceRules``).
+    /// road itself (``LocalGuidance.StateMachine``).
     case guidanceLocal
     /// The server guides again after ``guidanceLocal``.
     case guidanceFromServer

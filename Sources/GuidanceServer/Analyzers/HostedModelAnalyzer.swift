@@ -29,7 +29,7 @@ public enum ModelCallError: Error, CustomStringConvertible, Equatable {
     /// agent hears "guidance unavailable" once.
     case unavailable(service: String)
     /// Every attempt failed, the last like this.
-    case failed(service: String, ModelCallRules.Outcome)
+    case failed(service: String, HostedModelAnalyzer.StateMachine.Outcome)
 
     public var description: String {
         switch self {
@@ -40,36 +40,36 @@ public enum ModelCallError: Error, CustomStringConvertible, Equatable {
 }
 
 /// Calls a hosted model for each segment, within `timeout` from the segment's arrival: retries
-/// what ``ModelCallRules`` says is worth it, waits as the service asks, and stops calling a service
+/// what ``HostedModelAnalyzer.StateMachine`` says is worth it, waits as the service asks, and stops calling a service
 /// that is down (circuit breaker). Token counts go to the usage ledger.
 public final class HostedModelAnalyzer: SegmentAnalyzer {
     public let endpoint: any ModelEndpoint
     public let timeout: Duration
-    private let rules: Mutex<ModelCallRules>
+    private let rules: Mutex<HostedModelAnalyzer.StateMachine>
     private let ledger: (any UsageLedger)?
     private let client: HTTPClient
     private let logger: Logger
     /// Largest reply read; a bigger one is a malformed answer.
     static let maxReplyBytes = 1 << 20
 
-    public init(endpoint: any ModelEndpoint, timeout: Duration, rules: ModelCallRules.Settings = .init(),
+    public init(endpoint: any ModelEndpoint, timeout: Duration, rules: HostedModelAnalyzer.StateMachine.Settings = .init(),
                 ledger: (any UsageLedger)?, client: HTTPClient = .shared, logger: Logger) {
         self.endpoint = endpoint
         self.timeout = timeout
-        self.rules = Mutex(ModelCallRules(settings: rules))
+        self.rules = Mutex(HostedModelAnalyzer.StateMachine(settings: rules))
         self.ledger = ledger
         self.client = client
         self.logger = logger
     }
 
     /// The breaker's state, for tests and logs.
-    public var breaker: ModelCallRules.Breaker { rules.withLock { $0.breaker } }
+    public var breaker: HostedModelAnalyzer.StateMachine.Breaker { rules.withLock { $0.breaker } }
 
     public func analyze(_ segment: ReceivedSegment) async throws -> ServerMessage.Guidance? {
         let started = ContinuousClock.now
         guard rules.withLock({ $0.admit(now: started) }) == .call else { throw ModelCallError.unavailable(service: endpoint.name) }
         let deadline = started.advanced(by: timeout)
-        var last = ModelCallRules.Outcome.transport
+        var last = HostedModelAnalyzer.StateMachine.Outcome.transport
         do {
             let request = try await endpoint.request(for: segment)
             var attempt = 1
@@ -117,7 +117,7 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
     }
 
     /// One attempt, ended by its reply or by `deadline`.
-    private func call(_ request: HTTPClientRequest, deadline: ContinuousClock.Instant) async -> (ModelCallRules.Outcome, Data) {
+    private func call(_ request: HTTPClientRequest, deadline: ContinuousClock.Instant) async -> (HostedModelAnalyzer.StateMachine.Outcome, Data) {
         let left = ContinuousClock.now.duration(to: deadline)
         guard left > .zero else { return (.transport, Data()) }
         let (seconds, attoseconds) = left.components

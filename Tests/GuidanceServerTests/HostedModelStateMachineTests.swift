@@ -2,12 +2,12 @@
 import Testing
 
 /// The rules for calling a hosted model, without sockets or clocks: times are instants built by hand.
-@Suite struct ModelCallRulesTests {
+@Suite struct HostedModelStateMachineTests {
     let start = ContinuousClock.now
     var deadline: ContinuousClock.Instant { start.advanced(by: .seconds(8)) }
 
     @Test func only429And5xxOfThoseFourAndTransportFailuresAreTriedAgain() {
-        let rules = ModelCallRules()
+        let rules = HostedModelAnalyzer.StateMachine()
         for status in [429, 500, 503, 504] {
             #expect(rules.retry(after: .status(status, retryAfter: nil), attempt: 1, now: start, deadline: deadline, jitter: 1) != nil)
         }
@@ -20,10 +20,10 @@ import Testing
     }
 
     @Test func backoffDoublesWithFullJitterAndStopsAfterTheLastAttempt() {
-        var settings = ModelCallRules.Settings()
+        var settings = HostedModelAnalyzer.StateMachine.Settings()
         settings.maxAttempts = 4
         settings.backoff = .milliseconds(250)
-        let rules = ModelCallRules(settings: settings)
+        let rules = HostedModelAnalyzer.StateMachine(settings: settings)
         #expect(rules.retry(after: .transport, attempt: 1, now: start, deadline: deadline, jitter: 1) == .milliseconds(250))
         #expect(rules.retry(after: .transport, attempt: 2, now: start, deadline: deadline, jitter: 1) == .milliseconds(500))
         #expect(rules.retry(after: .transport, attempt: 3, now: start, deadline: deadline, jitter: 0.5) == .milliseconds(500))
@@ -35,19 +35,19 @@ import Testing
     }
 
     @Test func theServicesOwnDelayIsHonouredButBoundedAndNeverPastTheDeadline() {
-        let rules = ModelCallRules()
+        let rules = HostedModelAnalyzer.StateMachine()
         #expect(rules.retry(after: .status(429, retryAfter: .seconds(2)), attempt: 1, now: start, deadline: deadline, jitter: 0) == .seconds(2))
         // A delay that ends after the deadline gives up now: the guidance would be stale.
         #expect(rules.retry(after: .status(429, retryAfter: .seconds(37)), attempt: 1, now: start, deadline: deadline, jitter: 0) == nil)
         #expect(rules.retry(after: .transport, attempt: 1, now: deadline.advanced(by: .milliseconds(-10)), deadline: deadline, jitter: 1) == nil)
-        var long = ModelCallRules.Settings()
+        var long = HostedModelAnalyzer.StateMachine.Settings()
         long.maxBackoff = .seconds(1)
-        #expect(ModelCallRules(settings: long).retry(after: .status(503, retryAfter: .seconds(5)), attempt: 1, now: start,
+        #expect(HostedModelAnalyzer.StateMachine(settings: long).retry(after: .status(503, retryAfter: .seconds(5)), attempt: 1, now: start,
                                                      deadline: deadline, jitter: 0) == .seconds(1))
     }
 
     @Test func theBreakerOpensAfterFailedSegmentsInARowRefusesThenLetsOneProbeThrough() {
-        var rules = ModelCallRules()
+        var rules = HostedModelAnalyzer.StateMachine()
         let open = rules.settings.openFor
         for failure in 1..<rules.settings.failuresToOpen {
             #expect(rules.admit(now: start) == .call)
@@ -72,7 +72,7 @@ import Testing
     }
 
     @Test func refusedRequestsAndUnreadableAnswersSayNothingAboutTheService() {
-        var rules = ModelCallRules()
+        var rules = HostedModelAnalyzer.StateMachine()
         rules.finished(succeeded: false, lastOutcome: .status(503, retryAfter: nil), now: start)
         #expect(rules.breaker == .closed(failures: 1))
         rules.finished(succeeded: false, lastOutcome: .status(400, retryAfter: nil), now: start)
@@ -82,14 +82,14 @@ import Testing
     }
 
     @Test func anAbandonedProbeLetsTheNextSegmentProbe() {
-        var rules = ModelCallRules()
+        var rules = HostedModelAnalyzer.StateMachine()
         for _ in 0..<rules.settings.failuresToOpen { rules.finished(succeeded: false, lastOutcome: .transport, now: start) }
         let later = start.advanced(by: rules.settings.openFor)
         #expect(rules.admit(now: later) == .call)
         rules.abandoned(now: later)
         #expect(rules.admit(now: later) == .call)
         // An abandoned request while closed changes nothing.
-        var closed = ModelCallRules()
+        var closed = HostedModelAnalyzer.StateMachine()
         closed.abandoned(now: start)
         #expect(closed.breaker == .closed(failures: 0))
     }

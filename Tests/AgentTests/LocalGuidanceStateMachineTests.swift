@@ -2,15 +2,15 @@ import Agent
 import RoadScene
 import Testing
 
-/// When the device guides itself and what it says: ``LocalGuidanceRules`` alone, on a made-up clock.
-@Suite struct LocalGuidanceRulesTests {
+/// When the device guides itself and what it says: ``LocalGuidance.StateMachine`` alone, on a made-up clock.
+@Suite struct LocalGuidanceStateMachineTests {
     let start = ContinuousClock.now
-    let settings = LocalGuidanceRules.Settings(enabled: true, offlineAfter: .seconds(15), repeatAfter: .seconds(30))
+    let settings = LocalGuidance.StateMachine.Settings(enabled: true, offlineAfter: .seconds(15), repeatAfter: .seconds(30))
 
     func at(_ seconds: Double) -> ContinuousClock.Instant { start + .milliseconds(Int(seconds * 1000)) }
 
     @Test func noSessionForTheWholeDelayTurnsItOnOnceAndOnlyThen() {
-        var rules = LocalGuidanceRules(settings: settings, now: at(0))
+        var rules = LocalGuidance.StateMachine(settings: settings, now: at(0))
         #expect(rules.deadline == at(15))
         #expect(rules.tick(now: at(14.9)).isEmpty)
         #expect(rules.sessionClosed(now: at(14.95)).isEmpty, "a failed attempt does not restart the wait")
@@ -25,7 +25,7 @@ import Testing
     }
 
     @Test func aSessionBeforeTheDelayKeepsItOffAndItsEndStartsTheWaitAgain() {
-        var rules = LocalGuidanceRules(settings: settings, now: at(0))
+        var rules = LocalGuidance.StateMachine(settings: settings, now: at(0))
         #expect(rules.sessionOpened(now: at(2)).isEmpty)
         #expect(rules.usage(remainingSeconds: 600, now: at(2.1)).isEmpty)
         #expect(rules.deadline == nil)
@@ -45,7 +45,7 @@ import Testing
     }
 
     @Test func exhaustedUsageTurnsItOnAtOnceAndOnlyUsageTurnsItOff() {
-        var rules = LocalGuidanceRules(settings: settings, now: at(0))
+        var rules = LocalGuidance.StateMachine(settings: settings, now: at(0))
         _ = rules.sessionOpened(now: at(1))
         #expect(rules.usage(remainingSeconds: 0, now: at(1.1)) == [.startLooking(.usageExhausted)])
         // The first look finds someone: the news and the warning in one utterance.
@@ -61,7 +61,7 @@ import Testing
     }
 
     @Test func exhaustedThenNoSessionKeepsItOnForTheOtherReason() {
-        var rules = LocalGuidanceRules(settings: settings, now: at(0))
+        var rules = LocalGuidance.StateMachine(settings: settings, now: at(0))
         _ = rules.sessionOpened(now: at(1))
         _ = rules.usage(remainingSeconds: -5, now: at(2))
         _ = rules.sessionClosed(now: at(3))
@@ -71,7 +71,7 @@ import Testing
     }
 
     @Test func aServerWhoseModelIsDownLeavesItToTheDeviceUntilGuidanceComes() {
-        var rules = LocalGuidanceRules(settings: settings, now: at(0))
+        var rules = LocalGuidance.StateMachine(settings: settings, now: at(0))
         _ = rules.sessionOpened(now: at(1))
         _ = rules.usage(remainingSeconds: 600, now: at(1))
         #expect(rules.guidanceUnavailable(true, now: at(10)) == [.startLooking(.guidanceUnavailable)])
@@ -81,7 +81,7 @@ import Testing
     }
 
     @Test func aWarningIsNotRepeatedWithinTheRepeatTime() {
-        var rules = LocalGuidanceRules(settings: settings, now: at(0))
+        var rules = LocalGuidance.StateMachine(settings: settings, now: at(0))
         #expect(rules.looked(.tooDark, now: at(1)).isEmpty, "nothing is said while the server may still guide")
         _ = rules.tick(now: at(15))
         #expect(rules.looked(.tooDark, now: at(16)) == [.warn(.tooDark, after: [.guidanceLocal])])
@@ -94,7 +94,7 @@ import Testing
     }
 
     @Test func theSwitchTurnsItOffAtOnceWithoutSayingTheServerIsBack() {
-        var rules = LocalGuidanceRules(settings: settings, now: at(0))
+        var rules = LocalGuidance.StateMachine(settings: settings, now: at(0))
         _ = rules.tick(now: at(16))
         var off = settings
         off.enabled = false
@@ -107,7 +107,7 @@ import Testing
     }
 
     @Test func localGuidanceThatEndsBeforeItsNewsWasSaidEndsWithoutAWord() {
-        var rules = LocalGuidanceRules(settings: settings, now: at(0))
+        var rules = LocalGuidance.StateMachine(settings: settings, now: at(0))
         #expect(rules.tick(now: at(15)) == [.startLooking(.noSession)])
         // The session is back within the hold, before any look: nothing was said, nothing is.
         #expect(rules.sessionOpened(now: at(16)) == [.stopLooking])
@@ -116,7 +116,7 @@ import Testing
     }
 
     @Test func aDisabledDeviceNeverGuidesItself() {
-        var rules = LocalGuidanceRules(settings: .init(enabled: false, offlineAfter: .seconds(1), repeatAfter: .seconds(1)), now: at(0))
+        var rules = LocalGuidance.StateMachine(settings: .init(enabled: false, offlineAfter: .seconds(1), repeatAfter: .seconds(1)), now: at(0))
         #expect(rules.tick(now: at(60)).isEmpty)
         #expect(rules.usage(remainingSeconds: 0, now: at(61)).isEmpty)
         #expect(rules.active == nil)

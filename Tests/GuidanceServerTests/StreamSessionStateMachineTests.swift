@@ -6,9 +6,9 @@ import TestSupport
 import Testing
 
 /// The session's rules, without a socket: every message in, every action out.
-@Suite struct IngestStateMachineTests {
-    static let limits = IngestStateMachine.Limits(maxSegmentBytes: 1 << 20)
-    static let chunk = IngestStateMachine.chunkBytes
+@Suite struct StreamSessionStateMachineTests {
+    static let limits = StreamSession.StateMachine.Limits(maxSegmentBytes: 1 << 20)
+    static let chunk = StreamSession.StateMachine.chunkBytes
 
     static func hello(segmentMs: Int = 5000, protocol version: Int = GuidanceProtocol.version, stream: String? = "s1") -> String {
         var hello = ClientMessage.Hello(device: "car-1", locale: "en-US", agent: "test",
@@ -24,18 +24,18 @@ import Testing
                                     bytes: bytes, sha256: sha, chunks: chunks, data: data)).encoded()
     }
 
-    static func opened() -> IngestStateMachine {
-        var machine = IngestStateMachine(limits: limits)
+    static func opened() -> StreamSession.StateMachine {
+        var machine = StreamSession.StateMachine(limits: limits)
         _ = machine.text(hello())
         return machine
     }
 
-    static func reasons(_ actions: [IngestStateMachine.Action]) -> [IngestStateMachine.Rejection] {
+    static func reasons(_ actions: [StreamSession.StateMachine.Action]) -> [StreamSession.StateMachine.Rejection] {
         actions.compactMap { if case .reject(_, _, _, let reason) = $0 { reason } else { nil } }
     }
 
     @Test func helloOpensWithWhatSegmentsNeed() {
-        var machine = IngestStateMachine(limits: Self.limits)
+        var machine = StreamSession.StateMachine(limits: Self.limits)
         let actions = machine.text(Self.hello())
         #expect(actions == [.open(.init(locale: "en-US", agent: "test", stream: "s1", segmentMs: 5000, named: "car-1"))])
         #expect(machine.isOpen)
@@ -44,12 +44,12 @@ import Testing
     @Test(arguments: [
         (hello: "{\"type\":\"segment\"}", says: "first message must be hello"),
         (hello: "not json", says: "first message must be hello"),
-        (hello: IngestStateMachineTests.hello(protocol: 2), says: "protocol 2 is not supported"),
-        (hello: IngestStateMachineTests.hello(segmentMs: 0), says: "video.segmentMs 0"),
-        (hello: IngestStateMachineTests.hello(segmentMs: Int.max), says: "video.segmentMs \(Int.max)"),
+        (hello: StreamSessionStateMachineTests.hello(protocol: 2), says: "protocol 2 is not supported"),
+        (hello: StreamSessionStateMachineTests.hello(segmentMs: 0), says: "video.segmentMs 0"),
+        (hello: StreamSessionStateMachineTests.hello(segmentMs: Int.max), says: "video.segmentMs \(Int.max)"),
     ])
     func aBadFirstMessageCloses(hello: String, says: String) {
-        var machine = IngestStateMachine(limits: Self.limits)
+        var machine = StreamSession.StateMachine(limits: Self.limits)
         let actions = machine.text(hello)
         guard case .close(let reason) = actions.first, actions.count == 1 else {
             Issue.record("\(actions)")
@@ -61,13 +61,13 @@ import Testing
     }
 
     @Test func binaryBeforeHelloCloses() {
-        var machine = IngestStateMachine(limits: Self.limits)
+        var machine = StreamSession.StateMachine(limits: Self.limits)
         #expect(machine.binary([1, 2, 3]) == [.close(reason: "first message must be hello")])
     }
 
     @Test func aStreamIdThatIsEmptyOrTooLongIsIgnored() {
         for stream in ["", String(repeating: "x", count: 129)] {
-            var machine = IngestStateMachine(limits: Self.limits)
+            var machine = StreamSession.StateMachine(limits: Self.limits)
             let actions = machine.text(Self.hello(stream: stream))
             #expect(actions.last == .open(.init(locale: "en-US", agent: "test", stream: nil, segmentMs: 5000, named: "car-1")))
         }
@@ -101,7 +101,7 @@ import Testing
     }
 
     @Test(arguments: [
-        (Self.header(seq: -1, bytes: 10, chunks: 1, sha: Self.sha([])), IngestStateMachine.Rejection.seq),
+        (Self.header(seq: -1, bytes: 10, chunks: 1, sha: Self.sha([])), StreamSession.StateMachine.Rejection.seq),
         (Self.header(durationMs: Int.max, bytes: 10, chunks: 1, sha: Self.sha([])), .duration),
         (Self.header(durationMs: Int.min, bytes: 10, chunks: 1, sha: Self.sha([])), .duration),
         (Self.header(durationMs: 0, bytes: 10, chunks: 1, sha: Self.sha([])), .duration),
@@ -121,7 +121,7 @@ import Testing
         (Self.header(bytes: 10, chunks: Int.min, sha: Self.sha([])), .chunks),
         (Self.header(bytes: 3, chunks: nil, sha: Self.sha([]), data: "%%%"), .base64),
     ])
-    func aHeaderOutOfRangeIsRefusedAndItsChunksAreDropped(header: String, reason: IngestStateMachine.Rejection) {
+    func aHeaderOutOfRangeIsRefusedAndItsChunksAreDropped(header: String, reason: StreamSession.StateMachine.Rejection) {
         var machine = Self.opened()
         #expect(Self.reasons(machine.text(header)) == [reason])
         // Whatever chunks it announced go nowhere and say nothing.
@@ -171,11 +171,11 @@ import Testing
     @Test func randomMessagesNeverTrapOrBufferPastTheLimit() async {
         let step = Gen.int(in: 0...6)
         await propertyCheck(count: 300, input: step.array(of: 1...24), Gen.int().array(of: 96)) { kinds, numbers in
-            var machine = IngestStateMachine(limits: Self.limits)
+            var machine = StreamSession.StateMachine(limits: Self.limits)
             for (index, kind) in kinds.enumerated() {
                 let n = numbers[(index * 4) % numbers.count], m = numbers[(index * 4 + 1) % numbers.count]
                 let small = Int(truncatingIfNeeded: UInt(bitPattern: n) % 200_000)
-                let actions: [IngestStateMachine.Action] = switch kind {
+                let actions: [StreamSession.StateMachine.Action] = switch kind {
                 case 0: machine.text(Self.hello(segmentMs: m % 3 == 0 ? m : 5000))
                 case 1: machine.text(Self.header(seq: n, durationMs: m, bytes: small, chunks: (small + Self.chunk - 1) / Self.chunk, sha: Self.sha([])))
                 case 2: machine.text(Self.header(seq: m, durationMs: 5000, bytes: n, chunks: m, sha: Self.sha([])))

@@ -1,0 +1,277 @@
+import Crypto
+public import Foundation
+public import GuidanceProtocol
+
+extension StreamSession {
+    /// The rules of one agent's session as the server reads it, with no socket in sight: `hello`
+    /// first, then segment headers, each followed by exactly its chunks. Every number a client sends
+    /// is checked against the `hello` and the server's limits before any arithmetic or allocation;
+    /// a segment's bytes are gathered in one buffer that grows by appending (linear in its size) and
+    /// never beyond `maxSegmentBytes`; its SHA-256 is checked here too.
+    ///
+    /// ``StreamSession`` feeds it every message and carries out the ``Action``s; what happens to a
+    /// verified segment (ledger, `ack`, analysis) is the session's.
+    public struct StateMachine: Sendable {
+        public struct Limits: Sendable, Equatable {
+            /// Largest segment (`bytes`) accepted; `server.maxSegmentBytes`.
+            public var maxSegmentBytes: Int
+            /// Longest stream id remembered; a longer one is ignored (as if the hello had none).
+            public var maxStreamLength = 128
+            /// Longest `video.segmentMs` a `hello` may announce: segments last a minute at most, so ten
+            /// leave a wide margin.
+            public var maxSegmentMs = 10 * 60 * 1000
+
+            public init(maxSegmentBytes: Int) { self.maxSegmentBytes = maxSegmentBytes }
+        }
+
+        /// What the agent said in its `hello` that segments need.
+        public struct Agent: Sendable, Equatable {
+            public var locale: String
+            public var agent: String
+            /// The agent's per-start stream id; `nil`: re-sent segments are not recognised.
+            public var stream: String?
+            /// The segment length it records; a segment may last up to twice that.
+            public var segmentMs: Int
+            /// The device id it names itself by (`uplink.deviceId`): a label only, the tokens file
+            /// decides which device a session is.
+            public var named: String = ""
+        }
+
+        /// A segment whose size, chunk count and SHA-256 match its header.
+        public struct Verified: Sendable, Equatable {
+            public var header: ClientMessage.SegmentHeader
+            public var data: Data
+            /// Lower-case hex SHA-256 of `data`.
+            public var sha256: String
+            /// `durationMs` rounded up to whole seconds, what the segment costs.
+            public var seconds: Int
+        }
+
+        public enum Action: Sendable, Equatable {
+            /// A valid `hello`: take the device's lease and answer `welcome`.
+            case open(Agent)
+            /// Tell the agent about something it sent wrong; the session goes on.
+            case reject(ServerMessage.ErrorCode, String, seq: Int?, reason: Rejection)
+            /// Close the session: a protocol error before `hello`.
+            case close(reason: String)
+            /// A segment that passed every check.
+            case verified(Verified)
+            /// Worth a debug log line, nothing more (an unknown message type).
+            case ignore(String)
+        }
+
+        /// Why a message was refused, as a metric label: a closed set.
+        public enum Rejection: String, Sendable, CaseIterable {
+            case unreadable, outOfOrder = "out_of_order", seq, duration, frames, bytes, sha256Format = "sha256_format"
+            case chunks, base64, overrun, incomplete, size, digest
+        }
+
+        private struct Receiving: Sendable {
+            var header: ClientMessage.SegmentHeader
+            var chunks: Int
+            var received = 0
+            var data = Data()
+        }
+
+        private enum State: Sendable {
+            case awaitingHello
+            case ready(Agent)
+            case receiving(Agent, Receiving)
+            /// A header was refused: its chunks are dropped, unread, until the next text message.
+            case skipping(Agent)
+            case closed
+        }
+
+        /// Bytes per binary chunk (the last may be shorter).
+        public static let chunkBytes = GuidanceProtocol.maxMessageBytes
+
+        public let limits: Limits
+        private var state = State.awaitingHello
+
+        public init(limits: Limits) { self.limits = limits }
+
+        /// The `hello` has been accepted.
+        public var isOpen: Bool {
+            switch state {
+            case .ready, .receiving, .skipping: true
+            case .awaitingHello, .closed: false
+            }
+        }
+
+        /// What the `hello` said, once accepted.
+        public var agent: Agent? {
+            switch state {
+            case .ready(let agent), .receiving(let agent, _), .skipping(let agent): agent
+            case .awaitingHello, .closed: nil
+            }
+        }
+
+        /// Bytes held for the segment being received.
+        public var bufferedBytes: Int {
+            if case .receiving(_, let receiving) = state { return receiving.data.count }
+            return 0
+        }
+
+        // MARK: - Text
+
+        public mutating func text(_ text: String) -> [Action] {
+            switch state {
+            case .closed:
+                return []
+            case .awaitingHello:
+                return hello(text)
+            case .ready(let agent), .skipping(let agent):
+                state = .ready(agent)
+                return message(text, agent: agent)
+            case .receiving(let agent, let receiving):
+                // The text starts something new: the segment before it is incomplete.
+                state = .ready(agent)
+                let missing = Action.reject(
+                    .badSegment, "got \(receiving.received) of \(receiving.chunks) chunks before the next message",
+                    seq: receiving.header.seq, reason: .incomplete)
+                return [missing] + message(text, agent: agent)
+            }
+        }
+
+        private mutating func hello(_ text: String) -> [Action] {
+            guard case .hello(let hello) = try? ClientMessage.decode(text) else {
+                return close("first message must be hello")
+            }
+            guard hello.protocol == GuidanceProtocol.version else {
+                return close("protocol \(hello.protocol) is not supported; this server speaks \(GuidanceProtocol.version)")
+            }
+            guard (1...limits.maxSegmentMs).contains(hello.video.segmentMs) else {
+                return close("video.segmentMs \(hello.video.segmentMs) is not within 1…\(limits.maxSegmentMs)")
+            }
+            var actions: [Action] = []
+            var stream = hello.stream
+            if let given = stream, given.isEmpty || given.utf8.count > limits.maxStreamLength {
+                actions.append(.ignore("a stream id that is empty or over \(limits.maxStreamLength) bytes; re-sent segments will be analysed again"))
+                stream = nil
+            }
+            let agent = Agent(locale: hello.locale, agent: hello.agent, stream: stream, segmentMs: hello.video.segmentMs, named: hello.device)
+            state = .ready(agent)
+            return actions + [.open(agent)]
+        }
+
+        private mutating func close(_ reason: String) -> [Action] {
+            state = .closed
+            return [.close(reason: reason)]
+        }
+
+        /// A text message after `hello`, in state `.ready`.
+        private mutating func message(_ text: String, agent: Agent) -> [Action] {
+            let decoded: ClientMessage
+            do {
+                decoded = try ClientMessage.decode(text)
+            } catch {
+                return [.reject(.badMessage, "unreadable message: \(error)", seq: nil, reason: .unreadable)]
+            }
+            switch decoded {
+            case .hello:
+                return [.reject(.badMessage, "hello was already received", seq: nil, reason: .outOfOrder)]
+            case .unknown(let type):
+                return [.ignore("message of unknown type \(type.prefix(64))")]
+            case .segment(let header):
+                if let (reason, problem) = check(header, agent: agent) {
+                    // Whatever chunks it announced are dropped, unread.
+                    if header.chunks != nil { state = .skipping(agent) }
+                    return [.reject(.badSegment, problem, seq: header.seq >= 0 ? header.seq : nil, reason: reason)]
+                }
+                if let base64 = header.data {
+                    guard let data = Data(base64Encoded: base64) else {
+                        return [.reject(.badSegment, "data is not base64", seq: header.seq, reason: .base64)]
+                    }
+                    return [complete(header, data: data, agent: agent)]
+                }
+                // `check` made sure that `chunks` is there and matches `bytes`.
+                state = .receiving(agent, Receiving(header: header, chunks: header.chunks ?? 0))
+                return []
+            }
+        }
+
+        /// Why a header cannot be accepted, or `nil`. Every field a client sends is in range before
+        /// anything is computed from it.
+        func check(_ header: ClientMessage.SegmentHeader, agent: Agent) -> (Rejection, String)? {
+            guard header.seq >= 0 else { return (.seq, "seq \(header.seq) is negative") }
+            // segmentMs ≤ maxSegmentMs (checked at hello): twice it cannot overflow.
+            let longest = 2 * agent.segmentMs
+            guard header.durationMs > 0, header.durationMs <= longest else {
+                return (.duration, "durationMs \(header.durationMs) is not within 1…\(longest) (twice the hello's segmentMs)")
+            }
+            guard header.frames >= 0 else { return (.frames, "frames \(header.frames) is negative") }
+            guard header.bytes > 0, header.bytes <= limits.maxSegmentBytes else {
+                return (.bytes, "bytes \(header.bytes) is not within 1…\(limits.maxSegmentBytes)")
+            }
+            guard header.sha256.utf8.count == 64, header.sha256.utf8.allSatisfy({ $0.isHexDigit }) else {
+                return (.sha256Format, "sha256 is not 64 hex digits")
+            }
+            switch (header.chunks, header.data) {
+            case (nil, nil):
+                return (.chunks, "a segment needs chunks or data")
+            case (.some, .some):
+                return (.chunks, "a segment has chunks or data, not both")
+            case (.some(let chunks), nil):
+                // bytes ≤ maxSegmentBytes: no overflow.
+                let expected = (header.bytes + Self.chunkBytes - 1) / Self.chunkBytes
+                guard chunks == expected else {
+                    return (.chunks, "chunks \(chunks) does not match bytes \(header.bytes) (expected \(expected) of up to \(Self.chunkBytes) bytes)")
+                }
+                return nil
+            case (nil, .some):
+                return nil
+            }
+        }
+
+        // MARK: - Binary
+
+        public mutating func binary(_ bytes: some Collection<UInt8>) -> [Action] {
+            switch state {
+            case .closed, .skipping:
+                return []
+            case .awaitingHello:
+                return close("first message must be hello")
+            case .ready:
+                return [.reject(.badMessage, "binary data without a segment header", seq: nil, reason: .outOfOrder)]
+            case .receiving(let agent, var receiving):
+                // Out of `state` first, so the buffer has one owner and appending does not copy it.
+                state = .ready(agent)
+                guard bytes.count <= Self.chunkBytes, receiving.data.count + bytes.count <= receiving.header.bytes else {
+                    state = .skipping(agent)
+                    return [.reject(.badSegment, "more bytes than the header's \(receiving.header.bytes)", seq: receiving.header.seq, reason: .overrun)]
+                }
+                if receiving.data.isEmpty {
+                    // Grows as chunks arrive; never more than one chunk ahead of what was received.
+                    receiving.data.reserveCapacity(min(receiving.header.bytes, Self.chunkBytes))
+                }
+                receiving.data.append(contentsOf: bytes)
+                receiving.received += 1
+                guard receiving.received == receiving.chunks else {
+                    state = .receiving(agent, receiving)
+                    return []
+                }
+                return [complete(receiving.header, data: receiving.data, agent: agent)]
+            }
+        }
+
+        private func complete(_ header: ClientMessage.SegmentHeader, data: Data, agent: Agent) -> Action {
+            guard data.count == header.bytes else {
+                return .reject(.badSegment, "received \(data.count) bytes, header says \(header.bytes)", seq: header.seq, reason: .size)
+            }
+            let digest = SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+            guard digest == header.sha256.lowercased() else {
+                return .reject(.badSegment, "SHA-256 does not match", seq: header.seq, reason: .digest)
+            }
+            // durationMs is within 1…2 × segmentMs: rounding up cannot overflow.
+            let seconds = header.durationMs / 1000 + (header.durationMs % 1000 == 0 ? 0 : 1)
+            return .verified(Verified(header: header, data: data, sha256: digest, seconds: seconds))
+        }
+    }
+}
+
+extension UInt8 {
+    fileprivate var isHexDigit: Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(self)
+            || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(self)
+    }
+}
