@@ -35,7 +35,8 @@ prepare_roots() {
     ) > "$ROOTS_LOG" 2>&1 &
     ROOTS_PID=$!
 }
-# Waited for before the tests: they wait on sockets and timers, and are not to share the machine.
+# Waited for before the first step that boots a VM or uses a root. The Swift tests and the release
+# build run beside the downloads: no test depends on the machine's pace (scripts/stress-tests.sh).
 wait_roots() {
     [ -n "$ROOTS_PID" ] || return 0
     if wait "$ROOTS_PID"; then
@@ -52,7 +53,6 @@ fi
 step "Debian 12: resolve dependencies (Package.resolved)" swift package resolve "${RESOLVED_FLAGS[@]}"
 step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
 step "Debian 12: swift build --build-tests" swift build --build-tests "${DEBUG_BUILD_FLAGS[@]}"
-step "roots and VM parts: made beside the build (wait)" wait_roots
 for target in "${TEST_TARGETS[@]}"; do
     step "Debian 12: swift test $target" swift_tests "$target"
 done
@@ -67,6 +67,8 @@ if [ "${PACKAGE:-1}" != 0 ]; then
 else
     echo "PACKAGE=0: release package skipped"
 fi
+
+step "roots and VM parts: made beside the build and tests (wait)" wait_roots
 
 if [ "${HIL:-1}" != 0 ]; then
     step "Debian 12: hardware-in-the-loop (VM)" env AGENT_BIN="$PWD/.build/debug/dashcam-agent" bash Tests/HIL/run.sh

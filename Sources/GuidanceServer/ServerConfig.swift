@@ -28,7 +28,7 @@ public struct ServerConfig: LoadableConfig {
         public var tlsKeyFile: String?
         /// YAML mapping of bearer token → device id.
         public var tokensFile = "tokens.yaml"
-        /// WebSocket ping interval; a connection that doesn't answer within it is closed.
+        /// Seconds a session may be silent (no message, no pong) before it is closed with 4001; the server pings once half way.
         public var idleTimeoutSeconds = 30
         /// Folder received segments are kept in; nil keeps none.
         public var keepDir: String?
@@ -128,7 +128,7 @@ extension ServerConfig {
             "YAML mapping of bearer token → device id; only these tokens may connect."),
         .int(
             "server.idleTimeoutSeconds", \.server.idleTimeoutSeconds, 1...3600,
-            "WebSocket ping interval, in seconds; a connection that doesn't answer a ping within it is closed."),
+            "Seconds a session may be silent (no message, no pong) before it is closed with 4001; the server pings once half way."),
         .optionalString(
             "server.keepDir", \.server.keepDir, type: "path",
             "Folder each verified segment is also written to, as DEVICE-SEQ.mp4; unset keeps none."),

@@ -9,31 +9,16 @@ import TestSupport
 /// lands on the other instance, which takes the lease; the first instance closes the old session
 /// with 4000; a segment re-sent to the second is acknowledged without a second charge.
 @Suite struct MultiInstanceTests {
-    static let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
-
     /// The shipped site's stream location, in a plain-HTTP server on `port` in front of `upstreams`.
     static func nginxConfig(port: Int, upstreams: [Int], folder: URL) throws -> String {
-        let shipped = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("deploy/nginx/guidance-server.conf")
-        let site = try String(contentsOf: shipped, encoding: .utf8)
+        let site = try Nginx.shippedSite()
         guard let start = site.range(of: "map $http_upgrade"), let mapEnd = site.range(of: "}", range: start.upperBound..<site.endIndex),
               let location = site.range(of: "location = /v1/stream {"),
               let locationEnd = site.range(of: "\n    }", range: location.upperBound..<site.endIndex) else {
             throw PostgresServer.Failure(description: "the shipped site no longer has its map and /v1/stream location")
         }
-        let path = folder.path
-        return """
-            daemon off;
-            pid \(path)/nginx.pid;
-            error_log \(path)/error.log info;
-            events { worker_connections 256; }
-            http {
-                client_body_temp_path \(path)/client_body;
-                proxy_temp_path \(path)/proxy;
-                fastcgi_temp_path \(path)/fastcgi;
-                uwsgi_temp_path \(path)/uwsgi;
-                scgi_temp_path \(path)/scgi;
-                access_log \(path)/access.log;
+        return Nginx.mainConfig(folder: folder, http: """
+                access_log \(folder.path)/access.log;
                 \(site[start.lowerBound..<mapEnd.upperBound])
                 upstream guidance_server {
             \(upstreams.map { "        server 127.0.0.1:\($0) max_fails=0;" }.joined(separator: "\n"))
@@ -42,12 +27,10 @@ import TestSupport
                     listen 127.0.0.1:\(port);
                     \(site[location.lowerBound..<locationEnd.upperBound])
                 }
-            }
-
-            """
+            """)
     }
 
-    @Test(.enabled(if: nginx != nil, "needs nginx"))
+    @Test(.enabled(if: Nginx.binary != nil, "needs nginx"))
     func aNewSessionOnTheOtherInstanceClosesTheOldOneAndUsageCountsOnce() async throws {
         let url = try await PostgresServer.shared().createDatabase()
         let database = String(url.split(separator: "/").last ?? "")
@@ -58,9 +41,7 @@ import TestSupport
         let proxyPort = try PostgresServer.freePort()
         try Data(try Self.nginxConfig(port: proxyPort, upstreams: [a.port, b.port], folder: folder).utf8)
             .write(to: folder.appendingPathComponent("nginx.conf"))
-        let proxy = try Spawned(try #require(Self.nginx), ["-p", folder.path, "-c", folder.appendingPathComponent("nginx.conf").path,
-                                                           "-e", folder.appendingPathComponent("error.log").path],
-                                folder: folder, absolute: true)
+        let proxy = try Spawned(try #require(Nginx.binary), Nginx.arguments(folder: folder), folder: folder, absolute: true)
         // TERM: the master stops its worker too (after -9 the worker would live on).
         defer { proxy.stop(SIGTERM) }
         // nginx is up once its port answers.

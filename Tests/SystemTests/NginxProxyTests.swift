@@ -7,15 +7,12 @@ import Testing
 /// car moving between two paths 20 times: every old stream through nginx is closed, and neither
 /// the server nor nginx keeps a session or a socket per handover.
 @Suite(.serialized) struct NginxProxyTests {
-    static let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
     static let host = "guidance.test"
     static let proxyPort = 8443
 
     /// The shipped site file with only what a deployment changes: address, name, certificate, upstream port.
     static func site(serverPort: Int, credentials: TestCredentials, folder: URL) throws -> String {
-        let shipped = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("deploy/nginx/guidance-server.conf")
-        var text = try String(contentsOf: shipped, encoding: .utf8)
+        var text = try Nginx.shippedSite()
         let replacements = [
             "listen 443 ssl;": "listen \(TwoPaths.serverAddress):\(proxyPort) ssl;",
             "listen [::]:443 ssl;": "",
@@ -33,22 +30,7 @@ import Testing
     }
 
     static func mainConfig(folder: URL) -> String {
-        let path = folder.path
-        return """
-            daemon off;
-            pid \(path)/nginx.pid;
-            error_log \(path)/error.log info;
-            events { worker_connections 256; }
-            http {
-                client_body_temp_path \(path)/client_body;
-                proxy_temp_path \(path)/proxy;
-                fastcgi_temp_path \(path)/fastcgi;
-                uwsgi_temp_path \(path)/uwsgi;
-                scgi_temp_path \(path)/scgi;
-                include \(path)/site.conf;
-            }
-
-            """
+        Nginx.mainConfig(folder: folder, http: "    include \(folder.path)/site.conf;")
     }
 
     /// Established TCP connections in `namespace` whose local (`sport`) or remote (`dport`) port is `port`.
@@ -57,7 +39,7 @@ import Testing
         return result.stdout.split(separator: "\n").count
     }
 
-    @Test(.enabled(if: TwoPaths.available && nginx != nil, "needs root, network namespaces and nginx"))
+    @Test(.enabled(if: TwoPaths.available && Nginx.binary != nil, "needs root, network namespaces and nginx"))
     func twentyHandoversThroughNginxLeaveOneSessionAndOneStream() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
@@ -74,11 +56,11 @@ import Testing
         try Self.site(serverPort: serverPort, credentials: credentials, folder: proxyFolder)
             .write(to: proxyFolder.appendingPathComponent("site.conf"), atomically: true, encoding: .utf8)
         try Self.mainConfig(folder: proxyFolder).write(to: proxyFolder.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
-        let nginxArguments = ["-p", proxyFolder.path, "-c", proxyFolder.appendingPathComponent("nginx.conf").path, "-e", proxyFolder.appendingPathComponent("error.log").path]
+        let nginxArguments = Nginx.arguments(folder: proxyFolder)
         let inServer = paths.exec(in: paths.server)
-        let check = try Command.execute(inServer[0], Array(inServer.dropFirst()) + [try #require(Self.nginx), "-t"] + nginxArguments)
+        let check = try Command.execute(inServer[0], Array(inServer.dropFirst()) + [try #require(Nginx.binary), "-t"] + nginxArguments)
         try #require(check.status == 0, "nginx -t: \(check.stderr)")
-        let proxy = try Spawned(try #require(Self.nginx), nginxArguments, prefix: paths.exec(in: paths.server), folder: files.folder, absolute: true)
+        let proxy = try Spawned(try #require(Nginx.binary), nginxArguments, prefix: paths.exec(in: paths.server), folder: files.folder, absolute: true)
         defer { proxy.stop(SIGQUIT) }
 
         let agent = try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(

@@ -67,17 +67,10 @@ public final class Haptics: Sendable {
     public func close() { worker.close() }
 }
 
-/// The thread and what it shares with callers, all under `lock`: the pattern being timed, the
-/// line's level, and what callers did that the thread still has to log and count.
+/// The thread and what it shares with callers, all under `lock`: the timing rules
+/// (``Haptics/StateMachine``: the pattern being timed, the line's level), and what callers did
+/// that the thread still has to log and count.
 private final class HapticsWorker: Sendable {
-    struct Playing {
-        var pattern: HapticPattern
-        /// Index in `pattern.milliseconds` of the time running now: even while a pulse is on,
-        /// odd in a gap.
-        var step: Int
-        /// When that time is up (`CLOCK_MONOTONIC` ns).
-        var due: UInt64
-    }
 
     /// A pattern that stopped on an error.
     struct Failure {
@@ -93,11 +86,9 @@ private final class HapticsWorker: Sendable {
     }
 
     struct State {
-        var playing: Playing?
+        var machine = Haptics.StateMachine()
         /// Callers' starts and failures, oldest first, for the thread to log and count.
         var events: [Event] = []
-        /// As the last edge that worked left the line.
-        var lineActive = false
         var stopping = false
         /// The thread released the line after errors and ended.
         var failed = false
@@ -142,13 +133,11 @@ private final class HapticsWorker: Sendable {
     func play(_ pattern: HapticPattern, receivedAt: ContinuousClock.Instant) {
         let accepted = lock.update { state -> Bool in
             guard !state.stopping, !state.failed else { return false }
-            let cut = state.playing?.pattern
-            state.playing = nil
             do {
                 // A pulse still on ends first: two pulses never merge into one.
-                if state.lineActive {
+                if state.machine.mustEndPulseFirst {
                     try line.setActive(false)
-                    state.lineActive = false
+                    state.machine.lineSetInactive()
                 }
                 try line.setActive(true)
             } catch {
@@ -157,8 +146,7 @@ private final class HapticsWorker: Sendable {
             }
             let edge = MonotonicClock.now()
             let latency = ContinuousClock.now - receivedAt
-            state.lineActive = true
-            state.playing = Playing(pattern: pattern, step: 0, due: edge + Self.nanoseconds(pattern.milliseconds[0]))
+            let cut = state.machine.started(pattern, at: edge)
             if state.latencies.count >= latencyHistory {
                 state.latencies.removeFirst(state.latencies.count - latencyHistory + 1)
             }
@@ -223,7 +211,7 @@ private final class HapticsWorker: Sendable {
     /// Sleeps until a caller did something or the next edge is due, and sets that edge.
     private func nextWake() -> Wake {
         let news = { (state: State) in state.stopping || !state.events.isEmpty }
-        guard let due = lock.withLock({ $0.playing?.due }) else {
+        guard let due = lock.withLock({ $0.machine.due }) else {
             return lock.wait(until: news) { take(&$0) }
         }
         // A caller that changes `playing` also adds an event, so a stale `due` only wakes early.
@@ -234,16 +222,17 @@ private final class HapticsWorker: Sendable {
     private func take(_ state: inout State) -> Wake {
         defer { state.events = [] }
         guard state.stopping else { return .news(state.events, stopping: false, inactiveError: nil) }
-        state.playing = nil
         var inactiveError: (any Error)?
-        if state.lineActive {
+        var lineActive = state.machine.lineActive
+        if lineActive {
             do {
                 try line.setActive(false)
-                state.lineActive = false
+                lineActive = false
             } catch {
                 inactiveError = error
             }
         }
+        state.machine.stopped(lineActive: lineActive)
         return .news(state.events, stopping: true, inactiveError: inactiveError)
     }
 
@@ -251,34 +240,23 @@ private final class HapticsWorker: Sendable {
     /// moment the line reported the edge before it done, so a late wake-up shifts the rest of
     /// the pattern but never shortens a pulse or a gap.
     private func edge(_ state: inout State) -> Wake {
-        guard var playing = state.playing else { return .timing }
-        let steps = playing.pattern.milliseconds
-        let active = playing.step % 2 == 1
+        guard let pattern = state.machine.playing?.pattern, let active = state.machine.nextLevel else { return .timing }
         do {
             try line.setActive(active)
         } catch {
-            return .failed(stop(playing.pattern, error, &state))
+            return .failed(stop(pattern, error, &state))
         }
-        state.lineActive = active
-        playing.step += 1
-        // A trailing gap changes nothing: the pattern is over when its last pulse ends.
-        guard active || playing.step + 1 < steps.count else {
-            state.playing = nil
-            return .finished
-        }
-        playing.due = MonotonicClock.now() + Self.nanoseconds(steps[playing.step])
-        state.playing = playing
-        return .timing
+        return state.machine.edgeSet(at: MonotonicClock.now()) ? .finished : .timing
     }
 
     /// After an error: the pattern stops and the line is driven inactive, if it can be.
     private func stop(_ pattern: HapticPattern, _ error: any Error, _ state: inout State) -> Failure {
-        state.playing = nil
         do {
             try line.setActive(false)
-            state.lineActive = false
+            state.machine.stopped(lineActive: false)
             return Failure(pattern: pattern, error: error)
         } catch let inactiveError {
+            state.machine.stopped(lineActive: state.machine.lineActive)
             return Failure(pattern: pattern, error: error, inactiveError: inactiveError)
         }
     }
@@ -301,12 +279,10 @@ private final class HapticsWorker: Sendable {
     private func giveUp() {
         lock.withLock { state in
             state.failed = true
-            state.playing = nil
+            state.machine.stopped(lineActive: state.machine.lineActive)
             state.events = []
         }
     }
-
-    private static func nanoseconds(_ milliseconds: Int) -> UInt64 { UInt64(milliseconds) * 1_000_000 }
 
     /// `1.234 ms`.
     static func milliseconds(_ duration: Duration) -> String {

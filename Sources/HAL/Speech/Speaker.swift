@@ -97,36 +97,24 @@ public final class Speaker: Sendable {
     }
 }
 
-/// The queue, the thread and the sink. The sink and the synthesizer are used on the thread only;
-/// everything `say` and the readers touch is behind `lock`.
+/// The thread and the sink, driven by ``Speaker/StateMachine``. The sink and the synthesizer are
+/// used on the thread only; everything `say` and the readers touch is behind `lock`.
 private final class SpeakerWorker: @unchecked Sendable {
-    struct Request {
-        var id: Int
+    struct Message {
         var text: String
         var voice: String
-        var urgent: Bool
         var receivedAt: ContinuousClock.Instant
     }
 
+    typealias Machine = Speaker.StateMachine<Message>
+    typealias Request = Machine.Entry
+    typealias Outcome = Machine.Outcome
+
     struct State {
-        /// The message waiting to start.
-        var pending: Request?
-        /// The message being synthesized or played.
-        var current: Request?
-        /// An urgent message (or shutdown) wants `current` cut off.
-        var cutCurrent = false
-        var shutDown = false
+        var machine = Machine()
         var thread: NamedThread?
-        var nextID = 1
-        var stats = Speaker.Stats()
         var latencies: [Duration] = []
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
-    }
-
-    enum Outcome {
-        case spoken
-        case cutOff
-        case failed
     }
 
     private let synthesizer: any SpeechSynthesizer
@@ -158,33 +146,22 @@ private final class SpeakerWorker: @unchecked Sendable {
 
     func say(text: String, voice: String, urgent: Bool, receivedAt: ContinuousClock.Instant) {
         guard text.contains(where: { !$0.isWhitespace }) else { return }
-        let (id, replaced, cut) = lock.update { state -> (Int, Int?, Int?) in
-            guard !state.shutDown else { return (0, nil, nil) }
-            let id = state.nextID
-            state.nextID += 1
-            let replaced = state.pending?.id
-            if replaced != nil { state.stats.replaced += 1 }
-            state.pending = Request(id: id, text: text, voice: voice, urgent: urgent, receivedAt: receivedAt)
-            var cut: Int?
-            if urgent, let current = state.current, !state.cutCurrent {
-                state.cutCurrent = true
-                cut = current.id
-            }
-            return (id, replaced, cut)
+        let said = lock.update { state in
+            state.machine.say(Message(text: text, voice: voice, receivedAt: receivedAt), urgent: urgent)
         }
-        guard id > 0 else { return }
-        if let replaced { logger.debug("speech: #\(id) replaces #\(replaced), which had not started") }
-        if let cut { logger.debug("speech: urgent #\(id) cuts off #\(cut)") }
+        guard said.id > 0 else { return }
+        if let replaced = said.replaced { logger.debug("speech: #\(said.id) replaces #\(replaced), which had not started") }
+        if let cut = said.cut { logger.debug("speech: urgent #\(said.id) cuts off #\(cut)") }
     }
 
-    var stats: Speaker.Stats { lock.withLock { $0.stats } }
+    var stats: Speaker.Stats { lock.withLock { $0.machine.stats } }
 
     var recentLatencies: [Duration] { lock.withLock { $0.latencies } }
 
     func waitUntilIdle() async {
         await withCheckedContinuation { continuation in
             let idle = lock.withLock { state in
-                if state.shutDown || (state.pending == nil && state.current == nil) { return true }
+                if state.machine.isIdle { return true }
                 state.idleWaiters.append(continuation)
                 return false
             }
@@ -194,10 +171,7 @@ private final class SpeakerWorker: @unchecked Sendable {
 
     func shutdown() {
         let thread = lock.update { state -> NamedThread? in
-            guard !state.shutDown else { return nil }
-            state.shutDown = true
-            state.cutCurrent = true
-            state.pending = nil
+            guard state.machine.shutDown() else { return nil }
             defer { state.thread = nil }
             return state.thread
         }
@@ -210,14 +184,7 @@ private final class SpeakerWorker: @unchecked Sendable {
         while let request = nextRequest() {
             let outcome = speak(request)
             let waiters = lock.withLock { state -> [CheckedContinuation<Void, Never>] in
-                switch outcome {
-                case .spoken: state.stats.spoken += 1
-                case .cutOff: state.stats.cutOff += 1
-                case .failed: state.stats.failures += 1
-                }
-                state.current = nil
-                state.cutCurrent = false
-                guard state.pending == nil else { return [] }
+                guard state.machine.finished(outcome) else { return [] }
                 defer { state.idleWaiters = [] }
                 return state.idleWaiters
             }
@@ -233,28 +200,22 @@ private final class SpeakerWorker: @unchecked Sendable {
     }
 
     private func nextRequest() -> Request? {
-        lock.wait(until: { $0.pending != nil || $0.shutDown }) { state in
-            guard !state.shutDown else { return nil }
-            state.current = state.pending
-            state.pending = nil
-            state.cutCurrent = false
-            return state.current
-        }
+        lock.wait(until: { $0.machine.hasWork }) { $0.machine.start() }
     }
 
-    private var cutRequested: Bool { lock.withLock { $0.cutCurrent } }
+    private var cutRequested: Bool { lock.withLock { $0.machine.shouldCut } }
 
     private func speak(_ request: Request) -> Outcome {
         let stream: any SpeechStream
         do {
-            stream = try synthesizer.start(text: request.text, voice: request.voice)
+            stream = try synthesizer.start(text: request.message.text, voice: request.message.voice)
         } catch {
             logger.error("speech: #\(request.id) not spoken: \(error)")
             return .failed
         }
         // Cut off or failed, synthesis stops with the stream.
         defer { stream.cancel() }
-        if stream.voiceError != nil { lock.withLock { $0.stats.voiceFallbacks += 1 } }
+        if stream.voiceError != nil { lock.withLock { $0.machine.voiceFellBack() } }
         var begun = false
         do {
             while let samples = try stream.next() {
@@ -288,7 +249,7 @@ private final class SpeakerWorker: @unchecked Sendable {
     }
 
     private func firstSample(of request: Request) {
-        let latency = request.receivedAt.duration(to: .now)
+        let latency = request.message.receivedAt.duration(to: .now)
         lock.withLock { state in
             state.latencies.append(latency)
             if state.latencies.count > options.latencyHistory {
