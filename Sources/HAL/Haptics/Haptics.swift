@@ -211,7 +211,10 @@ private final class HapticsWorker: Sendable {
     /// Sleeps until a caller did something or the next edge is due, and sets that edge.
     private func nextWake() -> Wake {
         let news = { (state: State) in state.stopping || !state.events.isEmpty }
-        guard let due = lock.withLock({ $0.machine.due }) else {
+        // Copied out under the lock and read outside it: reading `due` inside the closure crashes
+        // the Swift 6.3 optimizer (release builds only: "Found ownership error" in CopyPropagation).
+        let machine = lock.withLock { $0.machine }
+        guard let due = machine.due else {
             return lock.wait(until: news) { take(&$0) }
         }
         // A caller that changes `playing` also adds an event, so a stale `due` only wakes early.
