@@ -77,26 +77,41 @@ struct StreamSession {
                 case .open(let agent):
                     try await open(agent, lease: lease, outbound: outbound)
                 case .reject(let code, let text, let seq, let reason):
-                    metrics.rejected(reason)
-                    if log.allows(now: Self.now()) {
-                        let suppressed = log.takeSuppressed()
-                        logger.warning("session \(id): \(code.rawValue): \(text)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
-                                       metadata: ["device": "\(device)"])
-                    }
-                    try await outbound.write(.text(ServerMessage.error(code: code, message: text, seq: seq).encoded()))
+                    try await reject(code, text, seq: seq, reason: reason, log: &log, outbound: outbound)
                 case .close(let reason):
                     logger.notice("session \(id): closing: \(reason)", metadata: ["device": "\(device)"])
                     try await outbound.close(.protocolError, reason: reason)
                     return
-                case .verified(let segment):
-                    metrics.verified()
-                    guard try await finish(segment, agent: machine.agent, lease: lease, outbound: outbound, analysis: analysis) else { return }
+                case .verified(let received):
+                    // The bytes, not the header: what the MP4 itself says decides, and what it costs.
+                    guard let agent = machine.agent else { break }
+                    let video = try? await SegmentVideo.onPool(received.data) { try SegmentVideo.inspect($0) }
+                    switch machine.judge(received, video: video, agent: agent) {
+                    case .verified(let segment):
+                        metrics.verified()
+                        guard try await finish(segment, agent: agent, lease: lease, outbound: outbound, analysis: analysis) else { return }
+                    case .reject(let code, let text, let seq, let reason):
+                        try await reject(code, text, seq: seq, reason: reason, log: &log, outbound: outbound)
+                    default:
+                        break
+                    }
                 case .ignore(let what):
                     logger.debug("session \(id): ignoring \(what)", metadata: ["device": "\(device)"])
                 }
             }
             activity.touch()
         }
+    }
+
+    private func reject(_ code: ServerMessage.ErrorCode, _ text: String, seq: Int?, reason: StreamSession.StateMachine.Rejection,
+                        log: inout RateLimit, outbound: WebSocketOutboundWriter) async throws {
+        metrics.rejected(reason)
+        if log.allows(now: Self.now()) {
+            let suppressed = log.takeSuppressed()
+            logger.warning("session \(id): \(code.rawValue): \(text)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
+                           metadata: ["device": "\(device)"])
+        }
+        try await outbound.write(.text(ServerMessage.error(code: code, message: text, seq: seq).encoded()))
     }
 
     private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, outbound: WebSocketOutboundWriter) async throws {
@@ -122,7 +137,7 @@ struct StreamSession {
 
     /// Charges and acknowledges a verified segment, and hands it to the analysis; `false` once the
     /// session is closing.
-    private func finish(_ segment: StreamSession.StateMachine.Verified, agent: StreamSession.StateMachine.Agent?, lease: Lease,
+    private func finish(_ segment: StreamSession.StateMachine.Verified, agent: StreamSession.StateMachine.Agent, lease: Lease,
                         outbound: WebSocketOutboundWriter, analysis: AsyncStream<ReceivedSegment>.Continuation) async throws -> Bool {
         let header = segment.header
         if let left = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left == 0 {
@@ -134,7 +149,7 @@ struct StreamSession {
         }
         // Without a stream id a segment cannot be recognised when re-sent: it is keyed by this session.
         let charge = UsageCharge(
-            device: device, stream: agent?.stream ?? "session:\(id)", seq: header.seq, sha256: segment.sha256,
+            device: device, stream: agent.stream ?? "session:\(id)", seq: header.seq, sha256: segment.sha256,
             seconds: segment.seconds, fence: lease.epoch.map { LeaseFence(device: device, epoch: $0) })
         let balance: DeviceBalance
         do {
@@ -178,7 +193,7 @@ struct StreamSession {
                 logger.error("cannot keep segment \(header.seq) in \(folder): \(error.localizedDescription)")
             }
         }
-        let received = ReceivedSegment(device: device, stream: charge.stream, locale: agent?.locale ?? "", header: header, data: segment.data)
+        let received = ReceivedSegment(device: device, stream: charge.stream, locale: agent.locale, header: header, data: segment.data)
         if case .dropped(let older) = analysis.yield(received) {
             metrics.analysisSkipped()
             logger.info("segment \(older.header.seq) not analysed: segment \(header.seq) arrived while it waited", metadata: ["device": "\(device)"])

@@ -17,8 +17,8 @@ import TestSupport
         device: "car-1", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000))).encoded()
 
     /// A header as JSON text, with any numbers (the protocol types would not let some of them through).
-    static func header(seq: Int, durationMs: Int, bytes: Int, chunks: Int?, sha: String) -> String {
-        #"{"type":"segment","seq":\#(seq),"capturedAt":"2026-11-22T04:17:17.569Z","durationMs":\#(durationMs),"frames":50,"bytes":\#(bytes),"sha256":"\#(sha)""#
+    static func header(seq: Int, durationMs: Int, bytes: Int, chunks: Int?, sha: String, frames: Int = SampleSegment.clipFrames) -> String {
+        #"{"type":"segment","seq":\#(seq),"capturedAt":"2026-11-22T04:17:17.569Z","durationMs":\#(durationMs),"frames":\#(frames),"bytes":\#(bytes),"sha256":"\#(sha)""#
             + (chunks.map { #","chunks":\#($0)"# } ?? "") + "}"
     }
 
@@ -48,7 +48,7 @@ import TestSupport
 
     @Test func aHugeOrNegativeDurationIsRefusedAndCostsNothing() async throws {
         let server = try await ServerProcess(extra: "usage:\n  remainingSeconds: 100")
-        let data = [UInt8](repeating: 9, count: 1000)
+        let data = await SampleSegment.clip(9)
         let texts = try await Self.offPool { () -> [String] in
             let (client, welcome) = try Self.session(port: server.port)
             var texts = [welcome]
@@ -166,7 +166,7 @@ import TestSupport
     /// is closed with 4001.
     @Test func anAgentThatOnlyAnswersPingsStaysAndOneThatDoesNotIsClosedIdle() async throws {
         let server = try await ServerProcess(server: ["idleTimeoutSeconds": "2"], extra: "usage:\n  remainingSeconds: 5")
-        let data = [UInt8](repeating: 3, count: 500)
+        let data = await SampleSegment.clip(3)
         // Spend the 5 s: the server says 0 and closes with 4402.
         let quotaClose = try await Self.offPool { () -> Int? in
             let (client, _) = try Self.session(port: server.port)
