@@ -29,19 +29,32 @@ struct StreamSession {
         metrics.sessionOpened()
         defer { metrics.sessionClosed() }
         let lease = Lease()
+        let end = Ending()
         // Only the newest acknowledged segment waits for the analyzer: one that arrives while
         // another still waits takes its place (guidance about an older view of the road is stale).
         let (clips, waiting) = AsyncStream.makeStream(of: ReceivedSegment.self, bufferingPolicy: .bufferingNewest(1))
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await watchIdle(outbound: outbound) }
-            group.addTask { try await watchUsage(lease: lease, outbound: outbound) }
-            group.addTask { try await analyze(clips, outbound: outbound) }
-            defer {
-                waiting.finish()
-                group.cancelAll()
+        // The first part to finish ends the session: the receive loop (the agent closed, or the
+        // session closed itself), the idle watch (4001), a supersede (4000). The rest are cancelled,
+        // so a peer that went silent cannot keep a session, its slot or its buffer.
+        var failure: (any Error)?
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await watchIdle(outbound: outbound) }
+                group.addTask { try await watchUsage(lease: lease, outbound: outbound) }
+                group.addTask { try await analyze(clips, outbound: outbound) }
+                group.addTask { await superseded(end, outbound: outbound) }
+                group.addTask {
+                    defer { waiting.finish() }
+                    try await receive(inbound: inbound, outbound: outbound, lease: lease, end: end, analysis: waiting)
+                }
+                defer { group.cancelAll() }
+                try await group.next()
             }
-            try await receive(inbound: inbound, outbound: outbound, lease: lease, analysis: waiting)
+        } catch {
+            failure = error
         }
+        // Every way out, a throw included, leaves the device free for its next session.
+        end.finish()
         await sessions.remove(id)
         if let epoch = lease.epoch {
             do { try await leases.release(device: device, session: id, epoch: epoch) } catch {
@@ -49,6 +62,41 @@ struct StreamSession {
             }
         }
         logger.info("session \(id) ended", metadata: ["device": "\(device)"])
+        if let failure { throw failure }
+    }
+
+    /// A supersede, told from outside the session (``LiveSessions``): it only signals, never waits.
+    final class Ending: Sendable {
+        let signal: AsyncStream<Void>
+        private let continuation: AsyncStream<Void>.Continuation
+        init() { (signal, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1)) }
+        func supersede() { continuation.yield() }
+        func finish() { continuation.finish() }
+    }
+
+    /// Waits for a supersede; then tells the agent (within ``closeDeadline``: a peer that stopped
+    /// reading cannot hold it) and returns, which ends the session.
+    private func superseded(_ end: Ending, outbound: WebSocketOutboundWriter) async {
+        for await _ in end.signal {
+            logger.info("session \(id) superseded by a newer connection", metadata: ["device": "\(device)"])
+            let superseded = ServerMessage.error(code: .superseded, message: "a newer connection of \(device) took over", seq: nil)
+            await Self.within(settings.closeDeadline) {
+                try await outbound.write(.text(superseded.encoded()))
+                try await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
+            }
+            return
+        }
+    }
+
+    /// Runs `body` for at most `limit`; past it, `body` is cancelled. Errors are dropped: this is
+    /// for last words to a peer that may be gone.
+    static func within(_ limit: Duration, _ body: @escaping @Sendable () async throws -> Void) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await body() }
+            group.addTask { try? await Task.sleep(for: limit) }
+            await group.next()
+            group.cancelAll()
+        }
     }
 
     /// What the session holds once `hello` is through: its lease epoch, and whether it waits for
@@ -63,7 +111,7 @@ struct StreamSession {
         func hold(_ epoch: Int64) { state.withLock { $0.epoch = epoch } }
     }
 
-    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease,
+    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease, end: Ending,
                          analysis: AsyncStream<ReceivedSegment>.Continuation) async throws {
         var machine = StreamSession.StateMachine(limits: .init(maxSegmentBytes: settings.maxSegmentBytes))
         var log = RateLimit(interval: .seconds(10))
@@ -75,7 +123,7 @@ struct StreamSession {
             for action in actions {
                 switch action {
                 case .open(let agent):
-                    try await open(agent, lease: lease, outbound: outbound)
+                    try await open(agent, lease: lease, end: end, outbound: outbound)
                 case .reject(let code, let text, let seq, let reason):
                     try await reject(code, text, seq: seq, reason: reason, log: &log, outbound: outbound)
                 case .close(let reason):
@@ -114,13 +162,8 @@ struct StreamSession {
         try await outbound.write(.text(ServerMessage.error(code: code, message: text, seq: seq).encoded()))
     }
 
-    private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, outbound: WebSocketOutboundWriter) async throws {
-        await sessions.add(id) {
-            let superseded = ServerMessage.error(code: .superseded, message: "a newer connection of \(device) took over", seq: nil)
-            logger.info("session \(id) superseded by a newer connection", metadata: ["device": "\(device)"])
-            try? await outbound.write(.text(superseded.encoded()))
-            try? await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
-        }
+    private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, end: Ending, outbound: WebSocketOutboundWriter) async throws {
+        await sessions.add(id) { end.supersede() }
         lease.hold(try await leases.acquire(device: device, session: id))
         let remaining = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
         lease.paused = remaining == 0
