@@ -185,12 +185,6 @@ extension StreamSession {
                     if header.chunks != nil { state = .skipping(agent) }
                     return [.reject(.badSegment, problem, seq: header.seq >= 0 ? header.seq : nil, reason: reason)]
                 }
-                if let base64 = header.data {
-                    guard let data = Data(base64Encoded: base64) else {
-                        return [.reject(.badSegment, "data is not base64", seq: header.seq, reason: .base64)]
-                    }
-                    return [complete(header, data: data, agent: agent)]
-                }
                 // `check` made sure that `chunks` is there and matches `bytes`.
                 state = .receiving(agent, Receiving(header: header, chunks: header.chunks ?? 0))
                 return []
@@ -213,19 +207,20 @@ extension StreamSession {
             guard header.sha256.utf8.count == 64, header.sha256.utf8.allSatisfy({ $0.isHexDigit }) else {
                 return (.sha256Format, "sha256 is not 64 hex digits")
             }
-            switch (header.chunks, header.data) {
-            case (nil, nil):
-                return (.chunks, "a segment needs chunks or data")
-            case (.some, .some):
-                return (.chunks, "a segment has chunks or data, not both")
-            case (.some(let chunks), nil):
+            // A segment's bytes come only as binary chunks: base64 in the header (`data`) would make
+            // one text message as big as the segment, past every message limit.
+            guard header.data == nil else {
+                return (.base64, "data (base64 in the header) is not accepted; send the MP4 as binary chunks")
+            }
+            switch header.chunks {
+            case nil:
+                return (.chunks, "a segment needs chunks")
+            case .some(let chunks):
                 // bytes ≤ maxSegmentBytes: no overflow.
                 let expected = (header.bytes + Self.chunkBytes - 1) / Self.chunkBytes
                 guard chunks == expected else {
                     return (.chunks, "chunks \(chunks) does not match bytes \(header.bytes) (expected \(expected) of up to \(Self.chunkBytes) bytes)")
                 }
-                return nil
-            case (nil, .some):
                 return nil
             }
         }
