@@ -143,6 +143,9 @@ static int reader_open(reader *r, const uint8_t *data, size_t size, char *error,
     }
     // One thread: the server decodes several segments at once on its own pool.
     r->decoder->thread_count = 1;
+    // The size checked above is the container's; the stream's own parameter sets decide what is
+    // decoded. No frame larger than the limit is allocated, whatever they say.
+    r->decoder->max_pixels = (int64_t)SEGMENT_VIDEO_MAX_WIDTH * SEGMENT_VIDEO_MAX_HEIGHT;
     if ((status = avcodec_parameters_to_context(r->decoder, stream->codecpar)) < 0 ||
         (status = avcodec_open2(r->decoder, codec, NULL)) < 0) {
         reader_close(r);
