@@ -133,7 +133,7 @@ struct StreamSession {
                 case .verified(let received):
                     // The bytes, not the header: what the MP4 itself says decides, and what it costs.
                     guard let agent = machine.agent else { break }
-                    let video = try? await SegmentVideo.onPool(received.data) { try SegmentVideo.inspect($0) }
+                    let video = try? await SegmentVideo.inspectOnPool(received.data)
                     switch machine.judge(received, video: video, agent: agent) {
                     case .verified(let segment):
                         metrics.verified()
