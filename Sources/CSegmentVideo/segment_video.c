@@ -26,8 +26,45 @@ void segment_video_free(segment_video_buffer *buffer) {
 
 // MARK: - Reading
 
+/// The segment's bytes, read by libavformat from memory: no file, no protocol, no URL.
+typedef struct {
+    const uint8_t *data;
+    size_t size;
+    size_t position;
+} memory_input;
+
+static int memory_read(void *opaque, uint8_t *buffer, int wanted) {
+    memory_input *input = opaque;
+    size_t left = input->size - input->position;
+    if (left == 0) return AVERROR_EOF;
+    size_t count = (size_t)wanted < left ? (size_t)wanted : left;
+    memcpy(buffer, input->data + input->position, count);
+    input->position += count;
+    return (int)count;
+}
+
+static int64_t memory_seek(void *opaque, int64_t offset, int whence) {
+    memory_input *input = opaque;
+    if (whence & AVSEEK_SIZE) return (int64_t)input->size;
+    int64_t base;
+    switch (whence & ~AVSEEK_FORCE) {
+    case SEEK_SET: base = 0; break;
+    case SEEK_CUR: base = (int64_t)input->position; break;
+    case SEEK_END: base = (int64_t)input->size; break;
+    default: return AVERROR(EINVAL);
+    }
+    // Both are within 0…size (size ≤ INT64_MAX): the sum cannot overflow unless offset is huge.
+    if (offset > (int64_t)input->size || offset < -(int64_t)input->size) return AVERROR(EINVAL);
+    int64_t target = base + offset;
+    if (target < 0 || target > (int64_t)input->size) return AVERROR(EINVAL);
+    input->position = (size_t)target;
+    return target;
+}
+
 typedef struct {
     AVFormatContext *format;
+    AVIOContext *io;
+    memory_input input;
     AVCodecContext *decoder;
     AVPacket *packet;
     AVFrame *frame;
@@ -43,16 +80,45 @@ static void reader_close(reader *r) {
     av_packet_free(&r->packet);
     avcodec_free_context(&r->decoder);
     avformat_close_input(&r->format);
+    if (r->io) av_freep(&r->io->buffer);
+    avio_context_free(&r->io);
 }
 
-static int reader_open(reader *r, const char *path, char *error, size_t error_size) {
+/// Opens `data` as MP4 and nothing else: the MP4 demuxer is named (no probing of other formats),
+/// no protocol may be opened (a reference to another file or URL fails), and external data
+/// references stay off.
+static int demuxer_open(reader *r, const uint8_t *data, size_t size, char *error, size_t error_size) {
     memset(r, 0, sizeof *r);
-    int status = avformat_open_input(&r->format, path, NULL, NULL);
-    if (status < 0) return fail(status, "cannot open the segment", error, error_size);
-    if ((status = avformat_find_stream_info(r->format, NULL)) < 0) {
+    r->input = (memory_input){data, size, 0};
+    const int buffer_size = 32768;
+    uint8_t *buffer = av_malloc(buffer_size);
+    if (!buffer) return fail(AVERROR(ENOMEM), "cannot read the segment", error, error_size);
+    r->io = avio_alloc_context(buffer, buffer_size, 0, &r->input, memory_read, NULL, memory_seek);
+    r->format = avformat_alloc_context();
+    if (!r->io || !r->format) {
+        if (!r->io) av_free(buffer);
         reader_close(r);
-        return fail(status, "cannot read the segment's streams", error, error_size);
+        return fail(AVERROR(ENOMEM), "cannot read the segment", error, error_size);
     }
+    r->format->pb = r->io;
+    r->format->flags |= AVFMT_FLAG_CUSTOM_IO;
+    AVDictionary *options = NULL;
+    av_dict_set(&options, "format_whitelist", "mov,mp4,m4a,3gp,3g2,mj2", 0);
+    av_dict_set(&options, "protocol_whitelist", "none", 0);
+    av_dict_set(&options, "enable_drefs", "0", 0);
+    int status = avformat_open_input(&r->format, NULL, av_find_input_format("mp4"), &options);
+    av_dict_free(&options);
+    if (status < 0) {
+        // avformat_open_input freed the context on failure.
+        reader_close(r);
+        return fail(status, "not an MP4 segment", error, error_size);
+    }
+    return 0;
+}
+
+static int reader_open(reader *r, const uint8_t *data, size_t size, char *error, size_t error_size) {
+    int status = demuxer_open(r, data, size, error, error_size);
+    if (status < 0) return status;
     const AVCodec *codec = NULL;
     r->stream = av_find_best_stream(r->format, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
     if (r->stream < 0 || !codec) {
@@ -60,6 +126,11 @@ static int reader_open(reader *r, const char *path, char *error, size_t error_si
         return fail(r->stream < 0 ? r->stream : AVERROR_DECODER_NOT_FOUND, "no video stream FFmpeg can decode", error, error_size);
     }
     AVStream *stream = r->format->streams[r->stream];
+    if (stream->codecpar->width <= 0 || stream->codecpar->height <= 0 || stream->codecpar->width > SEGMENT_VIDEO_MAX_WIDTH ||
+        stream->codecpar->height > SEGMENT_VIDEO_MAX_HEIGHT) {
+        reader_close(r);
+        return fail(AVERROR_INVALIDDATA, "the video's size is not within 1…" SEGMENT_VIDEO_MAX_SIZE_TEXT, error, error_size);
+    }
     r->time_base = stream->time_base;
     r->frame_rate = stream->avg_frame_rate;
     r->frames = stream->nb_frames;
@@ -70,6 +141,8 @@ static int reader_open(reader *r, const char *path, char *error, size_t error_si
         reader_close(r);
         return fail(AVERROR(ENOMEM), "cannot decode", error, error_size);
     }
+    // One thread: the server decodes several segments at once on its own pool.
+    r->decoder->thread_count = 1;
     if ((status = avcodec_parameters_to_context(r->decoder, stream->codecpar)) < 0 ||
         (status = avcodec_open2(r->decoder, codec, NULL)) < 0) {
         reader_close(r);
@@ -150,9 +223,9 @@ static void fit(int width, int height, int max_width, int *out_width, int *out_h
 
 // MARK: - JPEG keyframes
 
-static int count_frames(const char *path, char *error, size_t error_size) {
+static int count_frames(const uint8_t *data, size_t size, char *error, size_t error_size) {
     reader r;
-    int status = reader_open(&r, path, error, error_size);
+    int status = reader_open(&r, data, size, error, error_size);
     if (status < 0) return status;
     int frames = 0;
     while ((status = reader_next(&r)) > 0) frames += 1;
@@ -160,17 +233,17 @@ static int count_frames(const char *path, char *error, size_t error_size) {
     return status < 0 ? fail(status, "cannot decode the segment", error, error_size) : frames;
 }
 
-int segment_video_keyframe_jpegs(const char *path, int count, int max_width, segment_video_buffer *out, char *error,
+int segment_video_keyframe_jpegs(const uint8_t *data, size_t size, int count, int max_width, segment_video_buffer *out, char *error,
                                  size_t error_size) {
     if (count < 1 || count > 8) return fail(AVERROR(EINVAL), "keyframes: count must be 1…8", error, error_size);
     reader r;
-    int status = reader_open(&r, path, error, error_size);
+    int status = reader_open(&r, data, size, error, error_size);
     if (status < 0) return status;
     int total = r.frames > 0 && r.frames < 100000 ? (int)r.frames : 0;
     if (total == 0) {
         reader_close(&r);
-        if ((total = count_frames(path, error, error_size)) < 0) return total;
-        if ((status = reader_open(&r, path, error, error_size)) < 0) return status;
+        if ((total = count_frames(data, size, error, error_size)) < 0) return total;
+        if ((status = reader_open(&r, data, size, error, error_size)) < 0) return status;
     }
     if (total == 0) {
         reader_close(&r);
@@ -256,9 +329,9 @@ static int write_packets(AVCodecContext *encoder, AVFormatContext *output, AVPac
     return status == AVERROR(EAGAIN) || status == AVERROR_EOF ? 0 : status;
 }
 
-int segment_video_transcode_h264(const char *input, const char *output_path, char *error, size_t error_size) {
+int segment_video_transcode_h264(const uint8_t *data, size_t size, const char *output_path, char *error, size_t error_size) {
     reader r;
-    int status = reader_open(&r, input, error, error_size);
+    int status = reader_open(&r, data, size, error, error_size);
     if (status < 0) return status;
     const AVCodec *codec = avcodec_find_encoder_by_name("libx264");
     if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_H264);
@@ -343,11 +416,11 @@ done:
 
 // MARK: - Gray frames
 
-int segment_video_gray_frames(const char *path, int every, int width, segment_video_gray_callback callback, void *context,
-                              char *error, size_t error_size) {
+int segment_video_gray_frames(const uint8_t *data, size_t size, int every, int width, segment_video_gray_callback callback,
+                              void *context, char *error, size_t error_size) {
     if (every < 1) every = 1;
     reader r;
-    int status = reader_open(&r, path, error, error_size);
+    int status = reader_open(&r, data, size, error, error_size);
     if (status < 0) return status;
     converter gray = {0};
     int index = 0;
@@ -367,4 +440,34 @@ int segment_video_gray_frames(const char *path, int every, int width, segment_vi
     converter_free(&gray);
     reader_close(&r);
     return status < 0 ? fail(status, "cannot decode the segment", error, error_size) : index;
+}
+
+// MARK: - Inspection
+
+int segment_video_inspect(const uint8_t *data, size_t size, segment_video_info *info, char *error, size_t error_size) {
+    memset(info, 0, sizeof *info);
+    reader r;
+    int status = demuxer_open(&r, data, size, error, error_size);
+    if (status < 0) return status;
+    info->streams = (int)r.format->nb_streams;
+    int video = -1;
+    for (unsigned i = 0; i < r.format->nb_streams; i++) {
+        if (r.format->streams[i]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO) continue;
+        info->video_streams += 1;
+        if (video < 0) video = (int)i;
+    }
+    if (video >= 0) {
+        AVStream *stream = r.format->streams[video];
+        const char *name = avcodec_get_name(stream->codecpar->codec_id);
+        snprintf(info->codec, sizeof info->codec, "%s", name ? name : "");
+        info->width = stream->codecpar->width;
+        info->height = stream->codecpar->height;
+        info->frames = stream->nb_frames > 0 ? stream->nb_frames : 0;
+        // The track's own duration in its time base; av_rescale_q saturates rather than overflows.
+        if (stream->duration > 0 && stream->time_base.num > 0 && stream->time_base.den > 0) {
+            info->duration_ms = av_rescale_q(stream->duration, stream->time_base, (AVRational){1, 1000});
+        }
+    }
+    reader_close(&r);
+    return 0;
 }

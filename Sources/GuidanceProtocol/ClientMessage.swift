@@ -53,7 +53,8 @@ public enum ClientMessage: Sendable, Equatable {
         public var sha256: String
         /// Binary messages that follow (chunked mode).
         public var chunks: Int?
-        /// The MP4 in base64 (base64 mode); then no binary messages follow.
+        /// The MP4 in base64, from agents of an earlier release; a server refuses it (bad_segment):
+        /// segments travel as binary chunks only.
         public var data: String?
 
         public init(seq: Int, capturedAt: String, durationMs: Int, frames: Int, bytes: Int, sha256: String,

@@ -5,17 +5,18 @@ public import ServiceLifecycle
 /// lease another session took (on this instance or another): only the latest view of the road
 /// matters, so the older session is the one closed, with 4000.
 actor LiveSessions {
-    private var supersede: [String: @Sendable () async -> Void] = [:]
+    private var supersede: [String: @Sendable () -> Void] = [:]
 
-    func add(_ session: String, supersede: @escaping @Sendable () async -> Void) {
+    /// `supersede` only signals the session (it must not wait on the session's socket).
+    func add(_ session: String, supersede: @escaping @Sendable () -> Void) {
         self.supersede[session] = supersede
     }
 
     func remove(_ session: String) { supersede[session] = nil }
 
     /// Closes `session` as superseded, if it is still open here.
-    func supersede(_ session: String) async {
-        await supersede.removeValue(forKey: session)?()
+    func supersede(_ session: String) {
+        supersede.removeValue(forKey: session)?()
     }
 
     var count: Int { supersede.count }

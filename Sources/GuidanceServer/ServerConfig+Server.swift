@@ -13,7 +13,8 @@ extension ServerConfig {
         return StreamServer(
             settings: .init(host: server.host, port: server.port, tls: tls, idleTimeoutSeconds: server.idleTimeoutSeconds,
                             keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,
-                            handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections),
+                            handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections,
+                            maxConnectionsPerDevice: server.maxConnectionsPerDevice, closeTimeoutMs: server.closeTimeoutMs),
             tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
             services: services, logger: logger)
     }

@@ -38,6 +38,10 @@ public struct ServerConfig: LoadableConfig {
         public var handshakeTimeoutMs = 5000
         /// Connections open at once; more are answered 503 with `Retry-After`.
         public var maxConnections = 1024
+        /// Stream connections one device may hold at once; more are answered 429 with `Retry-After`.
+        public var maxConnectionsPerDevice = 4
+        /// Time a peer has to answer the server's close; then the socket is closed.
+        public var closeTimeoutMs = 3000
 
         public init() {}
 
@@ -141,6 +145,12 @@ extension ServerConfig {
         .int(
             "server.maxConnections", \.server.maxConnections, 1...1_000_000,
             "Connections open at once; past it, requests are answered HTTP 503 with Retry-After: 5."),
+        .int(
+            "server.maxConnectionsPerDevice", \.server.maxConnectionsPerDevice, 1...64,
+            "Stream connections one device (one token) may hold at once; a handover briefly needs two. Past it, the upgrade is answered HTTP 429 with Retry-After: 5."),
+        .int(
+            "server.closeTimeoutMs", \.server.closeTimeoutMs, 100...60_000,
+            "Milliseconds a peer has to answer a close the server sent (idle, superseded, quota); then the connection is closed whatever it does."),
         .choice(
             "analyzer.kind", \.analyzer.kind,
             "Analyzer that answers segments: `scripted` plays analyzer.scriptFile; `gemini` asks Google's Gemini API with the segment; `openai` asks an OpenAI-compatible server with keyframes; `vision` looks for people and an unusable picture on this machine's CPU."),

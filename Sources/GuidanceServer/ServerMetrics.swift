@@ -24,7 +24,7 @@ public final class ServerMetrics: Sendable {
 
     /// Why a connection got no session.
     public enum Refusal: String, Sendable, CaseIterable {
-        case unauthorized, capacity, handshakeTimeout = "handshake_timeout"
+        case unauthorized, capacity, deviceCapacity = "device_capacity", handshakeTimeout = "handshake_timeout"
     }
 
     public init() {

@@ -39,12 +39,21 @@ public struct StreamServer: Sendable {
         public var handshakeTimeoutMs: Int
         /// Connections open at once; more are answered 503 with `Retry-After`.
         public var maxConnections: Int
+        /// Stream connections one device may hold at once (a handover briefly needs two); more are
+        /// answered 429 with `Retry-After`.
+        public var maxConnectionsPerDevice: Int
+        /// Time a peer has to answer a close the server sent (or to take its last words); then
+        /// the socket is closed whatever it does.
+        public var closeTimeoutMs: Int
+        public var closeDeadline: Duration { .milliseconds(closeTimeoutMs) }
 
         public init(host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
                     idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil,
                     maxSegmentBytes: Int = ServerConfig.Server().maxSegmentBytes,
                     handshakeTimeoutMs: Int = ServerConfig.Server().handshakeTimeoutMs,
-                    maxConnections: Int = ServerConfig.Server().maxConnections) {
+                    maxConnections: Int = ServerConfig.Server().maxConnections,
+                    maxConnectionsPerDevice: Int = ServerConfig.Server().maxConnectionsPerDevice,
+                    closeTimeoutMs: Int = ServerConfig.Server().closeTimeoutMs) {
             self.host = host
             self.port = port
             self.tls = tls
@@ -54,6 +63,8 @@ public struct StreamServer: Sendable {
             self.maxSegmentBytes = maxSegmentBytes
             self.handshakeTimeoutMs = handshakeTimeoutMs
             self.maxConnections = maxConnections
+            self.maxConnectionsPerDevice = maxConnectionsPerDevice
+            self.closeTimeoutMs = closeTimeoutMs
         }
     }
 
@@ -88,11 +99,15 @@ public struct StreamServer: Sendable {
         let ledger = self.ledger, leases = self.leases
         let router = Router(context: GuidanceRequestContext.self)
         let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger, metrics = self.metrics
-        let isAuthorized: @Sendable (String?) -> Bool = { tokens.device(authorization: $0) != nil }
+        let device: @Sendable (String?) -> String? = { tokens.device(authorization: $0) }
         router.ws(RouterPath(stringLiteral: GuidanceProtocol.path)) { request, _ in
             // UpgradeAuthGate has already answered a bad token with 401; this is the second lock.
-            isAuthorized(request.headers[.authorization]) ? .upgrade([:]) : .dontUpgrade
+            device(request.headers[.authorization]) != nil ? .upgrade([:]) : .dontUpgrade
         } onUpgrade: { inbound, outbound, context in
+            // However the session ends, the socket is gone within the close deadline: a peer that
+            // never answers the close (or stopped reading) cannot keep its connection slot.
+            let channel = context.requestContext.channel
+            defer { channel.eventLoop.scheduleTask(in: .milliseconds(Int64(settings.closeTimeoutMs))) { channel.close(promise: nil) } }
             guard let device = tokens.device(authorization: context.request.headers[.authorization]) else { return }
             let activity = try await ReadActivity.activity(of: context.requestContext.channel)
             let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
@@ -104,17 +119,21 @@ public struct StreamServer: Sendable {
                      body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
         }
         // The session pings and checks liveness itself (StreamSession.watchIdle): pongs count.
-        let webSocket = WebSocketServerConfiguration(maxFrameSize: GuidanceProtocol.maxMessageBytes + 1024, autoPing: .disabled)
+        let webSocket = WebSocketServerConfiguration(
+            maxFrameSize: GuidanceProtocol.maxMessageBytes + 1024, autoPing: .disabled, closeTimeout: settings.closeDeadline)
         let webSocketResponder = router.buildResponder()
         let rules = UpgradeAuthGate.Rules(
-            path: GuidanceProtocol.path, isAuthorized: isAuthorized, handshakeTimeout: .milliseconds(Int64(settings.handshakeTimeoutMs)),
-            retryAfterSeconds: 5, metrics: metrics, logger: logger)
+            path: GuidanceProtocol.path, device: device, handshakeTimeout: .milliseconds(Int64(settings.handshakeTimeoutMs)),
+            retryAfterSeconds: 5, maxPerDevice: settings.maxConnectionsPerDevice, metrics: metrics, logger: logger)
         let open = OpenConnections()
         // A bad token never gets a WebSocket: HTTP 401 at the upgrade.
         var server = HTTPServerBuilder { responder in
             AuthGatedChannel(
                 base: HTTP1WebSocketUpgradeChannel(
-                    responder: responder, webSocketResponder: webSocketResponder, configuration: .init(ws: webSocket)),
+                    responder: responder, webSocketResponder: webSocketResponder,
+                    // Between requests on a kept-alive connection (a /metrics scraper, say), the
+                    // same time as for the first one.
+                    configuration: .init(http1: .init(idleTimeout: .milliseconds(Int64(settings.handshakeTimeoutMs))), ws: webSocket)),
                 rules: rules, maxConnections: settings.maxConnections, open: open)
         }
         if let tls = settings.tls {

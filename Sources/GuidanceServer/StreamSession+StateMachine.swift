@@ -43,9 +43,14 @@ extension StreamSession {
             public var data: Data
             /// Lower-case hex SHA-256 of `data`.
             public var sha256: String
-            /// `durationMs` rounded up to whole seconds, what the segment costs.
+            /// `durationMs` rounded up to whole seconds; once the MP4 is read (``judge(_:video:agent:)``),
+            /// its own duration rounded up: what the segment costs.
             public var seconds: Int
         }
+
+        /// Codecs a segment's video may be in: the agent records HEVC; H.264 is what boards with
+        /// only an H.264 encoder send.
+        public static let codecs: Set<String> = ["hevc", "h264"]
 
         public enum Action: Sendable, Equatable {
             /// A valid `hello`: take the device's lease and answer `welcome`.
@@ -64,6 +69,8 @@ extension StreamSession {
         public enum Rejection: String, Sendable, CaseIterable {
             case unreadable, outOfOrder = "out_of_order", seq, duration, frames, bytes, sha256Format = "sha256_format"
             case chunks, base64, overrun, incomplete, size, digest
+            /// The bytes are not one MP4 with one HEVC or H.264 video track.
+            case video
         }
 
         private struct Receiving: Sendable {
@@ -178,12 +185,6 @@ extension StreamSession {
                     if header.chunks != nil { state = .skipping(agent) }
                     return [.reject(.badSegment, problem, seq: header.seq >= 0 ? header.seq : nil, reason: reason)]
                 }
-                if let base64 = header.data {
-                    guard let data = Data(base64Encoded: base64) else {
-                        return [.reject(.badSegment, "data is not base64", seq: header.seq, reason: .base64)]
-                    }
-                    return [complete(header, data: data, agent: agent)]
-                }
                 // `check` made sure that `chunks` is there and matches `bytes`.
                 state = .receiving(agent, Receiving(header: header, chunks: header.chunks ?? 0))
                 return []
@@ -206,22 +207,63 @@ extension StreamSession {
             guard header.sha256.utf8.count == 64, header.sha256.utf8.allSatisfy({ $0.isHexDigit }) else {
                 return (.sha256Format, "sha256 is not 64 hex digits")
             }
-            switch (header.chunks, header.data) {
-            case (nil, nil):
-                return (.chunks, "a segment needs chunks or data")
-            case (.some, .some):
-                return (.chunks, "a segment has chunks or data, not both")
-            case (.some(let chunks), nil):
+            // A segment's bytes come only as binary chunks: base64 in the header (`data`) would make
+            // one text message as big as the segment, past every message limit.
+            guard header.data == nil else {
+                return (.base64, "data (base64 in the header) is not accepted; send the MP4 as binary chunks")
+            }
+            switch header.chunks {
+            case nil:
+                return (.chunks, "a segment needs chunks")
+            case .some(let chunks):
                 // bytes ≤ maxSegmentBytes: no overflow.
                 let expected = (header.bytes + Self.chunkBytes - 1) / Self.chunkBytes
                 guard chunks == expected else {
                     return (.chunks, "chunks \(chunks) does not match bytes \(header.bytes) (expected \(expected) of up to \(Self.chunkBytes) bytes)")
                 }
                 return nil
-            case (nil, .some):
-                return nil
             }
         }
+
+        // MARK: - The segment's own MP4
+
+        /// A verified segment against what its MP4 says of itself (`video`, or `nil` when it is not an
+        /// MP4 that can be read): one track, of video, in a codec the server takes, with as many
+        /// frames as the header says and about as long. The charge is the file's duration, never the
+        /// header's; the header only has to agree with it. Returns `.verified` with that charge, or
+        /// `.reject`.
+        public func judge(_ segment: Verified, video: SegmentVideo.Info?, agent: Agent) -> Action {
+            let header = segment.header
+            func refuse(_ reason: Rejection, _ text: String) -> Action {
+                .reject(.badSegment, text, seq: header.seq, reason: reason)
+            }
+            guard let video else { return refuse(.video, "not an MP4 segment that can be read") }
+            guard video.streams == 1, video.videoStreams == 1 else {
+                return refuse(.video, "the MP4 has \(video.streams) tracks, \(video.videoStreams) of them video; a segment has one video track")
+            }
+            guard Self.codecs.contains(video.codec) else {
+                return refuse(.video, "the video is \(video.codec.isEmpty ? "of no known codec" : "'\(video.codec.prefix(32))'"); segments are HEVC or H.264")
+            }
+            guard video.frames > 0, header.frames == video.frames else {
+                return refuse(.frames, "frames \(header.frames) does not match the MP4's \(video.frames)")
+            }
+            // Both are checked before the difference: header within 1…2 × segmentMs (check), the file's here.
+            let longest = 2 * agent.segmentMs
+            guard video.durationMs > 0, video.durationMs <= longest else {
+                return refuse(.duration, "the MP4 lasts \(video.durationMs) ms, not within 1…\(longest)")
+            }
+            let slack = max(Self.durationSlackMs, header.durationMs / 10)
+            guard abs(video.durationMs - header.durationMs) <= slack else {
+                return refuse(.duration, "durationMs \(header.durationMs) does not match the MP4's \(video.durationMs) (± \(slack))")
+            }
+            var charged = segment
+            charged.seconds = video.durationMs / 1000 + (video.durationMs % 1000 == 0 ? 0 : 1)
+            return .verified(charged)
+        }
+
+        /// How far a header's `durationMs` may be from the MP4's (at least; or a tenth of it): the
+        /// agent counts from capture timestamps, the muxer from the track's.
+        public static let durationSlackMs = 500
 
         // MARK: - Binary
 

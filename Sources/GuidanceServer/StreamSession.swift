@@ -29,19 +29,32 @@ public struct StreamSession: Sendable {
         metrics.sessionOpened()
         defer { metrics.sessionClosed() }
         let lease = Lease()
+        let end = Ending()
         // Only the newest acknowledged segment waits for the analyzer: one that arrives while
         // another still waits takes its place (guidance about an older view of the road is stale).
         let (clips, waiting) = AsyncStream.makeStream(of: ReceivedSegment.self, bufferingPolicy: .bufferingNewest(1))
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await watchIdle(outbound: outbound) }
-            group.addTask { try await watchUsage(lease: lease, outbound: outbound) }
-            group.addTask { try await analyze(clips, outbound: outbound) }
-            defer {
-                waiting.finish()
-                group.cancelAll()
+        // The first part to finish ends the session: the receive loop (the agent closed, or the
+        // session closed itself), the idle watch (4001), a supersede (4000). The rest are cancelled,
+        // so a peer that went silent cannot keep a session, its slot or its buffer.
+        var failure: (any Error)?
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await watchIdle(outbound: outbound) }
+                group.addTask { try await watchUsage(lease: lease, outbound: outbound) }
+                group.addTask { try await analyze(clips, outbound: outbound) }
+                group.addTask { await superseded(end, outbound: outbound) }
+                group.addTask {
+                    defer { waiting.finish() }
+                    try await receive(inbound: inbound, outbound: outbound, lease: lease, end: end, analysis: waiting)
+                }
+                defer { group.cancelAll() }
+                try await group.next()
             }
-            try await receive(inbound: inbound, outbound: outbound, lease: lease, analysis: waiting)
+        } catch {
+            failure = error
         }
+        // Every way out, a throw included, leaves the device free for its next session.
+        end.finish()
         await sessions.remove(id)
         if let epoch = lease.epoch {
             do { try await leases.release(device: device, session: id, epoch: epoch) } catch {
@@ -49,6 +62,41 @@ public struct StreamSession: Sendable {
             }
         }
         logger.info("session \(id) ended", metadata: ["device": "\(device)"])
+        if let failure { throw failure }
+    }
+
+    /// A supersede, told from outside the session (``LiveSessions``): it only signals, never waits.
+    final class Ending: Sendable {
+        let signal: AsyncStream<Void>
+        private let continuation: AsyncStream<Void>.Continuation
+        init() { (signal, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1)) }
+        func supersede() { continuation.yield() }
+        func finish() { continuation.finish() }
+    }
+
+    /// Waits for a supersede; then tells the agent (within ``closeDeadline``: a peer that stopped
+    /// reading cannot hold it) and returns, which ends the session.
+    private func superseded(_ end: Ending, outbound: WebSocketOutboundWriter) async {
+        for await _ in end.signal {
+            logger.info("session \(id) superseded by a newer connection", metadata: ["device": "\(device)"])
+            let superseded = ServerMessage.error(code: .superseded, message: "a newer connection of \(device) took over", seq: nil)
+            await Self.within(settings.closeDeadline) {
+                try await outbound.write(.text(superseded.encoded()))
+                try await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
+            }
+            return
+        }
+    }
+
+    /// Runs `body` for at most `limit`; past it, `body` is cancelled. Errors are dropped: this is
+    /// for last words to a peer that may be gone.
+    static func within(_ limit: Duration, _ body: @escaping @Sendable () async throws -> Void) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await body() }
+            group.addTask { try? await Task.sleep(for: limit) }
+            await group.next()
+            group.cancelAll()
+        }
     }
 
     /// What the session holds once `hello` is through: its lease epoch, and whether it waits for
@@ -63,7 +111,7 @@ public struct StreamSession: Sendable {
         func hold(_ epoch: Int64) { state.withLock { $0.epoch = epoch } }
     }
 
-    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease,
+    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease, end: Ending,
                          analysis: AsyncStream<ReceivedSegment>.Continuation) async throws {
         var machine = StreamSession.StateMachine(limits: .init(maxSegmentBytes: settings.maxSegmentBytes))
         var log = RateLimit(interval: .seconds(10))
@@ -75,22 +123,26 @@ public struct StreamSession: Sendable {
             for action in actions {
                 switch action {
                 case .open(let agent):
-                    try await open(agent, lease: lease, outbound: outbound)
+                    try await open(agent, lease: lease, end: end, outbound: outbound)
                 case .reject(let code, let text, let seq, let reason):
-                    metrics.rejected(reason)
-                    if log.allows(now: Self.now()) {
-                        let suppressed = log.takeSuppressed()
-                        logger.warning("session \(id): \(code.rawValue): \(text)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
-                                       metadata: ["device": "\(device)"])
-                    }
-                    try await outbound.write(.text(ServerMessage.error(code: code, message: text, seq: seq).encoded()))
+                    try await reject(code, text, seq: seq, reason: reason, log: &log, outbound: outbound)
                 case .close(let reason):
                     logger.notice("session \(id): closing: \(reason)", metadata: ["device": "\(device)"])
                     try await outbound.close(.protocolError, reason: reason)
                     return
-                case .verified(let segment):
-                    metrics.verified()
-                    guard try await finish(segment, agent: machine.agent, lease: lease, outbound: outbound, analysis: analysis) else { return }
+                case .verified(let received):
+                    // The bytes, not the header: what the MP4 itself says decides, and what it costs.
+                    guard let agent = machine.agent else { break }
+                    let video = try? await SegmentVideo.onPool(received.data) { try SegmentVideo.inspect($0) }
+                    switch machine.judge(received, video: video, agent: agent) {
+                    case .verified(let segment):
+                        metrics.verified()
+                        guard try await finish(segment, agent: agent, lease: lease, outbound: outbound, analysis: analysis) else { return }
+                    case .reject(let code, let text, let seq, let reason):
+                        try await reject(code, text, seq: seq, reason: reason, log: &log, outbound: outbound)
+                    default:
+                        break
+                    }
                 case .ignore(let what):
                     logger.debug("session \(id): ignoring \(what)", metadata: ["device": "\(device)"])
                 }
@@ -99,13 +151,19 @@ public struct StreamSession: Sendable {
         }
     }
 
-    private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, outbound: WebSocketOutboundWriter) async throws {
-        await sessions.add(id) {
-            let superseded = ServerMessage.error(code: .superseded, message: "a newer connection of \(device) took over", seq: nil)
-            logger.info("session \(id) superseded by a newer connection", metadata: ["device": "\(device)"])
-            try? await outbound.write(.text(superseded.encoded()))
-            try? await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
+    private func reject(_ code: ServerMessage.ErrorCode, _ text: String, seq: Int?, reason: StreamSession.StateMachine.Rejection,
+                        log: inout RateLimit, outbound: WebSocketOutboundWriter) async throws {
+        metrics.rejected(reason)
+        if log.allows(now: Self.now()) {
+            let suppressed = log.takeSuppressed()
+            logger.warning("session \(id): \(code.rawValue): \(text)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
+                           metadata: ["device": "\(device)"])
         }
+        try await outbound.write(.text(ServerMessage.error(code: code, message: text, seq: seq).encoded()))
+    }
+
+    private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, end: Ending, outbound: WebSocketOutboundWriter) async throws {
+        await sessions.add(id) { end.supersede() }
         lease.hold(try await leases.acquire(device: device, session: id))
         let remaining = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
         lease.paused = remaining == 0
@@ -122,7 +180,7 @@ public struct StreamSession: Sendable {
 
     /// Charges and acknowledges a verified segment, and hands it to the analysis; `false` once the
     /// session is closing.
-    private func finish(_ segment: StreamSession.StateMachine.Verified, agent: StreamSession.StateMachine.Agent?, lease: Lease,
+    private func finish(_ segment: StreamSession.StateMachine.Verified, agent: StreamSession.StateMachine.Agent, lease: Lease,
                         outbound: WebSocketOutboundWriter, analysis: AsyncStream<ReceivedSegment>.Continuation) async throws -> Bool {
         let header = segment.header
         if let left = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left == 0 {
@@ -134,7 +192,7 @@ public struct StreamSession: Sendable {
         }
         // Without a stream id a segment cannot be recognised when re-sent: it is keyed by this session.
         let charge = UsageCharge(
-            device: device, stream: agent?.stream ?? "session:\(id)", seq: header.seq, sha256: segment.sha256,
+            device: device, stream: agent.stream ?? "session:\(id)", seq: header.seq, sha256: segment.sha256,
             seconds: segment.seconds, fence: lease.epoch.map { LeaseFence(device: device, epoch: $0) })
         let balance: DeviceBalance
         do {
@@ -178,7 +236,7 @@ public struct StreamSession: Sendable {
                 logger.error("cannot keep segment \(header.seq) in \(folder): \(error.localizedDescription)")
             }
         }
-        let received = ReceivedSegment(device: device, stream: charge.stream, locale: agent?.locale ?? "", header: header, data: segment.data)
+        let received = ReceivedSegment(device: device, stream: charge.stream, locale: agent.locale, header: header, data: segment.data)
         if case .dropped(let older) = analysis.yield(received) {
             metrics.analysisSkipped()
             logger.info("segment \(older.header.seq) not analysed: segment \(header.seq) arrived while it waited", metadata: ["device": "\(device)"])

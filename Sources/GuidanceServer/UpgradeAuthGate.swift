@@ -21,10 +21,14 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
 
     struct Rules: Sendable {
         let path: String
-        let isAuthorized: @Sendable (String?) -> Bool
+        /// The device a bearer token (the `Authorization` header) belongs to, if any.
+        let device: @Sendable (String?) -> String?
         let handshakeTimeout: TimeAmount
         /// Seconds an agent refused for capacity is told to wait.
         let retryAfterSeconds: Int
+        /// Stream connections of one device at once.
+        let maxPerDevice: Int
+        let perDevice = DeviceConnections()
         let metrics: ServerMetrics
         let logger: Logger
     }
@@ -65,11 +69,24 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
                 return
             }
             let requestPath = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
-            if requestPath == rules.path, !rules.isAuthorized(head.headers.first(name: "Authorization")) {
-                rules.metrics.refused(.unauthorized)
-                rules.logger.warning("refused an upgrade without a valid token (HTTP 401)")
-                refuse(context, head, .unauthorized, ["WWW-Authenticate": "Bearer"])
-                return
+            if requestPath == rules.path {
+                guard let device = rules.device(head.headers.first(name: "Authorization")) else {
+                    rules.metrics.refused(.unauthorized)
+                    rules.logger.warning("refused an upgrade without a valid token (HTTP 401)")
+                    refuse(context, head, .unauthorized, ["WWW-Authenticate": "Bearer"])
+                    return
+                }
+                // Counted for the connection's life, refused or not.
+                let perDevice = rules.perDevice
+                let over = perDevice.add(device, limit: rules.maxPerDevice)
+                context.channel.closeFuture.whenComplete { _ in perDevice.remove(device) }
+                if over {
+                    rules.metrics.refused(.deviceCapacity)
+                    rules.logger.warning("refused a connection: \(rules.maxPerDevice) of one device's are open (HTTP 429)",
+                                         metadata: ["device": "\(device)"])
+                    refuse(context, head, .tooManyRequests, ["Retry-After": "\(rules.retryAfterSeconds)"])
+                    return
+                }
             }
             context.fireChannelRead(data)
         case .body:
@@ -120,6 +137,26 @@ final class ReadActivity: ChannelInboundHandler, Sendable {
             try channel.pipeline.syncOperations.handler(type: ReadActivity.self).activity
         }.get()
     }
+}
+
+/// Each device's open stream connections, counted against `server.maxConnectionsPerDevice`.
+final class DeviceConnections: Sendable {
+    private let counts = Mutex<[String: Int]>([:])
+    /// Counts one more of `device`'s; whether that one is over `limit`.
+    func add(_ device: String, limit: Int) -> Bool {
+        counts.withLock { counts in
+            let count = counts[device, default: 0] + 1
+            counts[device] = count
+            return count > limit
+        }
+    }
+    func remove(_ device: String) {
+        counts.withLock { counts in
+            let count = counts[device, default: 1] - 1
+            counts[device] = count > 0 ? count : nil
+        }
+    }
+    func count(_ device: String) -> Int { counts.withLock { $0[device, default: 0] } }
 }
 
 /// The server's open connections, counted against `server.maxConnections`.

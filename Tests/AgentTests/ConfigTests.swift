@@ -249,6 +249,11 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
         "camera:\n  source: usb\n",
         "camera.source: 'usb' is not allowed; expected one of v4l2, test-pattern, file (given at FILE:2)"
     ),
+    // The payload mode that could not work, gone: the error names the one that does.
+    (
+        "uplink:\n  payload: base64\n",
+        "uplink.payload: 'base64' is not allowed; expected one of chunks (given at FILE:2)"
+    ),
     (
         "log:\n  level: verbose\n",
         "log.level: 'verbose' is not allowed; expected one of trace, debug, info, notice, warning, error, critical (given at FILE:2)"

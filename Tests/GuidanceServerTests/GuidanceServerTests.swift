@@ -83,7 +83,8 @@ import WSClient
 
     @Test func aSegmentInChunksIsVerifiedAcknowledgedAndAnswered() async throws {
         try await withServer { port in
-            let data = (0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+            // A real segment of three chunks.
+            let data = await SampleSegment.clip(0, size: "480x270")
             let chunks = stride(from: 0, to: data.count, by: GuidanceProtocol.maxMessageBytes).map {
                 WebSocketMessage.binary(ByteBuffer(bytes: data[$0..<min($0 + GuidanceProtocol.maxMessageBytes, data.count)]))
             }
@@ -100,7 +101,7 @@ import WSClient
 
     @Test func aWrongDigestIsABadSegmentAndTheSessionGoesOn() async throws {
         try await withServer { port in
-            let data: [UInt8] = Array(repeating: 7, count: 1000)
+            let data = await SampleSegment.clip(1)
             let (messages, _) = try await converse(
                 port: port,
                 send: [.text(Self.hello()), .text(Self.header(seq: 1, data: data, chunks: 1, sha: String(repeating: "0", count: 64))),
@@ -161,7 +162,7 @@ import WSClient
 
     @Test func usageCountsDownAndExhaustionClosesWith4402() async throws {
         try await withServer(usage: 8) { port in
-            let data: [UInt8] = Array(repeating: 1, count: 10)
+            let data = await SampleSegment.clip(2)
             let (messages, close) = try await converse(
                 port: port,
                 send: [.text(Self.hello()), .text(Self.header(seq: 0, data: data, chunks: 1)), .binary(ByteBuffer(bytes: data)),
@@ -180,8 +181,8 @@ import WSClient
     /// Returns both sessions' messages.
     func sendTwice(port: Int, stream: String?, resend: [UInt8]? = nil,
                    answered: @escaping @Sendable ([ServerMessage]) -> Bool) async throws -> (first: [ServerMessage], second: [ServerMessage]) {
-        let data: [UInt8] = Array(repeating: 5, count: 3000)
-        let next: [UInt8] = Array(repeating: 6, count: 3000)
+        let data = await SampleSegment.clip(5)
+        let next = await SampleSegment.clip(6)
         let resend = resend ?? data
         let charged = Mutex(false)
         let first = Task {
@@ -249,7 +250,7 @@ import WSClient
     /// refused, not analysed for free.
     @Test func aReSendWithOtherBytesIsRefused() async throws {
         try await withServer(usage: 60) { port in
-            let (_, second) = try await sendTwice(port: port, stream: "s-1", resend: Array(repeating: 9, count: 2000)) { messages in
+            let (_, second) = try await sendTwice(port: port, stream: "s-1", resend: await SampleSegment.clip(9)) { messages in
                 messages.contains { if case .error(.badSegment, _, 5) = $0 { true } else { false } }
             }
             #expect(!second.contains(.ack(seq: 5)))
@@ -261,7 +262,7 @@ import WSClient
 
     @Test func anImpossibleDurationIsABadSegmentAndCostsNothing() async throws {
         try await withServer(usage: 60) { port in
-            let data: [UInt8] = Array(repeating: 3, count: 100)
+            let data = await SampleSegment.clip(3)
             let (messages, _) = try await converse(
                 port: port,
                 send: [.text(Self.hello(stream: "s-1")),

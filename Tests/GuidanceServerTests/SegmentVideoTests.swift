@@ -59,4 +59,64 @@ import Testing
             _ = try await SegmentVideo.h264(from: Data(repeating: 0, count: 4096))
         }
     }
+
+    /// Runs the ffmpeg CLI with `arguments` (output last) and returns the file it wrote.
+    func made(_ suffix: String, _ arguments: [String]) async throws -> Data {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("made-\(UUID().uuidString).\(suffix)")
+        defer { try? FileManager.default.removeItem(at: file) }
+        _ = try await Command.executeAsync("ffmpeg", ["-v", "error"] + arguments + ["-y", file.path])
+        return try Data(contentsOf: file)
+    }
+
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
+    func inspectionReadsWhatTheMP4SaysOfItselfAsFFprobeDoes() async throws {
+        let clip = Data(await SampleSegment.clip())
+        let info = try SegmentVideo.inspect(clip)
+        let probed = try await probe(clip, suffix: "mp4")
+        #expect(info == .init(streams: 1, videoStreams: 1, codec: "hevc", width: 128, height: 72, frames: 50, durationMs: 5000))
+        #expect(probed["codec_name"] == info.codec && probed["nb_read_frames"] == "\(info.frames)")
+    }
+
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
+    func aSecondTrackAndOtherFormatsAreSeenForWhatTheyAre() async throws {
+        let withSound = try await made("mp4", [
+            "-f", "lavfi", "-i", "testsrc2=size=128x72:rate=10", "-f", "lavfi", "-i", "sine", "-t", "1",
+            "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-c:a", "aac"])
+        let info = try SegmentVideo.inspect(withSound)
+        #expect(info.streams == 2 && info.videoStreams == 1)
+        // MPEG-TS, Matroska: formats FFmpeg reads, but a segment is MP4 and nothing else is probed.
+        for (suffix, format) in [("ts", "mpegts"), ("mkv", "matroska")] {
+            let other = try await made(suffix, ["-f", "lavfi", "-i", "testsrc2=size=128x72:rate=10", "-t", "1", "-c:v", "mpeg2video", "-f", format])
+            #expect(throws: SegmentVideo.Failure.self, "\(format)") { _ = try SegmentVideo.inspect(other) }
+            await #expect(throws: SegmentVideo.Failure.self, "\(format)") {
+                _ = try await SegmentVideo.grayFrames(from: other, every: 1, maxWidth: 64, limit: 1)
+            }
+        }
+    }
+
+    /// A playlist that names another file and a URL: libavformat would open both if it probed the
+    /// format; read as MP4 with no protocol allowed, it is only unreadable bytes.
+    @Test func aPlaylistInsideASegmentOpensNothing() async throws {
+        let secret = FileManager.default.temporaryDirectory.appendingPathComponent("secret-\(UUID().uuidString).ts")
+        try Data("secret".utf8).write(to: secret)
+        defer { try? FileManager.default.removeItem(at: secret) }
+        let playlist = Data("#EXTM3U\n#EXT-X-TARGETDURATION:5\n#EXTINF:5,\nfile://\(secret.path)\n#EXTINF:5,\nhttp://127.0.0.1:9/x.ts\n#EXT-X-ENDLIST\n".utf8)
+        #expect(throws: SegmentVideo.Failure.self) { _ = try SegmentVideo.inspect(playlist) }
+        await #expect(throws: SegmentVideo.Failure.self) {
+            _ = try await SegmentVideo.grayFrames(from: playlist, every: 1, maxWidth: 64, limit: 1)
+        }
+        let concat = Data("ffconcat version 1.0\nfile '\(secret.path)'\n".utf8)
+        #expect(throws: SegmentVideo.Failure.self) { _ = try SegmentVideo.inspect(concat) }
+    }
+
+    /// A clip of one still frame a minute long, sampled with `frames`-based spacing, never holds
+    /// more gray frames than asked: decoding stops at the limit.
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
+    func grayFramesStopAtTheLimitWhateverTheClipHolds() async throws {
+        let clip = Data(await SampleSegment.clip())
+        let frames = try await SegmentVideo.grayFrames(from: clip, every: 1, maxWidth: 64, limit: 4)
+        #expect(frames.map(\.index) == [0, 1, 2, 3])
+        let spread = try await SegmentVideo.grayFrames(from: clip, every: 12, maxWidth: 64, limit: 4)
+        #expect(spread.map(\.index) == [0, 12, 24, 36])
+    }
 }

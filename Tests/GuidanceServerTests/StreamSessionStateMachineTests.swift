@@ -91,13 +91,18 @@ import Testing
         #expect(machine.bufferedBytes == 0)
     }
 
-    @Test func base64ModeIsVerifiedToo() {
+    /// Base64 in the header cannot carry a segment within the message limit: it is refused, and
+    /// names the way that works.
+    @Test func base64InTheHeaderIsRefused() {
         var machine = Self.opened()
         let data: [UInt8] = Array("hello segment".utf8)
         let actions = machine.text(Self.header(durationMs: 5000, bytes: data.count, chunks: nil, sha: Self.sha(data),
                                                data: Data(data).base64EncodedString()))
-        #expect(actions.count == 1)
-        if case .verified(let segment) = actions.first { #expect(segment.seconds == 5) } else { Issue.record("\(actions)") }
+        guard case .reject(.badSegment, let text, 1, .base64) = actions.first, actions.count == 1 else {
+            Issue.record("\(actions)")
+            return
+        }
+        #expect(text.contains("binary chunks"))
     }
 
     @Test(arguments: [
@@ -114,7 +119,7 @@ import Testing
         (Self.header(bytes: 10, chunks: 1, sha: "abc"), .sha256Format),
         (Self.header(bytes: 10, chunks: 1, sha: String(repeating: "g", count: 64)), .sha256Format),
         (Self.header(bytes: 10, chunks: nil, sha: Self.sha([])), .chunks),
-        (Self.header(bytes: 10, chunks: 1, sha: Self.sha([]), data: "AAAA"), .chunks),
+        (Self.header(bytes: 10, chunks: 1, sha: Self.sha([]), data: "AAAA"), .base64),
         (Self.header(bytes: 100_000, chunks: 1, sha: Self.sha([])), .chunks),
         (Self.header(bytes: 65_536, chunks: 2, sha: Self.sha([])), .chunks),
         (Self.header(bytes: 65_537, chunks: 1, sha: Self.sha([])), .chunks),
@@ -191,5 +196,60 @@ import Testing
                 }
             }
         }
+    }
+
+    // MARK: - The MP4 against its header
+
+    static let agent = StreamSession.StateMachine.Agent(locale: "en-US", agent: "test", stream: "s1", segmentMs: 5000)
+    static let hevc = SegmentVideo.Info(streams: 1, videoStreams: 1, codec: "hevc", width: 640, height: 360, frames: 50, durationMs: 5000)
+
+    static func verified(frames: Int = 50, durationMs: Int = 5000) -> StreamSession.StateMachine.Verified {
+        let header = ClientMessage.SegmentHeader(seq: 3, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: durationMs, frames: frames,
+                                                 bytes: 4, sha256: String(repeating: "a", count: 64), chunks: 1, data: nil)
+        return .init(header: header, data: Data([1, 2, 3, 4]), sha256: header.sha256, seconds: (durationMs + 999) / 1000)
+    }
+
+    @Test(arguments: [
+        (hevc, 5),
+        (SegmentVideo.Info(streams: 1, videoStreams: 1, codec: "h264", width: 640, height: 360, frames: 50, durationMs: 5000), 5),
+        // Within the slack: charged by the file's own duration.
+        (SegmentVideo.Info(streams: 1, videoStreams: 1, codec: "hevc", width: 640, height: 360, frames: 50, durationMs: 5400), 6),
+        (SegmentVideo.Info(streams: 1, videoStreams: 1, codec: "hevc", width: 640, height: 360, frames: 50, durationMs: 4600), 5),
+    ])
+    func aSegmentWhoseMP4AgreesIsChargedByTheFilesDuration(video: SegmentVideo.Info, seconds: Int) {
+        let machine = Self.opened()
+        guard case .verified(let segment) = machine.judge(Self.verified(), video: video, agent: Self.agent) else {
+            Issue.record("refused \(video)")
+            return
+        }
+        #expect(segment.seconds == seconds)
+    }
+
+    @Test(arguments: [
+        (verified(), nil, StreamSession.StateMachine.Rejection.video),
+        (verified(), SegmentVideo.Info(streams: 2, videoStreams: 1, codec: "hevc", width: 640, height: 360, frames: 50, durationMs: 5000), .video),
+        (verified(), SegmentVideo.Info(streams: 2, videoStreams: 2, codec: "hevc", width: 640, height: 360, frames: 50, durationMs: 5000), .video),
+        (verified(), SegmentVideo.Info(streams: 1, videoStreams: 0, codec: "", width: 0, height: 0, frames: 0, durationMs: 0), .video),
+        (verified(), SegmentVideo.Info(streams: 1, videoStreams: 1, codec: "mpeg2video", width: 640, height: 360, frames: 50, durationMs: 5000), .video),
+        // The crash of the shipped config: a frame count that no clip has.
+        (verified(frames: 10_000_000_000), hevc, .frames),
+        (verified(frames: 1), hevc, .frames),
+        (verified(frames: 0), hevc, .frames),
+        (verified(), SegmentVideo.Info(streams: 1, videoStreams: 1, codec: "hevc", width: 640, height: 360, frames: 0, durationMs: 5000), .frames),
+        // A 10-minute clip declared as 1 s, and one whose file says 10 minutes.
+        (verified(durationMs: 1000), SegmentVideo.Info(streams: 1, videoStreams: 1, codec: "hevc", width: 640, height: 360, frames: 50, durationMs: 600_000), .duration),
+        (verified(durationMs: 1000), hevc, .duration),
+        (verified(), SegmentVideo.Info(streams: 1, videoStreams: 1, codec: "hevc", width: 640, height: 360, frames: 50, durationMs: 0), .duration),
+        (verified(), SegmentVideo.Info(streams: 1, videoStreams: 1, codec: "hevc", width: 640, height: 360, frames: 50, durationMs: Int.max), .duration),
+    ] as [(StreamSession.StateMachine.Verified, SegmentVideo.Info?, StreamSession.StateMachine.Rejection)])
+    func aSegmentWhoseMP4DisagreesIsABadSegment(segment: StreamSession.StateMachine.Verified, video: SegmentVideo.Info?,
+                                                 reason: StreamSession.StateMachine.Rejection) {
+        let machine = Self.opened()
+        let action = machine.judge(segment, video: video, agent: Self.agent)
+        guard case .reject(.badSegment, let text, 3, let rejection) = action else {
+            Issue.record("\(action)")
+            return
+        }
+        #expect(rejection == reason, "\(text)")
     }
 }

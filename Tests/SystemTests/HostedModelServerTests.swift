@@ -29,7 +29,7 @@ import Testing
             let sha = sha256Hex(data)
             for seq in 0..<count {
                 try client.sendText(ServerHardeningTests.header(seq: seq, durationMs: 2000, bytes: data.count,
-                                                                chunks: (data.count + 65535) / 65536, sha: sha))
+                                                                chunks: (data.count + 65535) / 65536, sha: sha, frames: 20))
                 for start in stride(from: 0, to: data.count, by: 65536) {
                     try client.sendFrame(.binary, Array(data[start..<min(start + 65536, data.count)]))
                 }

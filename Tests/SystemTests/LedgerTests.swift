@@ -190,7 +190,7 @@ import TestSupport
         defer { try? FileManager.default.removeItem(at: folder) }
         let extra = "usage:\n  remainingSeconds: 1000\nledger: sqlite:\(folder.appendingPathComponent("usage.sqlite").path)"
         var server: ServerProcess? = try await ServerProcess(extra: extra, folder: folder)
-        let data: [UInt8] = Array(repeating: 4, count: 3000)
+        let data = await SampleSegment.clip(4)
         let header: @Sendable (Int) -> String = { seq in
             ServerHardeningTests.header(seq: seq, durationMs: 5000, bytes: data.count, chunks: 1, sha: ServerHardeningTests.sha(data))
         }

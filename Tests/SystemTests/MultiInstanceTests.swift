@@ -52,7 +52,7 @@ import TestSupport
         }
         try #require(listening, "nginx did not start: \(proxy.stderr)")
 
-        let data = [UInt8](repeating: 6, count: 2000)
+        let data = await SampleSegment.clip(6)
         let hello = ClientMessage.hello(.init(device: "car-1", locale: "en-US", agent: "test",
                                               video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "run-1")).encoded()
         let header = ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: data.count, chunks: 1, sha: ServerHardeningTests.sha(data))

@@ -17,8 +17,8 @@ import TestSupport
         device: "car-1", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000))).encoded()
 
     /// A header as JSON text, with any numbers (the protocol types would not let some of them through).
-    static func header(seq: Int, durationMs: Int, bytes: Int, chunks: Int?, sha: String) -> String {
-        #"{"type":"segment","seq":\#(seq),"capturedAt":"2026-11-22T04:17:17.569Z","durationMs":\#(durationMs),"frames":50,"bytes":\#(bytes),"sha256":"\#(sha)""#
+    static func header(seq: Int, durationMs: Int, bytes: Int, chunks: Int?, sha: String, frames: Int = SampleSegment.clipFrames) -> String {
+        #"{"type":"segment","seq":\#(seq),"capturedAt":"2026-11-22T04:17:17.569Z","durationMs":\#(durationMs),"frames":\#(frames),"bytes":\#(bytes),"sha256":"\#(sha)""#
             + (chunks.map { #","chunks":\#($0)"# } ?? "") + "}"
     }
 
@@ -46,9 +46,40 @@ import TestSupport
         #expect(welcome.contains("\"welcome\""), "after the abuse, a new session got: \(welcome)")
     }
 
+    /// The shipped configuration's analyzer (vision) once died on a frame count no clip has
+    /// (`Int32(frames / 4)`). A header's numbers must agree with the MP4 itself, and the analyzer
+    /// spreads its looks by the file's own count: 10 billion frames, 1 frame, a 1-byte body are
+    /// each a bad segment; the real clip with its real count is analysed.
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
+    func aFrameCountNoClipHasIsABadSegmentNotACrash() async throws {
+        let server = try await ServerProcess(analyzer: ["kind": "vision", "visionFrames": "4"])
+        let clip = await SampleSegment.clip(1)
+        let texts = try await Self.offPool { () -> [String] in
+            let (client, _) = try Self.session(port: server.port, receiveTimeoutMs: 30_000)
+            let byte: [UInt8] = [0]
+            try client.sendText(Self.header(seq: 1, durationMs: 5000, bytes: 1, chunks: 1, sha: Self.sha(byte), frames: 10_000_000_000))
+            try client.sendFrame(.binary, byte)
+            for (seq, frames) in [(2, 10_000_000_000), (3, 1), (4, Int.max)] {
+                try client.sendText(Self.header(seq: seq, durationMs: 5000, bytes: clip.count, chunks: 1, sha: Self.sha(clip), frames: frames))
+                try client.sendFrame(.binary, clip)
+            }
+            try client.sendText(Self.header(seq: 5, durationMs: 5000, bytes: clip.count, chunks: 1, sha: Self.sha(clip)))
+            try client.sendFrame(.binary, clip)
+            return try client.readTexts(until: #""guidance""#)
+        }
+        let messages = texts.compactMap { try? ServerMessage.decode($0) }
+        let refused = messages.compactMap { message -> Int? in
+            if case .error(.badSegment, _, let seq) = message { return seq } else { return nil }
+        }
+        #expect(refused == [1, 2, 3, 4], "\(texts)")
+        #expect(messages.contains(.ack(seq: 5)))
+        #expect(messages.contains { if case .guidance(let guidance) = $0 { guidance.seq == 5 } else { false } }, "\(texts)")
+        try await Self.stillServes(server)
+    }
+
     @Test func aHugeOrNegativeDurationIsRefusedAndCostsNothing() async throws {
         let server = try await ServerProcess(extra: "usage:\n  remainingSeconds: 100")
-        let data = [UInt8](repeating: 9, count: 1000)
+        let data = await SampleSegment.clip(9)
         let texts = try await Self.offPool { () -> [String] in
             let (client, welcome) = try Self.session(port: server.port)
             var texts = [welcome]
@@ -166,7 +197,7 @@ import TestSupport
     /// is closed with 4001.
     @Test func anAgentThatOnlyAnswersPingsStaysAndOneThatDoesNotIsClosedIdle() async throws {
         let server = try await ServerProcess(server: ["idleTimeoutSeconds": "2"], extra: "usage:\n  remainingSeconds: 5")
-        let data = [UInt8](repeating: 3, count: 500)
+        let data = await SampleSegment.clip(3)
         // Spend the 5 s: the server says 0 and closes with 4402.
         let quotaClose = try await Self.offPool { () -> Int? in
             let (client, _) = try Self.session(port: server.port)

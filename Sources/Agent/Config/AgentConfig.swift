@@ -148,9 +148,10 @@ public struct AgentConfig: LoadableConfig {
         public init() {}
     }
 
-    /// How segment bytes travel: binary chunks after the header, or base64 inside it.
+    /// How segment bytes travel: binary chunks after the header. (`base64` inside the header is
+    /// gone: a segment is bigger than a message may be.)
     public enum Payload: String, CaseIterable, Sendable {
-        case chunks, base64
+        case chunks
     }
 
     public struct Log: Sendable, Equatable {
@@ -273,7 +274,7 @@ extension AgentConfig {
             "Deprecated: an old name of device.locale (a notice is logged); set to another language than device.locale is an error."),
         .choice(
             "uplink.payload", \.uplink.payload,
-            "`chunks` sends each MP4 as binary messages after its header; `base64` puts it in the header."),
+            "`chunks` sends each MP4 as binary messages of up to 64 KiB after its header, the only way (`base64` in the header is no longer offered: a segment does not fit one message)."),
         .int(
             "uplink.pingSeconds", \.uplink.pingSeconds, 1...300,
             "Keepalive ping period, in seconds; with nothing outstanding, no pong within two periods means the connection is dead."),

@@ -323,14 +323,11 @@ public actor Uplink {
     private nonisolated func send(_ segment: Segment, connection: WebSocketConnection) async throws {
         let m = segment.metadata
         let chunkSize = GuidanceProtocol.maxMessageBytes
-        let base64 = settings.payload == .base64
         let header = ClientMessage.SegmentHeader(
             seq: m.seq, capturedAt: m.capturedAt.rfc3339Milliseconds,
             durationMs: m.durationMs, frames: m.frames, bytes: m.bytes, sha256: m.sha256,
-            chunks: base64 ? nil : (segment.data.count + chunkSize - 1) / chunkSize,
-            data: base64 ? Data(segment.data).base64EncodedString() : nil)
+            chunks: (segment.data.count + chunkSize - 1) / chunkSize, data: nil)
         try await connection.send(text: ClientMessage.segment(header).encoded())
-        guard !base64 else { return }
         for start in stride(from: 0, to: segment.data.count, by: chunkSize) {
             try await connection.send(binary: segment.data[start..<min(start + chunkSize, segment.data.count)])
         }

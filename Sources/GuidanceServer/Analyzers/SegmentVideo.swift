@@ -7,20 +7,54 @@ public import RoadScene
 /// A received segment's video, worked on with libavcodec (``CSegmentVideo``) on a thread pool of
 /// its own, never on the cooperative one, and never on NIO's shared blocking pool (the SQLite
 /// ledger's queries run there; a second of decoding and detection must not hold up a charge):
-/// keyframes as JPEG, the whole clip as H.264, frames in gray. libavformat reads from a file, so
-/// the segment is written to a private temporary file first.
+/// keyframes as JPEG, the whole clip as H.264, frames in gray, and what the MP4 says of itself.
+/// libavformat reads the segment from memory with its MP4 demuxer only: no other format is
+/// probed and no protocol, file or URL can be opened from inside a segment.
 public enum SegmentVideo {
     public struct Failure: Error, CustomStringConvertible {
         public let description: String
     }
 
+    /// What a segment's MP4 says of itself (``inspect(_:)``).
+    public struct Info: Sendable, Equatable {
+        /// Tracks of any kind, and of them video tracks.
+        public var streams: Int
+        public var videoStreams: Int
+        /// FFmpeg's name of the first video track's codec: "hevc", "h264"; "" without one.
+        public var codec: String
+        public var width: Int
+        public var height: Int
+        /// Samples in the video track; 0 when the file does not say.
+        public var frames: Int
+        /// The video track's duration; 0 when the file does not say.
+        public var durationMs: Int
+    }
+
+    /// Reads the MP4 boxes of `segment`, from memory and as MP4 only, without decoding a frame;
+    /// on the calling thread (a few milliseconds for a segment).
+    public static func inspect(_ segment: Data) throws -> Info {
+        try segment.withUnsafeBytes { raw in try inspect(raw.bindMemory(to: UInt8.self)) }
+    }
+
+    public static func inspect(_ segment: UnsafeBufferPointer<UInt8>) throws -> Info {
+        _ = quiet
+        var info = segment_video_info()
+        var error = [CChar](repeating: 0, count: 256)
+        let status = segment_video_inspect(segment.baseAddress, segment.count, &info, &error, error.count)
+        guard status >= 0 else { throw Failure(description: text(error)) }
+        let codec = withUnsafeBytes(of: info.codec) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        return Info(
+            streams: Int(info.streams), videoStreams: Int(info.video_streams), codec: codec, width: Int(info.width),
+            height: Int(info.height), frames: Int(clamping: info.frames), durationMs: Int(clamping: info.duration_ms))
+    }
+
     /// `count` frames spread evenly over the segment, first and last included, as JPEG at most
     /// `maxWidth` wide.
     public static func keyframeJPEGs(from segment: Data, count: Int, maxWidth: Int = 640) async throws -> [Data] {
-        try await withFile(segment) { path in
+        try await onPool(segment) { bytes in
             var buffers = [segment_video_buffer](repeating: .init(), count: max(1, min(count, 8)))
             var error = [CChar](repeating: 0, count: 256)
-            let made = segment_video_keyframe_jpegs(path, Int32(buffers.count), Int32(maxWidth), &buffers, &error, error.count)
+            let made = segment_video_keyframe_jpegs(bytes.baseAddress, bytes.count, Int32(buffers.count), Int32(clamping: maxWidth), &buffers, &error, error.count)
             guard made > 0 else { throw Failure(description: text(error)) }
             return (0..<Int(made)).map { i in
                 defer { segment_video_free(&buffers[i]) }
@@ -31,47 +65,51 @@ public enum SegmentVideo {
 
     /// The segment re-encoded as H.264 in MP4, frame for frame.
     public static func h264(from segment: Data) async throws -> Data {
-        try await withFile(segment) { path in
-            let output = path + ".h264.mp4"
+        try await onPool(segment) { bytes in
+            // The muxer writes to a file (its index goes at the end): a private one, removed after.
+            let output = FileManager.default.temporaryDirectory.appendingPathComponent("segment-\(UUID().uuidString).h264.mp4").path
             defer { unlink(output) }
             var error = [CChar](repeating: 0, count: 256)
-            guard segment_video_transcode_h264(path, output, &error, error.count) > 0 else { throw Failure(description: text(error)) }
+            guard segment_video_transcode_h264(bytes.baseAddress, bytes.count, output, &error, error.count) > 0 else {
+                throw Failure(description: text(error))
+            }
             return try Data(contentsOf: URL(fileURLWithPath: output))
         }
     }
 
-    /// Every `every`-th frame (from the first) in gray, at most `maxWidth` wide.
-    public static func grayFrames(from segment: Data, every: Int, maxWidth: Int) async throws -> [GrayFrame] {
-        try await withFile(segment) { path in try grayFrames(path: path, every: every, maxWidth: maxWidth) }
+    /// Every `every`-th frame (from the first) in gray, at most `maxWidth` wide, and no more than
+    /// `limit` of them (decoding stops there).
+    public static func grayFrames(from segment: Data, every: Int, maxWidth: Int, limit: Int) async throws -> [GrayFrame] {
+        try await onPool(segment) { bytes in try grayFrames(bytes, every: every, maxWidth: maxWidth, limit: limit) }
     }
 
-    /// The same from a file, on the calling thread (which it blocks while it decodes).
-    public static func grayFrames(path: String, every: Int, maxWidth: Int) throws -> [GrayFrame] {
-        final class Collected { var frames: [GrayFrame] = [] }
-        let collected = Collected()
+    /// The same, on the calling thread (which it blocks while it decodes).
+    public static func grayFrames(_ segment: UnsafeBufferPointer<UInt8>, every: Int, maxWidth: Int, limit: Int) throws -> [GrayFrame] {
+        _ = quiet
+        final class Collected {
+            var frames: [GrayFrame] = []
+            let limit: Int
+            init(limit: Int) { self.limit = limit }
+        }
+        let collected = Collected(limit: max(1, limit))
         var error = [CChar](repeating: 0, count: 256)
         let status = withExtendedLifetime(collected) {
-            segment_video_gray_frames(path, Int32(max(1, every)), Int32(maxWidth), { context, gray, width, height, stride, index in
+            segment_video_gray_frames(segment.baseAddress, segment.count, Int32(clamping: max(1, every)), Int32(clamping: maxWidth), { context, gray, width, height, stride, index in
                 guard let context, let gray else { return 1 }
                 let collected = Unmanaged<Collected>.fromOpaque(context).takeUnretainedValue()
                 collected.frames.append(GrayFrame(width: Int(width), height: Int(height), stride: Int(stride), rows: gray, index: Int(index)))
-                return 0
+                return collected.frames.count >= collected.limit ? 1 : 0
             }, Unmanaged.passUnretained(collected).toOpaque(), &error, error.count)
         }
         guard status >= 0 else { throw Failure(description: text(error)) }
         return collected.frames
     }
 
-    /// Runs `body` on the blocking pool with the segment in a temporary file (mode 0600), removed after.
-    static func withFile<T: Sendable>(_ segment: Data, _ body: @escaping @Sendable (String) throws -> T) async throws -> T {
+    /// Runs `body` on the decode pool with the segment's bytes.
+    static func onPool<T: Sendable>(_ segment: Data, _ body: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T {
         _ = quiet
         return try await pool.runIfActive {
-            let path = FileManager.default.temporaryDirectory.appendingPathComponent("segment-\(UUID().uuidString).mp4").path
-            guard FileManager.default.createFile(atPath: path, contents: segment, attributes: [.posixPermissions: 0o600]) else {
-                throw Failure(description: "cannot write the segment to \(path)")
-            }
-            defer { unlink(path) }
-            return try body(path)
+            try segment.withUnsafeBytes { raw in try body(raw.bindMemory(to: UInt8.self)) }
         }
     }
 

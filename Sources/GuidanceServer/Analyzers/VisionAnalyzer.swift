@@ -23,7 +23,7 @@ public final class VisionAnalyzer: SegmentAnalyzer {
     }
 
     public func analyze(_ segment: ReceivedSegment) async throws -> ServerMessage.Guidance? {
-        let result = try await result(for: segment.data, frames: segment.header.frames)
+        let result = try await result(for: segment.data)
         guard let finding = result.finding else {
             return .init(seq: segment.header.seq, text: "", lang: segment.locale, clear: true, priority: .normal)
         }
@@ -31,14 +31,16 @@ public final class VisionAnalyzer: SegmentAnalyzer {
         return .init(seq: segment.header.seq, text: text, lang: lang, clear: false, priority: finding.urgent ? .urgent : .normal)
     }
 
-    /// What the frames of `data` show; `frames` is the clip's frame count (its header's), used to
-    /// spread the frames looked at.
-    public func result(for data: Data, frames: Int) async throws -> RoadLook.Result {
-        let every = max(1, frames / framesPerSegment)
+    /// What the frames of `data` show. The frames looked at are spread by the count the MP4 itself
+    /// gives (never a number a client sent), and decoding stops once `framesPerSegment` are in
+    /// hand: whatever the file claims, no more than that many gray frames are ever held.
+    public func result(for data: Data) async throws -> RoadLook.Result {
         let look = self.look, detector = self.detector, maxWidth = self.maxWidth, wanted = framesPerSegment
-        return try await SegmentVideo.withFile(data) { path in
-            let gray = try SegmentVideo.grayFrames(path: path, every: every, maxWidth: maxWidth)
-            return try look.look(at: Array(gray.prefix(wanted)), detector: detector)
+        return try await SegmentVideo.onPool(data) { bytes in
+            let frames = try SegmentVideo.inspect(bytes).frames
+            let every = max(1, frames / wanted)
+            let gray = try SegmentVideo.grayFrames(bytes, every: every, maxWidth: maxWidth, limit: wanted)
+            return try look.look(at: gray, detector: detector)
         }
     }
 }

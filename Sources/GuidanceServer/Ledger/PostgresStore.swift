@@ -373,8 +373,14 @@ public final class PostgresLeases: SessionLeases {
         let logger = self.logger
         try await LedgerError.telling("session leases \(target): releasing \(device)") {
             try await schema.ensure()
+            // The row stays, with no session: its epoch is the device's newest, and the next acquire
+            // must go above it (every instance remembers it as the newest; starting again at 1 would
+            // make the next sessions look older than a lease that has ended).
             try await client.query(
-                "DELETE FROM session_leases WHERE device = \(device) AND session = \(session) AND epoch = \(epoch)", logger: logger)
+                """
+                UPDATE session_leases SET session = '', instance = ''
+                WHERE device = \(device) AND session = \(session) AND epoch = \(epoch)
+                """, logger: logger)
         }
     }
 

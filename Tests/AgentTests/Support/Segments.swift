@@ -2,9 +2,10 @@ import TestSupport
 import Foundation
 import HAL
 
-/// A segment of `bytes` made-up bytes, as the pipeline would hand it over; its SHA-256 is real.
+/// A segment as the pipeline would hand it over: a real 5-s clip (50 frames), other bytes for each
+/// `seq` and at least `bytes` long (``SampleSegment/tagged(_:_:bytes:)``); its SHA-256 is real.
 func testSegment(seq: Int, capturedAt: UInt64, bytes: Int = 100) -> Segment {
-    let data = (0..<bytes).map { UInt8(truncatingIfNeeded: $0 &+ seq) }
+    let data = SampleSegment.tagged(SampleSegment.blockingClip, seq, bytes: bytes)
     return Segment(
         metadata: SegmentMetadata(
             seq: seq, capturedAt: Date(), captureStartMonotonicNs: capturedAt, durationMs: 5000, frames: 50,

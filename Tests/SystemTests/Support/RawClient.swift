@@ -3,8 +3,9 @@ import Glibc
 
 /// A WebSocket client made of a bare TCP socket, for what a well-behaved library will not do:
 /// half-sent requests, silence, ignoring pings, frames with any numbers in them. Blocking, with
-/// a receive timeout; frames it sends are masked as RFC 6455 requires of clients.
-final class RawClient {
+/// a receive timeout; frames it sends are masked as RFC 6455 requires of clients. Used by one
+/// thread at a time (handed from a test to the thread that does its blocking work).
+final class RawClient: @unchecked Sendable {
     let fd: Int32
 
     struct Failure: Error, CustomStringConvertible {
