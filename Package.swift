@@ -201,7 +201,7 @@ let package = Package(
         .executableTarget(
             name: "guidance-fuzz",
             dependencies: [
-                "GuidanceServer", "GuidanceProtocol", "RoadScene", "CSegmentVideo", "CLibFuzzer",
+                "GuidanceServer", "GuidanceProtocol", "RoadScene", "CLibFuzzer",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ],

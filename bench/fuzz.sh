@@ -58,9 +58,13 @@ for target in "${TARGETS[@]}"; do
     # The Swift runtime's backtracer would catch a trap before libFuzzer saves the input.
     # -rss_limit_mb: libFuzzer's default, said out loud; an input that makes the reader
     # allocate more is a finding (oom-*).
+    # Inputs as long as the seeds' longest (libFuzzer's guess), but a model's reply may pass the
+    # 64 KiB a guidance message may take (the server reads up to 1 MiB).
+    lengths=()
+    [ "$target" = answers ] && lengths=(-max_len=131072)
     status=0
     SWIFT_BACKTRACE=enable=no TMPDIR="$PWD/$run/tmp" "$BIN" "$target" \
-        -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+        -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 "${lengths[@]}" \
         -dict=fuzz/"$target".dict -artifact_prefix="$run/crashes/" "$run/corpus" \
         > "$run/log" 2>&1 || status=$?
     last=$(grep -E '^#[0-9]+' "$run/log" | tail -1)

@@ -50,9 +50,12 @@ def segments():
             if "libx265" in codec:
                 arguments += ["-x265-params", "log-level=error"]
             subprocess.run(arguments + ["-map_metadata", "-1", "-fflags", "+bitexact", "-y", path], check=True)
+            probe = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "stream=nb_frames,duration",
+                                    "-of", "json", path], check=True, capture_output=True, text=True)
+            stream = json.loads(probe.stdout)["streams"][0]
             with open(path, "rb") as f:
-                made[name] = f.read()
-            write("segments", name, made[name])
+                made[name] = (f.read(), int(stream["nb_frames"]), round(float(stream["duration"]) * 1000))
+            write("segments", name, made[name][0])
     return made
 
 
@@ -83,9 +86,11 @@ HELLO = compact({
 })
 
 
-def header(seq, payload, chunked=True, **overrides):
+def header(seq, segment, chunked=True, **overrides):
+    """A segment's header as the agent writes it; `segment` is (bytes, frames, milliseconds)."""
+    payload, frames, milliseconds = segment
     fields = {
-        "type": "segment", "seq": seq, "capturedAt": "2026-11-22T04:17:17.569Z", "durationMs": 5000, "frames": 50,
+        "type": "segment", "seq": seq, "capturedAt": "2026-11-22T04:17:17.569Z", "durationMs": milliseconds, "frames": frames,
         "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest(),
     }
     if chunked:
@@ -107,11 +112,14 @@ def size(limit):
 def messages(mp4s):
     small = mp4s["hevc-64x36-1frame.mp4"]
     clip = mp4s["hevc-160x90-10fps-1s.mp4"]
+    h264 = mp4s["h264-160x90-10fps-1s.mp4"]
     write("messages", "hello", size(65_536) + text(HELLO))
-    write("messages", "hello-segment-chunked", size(200_000) + text(HELLO) + text(header(1, clip)) + chunks(clip))
+    write("messages", "hello-segment-chunked", size(200_000) + text(HELLO) + text(header(1, clip)) + chunks(clip[0]))
+    write("messages", "hello-segment-h264", size(65_536) + text(HELLO) + text(header(1, h264)) + chunks(h264[0]))
+    # Refused: base64 in the header (agents of an earlier release), a header that disagrees with its MP4.
     write("messages", "hello-segment-base64", size(65_536) + text(HELLO) + text(header(1, small, chunked=False)))
-    write("messages", "hello-two-segments", size(200_000) + text(HELLO) + text(header(1, small)) + chunks(small)
-          + text(header(2, clip, durationMs=4960, frames=49)) + chunks(clip))
+    write("messages", "hello-two-segments", size(200_000) + text(HELLO) + text(header(1, small)) + chunks(small[0])
+          + text(header(2, clip, frames=49)) + chunks(clip[0]))
     # Templates: the harness fills in the payload's SHA-256, size, chunk count and base64.
     template = compact({"type": "segment", "seq": 3, "capturedAt": "2026-11-22T04:17:22.569Z", "durationMs": 5000, "frames": 50,
                         "bytes": 0, "sha256": "", "chunks": 0}).replace('"bytes":0', '"bytes":$LEN') \
@@ -119,22 +127,26 @@ def messages(mp4s):
     write("messages", "template-two-full-chunks", size(200_000) + text(HELLO) + text(template, template=True)
           + filler(CHUNK, 0x41) + filler(CHUNK, 0x42) + binary(b"tail"))
     write("messages", "template-one-chunk", size(4096) + text(HELLO) + text(template, template=True) + binary(b"\x00\x00\x00\x18ftypmp42"))
+    # A real segment's bytes under a template header whose frames and duration are its own.
+    write("messages", "template-real-segment", size(65_536) + text(HELLO)
+          + text(template.replace('"durationMs":5000', f'"durationMs":{small[2]}').replace('"frames":50', f'"frames":{small[1]}'), template=True)
+          + binary(small[0]))
     base64_template = compact({"type": "segment", "seq": 4, "capturedAt": "2026-11-22T04:17:27.569Z", "durationMs": 1, "frames": 1,
                                "bytes": 0, "sha256": "", "data": ""}).replace('"bytes":0', '"bytes":$LEN') \
         .replace('"sha256":""', '"sha256":"$SHA"').replace('"data":""', '"data":"$B64"')
     write("messages", "template-base64", size(100) + text(HELLO) + text(base64_template, template=True) + binary(b"0123456789"))
     # Ways off the path: a short segment then the next header, an overrun, a second hello, an
     # unknown type, chunks without a header, binary before hello, a hello the server refuses.
-    write("messages", "incomplete-then-next", size(200_000) + text(HELLO) + text(header(5, clip + clip + clip + clip + clip + clip + clip))
-          + chunks(clip) + text(header(6, small)) + chunks(small))
-    write("messages", "overrun", size(65_537) + text(HELLO) + text(header(7, small)) + binary(small + b"!") + binary(b"more"))
+    write("messages", "incomplete-then-next", size(200_000) + text(HELLO) + text(header(5, (clip[0] * 7, 70, 7000)))
+          + chunks(clip[0]) + text(header(6, small)) + chunks(small[0]))
+    write("messages", "overrun", size(65_537) + text(HELLO) + text(header(7, small)) + binary(small[0] + b"!") + binary(b"more"))
     write("messages", "out-of-order", size(65_536) + text(HELLO) + text(HELLO) + text(compact({"type": "ping", "seq": 1}))
           + binary(b"stray") + text("not json"))
     write("messages", "binary-first", size(1) + binary(b"\x00") + text(HELLO))
     write("messages", "hello-refused", size(65_536) + text(HELLO.replace('"segmentMs":5000', '"segmentMs":0')))
     write("messages", "rejected-headers", size(4096) + text(HELLO)
           + text(header(-1, small)) + text(header(8, small, durationMs=10001)) + text(header(9, small, frames=-1))
-          + text(header(10, small, sha256="XYZ")) + text(header(11, small, chunks=2)) + binary(small[:50])
+          + text(header(10, small, sha256="XYZ")) + text(header(11, small, chunks=2)) + binary(small[0][:50])
           + text(header(12, small, data="AAAA")))
 
 

@@ -33,12 +33,17 @@ enum Answers {
     }
 
     static func check(_ answer: ModelAnswer) {
-        require(answer.text.count <= ModelAnswer.maxTextCharacters, "\(answer.text.count) characters of text")
+        require(answer.text.count <= ModelAnswer.maxTextCharacters && answer.text.utf8.count <= ModelAnswer.maxTextBytes,
+                "text of \(answer.text.count) characters, \(answer.text.utf8.count) bytes")
         require(answer.hazards.count <= 16 && answer.hazards.allSatisfy { $0.count <= 64 }, "hazards \(answer.hazards)")
         require(!answer.text.isEmpty || answer.clear, "a warning with no text")
         let guidance = answer.guidance(seq: 7, locale: "ko-KR")
         require(guidance.clear == answer.clear && (!guidance.clear || (guidance.text.isEmpty && guidance.priority == .normal)),
                 "guidance \(guidance) of \(answer)")
+        // It reaches the agent in one message: an agent closes the connection on a bigger one.
+        let message = ServerMessage.guidance(guidance).encoded()
+        require(message.utf8.count <= GuidanceProtocol.maxMessageBytes,
+                "a guidance message of \(message.utf8.count) bytes (\(answer.text.count) characters), over \(GuidanceProtocol.maxMessageBytes)")
         // Written out and read again (as a stand-in model would answer), it keeps what was decided.
         let again = (try? JSONEncoder().encode(answer)).flatMap { ModelAnswer.decode(String(decoding: $0, as: UTF8.self)) }
         require(again?.priority == answer.priority && again?.hazards == answer.hazards && (again?.clear == answer.clear || again?.clear == true),

@@ -16,8 +16,8 @@ let targets = [
 ]
 
 /// Stops the run, so that libFuzzer keeps the input, when what the code promises does not hold.
-func require(_ condition: Bool, _ message: @autoclosure () -> String, line: UInt = #line) {
-    if !condition { fatalError("broken promise: \(message())", line: line) }
+func require(_ condition: Bool, _ message: @autoclosure () -> String, file: StaticString = #fileID, line: UInt = #line) {
+    if !condition { fatalError("broken promise: \(message())", file: file, line: line) }
 }
 
 /// The target picked by the command line, for libFuzzer's callback (a C function, no context).

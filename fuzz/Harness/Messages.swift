@@ -4,7 +4,8 @@ import GuidanceProtocol
 import GuidanceServer
 
 /// A session's messages, text and binary, through one ``StreamSession/StateMachine``: from `hello`
-/// through segment headers and their chunks to verified segments, and every way off that path.
+/// through segment headers and their chunks to verified segments, each then judged against what
+/// its MP4 says (``SegmentVideo/inspect(_:)``), and every way off that path.
 ///
 /// An input is byte 0, which picks the server's `maxSegmentBytes` from ``sizes``, then records up
 /// to its end, each a kind byte (its low two bits) and what that kind takes:
@@ -89,6 +90,7 @@ enum Messages {
                 case .verified(let segment):
                     require(wasOpen, "verified before hello")
                     check(segment, limits: limits, agent: opened!, binaries: binariesSinceText)
+                    judge(segment, machine: machine, agent: opened!)
                     require(machine.bufferedBytes == 0, "a verified segment left \(machine.bufferedBytes) bytes buffered")
                 case .ignore:
                     break
@@ -108,14 +110,35 @@ enum Messages {
         require((1...2 * agent.segmentMs).contains(header.durationMs), "durationMs \(header.durationMs)")
         require(segment.seconds >= 1 && segment.seconds * 1000 >= header.durationMs && (segment.seconds - 1) * 1000 < header.durationMs,
                 "\(segment.seconds) s for \(header.durationMs) ms")
-        switch (header.chunks, header.data) {
-        case (let chunks?, nil):
-            require(chunks == (header.bytes + chunk - 1) / chunk && chunks == binaries,
-                    "\(chunks) chunks for \(header.bytes) bytes, \(binaries) binary messages")
-        case (nil, let data?):
-            require(Data(base64Encoded: data) == segment.data && binaries == 0, "base64 is not the data")
-        default:
-            require(false, "verified with chunks \(String(describing: header.chunks)) and data \(header.data == nil ? "absent" : "present")")
+        require(header.data == nil, "verified with base64 data")
+        require(header.chunks == (header.bytes + chunk - 1) / chunk && header.chunks == binaries,
+                "\(String(describing: header.chunks)) chunks for \(header.bytes) bytes, \(binaries) binary messages")
+    }
+
+    /// What the session does next with a verified segment: its MP4 read (``SegmentVideo/inspect(_:)``)
+    /// and judged against the header; the charge is then the file's duration.
+    static func judge(_ segment: StreamSession.StateMachine.Verified, machine: StreamSession.StateMachine,
+                      agent: StreamSession.StateMachine.Agent) {
+        let video = try? SegmentVideo.inspect(segment.data)
+        let header = segment.header
+        let judged = machine.judge(segment, video: video, agent: agent)
+        if trace { FileHandle.standardError.write(Data("  judged: \("\(judged)".prefix(200))\n".utf8)) }
+        switch judged {
+        case .verified(let charged):
+            guard let video else { return require(false, "judged an unreadable segment verified") }
+            require(charged.header == header && charged.data == segment.data && charged.sha256 == segment.sha256, "judging changed the segment")
+            require(video.streams == 1 && video.videoStreams == 1 && StreamSession.StateMachine.codecs.contains(video.codec),
+                    "verified \(video)")
+            require(video.frames > 0 && video.frames == header.frames, "verified \(header.frames) frames, the MP4 has \(video.frames)")
+            require((1...2 * agent.segmentMs).contains(video.durationMs), "verified an MP4 of \(video.durationMs) ms")
+            require(abs(video.durationMs - header.durationMs) <= max(StreamSession.StateMachine.durationSlackMs, header.durationMs / 10),
+                    "verified \(header.durationMs) ms against the MP4's \(video.durationMs)")
+            require(charged.seconds >= 1 && charged.seconds * 1000 >= video.durationMs && (charged.seconds - 1) * 1000 < video.durationMs,
+                    "charged \(charged.seconds) s for \(video.durationMs) ms")
+        case .reject(let code, _, let seq, let reason):
+            require(code == .badSegment && seq == header.seq && [.video, .frames, .duration].contains(reason), "judged \(code) \(reason)")
+        case let other:
+            require(false, "judged \(other)")
         }
     }
 

@@ -1,29 +1,33 @@
-import CSegmentVideo
 import Foundation
 import GuidanceServer
 import RoadScene
 
-/// A received segment's bytes, whatever they are, through the server's libavformat reader: the
-/// input is the segment, decoded to gray frames as the vision analyzer asks for them.
+/// A received segment's bytes, whatever they are, read as the server reads them: its MP4 boxes
+/// (``SegmentVideo/inspect(_:)``, from memory, MP4 only) and, when those read, its first frames
+/// decoded to gray at full size, so that the frame size limit can be checked.
 enum Segments {
-    static let every = 3
-    static let maxWidth = 64
-    /// One file, written again for each input: the reader takes a path.
-    static let file = FileManager.default.temporaryDirectory.appendingPathComponent("guidance-fuzz-\(getpid()).mp4").path
-
-    /// FFmpeg's log down to errors, as the server has it.
-    static let quiet: Void = segment_video_quiet()
+    /// Frames decoded per input: enough to pass the decoder's first frame and reach the next.
+    static let frames = 2
+    static let maxSide = 4096
 
     static func run(_ input: UnsafeRawBufferPointer) {
-        _ = quiet
-        guard FileManager.default.createFile(atPath: file, contents: Data(input)) else { fatalError("cannot write \(file)") }
-        guard let frames = try? SegmentVideo.grayFrames(path: file, every: every, maxWidth: maxWidth) else { return }
+        let bytes = input.bindMemory(to: UInt8.self)
+        guard let info = try? SegmentVideo.inspect(bytes) else { return }
+        require(info.streams >= info.videoStreams && info.videoStreams >= 0, "\(info.streams) tracks, \(info.videoStreams) of video")
+        require(info.frames >= 0 && info.durationMs >= 0, "frames \(info.frames), \(info.durationMs) ms")
+        require(info.codec.utf8.count < 32, "codec name of \(info.codec.utf8.count) bytes")
+        if info.videoStreams == 0 {
+            require(info.codec.isEmpty && info.frames == 0 && info.durationMs == 0, "no video track, yet \(info)")
+        }
+
+        // maxWidth 0: frames at the size they decode to, which CSegmentVideo.h promises is at most 4096x4096.
+        guard let decoded = try? SegmentVideo.grayFrames(bytes, every: 1, maxWidth: 0, limit: frames) else { return }
+        require(decoded.count <= frames, "\(decoded.count) frames, \(frames) asked")
         var last = -1
-        for frame in frames {
-            require(frame.width >= 2 && frame.height >= 2 && frame.width % 2 == 0 && frame.height % 2 == 0, "a \(frame.width)x\(frame.height) frame")
-            require(frame.width <= maxWidth, "a frame \(frame.width) wide, at most \(maxWidth) asked")
+        for frame in decoded {
+            require(frame.width <= maxSide && frame.height <= maxSide, "a \(frame.width)x\(frame.height) frame decoded (\(info))")
             require(frame.pixels.count == frame.width * frame.height, "pixels")
-            require(frame.index > last && frame.index % every == 0, "frame \(frame.index) after \(last)")
+            require(frame.index > last, "frame \(frame.index) after \(last)")
             last = frame.index
         }
     }
