@@ -26,7 +26,8 @@
 # callback to LLVMFuzzerRunDriver. libavformat and Foundation's JSON parser are the system's, not
 # instrumented: their inner branches do not guide the fuzzer (the dictionaries fuzz/*.dict help).
 #
-# Each run starts from a copy of fuzz/corpus/TARGET in .build-fuzz/runs/TARGET-TIME/ (git-ignored);
+# Each run starts from a copy of fuzz/corpus/TARGET (and fuzz/regressions/TARGET: inputs that once
+# broke a promise, checked again) in .build-fuzz/runs/TARGET-TIME/ (git-ignored);
 # new inputs, the log and crashes (crash-*, leak-*, oom-*, timeout-*) stay there. Prints
 # executions, exec/s, coverage (cov: edges, ft: features), corpus size and crashes; exits 1 if a
 # target crashed.
@@ -53,6 +54,8 @@ for target in "${TARGETS[@]}"; do
     run=$BUILD/runs/$target-$(date -u +%Y%m%dT%H%M%SZ)
     mkdir -p "$run/corpus" "$run/crashes" "$run/tmp"
     cp fuzz/corpus/"$target"/* "$run/corpus/"
+    # Inputs that once broke a promise (fuzz/regressions/TARGET): each run checks them again.
+    if [ -d fuzz/regressions/"$target" ]; then cp fuzz/regressions/"$target"/* "$run/corpus/"; fi
     seeds=$(find "$run/corpus" -type f | wc -l)
     echo "=== $target: $SECONDS_EACH s from $seeds seeds, in $run" >&2
     # The Swift runtime's backtracer would catch a trap before libFuzzer saves the input.
@@ -73,9 +76,10 @@ for target in "${TARGETS[@]}"; do
     cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<< "$last")
     ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<< "$last")
     rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$run/log")
-    corpus=$(find "$run/corpus" -type f | wc -l)
+    # libFuzzer's own count of the inputs it keeps (the folder also holds ones it replaced).
+    corpus=$(sed -n 's/.* corp: \([0-9]*\/[0-9]*[a-zA-Z]*\).*/\1/p' <<< "$last")
     crashes=$(find "$run/crashes" -type f | wc -l)
-    line=$(printf '%-9s %6s s  %10s execs  %6s exec/s  cov %5s  ft %6s  corpus %5s  crashes %s  peak RSS %s MB' \
+    line=$(printf '%-9s %6s s  %10s execs  %6s exec/s  cov %5s  ft %6s  corpus %10s  crashes %s  peak RSS %s MB' \
         "$target" "$SECONDS_EACH" "${executions:-?}" "${persec:-?}" "${cov:-?}" "${ft:-?}" "$corpus" "$crashes" "${rss:-?}")
     echo "$line"
     summary+=("$line")
