@@ -178,7 +178,7 @@ extension StreamSession {
             case .hello:
                 return [.reject(.badMessage, "hello was already received", seq: nil, reason: .outOfOrder)]
             case .unknown(let type):
-                return [.ignore("message of unknown type \(type.prefix(64))")]
+                return [.ignore("message of unknown type \(GuidanceText.loggable(type))")]
             case .segment(let header):
                 if let (reason, problem) = check(header, agent: agent) {
                     // Whatever chunks it announced are dropped, unread.
@@ -242,7 +242,7 @@ extension StreamSession {
                 return refuse(.video, "the MP4 has \(video.streams) tracks, \(video.videoStreams) of them video; a segment has one video track")
             }
             guard Self.codecs.contains(video.codec) else {
-                return refuse(.video, "the video is \(video.codec.isEmpty ? "of no known codec" : "'\(video.codec.prefix(32))'"); segments are HEVC or H.264")
+                return refuse(.video, "the video is \(video.codec.isEmpty ? "of no known codec" : GuidanceText.loggable(video.codec, limit: 32)); segments are HEVC or H.264")
             }
             guard video.frames > 0, header.frames == video.frames else {
                 return refuse(.frames, "frames \(header.frames) does not match the MP4's \(video.frames)")
