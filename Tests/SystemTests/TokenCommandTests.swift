@@ -58,13 +58,18 @@ import Testing
         #expect(badID.status == 65 && badID.stderr.contains("is not a device id"), "\(badID.stderr)")
     }
 
-    @Test func aRunningServerTakesAnAddedTokenAndDropsARemovedOneWithoutARestart() async throws {
+    /// A running server and the token `token add car-9` printed for it.
+    static func serverWithAddedToken() async throws -> (ServerProcess, config: String, token: String) {
         let server = try await ServerProcess()
-        defer { server.stop() }
         let config = server.folder.appendingPathComponent("server.yaml").path
         let added = try await Self.run(["token", "add", "car-9", "--config", config])
         try #require(added.status == 0, "\(added.stderr)")
-        let token = added.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        return (server, config, added.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    @Test func aRunningServerTakesAnAddedTokenAndDropsARemovedOneWithoutARestart() async throws {
+        let (server, config, token) = try await Self.serverWithAddedToken()
+        defer { server.stop() }
 
         let accepted = try RawClient(port: server.port).upgrade(token: token)
         #expect(accepted.status == 101, "\(accepted.head)")
@@ -82,12 +87,8 @@ import Testing
     /// A device whose token is removed while it streams: its live session is told and closed with
     /// 4401 (within a poll), not left running until the car next reconnects.
     @Test func removingATokenEndsThatDevicesLiveSession() async throws {
-        let server = try await ServerProcess()
+        let (server, config, token) = try await Self.serverWithAddedToken()
         defer { server.stop() }
-        let config = server.folder.appendingPathComponent("server.yaml").path
-        let added = try await Self.run(["token", "add", "car-9", "--config", config])
-        try #require(added.status == 0, "\(added.stderr)")
-        let token = added.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let (live, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: server.port, token: token) }
         let (other, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: server.port, token: "other-token") }
         let removed = try await Self.run(["token", "remove", "car-9", "--config", config])
