@@ -260,7 +260,7 @@ async def hostile(port, token, segment, seconds, stats):
     rng = random.Random(7)
     end = time.monotonic() + seconds
     hello = {"type": "hello", "protocol": 1, "device": token, "locale": "en-US", "agent": "hostile",
-             "video": {"width": 640, "height": 360, "fps": 10, "segmentMs": 5000}}
+             "video": {"codec": "hevc", "container": "mp4", "width": 640, "height": 360, "fps": 10, "segmentMs": 5000}}
 
     def header(seq, body, frames=50, duration=5000):
         return json.dumps({"type": "segment", "seq": seq, "capturedAt": "2026-11-25T00:00:00.000Z", "durationMs": duration,
