@@ -33,10 +33,21 @@ enum Answers {
     }
 
     static func check(_ answer: ModelAnswer) {
-        require(answer.text.count <= ModelAnswer.maxTextCharacters && answer.text.utf8.count <= ModelAnswer.maxTextBytes,
+        require(answer.text.count <= ModelAnswer.maxTextCharacters && answer.text.utf8.count <= GuidanceText.maxBytes,
                 "text of \(answer.text.count) characters, \(answer.text.utf8.count) bytes")
         require(answer.hazards.count <= 16 && answer.hazards.allSatisfy { $0.count <= 64 }, "hazards \(answer.hazards)")
         require(!answer.text.isEmpty || answer.clear, "a warning with no text")
+        // GuidanceText.clean's promises: white space is single spaces, never first; no control
+        // characters; no format characters (direction overrides, invisible ones) but the joiners.
+        for text in [answer.text] + answer.hazards {
+            require(!text.hasPrefix(" ") && !text.contains("  "), "spaces in \(text.debugDescription)")
+            for scalar in text.unicodeScalars {
+                let category = scalar.properties.generalCategory
+                require(!scalar.properties.isWhitespace || scalar == " ", "white space U+\(String(scalar.value, radix: 16)) kept")
+                require(category != .control && (category != .format || scalar == "\u{200C}" || scalar == "\u{200D}"),
+                        "U+\(String(scalar.value, radix: 16)) (\(category)) kept")
+            }
+        }
         let guidance = answer.guidance(seq: 7, locale: "ko-KR")
         require(guidance.clear == answer.clear && (!guidance.clear || (guidance.text.isEmpty && guidance.priority == .normal)),
                 "guidance \(guidance) of \(answer)")

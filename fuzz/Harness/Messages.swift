@@ -71,6 +71,18 @@ enum Messages {
             if wasOpen { require(machine.isOpen && machine.agent == opened, "an open session changed its agent or closed") }
 
             for action in actions {
+                // What the session logs and sends back carries a client's strings escaped: no
+                // control character (a newline would start a forged log line), no format character.
+                let said: String? = switch action {
+                case .close(let reason): reason
+                case .reject(_, let text, _, _): text
+                case .ignore(let text): text
+                case .open, .verified: nil
+                }
+                if let said {
+                    require(!said.unicodeScalars.contains { [.control, .format].contains($0.properties.generalCategory) },
+                            "a control or format character in \(said.debugDescription)")
+                }
                 switch action {
                 case .close:
                     require(!wasOpen && actions.count == 1, "close after hello, or with more: \(actions)")
@@ -79,6 +91,9 @@ enum Messages {
                 case .open(let agent):
                     require(!wasOpen && opened == nil, "a second open")
                     require((1...limits.maxSegmentMs).contains(agent.segmentMs), "segmentMs \(agent.segmentMs)")
+                    require((1...35).contains(agent.locale.utf8.count)
+                            && agent.locale.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_") },
+                            "locale \(agent.locale.debugDescription) is not a language tag")
                     if let stream = agent.stream {
                         require(!stream.isEmpty && stream.utf8.count <= limits.maxStreamLength, "stream id of \(stream.utf8.count) bytes")
                     }

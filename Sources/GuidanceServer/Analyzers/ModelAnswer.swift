@@ -20,30 +20,14 @@ public struct ModelAnswer: Codable, Sendable, Equatable {
     }
 
     /// Longest text passed on to the driver's speaker; a model that rambles is cut here.
-    public static let maxTextCharacters = 300
-    /// The same in UTF-8 bytes: a character can carry any number of combining marks, so 300 of them
-    /// can be any length, and the `guidance` message that carries the text must stay within
-    /// ``GuidanceProtocol/maxMessageBytes`` (an agent closes the connection on a bigger one). 300
-    /// characters of any script fit with room to spare.
-    public static let maxTextBytes = 4096
+    public static let maxTextCharacters = GuidanceText.maxCharacters
 
     /// The answer a model gave as text (the JSON its schema asks for), checked; `nil` if it is not
     /// that object.
     public static func decode(_ text: String) -> ModelAnswer? {
         guard var answer = try? JSONDecoder().decode(ModelAnswer.self, from: Data(text.utf8)) else { return nil }
-        answer.text = String(answer.text.trimmingCharacters(in: .whitespacesAndNewlines).prefix(maxTextCharacters))
-        if answer.text.utf8.count > maxTextBytes {
-            // Cut between Unicode scalars: a character that alone is too long keeps its start.
-            var kept = String.UnicodeScalarView()
-            var bytes = 0
-            for scalar in answer.text.unicodeScalars {
-                bytes += UTF8.width(scalar)
-                if bytes > maxTextBytes { break }
-                kept.append(scalar)
-            }
-            answer.text = String(kept)
-        }
-        answer.hazards = Array(answer.hazards.prefix(16).map { String($0.prefix(64)) })
+        answer.text = GuidanceText.clean(answer.text)
+        answer.hazards = Array(answer.hazards.prefix(16).map { String(GuidanceText.clean($0).prefix(64)) })
         // A "warning" with nothing to say is a clear road.
         if answer.text.isEmpty { answer.clear = true }
         return answer
