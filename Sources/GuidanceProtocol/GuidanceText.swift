@@ -28,15 +28,15 @@ public enum GuidanceText {
             scalars.append(scalar)
             lastWasSpace = false
         }
-        var cleaned = String(scalars)
-        if cleaned.last == " " { cleaned.removeLast() }
         var kept = ""
         var bytes = 0
-        for character in cleaned.prefix(maxCharacters) {
+        for character in String(scalars).prefix(maxCharacters) {
             bytes += character.utf8.count
             guard bytes <= maxBytes else { break }
             kept.append(character)
         }
+        // After the cut, which may end on the space between two words.
+        if kept.last == " " { kept.removeLast() }
         return kept
     }
 

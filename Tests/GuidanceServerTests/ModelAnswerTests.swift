@@ -22,4 +22,22 @@ import Testing
         let message = ServerMessage.guidance(answer.guidance(seq: 1, locale: "ko-KR")).encoded()
         #expect(message.utf8.count <= GuidanceProtocol.maxMessageBytes)
     }
+
+    /// Found by the `answers` fuzz target (fuzz/regressions/answers, minimised): a hazard whose
+    /// 64th character is the space a newline became was kept with that space at its end, and read
+    /// back it lost it, so decoding an answer twice did not give the same answer. The same held
+    /// for a text cut at 300 characters just after a space.
+    @Test func decodingItsOwnResultChangesNothing() throws {
+        let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let reply = try String(decoding: Data(contentsOf: repo.appendingPathComponent("fuzz/regressions/answers/hazard-cut-before-a-space")),
+                               as: UTF8.self)
+        let answer = try #require(ModelAnswer.decode(reply))
+        let hazard = try #require(answer.hazards.first)
+        #expect(hazard.count <= 64 && !hazard.hasSuffix(" "), "\(hazard.debugDescription)")
+        let again = try #require(ModelAnswer.decode(String(decoding: try JSONEncoder().encode(answer), as: UTF8.self)))
+        #expect(again == answer)
+
+        let text = String(repeating: "a", count: GuidanceText.maxCharacters - 1) + " b"
+        #expect(GuidanceText.clean(text) == String(repeating: "a", count: GuidanceText.maxCharacters - 1))
+    }
 }

@@ -40,7 +40,7 @@ enum Answers {
         // GuidanceText.clean's promises: white space is single spaces, never first; no control
         // characters; no format characters (direction overrides, invisible ones) but the joiners.
         for text in [answer.text] + answer.hazards {
-            require(!text.hasPrefix(" ") && !text.contains("  "), "spaces in \(text.debugDescription)")
+            require(!text.hasPrefix(" ") && !text.hasSuffix(" ") && !text.contains("  "), "spaces in \(text.debugDescription)")
             for scalar in text.unicodeScalars {
                 let category = scalar.properties.generalCategory
                 require(!scalar.properties.isWhitespace || scalar == " ", "white space U+\(String(scalar.value, radix: 16)) kept")
@@ -55,9 +55,9 @@ enum Answers {
         let message = ServerMessage.guidance(guidance).encoded()
         require(message.utf8.count <= GuidanceProtocol.maxMessageBytes,
                 "a guidance message of \(message.utf8.count) bytes (\(answer.text.count) characters), over \(GuidanceProtocol.maxMessageBytes)")
-        // Written out and read again (as a stand-in model would answer), it keeps what was decided.
+        // Written out and read again (as a stand-in model would answer), it is the same answer:
+        // what decoding makes of an answer, it makes of its own result unchanged.
         let again = (try? JSONEncoder().encode(answer)).flatMap { ModelAnswer.decode(String(decoding: $0, as: UTF8.self)) }
-        require(again?.priority == answer.priority && again?.hazards == answer.hazards && (again?.clear == answer.clear || again?.clear == true),
-                "\(answer) read back as \(String(describing: again))")
+        require(again == answer, "\(answer) read back as \(String(describing: again))")
     }
 }

@@ -27,7 +27,11 @@ public struct ModelAnswer: Codable, Sendable, Equatable {
     public static func decode(_ text: String) -> ModelAnswer? {
         guard var answer = try? JSONDecoder().decode(ModelAnswer.self, from: Data(text.utf8)) else { return nil }
         answer.text = GuidanceText.clean(answer.text)
-        answer.hazards = Array(answer.hazards.prefix(16).map { String(GuidanceText.clean($0).prefix(64)) })
+        answer.hazards = Array(answer.hazards.prefix(16).map { hazard in
+            var cut = String(GuidanceText.clean(hazard).prefix(64))
+            if cut.last == " " { cut.removeLast() }
+            return cut
+        })
         // A "warning" with nothing to say is a clear road.
         if answer.text.isEmpty { answer.clear = true }
         return answer
