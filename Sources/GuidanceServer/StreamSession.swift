@@ -13,7 +13,7 @@ import Synchronization
 ///
 /// Anything malformed is answered with an `error` message (or, before `hello`, a close with a
 /// reason) and never ends the server or touches other sessions.
-struct StreamSession {
+public struct StreamSession: Sendable {
     let id = UUID().uuidString
     let device: String
     let settings: StreamServer.Settings

@@ -146,4 +146,22 @@ import Testing
         let didRun = seen.ran.load(ordering: .relaxed)
         #expect(!didRun)
     }
+
+    /// A segment whose MP4 sample entry says 160x16 while its HEVC parameter sets say 4112x16
+    /// (fuzz/regressions/segments, made with ffmpeg and two bytes changed): the size check before
+    /// the decoder opens passed it, and frames 4112 wide were decoded, past the 4096x4096 limit.
+    /// Every reader refuses it now.
+    @Test func aFrameLargerThanTheLimitIsRefusedWhateverTheSampleEntrySays() async throws {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("fuzz/regressions/segments/sps-4112-wide-entry-160.mp4")
+        let segment = try Data(contentsOf: file)
+        let info = try SegmentVideo.inspect(segment)
+        #expect(info.codec == "hevc" && info.width == 160 && info.height == 16 && info.frames == 1)
+        let error = await #expect(throws: SegmentVideo.Failure.self) {
+            _ = try await SegmentVideo.grayFrames(from: segment, every: 1, maxWidth: 0, limit: 2)
+        }
+        #expect(error?.description.contains("cannot decode the segment") == true, "\(String(describing: error))")
+        await #expect(throws: SegmentVideo.Failure.self) { _ = try await SegmentVideo.keyframeJPEGs(from: segment, count: 1) }
+        await #expect(throws: SegmentVideo.Failure.self) { _ = try await SegmentVideo.h264(from: segment) }
+    }
 }
