@@ -137,7 +137,7 @@ public struct StreamSession: Sendable {
                 case .verified(let received):
                     // The bytes, not the header: what the MP4 itself says decides, and what it costs.
                     guard let agent = machine.agent else { break }
-                    let video = try? await SegmentVideo.onPool(received.data) { try SegmentVideo.inspect($0) }
+                    let video = try? await SegmentVideo.inspectOnPool(received.data)
                     switch machine.judge(received, video: video, agent: agent) {
                     case .verified(let segment):
                         metrics.verified()
@@ -334,14 +334,20 @@ public struct StreamSession: Sendable {
         while true {
             let last = activity.last
             let now = ContinuousClock.now
+            // The ping and the close each have the close deadline: a peer that stopped reading (its
+            // socket full, so nothing is read from it either) cannot hold the watch, or the session.
             if now >= last + timeout {
                 logger.notice("session \(id): nothing heard for \(settings.idleTimeoutSeconds) s, closing", metadata: ["device": "\(device)"])
-                try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: "idle")
+                await Self.within(settings.closeDeadline) {
+                    try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: "idle")
+                }
                 return
             }
             if now >= last + timeout / 2, pinged.map({ $0 < last }) ?? true {
                 pinged = now
-                try await outbound.write(.custom(.init(fin: true, opcode: .ping, data: ByteBuffer(string: "idle"))))
+                await Self.within(settings.closeDeadline) {
+                    try await outbound.write(.custom(.init(fin: true, opcode: .ping, data: ByteBuffer(string: "idle"))))
+                }
             }
             let next = now < last + timeout / 2 ? last + timeout / 2 : last + timeout
             try await Task.sleep(until: next, clock: .continuous)

@@ -112,6 +112,45 @@ import Testing
         #expect(throws: SegmentVideo.Failure.self) { _ = try SegmentVideo.inspect(concat) }
     }
 
+    /// The size limit (4096x4096) is checked on what the container says; the decoder follows the
+    /// stream's own parameter sets. A one-frame 8192x2176 H.264 clip whose track header and sample
+    /// entry were made to say 640x360 once passed the check and was decoded at full size (an 8K
+    /// HEVC frame took about 170 MB); now no frame over the limit's pixels is allocated.
+    @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
+    func aStreamLargerThanItsContainerSaysIsNotDecoded() async throws {
+        let large = try await made("mp4", [
+            "-f", "lavfi", "-i", "color=c=gray:size=8192x2176:rate=10", "-frames:v", "1",
+            "-c:v", "libx264", "-preset", "ultrafast", "-movflags", "+faststart"])
+        var bytes = [UInt8](large)
+        /// The offset of the first box of `type` (at its size field), moov coming first.
+        func box(_ type: String) throws -> Int {
+            let tag = Array(type.utf8)
+            return try #require((4..<(bytes.count - 4)).first { Array(bytes[$0..<$0 + 4]) == tag }, "no \(type)") - 4
+        }
+        func put(_ value: Int, bytes count: Int, at offset: Int) {
+            for i in 0..<count { bytes[offset + i] = UInt8((value >> (8 * (count - 1 - i))) & 0xff) }
+        }
+        // The sample entry (after stsd's header, version and count): width and height at 32.
+        let entry = try box("stsd") + 16
+        #expect(String(decoding: bytes[(entry + 4)..<(entry + 8)], as: UTF8.self) == "avc1")
+        put(640, bytes: 2, at: entry + 32)
+        put(360, bytes: 2, at: entry + 34)
+        // The track header (version 0): width and height, 16.16 fixed point, at 76 into its body.
+        let header = try box("tkhd")
+        #expect(bytes[header + 8] == 0)
+        put(640 << 16, bytes: 4, at: header + 8 + 76)
+        put(360 << 16, bytes: 4, at: header + 8 + 80)
+        let lying = Data(bytes)
+        let info = try SegmentVideo.inspect(lying)
+        #expect(info.width == 640 && info.height == 360 && info.frames == 1)
+        await #expect(throws: SegmentVideo.Failure.self) {
+            _ = try await SegmentVideo.grayFrames(from: lying, every: 1, maxWidth: 64, limit: 1)
+        }
+        await #expect(throws: SegmentVideo.Failure.self) {
+            _ = try await SegmentVideo.keyframeJPEGs(from: lying, count: 2)
+        }
+    }
+
     /// A clip of one still frame a minute long, sampled with `frames`-based spacing, never holds
     /// more gray frames than asked: decoding stops at the limit.
     @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))

@@ -86,4 +86,33 @@ import TestSupport
         let scraped = try await Command.executeAsync("/usr/bin/curl", ["-sS", "http://127.0.0.1:\(server.port)/metrics"]).stdout
         #expect(scraped.contains(#"reason="device_capacity""#), "\(scraped)")
     }
+
+    /// A peer that sends what the server answers (`{}`, a bad message each) and never reads: the
+    /// server's answers back up, so it stops reading that peer too, and nothing more is heard. The
+    /// idle watch's ping and close each have the close deadline, so the session ends and the
+    /// connection is closed. Before, the ping waited for room forever, and the session kept its
+    /// connection (and one of its device's slots) for as long as the peer stayed.
+    @Test func aPeerThatNeverReadsIsLetGo() async throws {
+        let server = try await ServerProcess(server: ["idleTimeoutSeconds": "2", "closeTimeoutMs": "500"])
+        let client = try await ServerHardeningTests.offPool { () -> RawClient in
+            let (client, _) = try ServerHardeningTests.session(port: server.port)
+            var timeout = timeval(tv_sec: 2, tv_usec: 0)
+            setsockopt(client.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            // 1000 `{}` text frames at a time, masked with a zero key; sends stop (time out) once
+            // every buffer on the way is full.
+            let frame: [UInt8] = [0x81, 0x82, 0, 0, 0, 0, UInt8(ascii: "{"), UInt8(ascii: "}")]
+            let batch = Array(repeatElement(frame, count: 1000).joined())
+            for _ in 0..<10_000 {
+                guard (try? client.send(batch)) != nil else { break }
+            }
+            return client
+        }
+        #expect(await eventually(within: .seconds(30), every: .milliseconds(250)) {
+            let scraped = try? await Command.executeAsync("/usr/bin/curl", ["-sS", "http://127.0.0.1:\(server.port)/metrics"]).stdout
+            let gauge = scraped?.split(separator: "\n").first { $0.hasPrefix("guidance_sessions ") }
+            return gauge.flatMap { Double($0.split(separator: " ").last ?? "") } == 0
+        }, "the session of a peer that never reads was kept: \(server.process.stderr.suffix(2000))")
+        #expect(server.isRunning)
+        withExtendedLifetime(client) {}
+    }
 }

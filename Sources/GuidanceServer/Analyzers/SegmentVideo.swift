@@ -106,6 +106,15 @@ public enum SegmentVideo {
         return collected.frames
     }
 
+    /// What the MP4 says of itself (``inspect(_:)``), read on a pool of its own: a segment's `ack`
+    /// waits for this, so it must not queue behind other sessions' decoding on ``pool``.
+    public static func inspectOnPool(_ segment: Data) async throws -> Info {
+        _ = quiet
+        return try await inspectPool.runIfActive {
+            try segment.withUnsafeBytes { raw in try inspect(raw.bindMemory(to: UInt8.self)) }
+        }
+    }
+
     /// Runs `body` on the decode pool with the segment's bytes. Work still queued when its task
     /// is cancelled (the session ended) is dropped when its turn comes, not done for nobody.
     static func onPool<T: Sendable>(_ segment: Data, _ body: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T {
@@ -125,6 +134,14 @@ public enum SegmentVideo {
 
     /// One thread per core, started on first use and kept for the life of the process.
     static let pool: NIOThreadPool = {
+        let pool = NIOThreadPool(numberOfThreads: System.coreCount)
+        pool.start()
+        return pool
+    }()
+
+    /// For ``inspectOnPool(_:)``: reading boxes takes milliseconds, so one thread per core is
+    /// plenty, and none of them ever decodes.
+    static let inspectPool: NIOThreadPool = {
         let pool = NIOThreadPool(numberOfThreads: System.coreCount)
         pool.start()
         return pool
