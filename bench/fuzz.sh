@@ -3,14 +3,16 @@
 # `guidance-fuzz` program (fuzz/Harness):
 #
 #   messages  client messages, text and binary, through one session's state machine (hello,
-#             segment headers, chunks, verified segments), its promises checked after each
+#             segment headers, chunks, verified segments, each then judged against what its MP4
+#             says), the machine's promises checked after each message
 #   answers   a model service's response body: the answer's JSON, Gemini's and OpenAI's envelopes,
 #             Gemini's RetryInfo and the Retry-After header
-#   segments  a segment's bytes through the libavformat/libavcodec reader (gray frames)
+#   segments  a segment's bytes read as the server reads them: its MP4 boxes (SegmentVideo.inspect,
+#             from memory), then its first two frames decoded at full size
 #
 #     bash bench/fuzz.sh TARGET SECONDS        # TARGET: messages|answers|segments|all (each in turn)
 #     .build-fuzz/debug/guidance-fuzz TARGET CRASH_FILE           # one input again, sanitized
-#     swift build --product guidance-fuzz && .build/debug/guidance-fuzz TARGET fuzz/corpus/TARGET
+#     swift build --product guidance-fuzz && .build/debug/guidance-fuzz TARGET fuzz/corpus/TARGET fuzz/regressions/TARGET
 #                                              # without sanitizers: replays files or folders
 #
 # The build: the package's own manifest, with GUIDANCE_FUZZ=1, compiles GuidanceProtocol,
