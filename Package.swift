@@ -7,6 +7,13 @@ let upcoming: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
 ]
 
+// `GUIDANCE_FUZZ=1` (bench/fuzz.sh, in a build folder of its own): the guidance server's parsers,
+// the C they call and the fuzz harness are compiled with libFuzzer's coverage and AddressSanitizer;
+// every other module as usual. Without it nothing changes and `guidance-fuzz` replays inputs.
+let fuzzing = Context.environment["GUIDANCE_FUZZ"] == "1"
+let fuzzed: [SwiftSetting] = fuzzing ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : []
+let fuzzedC: [CSetting] = fuzzing ? [.unsafeFlags(["-fsanitize=fuzzer-no-link,address"])] : []
+
 let package = Package(
     name: "dashcam-agent",
     // Linux only (V4L2, libgpiod, ALSA, rtnetlink): no Apple platform is declared.
@@ -69,7 +76,8 @@ let package = Package(
         // The guidance server's work on a received segment: JPEG keyframes, H.264, gray frames.
         .target(
             name: "CSegmentVideo",
-            dependencies: ["CFFmpeg"]
+            dependencies: ["CFFmpeg"],
+            cSettings: fuzzedC
         ),
         // OpenCV's HOG people detector (C++) behind a C interface (libopencv-objdetect-dev).
         .target(
@@ -104,7 +112,7 @@ let package = Package(
         ),
         .target(
             name: "GuidanceProtocol",
-            swiftSettings: upcoming
+            swiftSettings: upcoming + fuzzed
         ),
         // YAML + environment + command-line configuration with key validation, for agent and server.
         .target(
@@ -164,7 +172,7 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
             ],
-            swiftSettings: upcoming
+            swiftSettings: upcoming + fuzzed
         ),
         .executableTarget(
             name: "GuidanceServerMain",
@@ -183,6 +191,23 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: upcoming
+        ),
+
+        // libFuzzer's entry point for a `main` of one's own (fuzz/CLibFuzzer: a header, nothing to build).
+        .systemLibrary(name: "CLibFuzzer", path: "fuzz/CLibFuzzer"),
+        // The guidance server's parsers of what comes from outside (client messages, model answers,
+        // segments) under libFuzzer: `bench/fuzz.sh TARGET SECONDS`. In a normal build it replays
+        // inputs: `guidance-fuzz TARGET FILE|FOLDER...` (the corpus and found crashes, fuzz/).
+        .executableTarget(
+            name: "guidance-fuzz",
+            dependencies: [
+                "GuidanceServer", "GuidanceProtocol", "RoadScene", "CLibFuzzer",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            path: "fuzz/Harness",
+            swiftSettings: upcoming + fuzzed + (fuzzing ? [.define("FUZZING")] : []),
+            linkerSettings: fuzzing ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : []
         ),
 
         // Prints one JSON line per network change; run by HALTests inside network namespaces.

@@ -13,6 +13,13 @@ and the load generator's own CPU (it shares the machine's cores).
     python3 bench/server_load.py [--devices 200] [--seconds 60] [--bin .build/release] [--json]
     python3 bench/server_load.py --instances 2          # nginx + PostgreSQL (Debian's), on loopback
     python3 bench/server_load.py --ledger postgres      # one instance, PostgreSQL, no proxy
+    python3 bench/server_load.py --hostile 1            # and one more device that sends only abuse
+
+A hostile device has a token of its own and, for the whole run, sends what no agent would: frame
+counts no clip has, a real segment under a header whose frames and duration lie, random bytes
+with a matching SHA-256, half segments, binary before a header; after each close it connects
+again at once. Its results are reported apart; the other devices' acks and latency are what it
+must not change.
 
 PostgreSQL runs with its own data folder on a free loopback port, with its default durability
 (fsync on), as the `postgres` user when this runs as root.
@@ -247,6 +254,62 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
         stats["errors"][type(error).__name__] = stats["errors"].get(type(error).__name__, 0) + 1
 
 
+async def hostile(port, token, segment, seconds, stats):
+    """A device that sends only abuse, and reconnects at once whenever it is closed."""
+    import random
+    rng = random.Random(7)
+    end = time.monotonic() + seconds
+    hello = {"type": "hello", "protocol": 1, "device": token, "locale": "en-US", "agent": "hostile",
+             "video": {"codec": "hevc", "container": "mp4", "width": 640, "height": 360, "fps": 10, "segmentMs": 5000}}
+
+    def header(seq, body, frames=50, duration=5000):
+        return json.dumps({"type": "segment", "seq": seq, "capturedAt": "2026-11-25T00:00:00.000Z", "durationMs": duration,
+                           "frames": frames, "bytes": len(body), "sha256": hashlib.sha256(body).hexdigest(),
+                           "chunks": (len(body) + CHUNK - 1) // CHUNK})
+
+    seq = 0
+    while time.monotonic() < end:
+        try:
+            async with websockets.connect(f"ws://127.0.0.1:{port}/v1/stream", additional_headers={"Authorization": f"Bearer {token}"},
+                                          max_size=2 ** 20, open_timeout=30) as ws:
+                stats["hostile_sessions"] += 1
+                await ws.send(json.dumps(hello))
+                while time.monotonic() < end:
+                    seq += 1
+                    kind = rng.randrange(6)
+                    if kind == 0:
+                        body = segment
+                        await ws.send(header(seq, body, frames=10_000_000_000))
+                    elif kind == 1:
+                        body = segment
+                        await ws.send(header(seq, body, frames=1, duration=rng.choice([1, 9999, 5000])))
+                    elif kind == 2:
+                        body = rng.randbytes(rng.randrange(1, 200_000))
+                        await ws.send(header(seq, body))
+                    elif kind == 3:
+                        body = bytearray(segment)
+                        for _ in range(20):
+                            body[rng.randrange(len(body))] = rng.randrange(256)
+                        body = bytes(body)
+                        await ws.send(header(seq, body))
+                    elif kind == 4:
+                        body = segment
+                        await ws.send(header(seq, body))
+                        body = body[:CHUNK // 2]  # half a segment, then the next header
+                    else:
+                        body = rng.randbytes(1000)  # binary with no header
+                    for i in range(0, len(body), CHUNK):
+                        await ws.send(body[i:i + CHUNK])
+                    stats["hostile_sent"] += 1
+                    await asyncio.sleep(0.05)
+        except websockets.ConnectionClosed as closed:
+            code = closed.rcvd.code if closed.rcvd else None
+            stats["hostile_closes"][str(code)] = stats["hostile_closes"].get(str(code), 0) + 1
+        except Exception as error:
+            stats["hostile_errors"][type(error).__name__] = stats["hostile_errors"].get(type(error).__name__, 0) + 1
+            await asyncio.sleep(0.1)
+
+
 def percentile(values, p):
     if not values:
         return None
@@ -269,6 +332,7 @@ def main():
     parser.add_argument("--ledger", choices=["sqlite", "postgres"], help="default: sqlite for one instance, postgres for more")
     parser.add_argument("--bin", default=".build/release")
     parser.add_argument("--segment", help="an MP4 to send (default: 5 s of testsrc2 encoded with libx265)")
+    parser.add_argument("--hostile", type=int, default=0, help="devices (besides --devices) that send only abuse")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     ledger_kind = args.ledger or ("postgres" if args.instances > 1 else "sqlite")
@@ -280,7 +344,7 @@ def main():
         segment_path = args.segment or make_segment(folder)
         segment = open(segment_path, "rb").read()
         sha = hashlib.sha256(segment).hexdigest()
-        tokens_file, tokens = write_tokens(folder, args.devices)
+        tokens_file, tokens = write_tokens(folder, args.devices + args.hostile)
         if ledger_kind == "postgres":
             postgres = Postgres(folder)
         for n in range(args.instances):
@@ -295,7 +359,8 @@ def main():
         proxy_before = tree_cpu(nginx_pids(proxy.pid)) if proxy else 0.0
         postgres_before = tree_cpu(postgres.pids()) if postgres else 0.0
         own_before = resource.getrusage(resource.RUSAGE_SELF)
-        stats = {"sessions": 0, "held": 0, "sent": 0, "acked": 0, "guidance": 0, "latency": [], "closes": {}, "errors": {}}
+        stats = {"sessions": 0, "held": 0, "sent": 0, "acked": 0, "guidance": 0, "latency": [], "closes": {}, "errors": {},
+                 "hostile_sessions": 0, "hostile_sent": 0, "hostile_closes": {}, "hostile_errors": {}}
         # Starts spread over the first segment period, so segments arrive evenly.
         delays = [5.0 * i / args.devices for i in range(args.devices)]
         sampled = {}
@@ -307,7 +372,8 @@ def main():
 
         async def run():
             sampler = asyncio.create_task(sample())
-            await asyncio.gather(*(device(port, tokens[i], segment, sha, args.seconds, delays[i], stats) for i in range(args.devices)))
+            await asyncio.gather(*(device(port, tokens[i], segment, sha, args.seconds, delays[i], stats) for i in range(args.devices)),
+                                 *(hostile(port, tokens[args.devices + i], segment, args.seconds, stats) for i in range(args.hostile)))
             await sampler
             return sum(proc_rss_kib(s.pid) for s, _ in servers)
 
@@ -331,6 +397,11 @@ def main():
             "nginx_cpu_s": proxy_cpu, "postgres_cpu_s": postgres_cpu,
             "generator_cpu_s": own_cpu,
         }
+        if args.hostile:
+            result.update({"hostile_devices": args.hostile, "hostile_sessions": stats["hostile_sessions"],
+                           "hostile_messages": stats["hostile_sent"], "hostile_closes": stats["hostile_closes"],
+                           "hostile_errors": stats["hostile_errors"],
+                           "server_alive": all(server.poll() is None for server, _ in servers)})
         if args.json:
             print(json.dumps(result))
         else:

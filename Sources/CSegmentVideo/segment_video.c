@@ -143,8 +143,9 @@ static int reader_open(reader *r, const uint8_t *data, size_t size, char *error,
     }
     // One thread: the server decodes several segments at once on its own pool.
     r->decoder->thread_count = 1;
-    // The size checked above is the container's; the stream's own parameter sets decide what is
-    // decoded. No frame larger than the limit is allocated, whatever they say.
+    // The sample entry's size (checked above) need not be the one the bitstream's parameter sets
+    // declare: the decoder allocates no picture of more pixels than the limit's area, and
+    // reader_next refuses a frame that is wider or taller than the limit.
     r->decoder->max_pixels = (int64_t)SEGMENT_VIDEO_MAX_WIDTH * SEGMENT_VIDEO_MAX_HEIGHT;
     if ((status = avcodec_parameters_to_context(r->decoder, stream->codecpar)) < 0 ||
         (status = avcodec_open2(r->decoder, codec, NULL)) < 0) {
@@ -158,7 +159,13 @@ static int reader_open(reader *r, const uint8_t *data, size_t size, char *error,
 static int reader_next(reader *r) {
     for (;;) {
         int status = avcodec_receive_frame(r->decoder, r->frame);
-        if (status >= 0) return 1;
+        if (status >= 0) {
+            if (r->frame->width > SEGMENT_VIDEO_MAX_WIDTH || r->frame->height > SEGMENT_VIDEO_MAX_HEIGHT) {
+                av_frame_unref(r->frame);
+                return AVERROR_INVALIDDATA;
+            }
+            return 1;
+        }
         if (status == AVERROR_EOF) return 0;
         if (status != AVERROR(EAGAIN)) return status;
         if (r->draining) return 0;

@@ -15,10 +15,12 @@ extension ServerConfig {
     /// `ledger` read: `sqlite:PATH` (a relative PATH is taken from `$STATE_DIRECTORY`, which
     /// systemd's `StateDirectory=` sets, else from the working directory) or `postgres://…`.
     public func ledgerLocation(environment: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigError) -> LedgerLocation {
+        // An error shows the value without its password.
+        let shown = Self.redacted(ledger)
         if ledger.hasPrefix("sqlite:") {
             let path = String(ledger.dropFirst("sqlite:".count))
             guard !path.isEmpty else {
-                throw .invalidOption("ledger", ledger, "sqlite:PATH with a file path, or postgres://USER@HOST:PORT/DATABASE")
+                throw .invalidOption("ledger", shown, "sqlite:PATH with a file path, or postgres://USER@HOST:PORT/DATABASE")
             }
             if path.hasPrefix("/") { return .sqlite(path: path) }
             let base = environment["STATE_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }
@@ -26,11 +28,23 @@ extension ServerConfig {
         }
         if ledger.hasPrefix("postgres://") || ledger.hasPrefix("postgresql://") {
             guard let url = URL(string: ledger), url.host != nil, url.path.count > 1 else {
-                throw .invalidOption("ledger", ledger, "postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
+                throw .invalidOption("ledger", shown, "postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
             }
             return .postgres(url: ledger)
         }
-        throw .invalidOption("ledger", ledger, "sqlite:PATH (one server) or postgres://USER@HOST:PORT/DATABASE (several)")
+        throw .invalidOption("ledger", shown, "sqlite:PATH (one server) or postgres://USER@HOST:PORT/DATABASE (several)")
+    }
+
+    /// `value` with the password of a `scheme://user:password@…` URL replaced by `***`, well-formed
+    /// or not: for errors and logs.
+    public static func redacted(_ value: String) -> String {
+        guard let scheme = value.range(of: "://") else { return value }
+        let rest = value[scheme.upperBound...]
+        // The authority ends at the first '/' after the last '@' (a password may hold '/' or '@').
+        guard let at = rest.lastIndex(of: "@") else { return value }
+        let userinfo = rest[..<at]
+        guard let colon = userinfo.firstIndex(of: ":") else { return value }
+        return String(value[..<userinfo.index(after: colon)]) + "***" + String(rest[at...])
     }
 
     /// Opens the ledger (and, for PostgreSQL, the shared leases), with the services that must run

@@ -135,7 +135,7 @@ extension ServerConfig {
             "Seconds a session may be silent (no message, no pong) before it is closed with 4001; the server pings once half way."),
         .optionalString(
             "server.keepDir", \.server.keepDir, type: "path",
-            "Folder each verified segment is also written to, as DEVICE-SEQ.mp4; unset keeps none."),
+            "Folder each verified segment is also written to, as DEVICE-STREAM-SEQ.mp4 (the agent's stream id; characters other than letters, digits, ., _ and - become _); unset keeps none."),
         .int(
             "server.maxSegmentBytes", \.server.maxSegmentBytes, 65_536...268_435_456,
             "Largest segment accepted, in bytes; a header announcing more is refused (bad_segment) before any byte is buffered."),

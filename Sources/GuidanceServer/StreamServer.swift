@@ -121,8 +121,10 @@ public struct StreamServer: Sendable {
             defer { channel.eventLoop.scheduleTask(in: .milliseconds(Int64(settings.closeTimeoutMs))) { channel.close(promise: nil) } }
             guard let device = tokens.device(authorization: context.request.headers[.authorization]) else { return }
             let activity = try await ReadActivity.activity(of: channel)
+            let authorization = context.request.headers[.authorization]
             let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
-                                        analyzer: analyzer, metrics: metrics, activity: activity, logger: logger)
+                                        analyzer: analyzer, metrics: metrics, activity: activity,
+                                        stillAuthorized: { tokens.device(authorization: authorization) == device }, logger: logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
         router.get("/metrics") { _, _ in

@@ -150,6 +150,12 @@ extension StreamSession {
             guard (1...limits.maxSegmentMs).contains(hello.video.segmentMs) else {
                 return close("video.segmentMs \(hello.video.segmentMs) is not within 1…\(limits.maxSegmentMs)")
             }
+            // The locale names the language of every answer (and goes into a model's prompt): a
+            // language tag, nothing else.
+            guard (1...35).contains(hello.locale.utf8.count),
+                  hello.locale.utf8.allSatisfy({ $0.isLetterOrDigit || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }) else {
+                return close("locale \(GuidanceText.loggable(hello.locale)) is not a language tag (BCP 47, like en-US)")
+            }
             var actions: [Action] = []
             var stream = hello.stream
             if let given = stream, given.isEmpty || given.utf8.count > limits.maxStreamLength {
@@ -178,7 +184,7 @@ extension StreamSession {
             case .hello:
                 return [.reject(.badMessage, "hello was already received", seq: nil, reason: .outOfOrder)]
             case .unknown(let type):
-                return [.ignore("message of unknown type \(type.prefix(64))")]
+                return [.ignore("message of unknown type \(GuidanceText.loggable(type))")]
             case .segment(let header):
                 if let (reason, problem) = check(header, agent: agent) {
                     // Whatever chunks it announced are dropped, unread.
@@ -242,7 +248,7 @@ extension StreamSession {
                 return refuse(.video, "the MP4 has \(video.streams) tracks, \(video.videoStreams) of them video; a segment has one video track")
             }
             guard Self.codecs.contains(video.codec) else {
-                return refuse(.video, "the video is \(video.codec.isEmpty ? "of no known codec" : "'\(video.codec.prefix(32))'"); segments are HEVC or H.264")
+                return refuse(.video, "the video is \(video.codec.isEmpty ? "of no known codec" : GuidanceText.loggable(video.codec, limit: 32)); segments are HEVC or H.264")
             }
             guard video.frames > 0, header.frames == video.frames else {
                 return refuse(.frames, "frames \(header.frames) does not match the MP4's \(video.frames)")
@@ -312,6 +318,11 @@ extension StreamSession {
 }
 
 extension UInt8 {
+    fileprivate var isLetterOrDigit: Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(self)
+            || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(self)
+    }
+
     fileprivate var isHexDigit: Bool {
         (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(self)
             || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(self)

@@ -13,7 +13,7 @@ import Synchronization
 ///
 /// Anything malformed is answered with an `error` message (or, before `hello`, a close with a
 /// reason) and never ends the server or touches other sessions.
-struct StreamSession {
+public struct StreamSession: Sendable {
     let id = UUID().uuidString
     let device: String
     let settings: StreamServer.Settings
@@ -23,6 +23,9 @@ struct StreamSession {
     let analyzer: any SegmentAnalyzer
     let metrics: ServerMetrics
     let activity: ConnectionActivity
+    /// Whether the token the session was opened with still names its device (the tokens file is
+    /// read again when it changes: `guidance-server token remove`).
+    let stillAuthorized: @Sendable () -> Bool
     let logger: Logger
 
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
@@ -43,6 +46,7 @@ struct StreamSession {
                 group.addTask { try await watchUsage(lease: lease, outbound: outbound) }
                 group.addTask { try await analyze(clips, outbound: outbound) }
                 group.addTask { await superseded(end, outbound: outbound) }
+                group.addTask { try await watchToken(outbound: outbound) }
                 group.addTask {
                     defer { waiting.finish() }
                     try await receive(inbound: inbound, outbound: outbound, lease: lease, end: end, analysis: waiting)
@@ -144,7 +148,7 @@ struct StreamSession {
                         break
                     }
                 case .ignore(let what):
-                    logger.debug("session \(id): ignoring \(what)", metadata: ["device": "\(device)"])
+                    logger.debug("session \(id): ignoring \(GuidanceText.loggable(what, limit: 200))", metadata: ["device": "\(device)"])
                 }
             }
             activity.touch()
@@ -169,12 +173,13 @@ struct StreamSession {
         lease.paused = remaining == 0
         try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
         if !agent.named.isEmpty, agent.named != device {
-            logger.notice("session \(id): the agent calls itself '\(agent.named.prefix(64))'; its token says '\(device)', which counts",
+            logger.notice("session \(id): the agent calls itself \(GuidanceText.loggable(agent.named)); its token says '\(device)', which counts",
                           metadata: ["device": "\(device)"])
         }
+        // What the agent said of itself is a peer's string: escaped, and cut.
         logger.info("session \(id) opened", metadata: [
-            "device": "\(device)", "locale": "\(agent.locale)", "agent": "\(agent.agent)", "stream": "\(agent.stream ?? "-")",
-            "epoch": "\(lease.epoch ?? 0)",
+            "device": "\(device)", "locale": "\(GuidanceText.loggable(agent.locale))", "agent": "\(GuidanceText.loggable(agent.agent))",
+            "stream": "\(agent.stream.map { GuidanceText.loggable($0, limit: 128) } ?? "-")", "epoch": "\(lease.epoch ?? 0)",
         ])
     }
 
@@ -231,7 +236,7 @@ struct StreamSession {
         try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
         logger.info("segment \(header.seq) verified", metadata: ["device": "\(device)", "bytes": "\(segment.data.count)"])
         if let folder = settings.keepDir {
-            let file = URL(fileURLWithPath: folder).appendingPathComponent("\(device)-\(String(format: "%06d", header.seq)).mp4")
+            let file = URL(fileURLWithPath: folder).appendingPathComponent(Self.keptName(device: device, stream: charge.stream, seq: header.seq))
             do { try segment.data.write(to: file, options: .atomic) } catch {
                 logger.error("cannot keep segment \(header.seq) in \(folder): \(error.localizedDescription)")
             }
@@ -259,7 +264,9 @@ struct StreamSession {
             let started = ContinuousClock.now
             let seq = clip.header.seq
             do {
-                if let guidance = try await analyzer.analyze(clip) {
+                if var guidance = try await analyzer.analyze(clip) {
+                    // Whatever the analyzer (a model's words, a script's), the driver hears clean text.
+                    guidance.text = GuidanceText.clean(guidance.text)
                     try await outbound.write(.text(ServerMessage.guidance(guidance).encoded()))
                 }
             } catch is CancellationError {
@@ -290,6 +297,33 @@ struct StreamSession {
     }
 
     static let usagePoll = Duration.seconds(2)
+
+    /// Every ``usagePoll``: once the device's token is gone from the tokens file, the session is
+    /// told (`unauthorized`) and closed with 4401, and the returning ends it.
+    private func watchToken(outbound: WebSocketOutboundWriter) async throws {
+        while stillAuthorized() {
+            try await Task.sleep(for: Self.usagePoll)
+        }
+        logger.notice("session \(id): the device's token was removed; closing", metadata: ["device": "\(device)"])
+        await Self.within(settings.closeDeadline) {
+            try await outbound.write(.text(ServerMessage.error(code: .unauthorized, message: "this device's token was removed", seq: nil).encoded()))
+            try await outbound.close(.init(codeNumber: Int(CloseCode.unauthorized.rawValue)), reason: "token removed")
+        }
+    }
+
+    /// The file a kept segment is written to: `DEVICE-STREAM-SEQ.mp4`, the same key the ledger
+    /// charges under (so an agent's restart, a new stream, never overwrites an earlier one), with
+    /// the whole seq, and any character of the names that a file name should not hold as `_`.
+    static func keptName(device: String, stream: String, seq: Int) -> String {
+        func safe(_ name: String) -> String {
+            String(String.UnicodeScalarView(name.unicodeScalars.prefix(128).map { scalar in
+                scalar.isASCII && (scalar.properties.isAlphabetic || scalar.properties.numericType != nil || "._-".unicodeScalars.contains(scalar))
+                    ? scalar : "_"
+            }))
+        }
+        let number = String(seq)
+        return "\(safe(device))-\(safe(stream))-\(String(repeating: "0", count: max(0, 6 - number.count)))\(number).mp4"
+    }
 
     /// Nothing at all from the agent (no message, no pong) for the idle timeout: close with 4001.
     /// Half way through a silence the server pings, so an agent that is alive but has nothing to

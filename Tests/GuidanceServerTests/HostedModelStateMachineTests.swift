@@ -103,6 +103,30 @@ import Testing
         }
         #expect(GeminiAPI.retryDelay(errorBody: Data("not json".utf8)) == nil)
     }
+
+    /// One device whose segments the service chokes on (5xx, or a timeout on a huge clip), among
+    /// devices the service answers: not the service being down; the breaker stays closed. Two
+    /// devices failing, or the only device using the service, open it.
+    @Test func oneDevicesFailuresDoNotOpenTheBreakerForEveryone() {
+        let start = ContinuousClock.now
+        var rules = HostedModelAnalyzer.StateMachine()
+        #expect(rules.admit(device: "good", now: start) == .call)
+        for _ in 0..<10 {
+            #expect(rules.admit(device: "odd", now: start) == .call)
+            rules.finished(device: "odd", succeeded: false, lastOutcome: .status(500, retryAfter: nil), now: start)
+        }
+        #expect(rules.admit(device: "good", now: start) == .call, "\(rules.breaker)")
+        // A second device failing too: the service is in trouble.
+        rules.finished(device: "good", succeeded: false, lastOutcome: .transport, now: start)
+        #expect(rules.admit(device: "good", now: start) == .refuse)
+
+        var alone = HostedModelAnalyzer.StateMachine()
+        for _ in 0..<alone.settings.failuresToOpen {
+            #expect(alone.admit(device: "car-1", now: start) == .call)
+            alone.finished(device: "car-1", succeeded: false, lastOutcome: .status(503, retryAfter: nil), now: start)
+        }
+        #expect(alone.admit(device: "car-1", now: start) == .refuse, "the only device: its failures are the service's")
+    }
 }
 
 import Foundation

@@ -35,6 +35,8 @@ import Testing
         ("sqlite:", "ledger: 'sqlite:' is not allowed; expected sqlite:PATH with a file path"),
         ("postgres://db.internal", "ledger: 'postgres://db.internal' is not allowed; expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"),
         ("postgres:///fleet", "ledger: 'postgres:///fleet' is not allowed"),
+        // A malformed URL is shown without its password.
+        ("postgres://fleet:s3cret@/", "ledger: 'postgres://fleet:***@/' is not allowed"),
     ])
     func refused(value: String, message: String) {
         #expect {
@@ -42,5 +44,15 @@ import Testing
         } throws: { error in
             (error as? ConfigError)?.key == "ledger" && "\(error)".hasPrefix(message)
         }
+    }
+
+    @Test(arguments: [
+        ("postgres://fleet:s3cret@db:5432/usage", "postgres://fleet:***@db:5432/usage"),
+        ("postgres://fleet@db/usage", "postgres://fleet@db/usage"),
+        ("postgres://a:b@c@d/e", "postgres://a:***@d/e"),
+        ("sqlite:/var/lib/u.sqlite", "sqlite:/var/lib/u.sqlite"),
+    ])
+    func passwordsAreNeverShown(value: String, shown: String) {
+        #expect(ServerConfig.redacted(value) == shown)
     }
 }

@@ -1,4 +1,7 @@
+import Dispatch
 import Foundation
+import NIOCore
+import Synchronization
 @testable import GuidanceServer
 import TestSupport
 import Testing
@@ -157,5 +160,47 @@ import Testing
         #expect(frames.map(\.index) == [0, 1, 2, 3])
         let spread = try await SegmentVideo.grayFrames(from: clip, every: 12, maxWidth: 64, limit: 4)
         #expect(spread.map(\.index) == [0, 12, 24, 36])
+    }
+
+    /// Decode work queued behind others for a session that has since ended is dropped when its turn
+    /// comes: a device that went away costs the pool nothing more.
+    @Test func queuedWorkOfAnEndedSessionIsDropped() async throws {
+        final class Seen: Sendable {
+            let busy = Atomic<Int>(0)
+            let ran = Atomic<Bool>(false)
+        }
+        let gate = DispatchSemaphore(value: 0)
+        let seen = Seen()
+        // Every pool thread held.
+        let holders = (0..<System.coreCount).map { _ in
+            Task { try await SegmentVideo.onPool(Data([1])) { _ in seen.busy.add(1, ordering: .relaxed); gate.wait() } }
+        }
+        let allBusy = await eventually { seen.busy.load(ordering: .relaxed) == System.coreCount }
+        #expect(allBusy)
+        let queued = Task { try await SegmentVideo.onPool(Data([2])) { _ in seen.ran.store(true, ordering: .relaxed) } }
+        queued.cancel()
+        for _ in holders { gate.signal() }
+        for holder in holders { try await holder.value }
+        await #expect(throws: CancellationError.self) { try await queued.value }
+        let didRun = seen.ran.load(ordering: .relaxed)
+        #expect(!didRun)
+    }
+
+    /// A segment whose MP4 sample entry says 160x16 while its HEVC parameter sets say 4112x16
+    /// (fuzz/regressions/segments, made with ffmpeg and two bytes changed): the size check before
+    /// the decoder opens passed it, and frames 4112 wide were decoded, past the 4096x4096 limit.
+    /// Every reader refuses it now.
+    @Test func aFrameLargerThanTheLimitIsRefusedWhateverTheSampleEntrySays() async throws {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("fuzz/regressions/segments/sps-4112-wide-entry-160.mp4")
+        let segment = try Data(contentsOf: file)
+        let info = try SegmentVideo.inspect(segment)
+        #expect(info.codec == "hevc" && info.width == 160 && info.height == 16 && info.frames == 1)
+        let error = await #expect(throws: SegmentVideo.Failure.self) {
+            _ = try await SegmentVideo.grayFrames(from: segment, every: 1, maxWidth: 0, limit: 2)
+        }
+        #expect(error?.description.contains("cannot decode the segment") == true, "\(String(describing: error))")
+        await #expect(throws: SegmentVideo.Failure.self) { _ = try await SegmentVideo.keyframeJPEGs(from: segment, count: 1) }
+        await #expect(throws: SegmentVideo.Failure.self) { _ = try await SegmentVideo.h264(from: segment) }
     }
 }

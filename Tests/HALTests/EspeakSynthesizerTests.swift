@@ -15,6 +15,22 @@ import Testing
         """
     let logger = Logger(label: "espeak-tests")
 
+    /// However long a text gets here, one utterance stops at ``EspeakSynthesizer/maxUtteranceSeconds``:
+    /// a peer cannot keep the speaker talking for minutes.
+    @Test func oneUtteranceStopsAtItsLongestWhateverTheText() async throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let speaker = try Speaker(synthesizer: EspeakSynthesizer(logger: logger),
+                                  sink: WAVFileSink(directory: folder.path, realtime: false), logger: logger)
+        speaker.say(text: String(repeating: Self.long + " ", count: 6), voice: "en")
+        await speaker.waitUntilIdle()
+        speaker.close()
+        let stat = try SoxStat(folder.path + "/" + (try #require(folder.files.first)))
+        // About 90 s of text; cut at the longest utterance (plus at most the block in flight).
+        #expect(stat.seconds <= Double(EspeakSynthesizer.maxUtteranceSeconds) + 0.5, "\(stat.seconds) s")
+        #expect(stat.seconds >= Double(EspeakSynthesizer.maxUtteranceSeconds) - 1, "\(stat.seconds) s")
+    }
+
     @Test func theRateIsEspeakNGsOwn() throws {
         #expect(try EspeakSynthesizer(logger: logger).sampleRate == 22_050)
     }

@@ -63,7 +63,7 @@ import Testing
             ["record", "--config", files.path("agent.yaml"), "--segments", "2"], environment: environment)
         #expect(run.status == 0, "\(run.stderr.suffix(3000))")
 
-        #expect(server.stderr.contains("locale=ko-KR"), "hello: \(server.stderr.suffix(2000))")
+        #expect(server.stderr.contains(#"locale="ko-KR""#), "hello: \(server.stderr.suffix(2000))")
         #expect(run.stderr.contains("status: 블랙박스가 준비되었습니다."), "\(run.stderr.suffix(3000))")
         #expect(run.stderr.contains("guidance: segment 0: 속도를 줄이세요."))
         #expect(run.stderr.contains("locale ko-KR is spoken by the eSpeak-ng voice 'ko'"))

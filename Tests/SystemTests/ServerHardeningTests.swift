@@ -117,7 +117,8 @@ import TestSupport
     @Test func aHeaderCannotReserveMemoryAndTheLargestSegmentIsReassembledOnce() async throws {
         let server = try await ServerProcess(server: ["maxSegmentBytes": "\(8 << 20)"])
         let before = server.rssKiB
-        let big = (0..<(8 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) }
+        // A real clip, padded with an MP4 `free` box to exactly the limit.
+        let big = SampleSegment.tagged(await SampleSegment.clip(0), 1, bytes: 8 << 20)
         let chunk = GuidanceProtocol.maxMessageBytes
         let (texts, cpu) = try await Self.offPool { () -> ([String], Double) in
             let (client, _) = try Self.session(port: server.port, receiveTimeoutMs: 20_000)
@@ -176,8 +177,9 @@ import TestSupport
     @Test func pastMaxConnectionsTheServerAnswers503WithRetryAfter() async throws {
         let server = try await ServerProcess(server: ["maxConnections": "2"])
         let (status, head) = try await Self.offPool { () -> (Int, String) in
+            // Two devices: a second session of one device would supersede (and so free) the first.
             let (first, _) = try Self.session(port: server.port)
-            let (second, _) = try Self.session(port: server.port)
+            let (second, _) = try Self.session(port: server.port, token: "other-token")
             let answer = try RawClient(port: server.port).upgrade(token: "good-token")
             withExtendedLifetime((first, second)) {}
             return answer

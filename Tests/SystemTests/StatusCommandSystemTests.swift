@@ -11,13 +11,14 @@ import Testing
         defer { files.remove() }
         let (server, port) = try await files.startServer()
         defer { server.stop() }
-        // Guidance is kept however late it comes: this test is about status, and a busy machine
-        // can take longer than the default 10 s from capture to answer.
+        // Segments are sent and guidance kept however late they come: this test is about status,
+        // and a busy machine can take longer than the defaults (15 s to deliver, 10 s to answer).
         let agent = try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(
-            url: "ws://127.0.0.1:\(port)/v1/stream", extra: "guidance:\n  maxAgeMs: 120000")], folder: files.folder)
+            url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["queueMaxAgeMs": "120000"], extra: "guidance:\n  maxAgeMs: 120000")],
+            folder: files.folder)
         defer { agent.stop() }
-        // The first segment (5 s) is answered with "slow down" by the script.
-        try #require(await agent.wait(for: .seconds(30)) { $0.stderr.contains("guidance: segment 0") }, "\(agent.stderr.suffix(2000))")
+        // The first segment (5 s) is answered with "slow down" by the script; the wait only stops a hang.
+        try #require(await agent.wait(for: .seconds(120)) { $0.stderr.contains("guidance: segment 0") }, "\(agent.stderr.suffix(2000))")
 
         let json = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
                                        ["status", "--json", "--socket", files.path("status.sock")])

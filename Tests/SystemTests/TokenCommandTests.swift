@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import GuidanceProtocol
 import TestSupport
 import Testing
 
@@ -57,13 +58,18 @@ import Testing
         #expect(badID.status == 65 && badID.stderr.contains("is not a device id"), "\(badID.stderr)")
     }
 
-    @Test func aRunningServerTakesAnAddedTokenAndDropsARemovedOneWithoutARestart() async throws {
+    /// A running server and the token `token add car-9` printed for it.
+    static func serverWithAddedToken() async throws -> (ServerProcess, config: String, token: String) {
         let server = try await ServerProcess()
-        defer { server.stop() }
         let config = server.folder.appendingPathComponent("server.yaml").path
         let added = try await Self.run(["token", "add", "car-9", "--config", config])
         try #require(added.status == 0, "\(added.stderr)")
-        let token = added.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        return (server, config, added.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    @Test func aRunningServerTakesAnAddedTokenAndDropsARemovedOneWithoutARestart() async throws {
+        let (server, config, token) = try await Self.serverWithAddedToken()
+        defer { server.stop() }
 
         let accepted = try RawClient(port: server.port).upgrade(token: token)
         #expect(accepted.status == 101, "\(accepted.head)")
@@ -76,5 +82,32 @@ import Testing
         try #require(removed.status == 0, "\(removed.stderr)")
         #expect(try RawClient(port: server.port).upgrade(token: token).status == 401)
         #expect(server.process.process.isRunning)
+    }
+
+    /// A device whose token is removed while it streams: its live session is told and closed with
+    /// 4401 (within a poll), not left running until the car next reconnects.
+    @Test func removingATokenEndsThatDevicesLiveSession() async throws {
+        let (server, config, token) = try await Self.serverWithAddedToken()
+        defer { server.stop() }
+        let (live, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: server.port, token: token) }
+        let (other, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: server.port, token: "other-token") }
+        let removed = try await Self.run(["token", "remove", "car-9", "--config", config])
+        try #require(removed.status == 0, "\(removed.stderr)")
+        let (close, texts) = try await ServerHardeningTests.offPool { () -> (Int?, [String]) in
+            live.setReceiveTimeout(milliseconds: 30_000)
+            let texts = try live.readTexts(until: "unauthorized")
+            var seen: [UInt8] = []
+            return (try live.readUntilClose(answerPings: true, seen: &seen), texts)
+        }
+        #expect(texts.last?.contains("unauthorized") == true, "\(texts)")
+        #expect(close == Int(CloseCode.unauthorized.rawValue))
+        // Another device's session goes on.
+        let clip = await SampleSegment.clip(2)
+        let acked = try await ServerHardeningTests.offPool { () -> [String] in
+            try other.sendText(ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: clip.count, chunks: 1, sha: sha256Hex(clip)))
+            try other.sendFrame(.binary, clip)
+            return try other.readTexts(until: #""ack""#)
+        }
+        #expect(acked.last?.contains(#""ack""#) == true, "\(acked)")
     }
 }

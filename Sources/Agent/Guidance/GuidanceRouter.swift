@@ -41,7 +41,9 @@ public struct GuidanceRouter: Sendable {
             await announcer.guidanceArrived()
             haptics.play(patterns.current.clear, receivedAt: receivedAt)
             logger.notice("guidance: segment \(guidance.seq): clear")
-        case .guidance(let guidance):
+        case .guidance(var guidance):
+            // The server cleans and caps it too; the agent does not rely on that.
+            guidance.text = GuidanceText.clean(guidance.text)
             await announcer.guidanceArrived()
             let urgent = guidance.priority == .urgent
             if urgent { haptics.play(patterns.current.alert, receivedAt: receivedAt) }

@@ -10,7 +10,8 @@
 /// segment from memory, as MP4 only, and opens nothing else; every function returns 0 or more on success and a negative AVERROR, with
 /// FFmpeg's text in `error`, on failure.
 
-/// The largest frame any function decodes; bigger ones are refused before a decoder is opened.
+/// The largest frame any function decodes; bigger ones are refused before a decoder is opened (the
+/// MP4's sample entry) and as they decode (the bitstream's parameter sets, which may say otherwise).
 #define SEGMENT_VIDEO_MAX_WIDTH 4096
 #define SEGMENT_VIDEO_MAX_HEIGHT 4096
 #define SEGMENT_VIDEO_MAX_SIZE_TEXT "4096x4096"

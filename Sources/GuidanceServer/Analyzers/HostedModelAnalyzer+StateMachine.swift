@@ -60,13 +60,20 @@ extension HostedModelAnalyzer {
 
         public let settings: Settings
         public private(set) var breaker: Breaker = .closed(failures: 0)
+        /// Devices whose segments went to the service since its last answer, and those of them
+        /// that failed: one device's odd segments (huge, or ones the service chokes on) are not the
+        /// service being down, so failures open the breaker only when they come from two devices,
+        /// or from the only device using it.
+        private var seen: Set<String> = []
+        private var failing: Set<String> = []
 
         public init(settings: Settings = Settings()) {
             self.settings = settings
         }
 
         /// Whether a new segment's request may go out now.
-        public mutating func admit(now: ContinuousClock.Instant) -> Admission {
+        public mutating func admit(device: String = "", now: ContinuousClock.Instant) -> Admission {
+            if seen.count < 2 { seen.insert(device) }
             switch breaker {
             case .closed: return .call
             case .probing: return .refuse
@@ -80,16 +87,22 @@ extension HostedModelAnalyzer {
         /// A segment's request ended: answered (`succeeded`) or given up after its attempts. Only
         /// service failures move the breaker; a refused request (400) or an unreadable answer do not
         /// say the service is down.
-        public mutating func finished(succeeded: Bool, lastOutcome: Outcome, now: ContinuousClock.Instant) {
+        public mutating func finished(device: String = "", succeeded: Bool, lastOutcome: Outcome, now: ContinuousClock.Instant) {
             if succeeded || !lastOutcome.serviceFailure {
                 breaker = .closed(failures: 0)
+                seen = []
+                failing = []
                 return
             }
+            if failing.count < 2 { failing.insert(device) }
+            let others = failing.count >= 2 || seen.subtracting([device]).isEmpty
             switch breaker {
-            case .closed(let failures) where failures + 1 < settings.failuresToOpen:
+            case .closed(let failures) where failures + 1 < settings.failuresToOpen || !others:
                 breaker = .closed(failures: failures + 1)
             case .closed, .probing, .open:
                 breaker = .open(until: now.advanced(by: settings.openFor))
+                seen = []
+                failing = []
             }
         }
 

@@ -67,7 +67,7 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
 
     public func analyze(_ segment: ReceivedSegment) async throws -> ServerMessage.Guidance? {
         let started = ContinuousClock.now
-        guard rules.withLock({ $0.admit(now: started) }) == .call else { throw ModelCallError.unavailable(service: endpoint.name) }
+        guard rules.withLock({ $0.admit(device: segment.device, now: started) }) == .call else { throw ModelCallError.unavailable(service: endpoint.name) }
         let deadline = started.advanced(by: timeout)
         var last = HostedModelAnalyzer.StateMachine.Outcome.transport
         do {
@@ -84,7 +84,7 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
                         last = .malformed
                         break
                     }
-                    rules.withLock { $0.finished(succeeded: true, lastOutcome: .answered, now: .now) }
+                    rules.withLock { $0.finished(device: segment.device, succeeded: true, lastOutcome: .answered, now: .now) }
                     return answer.guidance(seq: segment.header.seq, locale: segment.locale)
                 }
                 guard let wait = rules.withLock({
@@ -105,7 +105,7 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
             throw error
         }
         let opened = rules.withLock { rules -> Bool in
-            rules.finished(succeeded: false, lastOutcome: last, now: .now)
+            rules.finished(device: segment.device, succeeded: false, lastOutcome: last, now: .now)
             if case .open = rules.breaker { return true }
             return false
         }

@@ -20,14 +20,18 @@ public struct ModelAnswer: Codable, Sendable, Equatable {
     }
 
     /// Longest text passed on to the driver's speaker; a model that rambles is cut here.
-    public static let maxTextCharacters = 300
+    public static let maxTextCharacters = GuidanceText.maxCharacters
 
     /// The answer a model gave as text (the JSON its schema asks for), checked; `nil` if it is not
     /// that object.
     public static func decode(_ text: String) -> ModelAnswer? {
         guard var answer = try? JSONDecoder().decode(ModelAnswer.self, from: Data(text.utf8)) else { return nil }
-        answer.text = String(answer.text.trimmingCharacters(in: .whitespacesAndNewlines).prefix(maxTextCharacters))
-        answer.hazards = Array(answer.hazards.prefix(16).map { String($0.prefix(64)) })
+        answer.text = GuidanceText.clean(answer.text)
+        answer.hazards = Array(answer.hazards.prefix(16).map { hazard in
+            var cut = String(GuidanceText.clean(hazard).prefix(64))
+            if cut.last == " " { cut.removeLast() }
+            return cut
+        })
         // A "warning" with nothing to say is a clear road.
         if answer.text.isEmpty { answer.clear = true }
         return answer

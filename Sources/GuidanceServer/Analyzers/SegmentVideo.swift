@@ -2,6 +2,7 @@ import CSegmentVideo
 public import Foundation
 import NIOCore
 import NIOPosix
+import Synchronization
 public import RoadScene
 
 /// A received segment's video, worked on with libavcodec (``CSegmentVideo``) on a thread pool of
@@ -114,11 +115,18 @@ public enum SegmentVideo {
         }
     }
 
-    /// Runs `body` on the decode pool with the segment's bytes.
+    /// Runs `body` on the decode pool with the segment's bytes. Work still queued when its task
+    /// is cancelled (the session ended) is dropped when its turn comes, not done for nobody.
     static func onPool<T: Sendable>(_ segment: Data, _ body: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T {
         _ = quiet
-        return try await pool.runIfActive {
-            try segment.withUnsafeBytes { raw in try body(raw.bindMemory(to: UInt8.self)) }
+        let cancelled = Atomic<Bool>(false)
+        return try await withTaskCancellationHandler {
+            try await pool.runIfActive {
+                guard !cancelled.load(ordering: .relaxed) else { throw CancellationError() }
+                return try segment.withUnsafeBytes { raw in try body(raw.bindMemory(to: UInt8.self)) }
+            }
+        } onCancel: {
+            cancelled.store(true, ordering: .relaxed)
         }
     }
 

@@ -19,7 +19,7 @@ public struct PostgresStore: Sendable {
     /// network; TLS to PostgreSQL is not configured here).
     public init(url: String, logger: Logger) throws {
         guard let parts = URLComponents(string: url), let host = parts.host, parts.path.count > 1 else {
-            throw LedgerError.unavailable("ledger: '\(url)' is not postgres://USER@HOST:PORT/DATABASE")
+            throw LedgerError.unavailable("ledger: '\(ServerConfig.redacted(url))' is not postgres://USER@HOST:PORT/DATABASE")
         }
         let (port, user, database) = (parts.port ?? 5432, parts.user ?? "postgres", String(parts.path.dropFirst()))
         var configuration = PostgresClient.Configuration(

@@ -112,17 +112,27 @@ public final class SQLiteLedger: UsageLedger {
                 throw LedgerError.unavailable("\(path): WAL mode refused (journal_mode is \(mode ?? "?"))")
             }
             _ = try await connection.query("PRAGMA synchronous=FULL")
-            let found = try await connection.query("PRAGMA user_version").first?.column("user_version")?.integer ?? 0
-            guard found <= version else {
-                throw LedgerError.unavailable("\(path): made by a newer guidance-server (schema \(found), this one knows \(version))")
+            // The schema and its version change together or not at all (SQLite's DDL and
+            // user_version are transactional): a kill half way leaves the old schema, whole. The
+            // write lock is taken first, so two servers starting at once do not both migrate.
+            _ = try await connection.query("BEGIN IMMEDIATE")
+            do {
+                let found = try await connection.query("PRAGMA user_version").first?.column("user_version")?.integer ?? 0
+                guard found <= version else {
+                    throw LedgerError.unavailable("\(path): made by a newer guidance-server (schema \(found), this one knows \(version))")
+                }
+                if found == 1 {
+                    // Schema 1 had no token totals.
+                    _ = try await connection.query("ALTER TABLE balances ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0")
+                    _ = try await connection.query("ALTER TABLE balances ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0")
+                }
+                for statement in schema { _ = try await connection.query(statement) }
+                _ = try await connection.query("PRAGMA user_version = \(version)")
+                _ = try await connection.query("COMMIT")
+            } catch {
+                _ = try? await connection.query("ROLLBACK")
+                throw error
             }
-            if found == 1 {
-                // Schema 1 had no token totals.
-                _ = try await connection.query("ALTER TABLE balances ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0")
-                _ = try await connection.query("ALTER TABLE balances ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0")
-            }
-            for statement in schema { _ = try await connection.query(statement) }
-            _ = try await connection.query("PRAGMA user_version = \(version)")
         } catch {
             try? await connection.close()
             throw error as? LedgerError ?? .unavailable("cannot prepare the usage ledger \(path): \(error)")

@@ -25,6 +25,9 @@ public final class EspeakSynthesizer: SpeechSynthesizer {
     public static let fallbackVoice = "en"
     /// How much audio a stream holds ahead of its reader before eSpeak-ng waits for it.
     public static let lookahead = Duration.seconds(1)
+    /// The longest one utterance may sound: synthesis stops there, whatever the text (guidance is
+    /// capped in characters before it gets here; this holds for any text).
+    public static let maxUtteranceSeconds = 30
 
     public let sampleRate: Int
     private let engine: EspeakEngine
@@ -41,7 +44,8 @@ public final class EspeakSynthesizer: SpeechSynthesizer {
     /// Queues the text on the eSpeak-ng thread and waits until its voice is set (after any
     /// utterance still being made there); the samples then come out of the stream as made.
     public func start(text: String, voice: String) throws(SpeechError) -> Stream {
-        let channel = SpeechChannel(limit: Int(Self.lookahead.components.seconds) * sampleRate)
+        let channel = SpeechChannel(limit: Int(Self.lookahead.components.seconds) * sampleRate,
+                                    maxSamples: Self.maxUtteranceSeconds * sampleRate)
         engine.synthesize(text: text, voice: voice, fallback: Self.fallbackVoice, into: channel)
         let stream = Stream(channel: channel)
         let settled = channel.state.wait(until: { $0.voice != nil }) { $0.voice! }
@@ -145,15 +149,24 @@ private final class SpeechChannel: Sendable {
     let limit: Int
     let state = WaitableState(State())
 
-    init(limit: Int) {
+    /// Samples one utterance may have: synthesis stops there (however long the text).
+    let maxSamples: Int
+
+    init(limit: Int, maxSamples: Int = .max) {
         self.limit = limit
+        self.maxSamples = maxSamples
     }
 
     /// On the eSpeak-ng thread: hands a block over, first waiting while the reader is `limit`
     /// behind. False once the reader has cancelled, to abort synthesis.
     func push(_ samples: UnsafeBufferPointer<Int16>) -> Bool {
         guard !samples.isEmpty else { return !state.withLock { $0.cancelled } }
-        state.withLock { $0.made += samples.count }
+        let made = state.withLock { state -> Int in
+            state.made += samples.count
+            return state.made
+        }
+        // Past the longest utterance: nothing more is handed over, and synthesis ends.
+        guard made <= maxSamples else { return false }
         let open = state.wait(until: { $0.cancelled || $0.buffered < limit }) { !$0.cancelled }
         guard open else { return false }
         let block = Array(samples)
