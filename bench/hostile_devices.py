@@ -1021,7 +1021,9 @@ async def good_device(index, port, token, clips, interval, deadline, stats):
                         body = json.loads(message)
                         kind = body.get("type")
                         if kind == "ack" and body.get("seq") in outstanding:
-                            stats["good_latency"].append(time.perf_counter() - outstanding.pop(body["seq"]))
+                            latency = time.perf_counter() - outstanding.pop(body["seq"])
+                            stats["good_latency"].append(latency)
+                            stats["good_acks"].append((round(time.time(), 3), index, body["seq"], round(latency * 1000, 1)))
                             mine["acked"] += 1
                         elif kind == "guidance":
                             mine["guidance"] += 1
@@ -1348,7 +1350,7 @@ def read_status(pid):
             out = {}
             for line in f:
                 name, _, value = line.partition(":")
-                if name in ("VmRSS", "VmHWM", "Threads"):
+                if name in ("VmRSS", "VmHWM", "Threads", "RssAnon", "RssFile"):
                     out[name] = int(value.split()[0])
             return out
     except OSError:
@@ -1470,10 +1472,11 @@ def analyzer_run(kind, args, corpus, folder, seed, children):
     monitor.start()
     time.sleep(1)
     idle = read_status(server.pid) or {}
+    result_idle = {"rss_idle_anon_mib": round(idle.get("RssAnon", 0) / 1024, 1), "rss_idle_file_mib": round(idle.get("RssFile", 0) / 1024, 1)}
     cpu_before = cpu_seconds(server.pid)
     stats = {"hostile_frames": 0, "hostile_connections": 0, "attacks": collections.Counter(), "hostile_got": collections.Counter(),
              "hostile_closes": collections.Counter(), "upgrade_status": collections.Counter(), "hostile_exceptions": collections.Counter(),
-             "silent_closed_after_s": [], "never_read": collections.Counter(), "never_read_seconds": [], "good": {}, "good_latency": [], "metrics_timeouts": 0}
+             "silent_closed_after_s": [], "never_read": collections.Counter(), "never_read_seconds": [], "good": {}, "good_latency": [], "good_acks": [], "metrics_timeouts": 0}
     recent = Inputs(os.path.join(folder, "inputs.log"))
     good_clips = [dict(corpus[n], sha256=hashlib.sha256(corpus[n]["data"]).hexdigest()) for n in ("good_a", "good_b")]
     started = time.monotonic()
@@ -1511,7 +1514,7 @@ def analyzer_run(kind, args, corpus, folder, seed, children):
     asyncio.run(load())
     ran = time.monotonic() - started
     alive = server.poll() is None
-    result = {"analyzer": kind, "seconds": round(ran, 1), "hostile_devices": args.hostile, "server_alive": alive}
+    result = {"analyzer": kind, "seconds": round(ran, 1), "hostile_devices": args.hostile, "server_alive": alive, **result_idle}
     if alive:
         # Sessions left once everything closed: only idle-timeout leftovers should linger, and not past 30 s.
         grace_end = time.monotonic() + 40
@@ -1533,6 +1536,8 @@ def analyzer_run(kind, args, corpus, folder, seed, children):
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
         trimmed = read_status(server.pid) or {}
         result["rss_after_trim_mib"] = round(trimmed.get("VmRSS", 0) / 1024, 1)
+        result["rss_after_trim_anon_mib"] = round(trimmed.get("RssAnon", 0) / 1024, 1)
+        result["rss_after_trim_file_mib"] = round(trimmed.get("RssFile", 0) / 1024, 1)
     result.update({
         "rss_idle_mib": round(idle.get("VmRSS", 0) / 1024, 1),
         "rss_peak_mib": round(max(status.get("VmHWM", 0), monitor.rss_max) / 1024, 1),
@@ -1567,6 +1572,7 @@ def analyzer_run(kind, args, corpus, folder, seed, children):
         "ack_ms_p95": round(percentile(latency_ms, 95), 1) if latency_ms else None,
         "ack_ms_max": round(max(latency_ms), 1) if latency_ms else None,
         "metrics_timeouts": stats["metrics_timeouts"],
+        "good_acks": stats["good_acks"],  # (time, device, seq, ms), for a look at when acks were slow
     })
     if stand_in:
         try:
@@ -1595,7 +1601,9 @@ def summary(results, max_rss):
     rows = [
         ("server up at the end (exit code after SIGTERM)", lambda r: f"yes ({r.get('exit_code_after_sigterm')})" if r["server_alive"] else f"**no: {r.get('died_by')}**"),
         ("peak RSS (VmHWM) / RSS at the end / idle, MiB", lambda r: f"{r['rss_peak_mib']} / {r['rss_end_mib']} / {r['rss_idle_mib']}"),
-        ("RSS at the end after malloc_trim(0), MiB", lambda r: r.get("rss_after_trim_mib", "–")),
+        ("RSS at the end after malloc_trim(0): all (anonymous + file), MiB",
+         lambda r: f"{r['rss_after_trim_mib']} ({r['rss_after_trim_anon_mib']} + {r['rss_after_trim_file_mib']})" if "rss_after_trim_mib" in r else "–"),
+        ("idle RSS: anonymous + file, MiB", lambda r: f"{r['rss_idle_anon_mib']} + {r['rss_idle_file_mib']}"),
         ("threads max, open files max / at the end", lambda r: f"{r['threads_max']}, {r['open_files_max']} / {r['open_files_end']}"),
         ("server CPU, s", lambda r: r["server_cpu_s"]),
         ("hostile frames sent / connections", lambda r: f"{r['hostile_frames_sent']} / {r['hostile_connections']}"),

@@ -9,15 +9,26 @@ import NIOCore
 
 /// The request context of the server's routes: Hummingbird's, plus the connection's channel, where
 /// a session finds its ``ConnectionActivity``.
+///
+/// The channel is held weakly. An upgrade stores the context in its own `webSocket` reference
+/// (HummingbirdWebSocket's router sets the reference's value to a copy of the context), a cycle that
+/// is never broken: a strong reference here kept every upgraded connection's channel, with its
+/// buffers, for the life of the process. While the connection is open, NIO holds the channel.
 struct GuidanceRequestContext: RequestContext, WebSocketRequestContext {
     var coreContext: CoreRequestContextStorage
     let webSocket: WebSocketHandlerReference<Self>
-    let channel: any Channel
+    private let weakChannel: WeakChannel
+    var channel: (any Channel)? { weakChannel.channel }
 
     init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
         webSocket = .init()
-        channel = source.channel
+        weakChannel = WeakChannel(source.channel)
+    }
+
+    final class WeakChannel: Sendable {
+        weak let channel: (any Channel)?
+        init(_ channel: any Channel) { self.channel = channel }
     }
 }
 
@@ -106,10 +117,10 @@ public struct StreamServer: Sendable {
         } onUpgrade: { inbound, outbound, context in
             // However the session ends, the socket is gone within the close deadline: a peer that
             // never answers the close (or stopped reading) cannot keep its connection slot.
-            let channel = context.requestContext.channel
+            guard let channel = context.requestContext.channel else { return }
             defer { channel.eventLoop.scheduleTask(in: .milliseconds(Int64(settings.closeTimeoutMs))) { channel.close(promise: nil) } }
             guard let device = tokens.device(authorization: context.request.headers[.authorization]) else { return }
-            let activity = try await ReadActivity.activity(of: context.requestContext.channel)
+            let activity = try await ReadActivity.activity(of: channel)
             let authorization = context.request.headers[.authorization]
             let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
                                         analyzer: analyzer, metrics: metrics, activity: activity,
