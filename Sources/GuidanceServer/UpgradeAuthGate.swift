@@ -156,7 +156,6 @@ final class DeviceConnections: Sendable {
             counts[device] = count > 0 ? count : nil
         }
     }
-    func count(_ device: String) -> Int { counts.withLock { $0[device, default: 0] } }
 }
 
 /// The server's open connections, counted against `server.maxConnections`.

@@ -109,10 +109,7 @@ public enum SegmentVideo {
     /// What the MP4 says of itself (``inspect(_:)``), read on a pool of its own: a segment's `ack`
     /// waits for this, so it must not queue behind other sessions' decoding on ``pool``.
     public static func inspectOnPool(_ segment: Data) async throws -> Info {
-        _ = quiet
-        return try await inspectPool.runIfActive {
-            try segment.withUnsafeBytes { raw in try inspect(raw.bindMemory(to: UInt8.self)) }
-        }
+        try await inspectPool.runIfActive { try inspect(segment) }
     }
 
     /// Runs `body` on the decode pool with the segment's bytes. Work still queued when its task
