@@ -20,6 +20,9 @@ let package = Package(
     products: [
         .executable(name: "dashcam-agent", targets: ["DashcamAgent"]),
         .executable(name: "guidance-server", targets: ["GuidanceServerMain"]),
+        // OpenCV's people detector as a library of its own, which the agent loads only when its
+        // local guidance first looks (the package installs it in /usr/lib/dashcam-agent).
+        .library(name: "RoadVision", type: .dynamic, targets: ["CRoadVision"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -79,17 +82,28 @@ let package = Package(
             dependencies: ["CFFmpeg"],
             cSettings: fuzzedC
         ),
-        // OpenCV's HOG people detector (C++) behind a C interface (libopencv-objdetect-dev).
+        // OpenCV's HOG people detector (C++) behind a C interface (libopencv-objdetect-dev): linked
+        // into the guidance server, built as libRoadVision.so for the agent.
         .target(
             name: "CRoadVision",
             cxxSettings: [.unsafeFlags(["-I/usr/include/opencv4"])],
             linkerSettings: [.linkedLibrary("opencv_objdetect"), .linkedLibrary("opencv_imgproc"), .linkedLibrary("opencv_core")]
         ),
         // What a camera's picture shows, on the CPU: people, and whether the view is usable.
-        // The server's `vision` analyzer and the agent's local guidance use it.
+        // The server's `vision` analyzer and the agent's local guidance use it. It reaches
+        // CRoadVision through function pointers, so it links no OpenCV itself.
         .target(
             name: "RoadScene",
-            dependencies: ["CRoadVision"],
+            swiftSettings: upcoming
+        ),
+        // FFmpeg's log lines through swift-log (av_log_set_callback), for agent and server.
+        .target(
+            name: "CFFmpegLog",
+            dependencies: ["CFFmpeg"]
+        ),
+        .target(
+            name: "FFmpegLog",
+            dependencies: ["CFFmpegLog", "GuidanceProtocol", .product(name: "Logging", package: "swift-log")],
             swiftSettings: upcoming
         ),
         // pthread_setname_np, which needs _GNU_SOURCE.
@@ -130,6 +144,7 @@ let package = Package(
             dependencies: [
                 "HAL",
                 "RoadScene",
+                "FFmpegLog",
                 "GuidanceProtocol",
                 "ConfigSupport",
                 "FileSupport",
@@ -153,6 +168,7 @@ let package = Package(
                 "ConfigSupport",
                 "CSegmentVideo",
                 "RoadScene",
+                "CRoadVision",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
@@ -178,7 +194,7 @@ let package = Package(
             name: "GuidanceServerMain",
             dependencies: [
                 "GuidanceServer", "GuidanceProtocol",
-                "ConfigSupport",
+                "ConfigSupport", "FFmpegLog",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
@@ -201,7 +217,8 @@ let package = Package(
         .executableTarget(
             name: "guidance-fuzz",
             dependencies: [
-                "GuidanceServer", "GuidanceProtocol", "RoadScene", "CLibFuzzer",
+                "GuidanceServer", "GuidanceProtocol", "RoadScene", "CLibFuzzer", "FFmpegLog",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
@@ -243,7 +260,7 @@ let package = Package(
         //   PostgreSQL, systemd's and dpkg's tools on the shipped files.
         .testTarget(
             name: "HALTests",
-            dependencies: ["HAL", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["HAL", "FFmpegLog", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: upcoming
         ),
         .testTarget(

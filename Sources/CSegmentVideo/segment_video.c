@@ -17,8 +17,6 @@ static int fail(int status, const char *what, char *error, size_t error_size) {
     return status < 0 ? status : AVERROR_UNKNOWN;
 }
 
-void segment_video_quiet(void) { av_log_set_level(AV_LOG_ERROR); }
-
 void segment_video_free(segment_video_buffer *buffer) {
     av_freep(&buffer->data);
     buffer->size = 0;

@@ -1,4 +1,5 @@
 import ArgumentParser
+import FFmpegLog
 import GuidanceServer
 import Hummingbird
 import Logging
@@ -20,6 +21,7 @@ struct ServeCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "guidance-server")
+        FFmpegLog.route(to: Logger(label: "ffmpeg"))
         // Configuration first (exit 78), before the ledger is opened or created.
         do { _ = try DeviceTokens(file: config.server.tokensFile) } catch { fail("\(error)", exit: 78) }
         let (ledger, leases, services) = try await options.openLedger(config, logger: logger)

@@ -89,6 +89,30 @@ import Testing
         #expect(live == [nil, nil, nil])
     }
 
+    /// OpenCV (libRoadVision.so and the libraries it pulls in) is loaded by the first look that
+    /// searches for people: not when the watch is made, not for a dark picture.
+    @Test(.enabled(if: hasFootage, "needs opencv-doc's vtest.avi"))
+    func openCVIsLoadedOnlyWhenALookSearchesForPeople() async throws {
+        let watch = try RoadWatch(fps: 10, maxCpuPercent: 100)
+        defer { Task { await watch.shutdown() } }
+        #expect(!watch.detectorLoaded)
+        #expect(try await Self.looks(at: [Self.noisy(12, spread: 6)], watch: watch) == [.tooDark])
+        #expect(!watch.detectorLoaded, "the scene check answered first")
+        let source = FileSource(path: Self.vtest, fps: 10, realtime: false)
+        _ = try source.open()
+        defer { source.close() }
+        var results = watch.results.makeAsyncIterator()
+        let frame = try #require(try source.nextFrame())
+        let deadline = ContinuousClock.now + .seconds(30)
+        while watch.counts.looked < 2, ContinuousClock.now < deadline {
+            watch.offer(frame)
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let found = try #require(await results.next()).finding
+        #expect(found == .pedestrian || found == .pedestrianClose, "\(String(describing: found))")
+        #expect(watch.detectorLoaded)
+    }
+
     @Test(.enabled(if: hasFootage, "needs opencv-doc's vtest.avi"))
     func peopleInRealFootageArePedestrians() async throws {
         let watch = try RoadWatch(fps: 10, maxCpuPercent: 100)

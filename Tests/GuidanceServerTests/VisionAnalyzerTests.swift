@@ -37,6 +37,24 @@ import Testing
         #expect(guidance.lang == "ko-KR")
     }
 
+    /// The camera sizes the board profiles record: people 40 to 90 rows tall at 640x360, below
+    /// HOG's 128-row window, are found because every picture is searched at the same height.
+    @Test(.enabled(if: hasFootage, "needs opencv-doc's vtest.avi"), arguments: ["640:360", "1280:720"])
+    func peopleAreFoundAtTheCamerasOwnSize(size: String) async throws {
+        let data = try await Self.clip(["-ss", "35", "-i", Self.vtest], filter: "scale=\(size)", seconds: 2)
+        let guidance = try #require(try await Self.analyze(data))
+        #expect(!guidance.clear && guidance.text.hasPrefix("Pedestrian"), "\(size): \(guidance)")
+    }
+
+    /// The woman who walks below the camera at 56 s, cut out so that she fills most of a 640x360
+    /// picture, feet at its bottom: as a pedestrian just ahead of the car would.
+    @Test(.enabled(if: hasFootage, "needs opencv-doc's vtest.avi"))
+    func aClosePedestrianIsUrgent() async throws {
+        let data = try await Self.clip(["-ss", "55.5", "-i", Self.vtest], filter: "crop=480:270:0:306,scale=640:360", seconds: 2)
+        let guidance = try #require(try await Self.analyze(data, locale: "fr-FR"))
+        #expect(guidance.priority == .urgent && guidance.text == RoadFinding.pedestrianClose.text(locale: "fr-FR").text, "\(guidance)")
+    }
+
     @Test(.enabled(if: hasFootage, "needs opencv-doc's vtest.avi"))
     func aDarkClipIsTooDark() async throws {
         let data = try await Self.clip(["-i", Self.vtest], filter: "eq=brightness=-0.45,noise=alls=4:allf=t", seconds: 2)

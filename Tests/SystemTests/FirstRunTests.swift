@@ -87,6 +87,9 @@ import Testing
     func doctor(_ files: LoopFiles, _ extra: [String] = []) async throws -> (Int32, DoctorReport, String) {
         let run = try await Command.executeAsync(Self.agentBinary, ["doctor", "--config", files.path("agent.yaml"), "--json"] + extra)
         let report = try JSONDecoder().decode(DoctorReport.self, from: Data(run.stdout.utf8))
+        // Standard output is the report alone (decoded above); standard error only log lines,
+        // FFmpeg's included.
+        #expect(run.stderr.split(separator: "\n").allSatisfy(ProbeCommandTests.isLogLine), "\(run.stderr)")
         return (run.status, report, run.stdout + run.stderr)
     }
 

@@ -87,6 +87,9 @@ import TestSupport
         #expect(status.uplink.state != "connected")
         let text = try await Command.executeAsync(Self.agent, ["status", "--socket", files.path("status.sock")])
         #expect(text.stdout.contains("local guidance: on (no session)") && text.stdout.contains("last finding: too_dark"), "\(text.stdout)")
+        // A dark picture is answered before any search for people: OpenCV was never loaded.
+        let maps = try await Command.executeAsync("cat", ["/proc/\(agent.pid)/maps"]).stdout
+        #expect(maps.contains("libavcodec") && !maps.contains("libopencv") && !maps.contains("libRoadVision"), "\(maps)")
 
         // The file ends after 14 s of frames, and with it the recording (later on a busy machine).
         #expect(await agent.wait(for: .seconds(120)) { !$0.process.isRunning }, "\(agent.stderr.suffix(3000))")

@@ -15,5 +15,15 @@ import Testing
         #expect((encoders.first?["reason"] as? String)?.isEmpty == false)
         let notCameras = try #require(report["notCameras"] as? [String: String])
         #expect(notCameras["/dev/null"]?.contains("not a video capture device") == true)
+        // FFmpeg's complaints (an encoder with no device here) come through the agent's log,
+        // naming the codec, never raw ("[hevc_v4l2m2m @ 0x…] …") on standard error.
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.allSatisfy(Self.isLogLine), "\(result.stderr)")
+        #expect(!result.stderr.contains(" @ 0x"), "\(result.stderr)")
+    }
+
+    /// Whether `line` is as swift-log's stream handler writes it: time, level, label, message.
+    static func isLogLine(_ line: Substring) -> Bool {
+        line.wholeMatch(of: /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[+-]\d{4} (trace|debug|info|notice|warning|error|critical) [a-z-]+:.*/) != nil
     }
 }

@@ -6,8 +6,18 @@ public final class LogLines: Sendable {
     public init() {}
 
     private let lines = Mutex<[String]>([])
+    private let kept = Mutex<[Entry]>([])
+
+    /// A line with its level and metadata.
+    public struct Entry: Sendable {
+        public let level: Logger.Level
+        public let message: String
+        public let metadata: Logger.Metadata
+    }
 
     public var all: [String] { lines.withLock { $0 } }
+
+    public var entries: [Entry] { kept.withLock { $0 } }
 
     public func count(containing text: String) -> Int { all.filter { $0.contains(text) }.count }
 
@@ -17,7 +27,10 @@ public final class LogLines: Sendable {
         return logger
     }
 
-    fileprivate func append(_ line: String) { lines.withLock { $0.append(line) } }
+    fileprivate func append(_ event: LogEvent, metadata: Logger.Metadata) {
+        lines.withLock { $0.append("\(event.level) \(event.message)") }
+        kept.withLock { $0.append(Entry(level: event.level, message: "\(event.message)", metadata: metadata)) }
+    }
 
     private struct Handler: LogHandler {
         let lines: LogLines
@@ -30,7 +43,7 @@ public final class LogLines: Sendable {
         }
 
         func log(event: LogEvent) {
-            lines.append("\(event.level) \(event.message)")
+            lines.append(event, metadata: metadata.merging(event.metadata ?? [:]) { $1 })
         }
     }
 }

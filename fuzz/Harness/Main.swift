@@ -1,7 +1,9 @@
 #if FUZZING
 import CLibFuzzer
 #endif
+import FFmpegLog
 import Foundation
+import Logging
 
 /// One parser under test: `run` reads an input and traps (``require(_:_:)``) when a promise breaks.
 struct FuzzTarget: Sendable {
@@ -50,6 +52,10 @@ func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             exit(64)
         }
         setenv("GUIDANCE_FUZZ_TARGET", target.name, 1)
+        // FFmpeg's complaints about the inputs ("moov atom not found") would be most of the output.
+        var quiet = Logger(label: "ffmpeg")
+        quiet.logLevel = .critical
+        FFmpegLog.route(to: quiet)
         #if FUZZING
         selected = target
         exit(libFuzzer(arguments))

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ConfigSupport
+import FFmpegLog
 import Foundation
 import GuidanceProtocol
 import HAL
@@ -39,6 +40,11 @@ struct DoctorCommand: AsyncParsableCommand {
         } catch {
             throw ExitStatus.report(error)
         }
+        // FFmpeg's own errors (an encoder that does not open says why) on standard error in the
+        // agent's log format; its warnings and chatter not at all. Standard output is the report's.
+        var ffmpeg = Logger(label: "ffmpeg")
+        ffmpeg.logLevel = .error
+        FFmpegLog.route(to: ffmpeg)
         var logger = Logger(label: "doctor")
         logger.logLevel = .critical
         let doctor = Doctor(config: loaded, logger: logger, buzz: !noBuzz, speak: !quiet)

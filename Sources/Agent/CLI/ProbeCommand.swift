@@ -1,6 +1,8 @@
 import ArgumentParser
+import FFmpegLog
 import Foundation
 import HAL
+import Logging
 
 struct ProbeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -18,6 +20,11 @@ struct ProbeCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
+        // FFmpeg's own errors (an encoder that does not open says why) on standard error in the
+        // agent's log format; its warnings and chatter not at all. Standard output is the report's.
+        var ffmpeg = Logger(label: "ffmpeg")
+        ffmpeg.logLevel = .error
+        FFmpegLog.route(to: ffmpeg)
         let paths = device.isEmpty ? Self.videoDevices() : device
         var cameras: [V4L2DeviceInfo] = []
         var problems: [String: String] = [:]

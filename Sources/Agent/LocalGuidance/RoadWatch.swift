@@ -1,4 +1,5 @@
 public import HAL
+import Foundation
 import NIOPosix
 public import RoadScene
 import Synchronization
@@ -52,6 +53,20 @@ public final class RoadWatch: FrameTap {
     /// The last frames looked at, for the frozen check; only the look in progress touches it.
     private let window = Mutex<[GrayFrame]>([])
 
+    /// Where OpenCV's people detector is loaded from, the first time a look needs it: next to the
+    /// executable (a build folder), then where the package installs it.
+    public static var detectorLibraries: [String] {
+        var candidates: [String] = []
+        if let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            candidates.append(URL(fileURLWithPath: executable).deletingLastPathComponent().appendingPathComponent("libRoadVision.so").path)
+        }
+        candidates.append("/usr/lib/dashcam-agent/libRoadVision.so")
+        return candidates
+    }
+
+    /// Whether OpenCV has been loaded: only once a look has searched a frame for people.
+    public var detectorLoaded: Bool { detector.isLoaded }
+
     /// Frames looked at together by the scene checks (the frozen check compares them).
     public static let windowFrames = 3
 
@@ -60,7 +75,7 @@ public final class RoadWatch: FrameTap {
         idleFactor = 100 / Double(min(100, max(1, maxCpuPercent))) - 1
         self.maxWidth = maxWidth
         self.look = look
-        detector = try PeopleDetector()
+        detector = try PeopleDetector(.library(candidates: Self.detectorLibraries))
         (results, sink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(4))
         pool = NIOThreadPool(numberOfThreads: 1)
         pool.start()

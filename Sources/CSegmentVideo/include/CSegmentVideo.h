@@ -23,9 +23,6 @@ typedef struct {
 
 void segment_video_free(segment_video_buffer *buffer);
 
-/// FFmpeg's own log (encoder banners, statistics) down to errors: the server logs what matters.
-void segment_video_quiet(void);
-
 /// Decodes the segment and encodes `count` (1…8) frames spread evenly over it, first and last
 /// included, as JPEG no wider than `max_width` (the aspect kept). Fills `out[0..<n]`; returns n.
 int segment_video_keyframe_jpegs(const uint8_t *data, size_t size, int count, int max_width, segment_video_buffer *out,

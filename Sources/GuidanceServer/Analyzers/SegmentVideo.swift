@@ -38,7 +38,6 @@ public enum SegmentVideo {
     }
 
     public static func inspect(_ segment: UnsafeBufferPointer<UInt8>) throws -> Info {
-        _ = quiet
         var info = segment_video_info()
         var error = [CChar](repeating: 0, count: 256)
         let status = segment_video_inspect(segment.baseAddress, segment.count, &info, &error, error.count)
@@ -86,7 +85,6 @@ public enum SegmentVideo {
 
     /// The same, on the calling thread (which it blocks while it decodes).
     public static func grayFrames(_ segment: UnsafeBufferPointer<UInt8>, every: Int, maxWidth: Int, limit: Int) throws -> [GrayFrame] {
-        _ = quiet
         final class Collected {
             var frames: [GrayFrame] = []
             let limit: Int
@@ -115,7 +113,6 @@ public enum SegmentVideo {
     /// Runs `body` on the decode pool with the segment's bytes. Work still queued when its task
     /// is cancelled (the session ended) is dropped when its turn comes, not done for nobody.
     static func onPool<T: Sendable>(_ segment: Data, _ body: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T {
-        _ = quiet
         let cancelled = Atomic<Bool>(false)
         return try await withTaskCancellationHandler {
             try await pool.runIfActive {
@@ -126,8 +123,6 @@ public enum SegmentVideo {
             cancelled.store(true, ordering: .relaxed)
         }
     }
-
-    private static let quiet: Void = segment_video_quiet()
 
     /// One thread per core, started on first use and kept for the life of the process.
     static let pool: NIOThreadPool = {

@@ -1,3 +1,4 @@
+import CRoadVision
 public import Foundation
 public import GuidanceProtocol
 import NIOPosix
@@ -10,7 +11,7 @@ public import RoadScene
 public final class VisionAnalyzer: SegmentAnalyzer {
     /// Frames looked at per segment, spread over it.
     public let framesPerSegment: Int
-    /// Frames are scaled down to at most this width first (HOG's cost grows with the pixels).
+    /// Frames are decoded at most this wide (``RoadLook/searchHeight`` then sets the size searched).
     public let maxWidth: Int
     public let look: RoadLook
     private let detector: PeopleDetector
@@ -19,7 +20,7 @@ public final class VisionAnalyzer: SegmentAnalyzer {
         self.framesPerSegment = max(1, framesPerSegment)
         self.maxWidth = maxWidth
         self.look = look
-        detector = try PeopleDetector()
+        detector = try PeopleDetector(.linked(.init(new: road_people_detector_new, free: road_people_detector_free, detect: road_people_detect)))
     }
 
     public func analyze(_ segment: ReceivedSegment) async throws -> ServerMessage.Guidance? {
