@@ -67,12 +67,13 @@ def make_input(folder, width, height, fps, seconds):
     return path
 
 
-def agent_command(agent, folder, source, width, height, fps):
-    config = os.path.join(folder, f"agent-{width}x{height}.yaml")
+def agent_command(agent, folder, source, width, height, fps, local=True):
+    config = os.path.join(folder, f"agent-{width}x{height}-{'local' if local else 'nolocal'}.yaml")
     with open(config, "w") as file:
         file.write(f"camera:\n  source: file\n  file: {source}\n  width: {width}\n  height: {height}\n"
                    f"  fps: {fps}\n  pace: fast\nencoder:\n  preference: [libx265]\n  crf: 28\n"
-                   f"  segmentSeconds: 5\nrecording:\n  dir: {folder}/agent-out\nlog:\n  level: error\n")
+                   f"  segmentSeconds: 5\nrecording:\n  dir: {folder}/agent-out\noffline:\n  enabled: {str(local).lower()}\n"
+                   f"log:\n  level: error\n")
     return [agent, "record", "--config", config]
 
 
@@ -152,25 +153,30 @@ def main():
         summary = []
         for label, width, height, fps, seconds in CASES:
             source = make_input(folder, width, height, fps, seconds)
+            # The agent as shipped (local guidance on: it looks only once no server has answered
+            # for guidance.offlineAfterMs, so OpenCV is never loaded here) and with it off.
             commands = {"agent": agent_command(agent, folder, source, width, height, fps),
+                        "agent, local off": agent_command(agent, folder, source, width, height, fps, local=False),
                         "ffmpeg": ffmpeg_command(folder, source, fps)}
-            results = {"agent": [], "ffmpeg": []}
+            results = {tool: [] for tool in commands}
             for _ in range(args.runs):
-                for tool in ("agent", "ffmpeg"):  # alternate, so drift hits both alike
+                for tool in commands:  # alternate, so drift hits all alike
                     fresh_outputs(folder)
                     results[tool].append(run_measured(commands[tool]))
                     # The agent files segments by day: count files, not folder entries.
-                    produced = sum(len(files) for _, _, files in os.walk(os.path.join(folder, f"{tool}-out")))
+                    out = "ffmpeg-out" if tool == "ffmpeg" else "agent-out"
+                    produced = sum(len(files) for _, _, files in os.walk(os.path.join(folder, out)))
                     if produced != seconds // 5:
                         sys.exit(f"{tool} wrote {produced} segments for {label}, expected {seconds // 5}")
             medians = {}
-            for tool in ("agent", "ffmpeg"):
+            for tool in commands:
                 cpu = statistics.median(r[0] for r in results[tool])
                 rss = statistics.median(r[1] for r in results[tool])
                 wall = statistics.median(r[2] for r in results[tool])
                 medians[tool] = (cpu, rss)
                 print(f"| {label} | {tool} | {cpu:.2f} | {rss:.1f} | {wall:.2f} |")
-            summary.append((label, medians["agent"][0] / medians["ffmpeg"][0], medians["agent"][1] / medians["ffmpeg"][1]))
+            for tool in ("agent", "agent, local off"):
+                summary.append((f"{label}, {tool}", medians[tool][0] / medians["ffmpeg"][0], medians[tool][1] / medians["ffmpeg"][1]))
         print()
         print("| case | CPU ratio agent/ffmpeg | RSS ratio agent/ffmpeg |")
         print("|---|---|---|")

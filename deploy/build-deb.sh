@@ -42,6 +42,16 @@ MAINTAINER="${DEB_MAINTAINER:-dashcam-agent maintainers <maintainers@dashcam-age
 
 install -D -m 0755 "$AGENT_BIN" "$ROOT/usr/bin/dashcam-agent"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/dashcam-agent"
+# OpenCV's people detector (Sources/CRoadVision), which the agent loads from here the first time
+# its local guidance searches a picture for people: a plain C++ library, built as Debian builds
+# one (hardened, no run path, only the libraries it calls), private to the package.
+VISION=$ROOT/usr/lib/dashcam-agent/libRoadVision.so
+mkdir -p "$(dirname "$VISION")"
+c++ -std=c++17 -O2 -fPIC -shared -fstack-protector-strong -D_FORTIFY_SOURCE=2 -Wl,-z,relro -Wl,-z,now -Wl,--as-needed \
+    -I/usr/include/opencv4 -ISources/CRoadVision/include Sources/CRoadVision/road_vision.cpp -o "$VISION" \
+    -lopencv_objdetect -lopencv_imgproc -lopencv_core
+chmod 0644 "$VISION"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$VISION"
 # Where this release keeps units and udev rules, as systemd's and udev's pkg-config files say:
 # /lib on Debian 12, /usr/lib on Debian 13 (whose lintian refuses /lib: it is an alias of /usr/lib).
 UNIT_DIR=$(pkg-config --variable=systemdsystemunitdir systemd 2>/dev/null || echo /lib/systemd/system)
@@ -72,7 +82,7 @@ install -D -m 0644 deploy/debian/lintian-overrides "$ROOT/usr/share/lintian/over
 shlibs=$(mktemp -d)
 mkdir "$shlibs/debian"
 printf 'Source: dashcam-agent\n\nPackage: dashcam-agent\nArchitecture: any\n' > "$shlibs/debian/control"
-LIBRARIES=$(cd "$shlibs" && dpkg-shlibdeps -O --ignore-missing-info "$ROOT/usr/bin/dashcam-agent" | sed -n 's/^shlibs:Depends=//p')
+LIBRARIES=$(cd "$shlibs" && dpkg-shlibdeps -O --ignore-missing-info "$ROOT/usr/bin/dashcam-agent" "$VISION" | sed -n 's/^shlibs:Depends=//p')
 rm -rf "$shlibs"
 [ -n "$LIBRARIES" ] || { echo "build-deb: dpkg-shlibdeps found no libraries" >&2; exit 1; }
 # Packed relocations (DT_RELR) need glibc 2.36, which Debian 12's symbols file does not say.

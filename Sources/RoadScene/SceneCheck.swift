@@ -21,11 +21,14 @@ public struct SceneCheck: Sendable, Equatable {
 
     /// At most one finding: dark before covered (a dark picture is flat too), covered before
     /// frozen (a flat picture never changes). Needs two frames or more to call one frozen.
+    ///
+    /// Dark is what the view is now: the newest two frames (or the only one) both dark. Earlier
+    /// frames do not count, so a view that goes dark is told at the second look, not once the
+    /// bright frames have left the window; a single dark frame (a flash of shadow) is not.
     public func finding(in frames: [GrayFrame]) -> Finding? {
         guard !frames.isEmpty else { return nil }
         let levels = frames.map(\.brightness)
-        let mean = levels.map(\.mean).reduce(0, +) / Double(levels.count)
-        if mean < darkMean { return .tooDark }
+        if levels.suffix(2).allSatisfy({ $0.mean < darkMean }) { return .tooDark }
         if levels.allSatisfy({ $0.deviation < uniformDeviation }) { return .lensCovered }
         if frames.count >= 2, zip(frames, frames.dropFirst()).allSatisfy({ $0.difference(from: $1) < frozenDifference }) {
             return .frozen

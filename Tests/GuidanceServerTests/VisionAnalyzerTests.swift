@@ -88,6 +88,10 @@ import Testing
         let busy = Self.frame { UInt8(($0 * 37) % 256) }
         let moved = Self.frame({ UInt8(($0 * 37 + 11) % 256) }, index: 10)
         #expect(check.finding(in: [dark, dark]) == .tooDark)
+        #expect(check.finding(in: [dark]) == .tooDark)
+        #expect(check.finding(in: [busy, moved, dark, dark]) == .tooDark, "dark now, whatever came before")
+        #expect(check.finding(in: [busy, moved, dark]) == nil, "one dark frame is a shadow")
+        #expect(check.finding(in: [dark, dark, busy]) == nil, "light again")
         #expect(check.finding(in: [flat, flat]) == .lensCovered)
         #expect(check.finding(in: [busy, busy, busy]) == .frozen)
         #expect(check.finding(in: [busy, moved]) == nil)

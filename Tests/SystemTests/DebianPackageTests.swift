@@ -25,7 +25,7 @@ import Testing
         let unit = "." + unitDir.stdout.trimmingCharacters(in: .whitespacesAndNewlines) + "/dashcam-agent.service"
         let rules = "." + udevDir.stdout.trimmingCharacters(in: .whitespacesAndNewlines) + "/rules.d/70-dashcam-agent.rules"
         #expect(unitDir.status == 0 && udevDir.status == 0, "pkg-config: \(unitDir.stderr) \(udevDir.stderr)")
-        for (mode, path) in [("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", unit),
+        for (mode, path) in [("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", "./usr/lib/dashcam-agent/libRoadVision.so"), ("-rw-r--r--", unit),
                              ("-rw-r--r--", "./etc/dashcam-agent/agent.yaml"), ("-rw-r--r--", rules),
                              ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4.yaml"),
                              ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4-usb-webcam.yaml"),
@@ -45,7 +45,7 @@ import Testing
         // libavcodec59; Debian 13: libgpiod3 and libavcodec61), as dpkg itself says.
         let depends = control.stdout.split(separator: "\n").first { $0.hasPrefix("Depends: ") } ?? ""
         let packages = Set(depends.dropFirst(9).split(separator: ",").map { String($0.split(separator: " ")[0]) })
-        for library in ["libgpiod.so.*", "libavcodec.so.*", "libespeak-ng.so.*", "libc.so.6"] {
+        for library in ["libgpiod.so.*", "libavcodec.so.*", "libespeak-ng.so.*", "libc.so.6", "libopencv_objdetect.so.*"] {
             let owner = try await Command.executeAsync("dpkg-query", ["--search", "*/\(library)"])
             let owners = Set(owner.stdout.split(separator: "\n").compactMap { $0.split(separator: ":").first.map(String.init) })
             #expect(!owners.isDisjoint(with: packages), "\(library) comes from \(owners); Depends: \(depends)")

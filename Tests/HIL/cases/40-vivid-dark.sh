@@ -5,7 +5,9 @@
 #     what it plays to hw:Loopback,0,0 is speech when recorded from hw:Loopback,1,0 (sox stat);
 #   * `dashcam-agent status --json` shows local guidance on and the last finding `too_dark`;
 #   * brightness turned back up stops the warnings: none for three repeat periods, and the loop
-#     records near silence meanwhile.
+#     records near silence meanwhile;
+#   * road to voice: from the brightness going down to the warning's first sample in the loop's
+#     recording, written to road-to-voice-dark.txt (bench/road_to_voice_vm.sh gathers them).
 set -uo pipefail
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
@@ -68,7 +70,12 @@ else hil_fail "no warning while the picture is bright ($(warnings))"; fi
 # ---------------------------------------------------------------- dark
 arecord -q -D "$HIL_AUDIO_CAPTURE" -f S16_LE -r 22050 -c 1 -d 600 "$CASE_DIR/dark.wav" 2> "$CASE_DIR/arecord-dark.log" &
 arecord_pid=$!
+# Road to voice: where the recording is when the picture goes dark (its bytes so far, once it
+# runs) against where the first spoken sample is in it (sox, below).
+recording() { [ "$(stat -c %s "$CASE_DIR/dark.wav" 2>/dev/null || echo 0)" -gt 22094 ]; }
+hil_wait_for 30 recording || hil_fail "arecord records from $HIL_AUDIO_CAPTURE"
 dark=$(hil_now)
+recorded_at_dark=$(stat -c %s "$CASE_DIR/dark.wav")
 v4l2-ctl -d "$HIL_VIDEO_DEV" -c brightness=0
 if hil_poll_since "$dark" 60 at_least_warnings 1; then hil_ok "too dark warned ${HIL_ELAPSED}s after the brightness went down"
 else hil_fail "too dark warned within 60 s of the brightness going down"; fi
@@ -92,7 +99,7 @@ wait "$arecord_pid"
 
 # ---------------------------------------------------------------- bright again
 v4l2-ctl -d "$HIL_VIDEO_DEV" -c brightness=128
-# The checks look at about one frame a second, over the last three: a few seconds to see it.
+# The checks look at about one frame a second: a few seconds to see it.
 sleep 5
 before=$(warnings)
 arecord -q -D "$HIL_AUDIO_CAPTURE" -f S16_LE -r 22050 -c 1 -d 600 "$CASE_DIR/bright.wav" 2> "$CASE_DIR/arecord-bright.log" &
@@ -116,6 +123,19 @@ for part in dark bright; do
     echo "    $part:"
     grep -E "Length|Maximum amplitude|RMS" "$CASE_DIR/sox-$part.txt" | sed 's/^/      /'
 done
+# The first sample louder than 2 % of full scale: sox trims the silence before it.
+sox "$CASE_DIR/dark.wav" "$CASE_DIR/dark-from-speech.wav" silence 1 0.005 2% 2> "$CASE_DIR/sox-onset.log"
+if latency=$(python3 - "$recorded_at_dark" "$(soxi -D "$CASE_DIR/dark.wav")" "$(soxi -D "$CASE_DIR/dark-from-speech.wav" 2>/dev/null || echo 0)" <<'PY'
+import sys
+at_dark = (int(sys.argv[1]) - 44) / (22050 * 2)
+onset = float(sys.argv[2]) - float(sys.argv[3])
+assert float(sys.argv[3]) > 0 and onset > at_dark, "no speech after the change"
+print(f"{onset - at_dark:.3f}")
+PY
+); then
+    echo "$latency" > "$CASE_DIR/road-to-voice-dark.txt"
+    hil_ok "road to voice: the first sample of the warning ${latency}s after the brightness went down"
+else hil_fail "a spoken sample after the brightness went down in dark.wav"; fi
 max=$(stat_figure "$CASE_DIR/sox-dark.txt" "Maximum amplitude")
 if at_least "$max" "$MIN_MAX_AMPLITUDE"; then hil_ok "the warning was played into the loop: max amplitude $max"
 else hil_fail "the warning was played into the loop: max amplitude >= $MIN_MAX_AMPLITUDE (got '$max')"; fi

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Road to voice: from a change in front of the camera to the first sample of what the driver
+hears, with the real `dashcam-agent` (and `guidance-server`) binaries and a file source played
+in real time.
+
+The camera's footage alternates 10 s of nothing to report (ffmpeg's moving testsrc2) with 10 s of
+the change, cut in at a 5-s segment boundary:
+
+  pedestrian  local guidance (no server): opencv-doc's vtest.avi, people walking, cut in
+  dark        local guidance (no server): a black picture with sensor noise, cut in
+  server      server guidance (`analyzer.kind: vision` on loopback): the same footage as
+              `pedestrian`; measured from the end of each segment that shows people
+
+The change's time is the agent's own: `capturedAt` of the segment it starts (the segment lines
+on standard output, milliseconds). The first sample's time comes from the speech itself: the
+agent speaks into WAV files (`speech.sink: wav:`), a sink that takes as long as the samples
+take to play and is written when the utterance ends, so it began at the file's modification
+time less its length (read by sox's `soxi`). Prints each delay, then p50 / p95 per case.
+
+    swift build -c release --product dashcam-agent --product guidance-server --product RoadVision
+    python3 bench/road_to_voice.py [--cycles 8] [--bin .build/release] [--only pedestrian,dark,server]
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
+TOKEN = "bench-token-1"
+QUIET_SECONDS = 10
+EVENT_SECONDS = 10
+SEGMENT_SECONDS = 5
+
+
+def percentile(values, p):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def footage(folder, kind, cycles):
+    """cycles x (10 s of testsrc2, 10 s of the change) at 640x360, 10 fps, then 10 s of testsrc2."""
+    path = os.path.join(folder, f"{kind}.mkv")
+    quiet = ["-f", "lavfi", "-i", "testsrc2=size=640x360:rate=10"]
+    if kind == "dark":
+        change = ["-f", "lavfi", "-i", "color=c=0x101010:size=640x360:rate=10"]
+        change_filter = "noise=alls=8:allf=t,format=yuv420p"
+    else:
+        change = ["-stream_loop", "-1", "-i", VTEST]
+        change_filter = "scale=640:360,fps=10,format=yuv420p"
+    parts, inputs = [], []
+    for i in range(cycles):
+        parts.append(f"[0:v]trim=start={i * QUIET_SECONDS}:duration={QUIET_SECONDS},setpts=PTS-STARTPTS,format=yuv420p[q{i}]")
+        parts.append(f"[1:v]trim=start={i * EVENT_SECONDS}:duration={EVENT_SECONDS},setpts=PTS-STARTPTS,{change_filter}[e{i}]")
+        inputs += [f"[q{i}]", f"[e{i}]"]
+    parts.append(f"[0:v]trim=start={cycles * QUIET_SECONDS}:duration={QUIET_SECONDS},setpts=PTS-STARTPTS,format=yuv420p[tail]")
+    inputs.append("[tail]")
+    graph = ";".join(parts) + ";" + "".join(inputs) + f"concat=n={len(inputs)}:v=1:a=0[out]"
+    subprocess.run(["ffmpeg", "-v", "error", "-y"] + quiet + change + ["-filter_complex", graph, "-map", "[out]",
+                    "-c:v", "mpeg4", "-q:v", "3", path], check=True)
+    return path
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write(path, text, mode=0o644):
+    with open(path, "w") as file:
+        file.write(text)
+    os.chmod(path, mode)
+    return path
+
+
+def agent_config(folder, video, url, local):
+    return write(os.path.join(folder, "agent.yaml"), f"""camera:
+  source: file
+  file: {video}
+  width: 640
+  height: 360
+  fps: 10
+encoder:
+  preference: [libx265]
+recording:
+  dir: {folder}/segments
+uplink:
+  url: {url}
+  allowInsecure: true
+  tokenFile: {folder}/token
+speech:
+  sink: wav:{folder}/speech
+haptics:
+  required: false
+guidance:
+  offlineAfterMs: 1000
+offline:
+  enabled: {"true" if local else "false"}
+  repeatMs: 15000
+log:
+  level: info
+""")
+
+
+def parse_time(text):
+    return datetime.datetime.strptime(text.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
+def utterance_starts(folder):
+    """(start, file) of each utterance, in order: modification time less the length soxi reads."""
+    speech = os.path.join(folder, "speech")
+    starts = []
+    for name in sorted(os.listdir(speech)) if os.path.isdir(speech) else []:
+        if not name.endswith(".wav"):
+            continue
+        path = os.path.join(speech, name)
+        length = float(subprocess.run(["soxi", "-D", path], capture_output=True, text=True, check=True).stdout)
+        starts.append((os.stat(path).st_mtime_ns / 1e9 - length, name))
+    return sorted(starts)
+
+
+def run(case, binaries, cycles, keep):
+    folder = tempfile.mkdtemp(prefix=f"road-to-voice-{case}-")
+    video = footage(folder, "dark" if case == "dark" else "people", cycles)
+    write(os.path.join(folder, "token"), TOKEN + "\n", 0o600)
+    server = None
+    if case == "server":
+        write(os.path.join(folder, "tokens.yaml"), f"{TOKEN}: bench-car\n", 0o600)
+        port = free_port()
+        config = write(os.path.join(folder, "server.yaml"), f"server:\n  host: 127.0.0.1\n  port: {port}\n"
+                       f"  tokensFile: {folder}/tokens.yaml\nanalyzer:\n  kind: vision\nledger: sqlite:{folder}/usage.sqlite\n")
+        server_err = open(os.path.join(folder, "server.err"), "w")
+        server = subprocess.Popen([os.path.join(binaries, "guidance-server"), "--config", config], stdout=subprocess.DEVNULL, stderr=server_err)
+        deadline = time.monotonic() + 60
+        while "listening on" not in open(server_err.name).read():
+            if time.monotonic() > deadline or server.poll() is not None:
+                sys.exit("the server did not start:\n" + open(server_err.name).read())
+            time.sleep(0.05)
+        url = f"ws://127.0.0.1:{port}/v1/stream"
+    else:
+        # Nothing listens there: local guidance starts 1 s after the agent does.
+        url = f"ws://127.0.0.1:{free_port()}/v1/stream"
+    config = agent_config(folder, video, url, local=case != "server")
+    with open(os.path.join(folder, "agent.out"), "w") as out, open(os.path.join(folder, "agent.err"), "w") as err:
+        agent = subprocess.run([os.path.join(binaries, "dashcam-agent"), "record", "--config", config], stdout=out, stderr=err)
+    if server:
+        server.send_signal(signal.SIGTERM)
+        server.wait()
+    lines = [json.loads(line) for line in open(os.path.join(folder, "agent.out")) if line.startswith("{")]
+    segments = sorted(lines, key=lambda line: parse_time(line["capturedAt"]))
+    starts = utterance_starts(folder)
+    delays = []
+    per_cycle = (QUIET_SECONDS + EVENT_SECONDS) // SEGMENT_SECONDS
+    first_event = QUIET_SECONDS // SEGMENT_SECONDS
+    for cycle in range(cycles):
+        index = cycle * per_cycle + first_event
+        if case == "server":
+            # Each segment of the change, from its end to the first sample said after it.
+            marks = [parse_time(s["capturedAt"]) + s["durationMs"] / 1000 for s in segments[index:index + EVENT_SECONDS // SEGMENT_SECONDS]]
+        else:
+            marks = [parse_time(segments[index]["capturedAt"])] if index < len(segments) else []
+        for mark in marks:
+            after = [start for start, _ in starts if start > mark]
+            if after:
+                delays.append((after[0] - mark) * 1000)
+            else:
+                print(f"{case}: cycle {cycle}: nothing said after the change", file=sys.stderr)
+    if agent.returncode != 0:
+        print(f"{case}: the agent exited {agent.returncode}; see {folder}", file=sys.stderr)
+        keep = True
+    if keep:
+        print(f"{case}: files kept in {folder}", file=sys.stderr)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+    return delays
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", default=".build/release")
+    parser.add_argument("--cycles", type=int, default=8)
+    parser.add_argument("--only", default="pedestrian,dark,server")
+    parser.add_argument("--keep", action="store_true", help="keep each run's folder")
+    args = parser.parse_args()
+    if not os.path.exists(VTEST):
+        sys.exit(f"needs {VTEST} (apt-get install opencv-doc)")
+    if shutil.which("soxi") is None:
+        sys.exit("needs soxi (apt-get install sox)")
+    binaries = os.path.abspath(args.bin)
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start; {args.cycles} changes per case")
+    rows = []
+    for case in args.only.split(","):
+        delays = run(case, binaries, args.cycles, args.keep)
+        print(f"{case}: " + " ".join(f"{d:.0f}" for d in delays) + " ms")
+        if delays:
+            rows.append((case, len(delays), percentile(delays, 50), percentile(delays, 95), max(delays)))
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+    print("| case | changes | p50 | p95 | max |")
+    print("|---|---|---|---|---|")
+    for case, count, p50, p95, top in rows:
+        print(f"| {case} | {count} | {p50:.0f} ms | {p95:.0f} ms | {top:.0f} ms |")
+
+
+if __name__ == "__main__":
+    main()
