@@ -9,10 +9,14 @@
 #
 #     swift build -c release --product dashcam-agent
 #     bash bench/offline_cpu.sh               # AGENT=.build/release/dashcam-agent, SECONDS_MEASURED=60
+#     SIZE=1280x720 FPS_LIST=1 bash bench/offline_cpu.sh    # another camera size; only offline.fps 1
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 AGENT=${AGENT:-.build/release/dashcam-agent}
 MEASURED=${SECONDS_MEASURED:-60}
+SIZE=${SIZE:-640x360}
+WIDTH=${SIZE%x*} HEIGHT=${SIZE#*x}
+FPS_LIST=${FPS_LIST:-1 5}
 VTEST=/usr/share/doc/opencv-doc/examples/data/vtest.avi
 [ -f "$VTEST" ] || { echo "needs $VTEST (apt-get install opencv-doc)" >&2; exit 2; }
 work=$(mktemp -d)
@@ -20,8 +24,8 @@ trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work"' EXIT
 ticks=$(getconf CLK_TCK)
 length=$((MEASURED + 15))
 
-ffmpeg -v error -stream_loop -1 -i "$VTEST" -t "$length" -vf scale=640:360 -c:v libx264 -preset veryfast -y "$work/people.mp4"
-ffmpeg -v error -f lavfi -i "color=c=0x0a0a0a:s=640x360:r=10" -vf "noise=alls=10:allf=t" -t "$length" \
+ffmpeg -v error -stream_loop -1 -i "$VTEST" -t "$length" -vf "scale=$WIDTH:$HEIGHT" -c:v libx264 -preset veryfast -y "$work/people.mp4"
+ffmpeg -v error -f lavfi -i "color=c=0x0a0a0a:s=${SIZE}:r=10" -vf "noise=alls=10:allf=t" -t "$length" \
     -c:v libx264 -preset veryfast -y "$work/dark.mp4"
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
@@ -34,8 +38,8 @@ run() {
 camera:
   source: file
   file: $1
-  width: 640
-  height: 360
+  width: $WIDTH
+  height: $HEIGHT
   fps: 10
 encoder:
   preference: [libx265]
@@ -74,15 +78,16 @@ print(f'{cpu:.2f} {s.get("looked", 0)} {s.get("skipped", 0)} {s.get("lastLookMs"
 PY
 }
 
-echo "agent $AGENT; $(nproc) cores; $MEASURED s measured per run at 640x360, 10 fps"
+echo "agent $AGENT; $(nproc) cores; $MEASURED s measured per run at $SIZE, 10 fps; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-34s %9s %8s %8s %10s %12s %14s\n' run "cpu s" looked skipped "look ms" "% of a core" "frames dropped"
 for video in people dark; do
     read -r off _ _ _ dropped < <(run "$work/$video.mp4" false 1)
     printf '%-34s %9s %8s %8s %10s %12s %14s\n' "$video, local guidance off" "$off" - - - - "$dropped"
-    for fps in 1 5; do
+    for fps in $FPS_LIST; do
         [ "$video" = dark ] && [ "$fps" = 5 ] && continue
         read -r on looked skipped look dropped < <(run "$work/$video.mp4" true "$fps")
         share=$(awk -v a="$on" -v b="$off" -v t="$MEASURED" 'BEGIN { printf "%.1f", (a - b) / t * 100 }')
         printf '%-34s %9s %8s %8s %10s %12s %14s\n' "$video, local guidance on, fps $fps" "$on" "$looked" "$skipped" "$look" "$share" "$dropped"
     done
 done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -3,7 +3,7 @@
 hears, with the real `dashcam-agent` (and `guidance-server`) binaries and a file source played
 in real time.
 
-The camera's footage alternates 10 s of nothing to report (ffmpeg's moving testsrc2) with 10 s of
+After 20 s for the start-up's own words, the camera's footage alternates 10 s of nothing to report (ffmpeg's moving testsrc2) with 10 s of
 the change, cut in at a 5-s segment boundary:
 
   pedestrian  local guidance (no server): opencv-doc's vtest.avi, people walking, cut in
@@ -34,6 +34,9 @@ import time
 
 VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
 TOKEN = "bench-token-1"
+# The first 20 s are for the start-up's own words ("Dashcam ready.", "No guidance from the
+# server…", "Connection lost."), which would otherwise be taken for the first change's.
+LEAD_SECONDS = 20
 QUIET_SECONDS = 10
 EVENT_SECONDS = 10
 SEGMENT_SECONDS = 5
@@ -45,7 +48,8 @@ def percentile(values, p):
 
 
 def footage(folder, kind, cycles):
-    """cycles x (10 s of testsrc2, 10 s of the change) at 640x360, 10 fps, then 10 s of testsrc2."""
+    """20 s of testsrc2, cycles x (10 s of testsrc2, 10 s of the change) at 640x360, 10 fps, then 10 s
+    of testsrc2."""
     path = os.path.join(folder, f"{kind}.mkv")
     quiet = ["-f", "lavfi", "-i", "testsrc2=size=640x360:rate=10"]
     if kind == "dark":
@@ -54,12 +58,13 @@ def footage(folder, kind, cycles):
     else:
         change = ["-stream_loop", "-1", "-i", VTEST]
         change_filter = "scale=640:360,fps=10,format=yuv420p"
-    parts, inputs = [], []
+    parts = [f"[0:v]trim=start=0:duration={LEAD_SECONDS},setpts=PTS-STARTPTS,format=yuv420p[lead]"]
+    inputs = ["[lead]"]
     for i in range(cycles):
-        parts.append(f"[0:v]trim=start={i * QUIET_SECONDS}:duration={QUIET_SECONDS},setpts=PTS-STARTPTS,format=yuv420p[q{i}]")
+        parts.append(f"[0:v]trim=start={LEAD_SECONDS + i * QUIET_SECONDS}:duration={QUIET_SECONDS},setpts=PTS-STARTPTS,format=yuv420p[q{i}]")
         parts.append(f"[1:v]trim=start={i * EVENT_SECONDS}:duration={EVENT_SECONDS},setpts=PTS-STARTPTS,{change_filter}[e{i}]")
         inputs += [f"[q{i}]", f"[e{i}]"]
-    parts.append(f"[0:v]trim=start={cycles * QUIET_SECONDS}:duration={QUIET_SECONDS},setpts=PTS-STARTPTS,format=yuv420p[tail]")
+    parts.append(f"[0:v]trim=start={LEAD_SECONDS + cycles * QUIET_SECONDS}:duration={QUIET_SECONDS},setpts=PTS-STARTPTS,format=yuv420p[tail]")
     inputs.append("[tail]")
     graph = ";".join(parts) + ";" + "".join(inputs) + f"concat=n={len(inputs)}:v=1:a=0[out]"
     subprocess.run(["ffmpeg", "-v", "error", "-y"] + quiet + change + ["-filter_complex", graph, "-map", "[out]",
@@ -158,7 +163,7 @@ def run(case, binaries, cycles, keep):
     starts = utterance_starts(folder)
     delays = []
     per_cycle = (QUIET_SECONDS + EVENT_SECONDS) // SEGMENT_SECONDS
-    first_event = QUIET_SECONDS // SEGMENT_SECONDS
+    first_event = (LEAD_SECONDS + QUIET_SECONDS) // SEGMENT_SECONDS
     for cycle in range(cycles):
         index = cycle * per_cycle + first_event
         if case == "server":
