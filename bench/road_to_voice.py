@@ -15,7 +15,9 @@ The change's time is the agent's own: `capturedAt` of the segment it starts (the
 on standard output, milliseconds). The first sample's time comes from the speech itself: the
 agent speaks into WAV files (`speech.sink: wav:`), a sink that takes as long as the samples
 take to play and is written when the utterance ends, so it began at the file's modification
-time less its length (read by sox's `soxi`). Prints each delay, then p50 / p95 per case.
+time less its length (read by sox's `soxi`). Prints each delay, then p50 / p95 per case, and how
+many utterances began while nothing was there (false alarms; a change that follows one within
+offline.repeatMs is not warned about again, so it is counted apart, not measured).
 
     swift build -c release --product dashcam-agent --product guidance-server --product RoadVision
     python3 bench/road_to_voice.py [--cycles 8] [--bin .build/release] [--only pedestrian,dark,server]
@@ -160,23 +162,34 @@ def run(case, binaries, cycles, keep):
         server.wait()
     lines = [json.loads(line) for line in open(os.path.join(folder, "agent.out")) if line.startswith("{")]
     segments = sorted(lines, key=lambda line: parse_time(line["capturedAt"]))
-    starts = utterance_starts(folder)
-    delays = []
+    starts = [start for start, _ in utterance_starts(folder)]
+    delays, false_alarms, suppressed = [], 0, 0
     per_cycle = (QUIET_SECONDS + EVENT_SECONDS) // SEGMENT_SECONDS
     first_event = (LEAD_SECONDS + QUIET_SECONDS) // SEGMENT_SECONDS
     for cycle in range(cycles):
         index = cycle * per_cycle + first_event
+        if index >= len(segments):
+            break
+        change = parse_time(segments[index]["capturedAt"])
+        # Words that began in the quiet 10 s before the change (less 2 s for the last looks at
+        # the change before): a false alarm, which also holds back the next warning for
+        # offline.repeatMs (15 s), so the change after it is not measured.
+        quiet = [start for start in starts if change - QUIET_SECONDS + 2 <= start < change]
+        false_alarms += len(quiet)
+        if case != "server" and quiet:
+            suppressed += 1
+            continue
         if case == "server":
             # Each segment of the change, from its end to the first sample said after it.
             marks = [parse_time(s["capturedAt"]) + s["durationMs"] / 1000 for s in segments[index:index + EVENT_SECONDS // SEGMENT_SECONDS]]
         else:
-            marks = [parse_time(segments[index]["capturedAt"])] if index < len(segments) else []
+            marks = [change]
         for mark in marks:
-            after = [start for start, _ in starts if start > mark]
+            after = [start for start in starts if mark < start < mark + EVENT_SECONDS]
             if after:
                 delays.append((after[0] - mark) * 1000)
             else:
-                print(f"{case}: cycle {cycle}: nothing said after the change", file=sys.stderr)
+                print(f"{case}: cycle {cycle}: nothing said within {EVENT_SECONDS} s of the change", file=sys.stderr)
     if agent.returncode != 0:
         print(f"{case}: the agent exited {agent.returncode}; see {folder}", file=sys.stderr)
         keep = True
@@ -184,7 +197,7 @@ def run(case, binaries, cycles, keep):
         print(f"{case}: files kept in {folder}", file=sys.stderr)
     else:
         shutil.rmtree(folder, ignore_errors=True)
-    return delays
+    return delays, false_alarms, suppressed
 
 
 def main():
@@ -202,15 +215,16 @@ def main():
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start; {args.cycles} changes per case")
     rows = []
     for case in args.only.split(","):
-        delays = run(case, binaries, args.cycles, args.keep)
-        print(f"{case}: " + " ".join(f"{d:.0f}" for d in delays) + " ms")
+        delays, false_alarms, suppressed = run(case, binaries, args.cycles, args.keep)
+        print(f"{case}: " + " ".join(f"{d:.0f}" for d in delays) + f" ms; {false_alarms} spoken in quiet phases"
+              f" ({suppressed} changes not measured: a warning within offline.repeatMs before them)")
         if delays:
-            rows.append((case, len(delays), percentile(delays, 50), percentile(delays, 95), max(delays)))
+            rows.append((case, len(delays), percentile(delays, 50), percentile(delays, 95), max(delays), false_alarms))
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
-    print("| case | changes | p50 | p95 | max |")
-    print("|---|---|---|---|---|")
-    for case, count, p50, p95, top in rows:
-        print(f"| {case} | {count} | {p50:.0f} ms | {p95:.0f} ms | {top:.0f} ms |")
+    print("| case | changes measured | p50 | p95 | max | spoken while nothing was there |")
+    print("|---|---|---|---|---|---|")
+    for case, count, p50, p95, top, false_alarms in rows:
+        print(f"| {case} | {count} | {p50:.0f} ms | {p95:.0f} ms | {top:.0f} ms | {false_alarms} |")
 
 
 if __name__ == "__main__":
