@@ -10,9 +10,11 @@ import Synchronization
 /// The camera and the encoder never wait for it. ``offer(_:)`` copies the frame's luma only when a
 /// look is due: at most `fps` a second, and no sooner than the CPU share allows after the last
 /// look took its time. A frame that is due while the last look is still running, or the share is
-/// used up, is skipped and counted. The copy needs no decode and is at most 960 pixels wide, as
-/// the server's `vision` analyzer looks: a 640x360 camera is seen whole, a bigger one every
-/// second or third pixel.
+/// used up, is not searched for people (skipped, and counted), but its picture is still checked
+/// (too dark, covered, frozen: about a millisecond) on a second thread, so that a view that goes
+/// dark is told at the looks' pace even where a search takes seconds. The copy needs no decode and
+/// is at most 960 pixels wide, as the server's `vision` analyzer looks: a 640x360 camera is seen
+/// whole, a bigger one every second or third pixel.
 public final class RoadWatch: FrameTap {
     public struct Look: Sendable, Equatable {
         public var finding: RoadFinding?
@@ -43,6 +45,9 @@ public final class RoadWatch: FrameTap {
     private let look: RoadLook
     private let detector: PeopleDetector
     private let pool: NIOThreadPool
+    /// The picture checks of frames that are not searched for people.
+    private let scenePool: NIOThreadPool
+    private let checking = Atomic<Bool>(false)
     private let looking = Atomic<Bool>(false)
     private let busy = Atomic<Bool>(false)
     private let dueAt = Atomic<UInt64>(0)
@@ -79,9 +84,15 @@ public final class RoadWatch: FrameTap {
         (results, sink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(4))
         pool = NIOThreadPool(numberOfThreads: 1)
         pool.start()
+        scenePool = NIOThreadPool(numberOfThreads: 1)
+        scenePool.start()
     }
 
     public var isLooking: Bool { looking.load(ordering: .relaxed) }
+
+    /// Whether a look that searches for people is running (a due frame now gets only the
+    /// picture checks).
+    public var isSearching: Bool { busy.load(ordering: .acquiring) }
 
     public var counts: Counts {
         Counts(looked: looked.load(ordering: .relaxed), skipped: skipped.load(ordering: .relaxed),
@@ -104,6 +115,7 @@ public final class RoadWatch: FrameTap {
         stop()
         sink.finish()
         try? await pool.shutdownGracefully()
+        try? await scenePool.shutdownGracefully()
     }
 
     /// On the capture thread: returns at once.
@@ -119,6 +131,7 @@ public final class RoadWatch: FrameTap {
               busy.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
         else {
             skipped.add(1, ordering: .relaxed)
+            checkPicture(of: frame)
             return
         }
         guard let luma = frame.luma(maxWidth: maxWidth) else {
@@ -133,13 +146,39 @@ public final class RoadWatch: FrameTap {
         }
     }
 
-    private func examine(_ frame: GrayFrame) {
-        let started = MonotonicClock.now()
-        let frames = window.withLock { window in
+    /// A due frame that the search for people has no time for: only its picture is checked, on
+    /// the second thread (one at a time; a frame due while one is being checked is let go). Only
+    /// a finding is reported: "nothing" is for a look that also searched for people.
+    private func checkPicture(of frame: Frame) {
+        guard checking.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged else { return }
+        guard let luma = frame.luma(maxWidth: maxWidth) else {
+            unreadable.add(1, ordering: .relaxed)
+            checking.store(false, ordering: .releasing)
+            return
+        }
+        scenePool.submit { [self] state in
+            defer { checking.store(false, ordering: .releasing) }
+            guard case .active = state else { return }
+            let started = MonotonicClock.now()
+            let frame = GrayFrame(width: luma.width, height: luma.height, pixels: luma.pixels)
+            guard let problem = look.scene.finding(in: remember(frame)), looking.load(ordering: .relaxed) else { return }
+            let took = MonotonicClock.now() &- started
+            sink.yield(Look(finding: RoadFinding(problem), took: .nanoseconds(Int64(took)), width: frame.width, height: frame.height))
+        }
+    }
+
+    /// Adds `frame` to the frames the picture checks compare; returns them, oldest first.
+    private func remember(_ frame: GrayFrame) -> [GrayFrame] {
+        window.withLock { window in
             window.append(frame)
             if window.count > Self.windowFrames { window.removeFirst(window.count - Self.windowFrames) }
             return window
         }
+    }
+
+    private func examine(_ frame: GrayFrame) {
+        let started = MonotonicClock.now()
+        let frames = remember(frame)
         var finding: RoadFinding?
         if let problem = look.scene.finding(in: frames) {
             finding = RoadFinding(problem)
