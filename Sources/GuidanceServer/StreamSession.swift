@@ -168,7 +168,8 @@ public struct StreamSession: Sendable {
     private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, end: Ending, outbound: WebSocketOutboundWriter) async throws {
         await sessions.add(id) { end.supersede() }
         lease.hold(try await leases.acquire(device: device, session: id))
-        let remaining = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
+        // With no allowance set, usage is unlimited and the ledger need not be asked.
+        let remaining = settings.usageSeconds == nil ? nil : try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
         lease.paused = remaining == 0
         try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
         if !agent.named.isEmpty, agent.named != device {
