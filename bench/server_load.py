@@ -4,7 +4,8 @@ every 5 s, against one instance on loopback (SQLite ledger), or against several 
 nginx (the shipped site's /v1/stream location, round robin) sharing one PostgreSQL database.
 
 Reports sessions held (and closes by code), segments acknowledged, ack latency (last chunk
-written -> ack read) p50/p99/max, server RSS per session (half way through, with every session
+written -> ack read) p50/p99/max, over the whole run and in the steady state (segments written
+from 10 s on, once every device has connected: the starts are spread over the first 5 s), server RSS per session (half way through, with every session
 open: (that - idle) / sessions, summed over instances; and at the end, once they have closed),
 server CPU per acknowledged segment (instances summed; nginx and PostgreSQL apart), the load
 generator's own CPU, and the machine's load during the run (/proc/loadavg, and the CPU that
@@ -288,7 +289,10 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
                     async for message in ws:
                         body = json.loads(message)
                         if body.get("type") == "ack" and body["seq"] in sent:
-                            stats["latency"].append(time.perf_counter() - sent.pop(body["seq"]))
+                            written = sent.pop(body["seq"])
+                            stats["latency"].append(time.perf_counter() - written)
+                            if written >= stats["steady_from"]:
+                                stats["steady_latency"].append(time.perf_counter() - written)
                             stats["acked"] += 1
                         elif body.get("type") == "guidance":
                             stats["guidance"] += 1
@@ -446,7 +450,10 @@ def main():
         proxy_before = tree_cpu(nginx_pids(proxy.pid)) if proxy else 0.0
         postgres_before = tree_cpu(postgres.pids()) if postgres else 0.0
         own_before = resource.getrusage(resource.RUSAGE_SELF)
+        # Steady state: segments written once every device has connected and sent its first (the
+        # starts are spread over 5 s) and a period more has passed.
         stats = {"sessions": 0, "held": 0, "sent": 0, "acked": 0, "guidance": 0, "latency": [], "closes": {}, "errors": {},
+                 "steady_from": time.perf_counter() + 10.0, "steady_latency": [],
                  "hostile_sessions": 0, "hostile_sent": 0, "hostile_closes": {}, "hostile_errors": {}}
         # Starts spread over the first segment period, so segments arrive evenly.
         delays = [5.0 * i / args.devices for i in range(args.devices)]
@@ -482,6 +489,7 @@ def main():
         own = resource.getrusage(resource.RUSAGE_SELF)
         own_cpu = (own.ru_utime - own_before.ru_utime) + (own.ru_stime - own_before.ru_stime)
         latency_ms = [x * 1000 for x in stats["latency"]]
+        steady_ms = [x * 1000 for x in stats["steady_latency"]]
         machine_busy = machine_after[0] - machine_before[0]
         machine_total = machine_after[1] - machine_before[1]
         held_mid = sum(n or 0 for n in sampled.get("sessions") or [0])
@@ -493,6 +501,8 @@ def main():
             "closes": stats["closes"], "errors": stats["errors"],
             "segments_sent": stats["sent"], "segments_acked": stats["acked"], "guidance": stats["guidance"],
             "ack_ms_p50": percentile(latency_ms, 50), "ack_ms_p99": percentile(latency_ms, 99), "ack_ms_max": max(latency_ms, default=None),
+            "steady_acks": len(steady_ms), "steady_ack_ms_p50": percentile(steady_ms, 50), "steady_ack_ms_p99": percentile(steady_ms, 99),
+            "steady_ack_ms_max": max(steady_ms, default=None),
             "server_rss_idle_mib": idle_rss / 1024, "server_rss_half_way_mib": mid_rss / 1024,
             "server_rss_per_session_kib": (mid_rss - idle_rss) / max(1, held_mid),
             "server_rss_peak_mib": peak_rss / 1024, "server_rss_end_mib": end_rss / 1024,
