@@ -4,13 +4,23 @@ every 5 s, against one instance on loopback (SQLite ledger), or against several 
 nginx (the shipped site's /v1/stream location, round robin) sharing one PostgreSQL database.
 
 Reports sessions held (and closes by code), segments acknowledged, ack latency (last chunk
-written -> ack read) p50/p99/max, server RSS per session ((end - idle) / sessions, summed over
-instances), server CPU per acknowledged segment (instances summed; nginx and PostgreSQL apart),
-and the load generator's own CPU (it shares the machine's cores).
+written -> ack read) p50/p99/max, over the whole run and in the steady state (segments written
+from 10 s on, once every device has connected: the starts are spread over the first 5 s), server RSS per session (half way through, with every session
+open: (that - idle) / sessions, summed over instances; and at the end, once they have closed),
+server CPU per acknowledged segment (instances summed; nginx and PostgreSQL apart), the load
+generator's own CPU, and the machine's load during the run (/proc/loadavg, and the CPU that
+neither the servers nor the generator used).
+
+On a machine with two cores or more, the servers run on the last core and the load generator on
+the others (`taskset`, `sched_setaffinity`), so the generator's CPU is never the server's; nginx
+and PostgreSQL are not pinned. `--server-cpus`/`--generator-cpus` choose other cores, `--no-pin`
+lets everything share. The server runs the way deploy/server/guidance-server.service runs it:
+the unit's `Environment=` lines are read from the unit and set for the server here too.
 
     swift build -c release --product guidance-server
     pip install websockets
     python3 bench/server_load.py [--devices 200] [--seconds 60] [--bin .build/release] [--json]
+    python3 bench/server_load.py --devices 5000         # needs `ulimit -n` above the device count
     python3 bench/server_load.py --instances 2          # nginx + PostgreSQL (Debian's), on loopback
     python3 bench/server_load.py --ledger postgres      # one instance, PostgreSQL, no proxy
     python3 bench/server_load.py --hostile 1            # and one more device that sends only abuse
@@ -73,6 +83,56 @@ def proc_rss_kib(pid):
     return 0
 
 
+def unit_environment():
+    """The `Environment=` settings of the shipped systemd unit: the server is measured as it runs."""
+    unit = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "server", "guidance-server.service")
+    settings = {}
+    for line in open(unit):
+        line = line.strip()
+        if line.startswith("Environment="):
+            for pair in line[len("Environment="):].split():
+                key, _, value = pair.strip('"').partition("=")
+                settings[key] = value
+    return settings
+
+
+def cpu_list(text):
+    """`taskset`'s list syntax (`1`, `0,2`, `0-3`) as a set of CPU numbers."""
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def machine_cpu(cpus=None):
+    """Busy and total CPU seconds of the whole machine (/proc/stat), or of `cpus` only."""
+    busy = total = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *values = line.split()
+            if not name.startswith("cpu") or (cpus is None) != (name == "cpu") or (cpus is not None and int(name[3:]) not in cpus):
+                continue
+            fields = [int(x) for x in values]
+            total += sum(fields[:8])
+            busy += sum(fields[:8]) - fields[3] - fields[4]
+    ticks = os.sysconf("SC_CLK_TCK")
+    return busy / ticks, total / ticks
+
+
+def load_average():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def proc_peak_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
 def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -90,14 +150,16 @@ def write_tokens(folder, devices):
     return tokens_file, list(tokens)
 
 
-def start_server(binary, folder, name, tokens_file, devices, ledger):
+def start_server(binary, folder, name, tokens_file, devices, ledger, cpus, environment):
     config = os.path.join(folder, f"{name}.yaml")
     with open(config, "w") as f:
         f.write(f"server:\n  host: 127.0.0.1\n  port: 0\n  tokensFile: {tokens_file}\n  maxConnections: {devices + 64}\n"
                 f"analyzer:\n  kind: scripted\n  scriptFile: {folder}/script.yaml\nlog:\n  level: notice\n"
                 f"ledger: {ledger}\n")
     log = open(os.path.join(folder, f"{name}.log"), "w+")
-    server = subprocess.Popen([os.path.join(binary, "guidance-server"), "--config", config], stdout=log, stderr=log)
+    pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
+    server = subprocess.Popen(pin + [os.path.join(binary, "guidance-server"), "--config", config], stdout=log, stderr=log,
+                              env={**os.environ, **environment})
     deadline = time.time() + 30
     while time.time() < deadline:
         log.seek(0)
@@ -223,13 +285,19 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
             stats["sessions"] += 1
 
             async def reader():
-                async for message in ws:
-                    body = json.loads(message)
-                    if body.get("type") == "ack" and body["seq"] in sent:
-                        stats["latency"].append(time.perf_counter() - sent.pop(body["seq"]))
-                        stats["acked"] += 1
-                    elif body.get("type") == "guidance":
-                        stats["guidance"] += 1
+                try:
+                    async for message in ws:
+                        body = json.loads(message)
+                        if body.get("type") == "ack" and body["seq"] in sent:
+                            written = sent.pop(body["seq"])
+                            stats["latency"].append(time.perf_counter() - written)
+                            if written >= stats["steady_from"]:
+                                stats["steady_latency"].append(time.perf_counter() - written)
+                            stats["acked"] += 1
+                        elif body.get("type") == "guidance":
+                            stats["guidance"] += 1
+                except websockets.ConnectionClosed:
+                    pass  # counted by the sender, which sees the same close
 
             reading = asyncio.create_task(reader())
             end = time.monotonic() + seconds - start_delay
@@ -333,8 +401,25 @@ def main():
     parser.add_argument("--bin", default=".build/release")
     parser.add_argument("--segment", help="an MP4 to send (default: 5 s of testsrc2 encoded with libx265)")
     parser.add_argument("--hostile", type=int, default=0, help="devices (besides --devices) that send only abuse")
+    parser.add_argument("--server-cpus", help="cores of the servers, as taskset lists them (default: the last core)")
+    parser.add_argument("--generator-cpus", help="cores of the load generator (default: every other core)")
+    parser.add_argument("--no-pin", action="store_true", help="servers and generator share every core")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    all_cpus = os.sched_getaffinity(0)
+    server_cpus, generator_cpus = None, None
+    if not args.no_pin:
+        server_cpus = cpu_list(args.server_cpus) if args.server_cpus else ({max(all_cpus)} if len(all_cpus) > 1 else None)
+        generator_cpus = cpu_list(args.generator_cpus) if args.generator_cpus else (all_cpus - server_cpus if server_cpus else None)
+        if server_cpus and generator_cpus and server_cpus & generator_cpus:
+            parser.error("the servers' cores and the generator's overlap")
+    # A session is a descriptor in the server and one in the generator (the server inherits this).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = args.devices + args.hostile + 256
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            parser.error(f"{args.devices} devices need {wanted} descriptors; the hard limit is {hard} (ulimit -Hn)")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     ledger_kind = args.ledger or ("postgres" if args.instances > 1 else "sqlite")
     if args.instances < 1 or (args.instances > 1 and ledger_kind != "postgres"):
         parser.error("--instances must be at least 1, and more than one share a PostgreSQL ledger")
@@ -345,30 +430,46 @@ def main():
         segment = open(segment_path, "rb").read()
         sha = hashlib.sha256(segment).hexdigest()
         tokens_file, tokens = write_tokens(folder, args.devices + args.hostile)
+        environment = unit_environment()
         if ledger_kind == "postgres":
             postgres = Postgres(folder)
         for n in range(args.instances):
             ledger = postgres.url if postgres else f"sqlite:{folder}/usage.sqlite"
-            servers.append(start_server(args.bin, folder, f"server-{n}", tokens_file, args.devices, ledger))
+            servers.append(start_server(args.bin, folder, f"server-{n}", tokens_file, args.devices, ledger, server_cpus, environment))
         port = servers[0][1]
         if args.instances > 1:
             proxy, port = start_nginx(folder, [p for _, p in servers])
+        if generator_cpus:
+            os.sched_setaffinity(0, generator_cpus)
         time.sleep(1)
         idle_rss = sum(proc_rss_kib(s.pid) for s, _ in servers)
+        machine_before = machine_cpu()
+        server_cores_before = machine_cpu(server_cpus) if server_cpus else None
+        load_before = load_average()
         cpu_before = sum(proc_stat(s.pid) for s, _ in servers)
         proxy_before = tree_cpu(nginx_pids(proxy.pid)) if proxy else 0.0
         postgres_before = tree_cpu(postgres.pids()) if postgres else 0.0
         own_before = resource.getrusage(resource.RUSAGE_SELF)
+        # Steady state: segments written once every device has connected and sent its first (the
+        # starts are spread over 5 s) and a period more has passed.
         stats = {"sessions": 0, "held": 0, "sent": 0, "acked": 0, "guidance": 0, "latency": [], "closes": {}, "errors": {},
+                 "steady_from": time.perf_counter() + 10.0, "steady_latency": [],
                  "hostile_sessions": 0, "hostile_sent": 0, "hostile_closes": {}, "hostile_errors": {}}
         # Starts spread over the first segment period, so segments arrive evenly.
         delays = [5.0 * i / args.devices for i in range(args.devices)]
         sampled = {}
 
         async def sample():
-            # Half way through: sessions per instance (their /metrics) and the server processes' RSS.
-            await asyncio.sleep(args.seconds / 2)
-            sampled["sessions"] = [await asyncio.to_thread(sessions_gauge, p) for _, p in servers]
+            # Half way through, every session open: sessions per instance (their /metrics) and the
+            # server processes' RSS. The load average every 5 s.
+            loads = []
+            for tick in range(int(args.seconds // 5)):
+                await asyncio.sleep(5)
+                loads.append(load_average()[0])
+                if tick == max(0, int(args.seconds // 10) - 1):
+                    sampled["sessions"] = [await asyncio.to_thread(sessions_gauge, p) for _, p in servers]
+                    sampled["rss"] = sum(proc_rss_kib(s.pid) for s, _ in servers)
+            sampled["loads"] = loads
 
         async def run():
             sampler = asyncio.create_task(sample())
@@ -379,11 +480,20 @@ def main():
 
         end_rss = asyncio.run(run())
         cpu = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
+        machine_after = machine_cpu()
+        server_cores_after = machine_cpu(server_cpus) if server_cpus else None
+        load_after = load_average()
+        peak_rss = sum(proc_peak_kib(s.pid) for s, _ in servers)
         proxy_cpu = tree_cpu(nginx_pids(proxy.pid)) - proxy_before if proxy else None
         postgres_cpu = tree_cpu(postgres.pids()) - postgres_before if postgres else None
         own = resource.getrusage(resource.RUSAGE_SELF)
         own_cpu = (own.ru_utime - own_before.ru_utime) + (own.ru_stime - own_before.ru_stime)
         latency_ms = [x * 1000 for x in stats["latency"]]
+        steady_ms = [x * 1000 for x in stats["steady_latency"]]
+        machine_busy = machine_after[0] - machine_before[0]
+        machine_total = machine_after[1] - machine_before[1]
+        held_mid = sum(n or 0 for n in sampled.get("sessions") or [0])
+        mid_rss = sampled.get("rss", end_rss)
         result = {
             "devices": args.devices, "seconds": args.seconds, "instances": args.instances, "ledger": ledger_kind,
             "proxy": "nginx" if proxy else None, "segment_bytes": len(segment),
@@ -391,11 +501,24 @@ def main():
             "closes": stats["closes"], "errors": stats["errors"],
             "segments_sent": stats["sent"], "segments_acked": stats["acked"], "guidance": stats["guidance"],
             "ack_ms_p50": percentile(latency_ms, 50), "ack_ms_p99": percentile(latency_ms, 99), "ack_ms_max": max(latency_ms, default=None),
-            "server_rss_idle_mib": idle_rss / 1024, "server_rss_end_mib": end_rss / 1024,
-            "server_rss_per_session_kib": (end_rss - idle_rss) / max(1, stats["held"]),
+            "steady_acks": len(steady_ms), "steady_ack_ms_p50": percentile(steady_ms, 50), "steady_ack_ms_p99": percentile(steady_ms, 99),
+            "steady_ack_ms_max": max(steady_ms, default=None),
+            "server_rss_idle_mib": idle_rss / 1024, "server_rss_half_way_mib": mid_rss / 1024,
+            "server_rss_per_session_kib": (mid_rss - idle_rss) / max(1, held_mid),
+            "server_rss_peak_mib": peak_rss / 1024, "server_rss_end_mib": end_rss / 1024,
             "server_cpu_s": cpu, "server_cpu_ms_per_segment": 1000 * cpu / max(1, stats["acked"]),
+            "server_cpu_cores": cpu / args.seconds,
             "nginx_cpu_s": proxy_cpu, "postgres_cpu_s": postgres_cpu,
-            "generator_cpu_s": own_cpu,
+            "generator_cpu_s": own_cpu, "generator_cpu_cores": own_cpu / args.seconds,
+            "server_cpus": ",".join(map(str, sorted(server_cpus))) if server_cpus else "any",
+            "generator_cpus": ",".join(map(str, sorted(generator_cpus))) if generator_cpus else "any",
+            "server_environment": " ".join(f"{k}={v}" for k, v in environment.items()) or None,
+            "machine_cpu_cores_busy": machine_busy / max(1e-9, machine_total) * len(all_cpus),
+            "other_cpu_s": machine_busy - cpu - own_cpu - (proxy_cpu or 0) - (postgres_cpu or 0),
+            # Time on the servers' own cores that they did not use: other processes, interrupts.
+            "server_cores_other_cpu_s": (server_cores_after[0] - server_cores_before[0] - cpu) if server_cpus else None,
+            "loadavg_before": load_before, "loadavg_end": load_after,
+            "loadavg_1min_max": max(sampled.get("loads") or [load_after[0]]),
         }
         if args.hostile:
             result.update({"hostile_devices": args.hostile, "hostile_sessions": stats["hostile_sessions"],
@@ -407,8 +530,8 @@ def main():
         else:
             for key, value in result.items():
                 print(f"{key:28} {value:.2f}" if isinstance(value, float) else f"{key:28} {value}")
-            if own_cpu > 0.8 * args.seconds:
-                print("note: the load generator used most of a core; it, not the server, may limit the count")
+            if own_cpu > 0.8 * args.seconds * len(generator_cpus or [1]):
+                print("note: the load generator used most of its cores; it, not the server, may limit the count")
     finally:
         for server, _ in servers:
             server.terminate()

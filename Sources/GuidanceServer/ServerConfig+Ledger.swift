@@ -52,7 +52,7 @@ extension ServerConfig {
     public func openLedger(logger: Logger) async throws -> (ledger: any UsageLedger, leases: any SessionLeases, services: [any Service]) {
         switch try ledgerLocation() {
         case .sqlite(let path):
-            return (try await SQLiteLedger.open(path: path, logger: logger), LocalLeases(), [])
+            return (try await SQLiteLedger.open(path: path, logger: logger), LocalLeases(), [SQLiteLedger.Checkpoints(path: path, logger: logger)])
         case .postgres(let url):
             let store = try PostgresStore(url: url, logger: logger)
             return (store.ledger, store.leases, store.services)

@@ -121,6 +121,7 @@ public struct StreamServer: Sendable {
             defer { channel.eventLoop.scheduleTask(in: .milliseconds(Int64(settings.closeTimeoutMs))) { channel.close(promise: nil) } }
             guard let device = tokens.device(authorization: context.request.headers[.authorization]) else { return }
             let activity = try await ReadActivity.activity(of: channel)
+            try await FrameUnmasker.install(on: channel)
             let authorization = context.request.headers[.authorization]
             let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
                                         analyzer: analyzer, metrics: metrics, activity: activity,

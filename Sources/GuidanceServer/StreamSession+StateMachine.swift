@@ -302,11 +302,23 @@ extension StreamSession {
             }
         }
 
+        /// Lower-case hex of `digest`, without a format string per byte.
+        static func hex(_ digest: some Sequence<UInt8>) -> String {
+            let digits = Array("0123456789abcdef".utf8)
+            var text = [UInt8]()
+            text.reserveCapacity(64)
+            for byte in digest {
+                text.append(digits[Int(byte >> 4)])
+                text.append(digits[Int(byte & 0x0f)])
+            }
+            return String(decoding: text, as: UTF8.self)
+        }
+
         private func complete(_ header: ClientMessage.SegmentHeader, data: Data, agent: Agent) -> Action {
             guard data.count == header.bytes else {
                 return .reject(.badSegment, "received \(data.count) bytes, header says \(header.bytes)", seq: header.seq, reason: .size)
             }
-            let digest = SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+            let digest = Self.hex(SHA256.hash(data: data))
             guard digest == header.sha256.lowercased() else {
                 return .reject(.badSegment, "SHA-256 does not match", seq: header.seq, reason: .digest)
             }

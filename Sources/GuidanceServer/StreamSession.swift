@@ -43,10 +43,9 @@ public struct StreamSession: Sendable {
         do {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await watchIdle(outbound: outbound) }
-                group.addTask { try await watchUsage(lease: lease, outbound: outbound) }
+                group.addTask { try await watchTokenAndUsage(lease: lease, outbound: outbound) }
                 group.addTask { try await analyze(clips, outbound: outbound) }
                 group.addTask { await superseded(end, outbound: outbound) }
-                group.addTask { try await watchToken(outbound: outbound) }
                 group.addTask {
                     defer { waiting.finish() }
                     try await receive(inbound: inbound, outbound: outbound, lease: lease, end: end, analysis: waiting)
@@ -169,7 +168,8 @@ public struct StreamSession: Sendable {
     private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, end: Ending, outbound: WebSocketOutboundWriter) async throws {
         await sessions.add(id) { end.supersede() }
         lease.hold(try await leases.acquire(device: device, session: id))
-        let remaining = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
+        // With no allowance set, usage is unlimited and the ledger need not be asked.
+        let remaining = settings.usageSeconds == nil ? nil : try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
         lease.paused = remaining == 0
         try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
         if !agent.named.isEmpty, agent.named != device {
@@ -188,7 +188,8 @@ public struct StreamSession: Sendable {
     private func finish(_ segment: StreamSession.StateMachine.Verified, agent: StreamSession.StateMachine.Agent, lease: Lease,
                         outbound: WebSocketOutboundWriter, analysis: AsyncStream<ReceivedSegment>.Continuation) async throws -> Bool {
         let header = segment.header
-        if let left = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left == 0 {
+        // With no allowance set, usage is unlimited and the ledger need not be asked.
+        if settings.usageSeconds != nil, let left = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left == 0 {
             // Not acknowledged: the agent keeps the segment until usage returns.
             lease.paused = true
             try await outbound.write(.text(ServerMessage.error(code: .quotaExhausted, message: "no guidance time left", seq: header.seq).encoded()))
@@ -282,27 +283,23 @@ public struct StreamSession: Sendable {
         }
     }
 
-    /// While the device has no usage left, looks at the ledger every ``usagePoll``: once an
-    /// operator credits it (`guidance-server credit`, from any instance), the agent is told with a
-    /// `usage` message and resumes.
-    private func watchUsage(lease: Lease, outbound: WebSocketOutboundWriter) async throws {
-        while true {
+    /// Every ``usagePoll``, two questions to what an operator may have changed:
+    /// - Is the device's token still in the tokens file (`guidance-server token remove`)? Once it
+    ///   is gone, the session is told (`unauthorized`) and closed with 4401, and the returning
+    ///   ends it.
+    /// - While the device has no usage left: has it been credited (`guidance-server credit`, from
+    ///   any instance)? Then the agent is told with a `usage` message and resumes.
+    ///
+    /// One loop, not one task each: with thousands of sessions, each wake-up is CPU the segments
+    /// need.
+    private func watchTokenAndUsage(lease: Lease, outbound: WebSocketOutboundWriter) async throws {
+        while stillAuthorized() {
             try await Task.sleep(for: Self.usagePoll)
-            guard lease.paused, settings.usageSeconds != nil else { continue }
+            guard lease.paused, settings.usageSeconds != nil, stillAuthorized() else { continue }
             guard let left = try? await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left > 0 else { continue }
             lease.paused = false
             logger.info("session \(id): usage credited, \(left) s left", metadata: ["device": "\(device)"])
             try await outbound.write(.text(ServerMessage.usage(remainingSeconds: left).encoded()))
-        }
-    }
-
-    static let usagePoll = Duration.seconds(2)
-
-    /// Every ``usagePoll``: once the device's token is gone from the tokens file, the session is
-    /// told (`unauthorized`) and closed with 4401, and the returning ends it.
-    private func watchToken(outbound: WebSocketOutboundWriter) async throws {
-        while stillAuthorized() {
-            try await Task.sleep(for: Self.usagePoll)
         }
         logger.notice("session \(id): the device's token was removed; closing", metadata: ["device": "\(device)"])
         await Self.within(settings.closeDeadline) {
@@ -310,6 +307,8 @@ public struct StreamSession: Sendable {
             try await outbound.close(.init(codeNumber: Int(CloseCode.unauthorized.rawValue)), reason: "token removed")
         }
     }
+
+    static let usagePoll = Duration.seconds(2)
 
     /// The file a kept segment is written to: `DEVICE-STREAM-SEQ.mp4`, the same key the ledger
     /// charges under (so an agent's restart, a new stream, never overwrites an earlier one), with
