@@ -7,7 +7,7 @@
 # Then vtest again asking for offline.fps 5: the CPU share (offline.maxCpuPercent, 50) caps it and
 # the frames it cannot take are counted as skipped.
 #
-#     swift build -c release --product dashcam-agent
+#     swift build -c release --product dashcam-agent && swift build -c release --product RoadVision
 #     bash bench/offline_cpu.sh               # AGENT=.build/release/dashcam-agent, SECONDS_MEASURED=60
 #     SIZE=1280x720 FPS_LIST=1 bash bench/offline_cpu.sh    # another camera size; only offline.fps 1
 set -euo pipefail

@@ -19,7 +19,7 @@ time less its length (read by sox's `soxi`). Prints each delay, then p50 / p95 p
 many utterances began while nothing was there (false alarms; a change that follows one within
 offline.repeatMs is not warned about again, so it is counted apart, not measured).
 
-    swift build -c release --product dashcam-agent --product guidance-server --product RoadVision
+    swift build -c release          # every product: the agent, the server, libRoadVision.so
     python3 bench/road_to_voice.py [--cycles 8] [--bin .build/release] [--only pedestrian,dark,server]
 """
 import argparse

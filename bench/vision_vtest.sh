@@ -7,7 +7,7 @@
 # Prints one line per clip set (P pedestrian, U urgent, D too dark, . clear) and a Markdown table:
 # segments flagged, CPU per segment.
 #
-#     swift build -c release --product guidance-server --product dashcam-agent
+#     swift build -c release                # every product: the agent, the server, libRoadVision.so
 #     bash bench/vision_vtest.sh            # BIN=.build/release; AGENT=, SERVER= pick binaries apart
 #     SIZES="640x360" bash bench/vision_vtest.sh
 set -euo pipefail

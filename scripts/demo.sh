@@ -12,6 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/install-deps.sh
 swift build -c release --product dashcam-agent
+swift build -c release --product RoadVision
 swift build -c release --product guidance-server
 
 # The agent refuses a token file others can read.

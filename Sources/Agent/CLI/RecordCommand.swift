@@ -67,6 +67,9 @@ struct RecordCommand: AsyncParsableCommand {
         let watch: RoadWatch?
         do {
             watch = try RoadWatch(fps: config.offline.fps, maxCpuPercent: config.offline.maxCpuPercent)
+            if let problem = watch?.detectorProblem {
+                logger.error("guidance: local checks will not look for people: \(problem)")
+            }
         } catch {
             logger.error("guidance: no local checks: \(error)")
             watch = nil

@@ -43,7 +43,10 @@ public final class RoadWatch: FrameTap {
     private let idleFactor: Double
     private let maxWidth: Int
     private let look: RoadLook
-    private let detector: PeopleDetector
+    private let detector: PeopleDetector?
+    /// Why this watch cannot search for people (the detector's library is not there), if so. The
+    /// picture checks (dark, covered, frozen) work without it.
+    public let detectorProblem: String?
     private let pool: NIOThreadPool
     /// The picture checks of frames that are not searched for people.
     private let scenePool: NIOThreadPool
@@ -70,7 +73,7 @@ public final class RoadWatch: FrameTap {
     }
 
     /// Whether OpenCV has been loaded: only once a look has searched a frame for people.
-    public var detectorLoaded: Bool { detector.isLoaded }
+    public var detectorLoaded: Bool { detector?.isLoaded ?? false }
 
     /// Frames looked at together by the scene checks (the frozen check compares them).
     public static let windowFrames = 3
@@ -80,7 +83,13 @@ public final class RoadWatch: FrameTap {
         idleFactor = 100 / Double(min(100, max(1, maxCpuPercent))) - 1
         self.maxWidth = maxWidth
         self.look = look
-        detector = try PeopleDetector(.library(candidates: Self.detectorLibraries))
+        do {
+            detector = try PeopleDetector(.library(candidates: Self.detectorLibraries))
+            detectorProblem = nil
+        } catch {
+            detector = nil
+            detectorProblem = "\(error)"
+        }
         (results, sink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(4))
         pool = NIOThreadPool(numberOfThreads: 1)
         pool.start()
@@ -182,7 +191,7 @@ public final class RoadWatch: FrameTap {
         var finding: RoadFinding?
         if let problem = look.scene.finding(in: frames) {
             finding = RoadFinding(problem)
-        } else if let people = try? look.people(in: frame, detector: detector), people.count > 0 {
+        } else if let detector, let people = try? look.people(in: frame, detector: detector), people.count > 0 {
             finding = people.close ? .pedestrianClose : .pedestrian
         }
         let took = MonotonicClock.now() &- started
