@@ -1,5 +1,5 @@
 import CFFmpegLog
-import Glibc
+import Dispatch
 public import GuidanceProtocol
 public import Logging
 import Synchronization
@@ -10,6 +10,14 @@ import Synchronization
 /// the mapped level (``level(ofFFmpeg:)``), and at most one line per second from each of them:
 /// the rest are counted and the count goes with the next line that passes.
 public enum FFmpegLog {
+    /// Sends FFmpeg's lines to a logger labelled `ffmpeg` from now on, at `level` (nil: the
+    /// logging system's level).
+    public static func route(level: Logger.Level? = nil) {
+        var logger = Logger(label: "ffmpeg")
+        if let level { logger.logLevel = level }
+        route(to: logger)
+    }
+
     /// Sends FFmpeg's lines to `logger` from now on, for the whole process. Lines below
     /// `logger`'s level are dropped by FFmpeg before they are formatted.
     public static func route(to logger: Logger) {
@@ -73,21 +81,15 @@ public enum FFmpegLog {
     private static let router = Mutex<Router?>(nil)
 
     static func log(level: Int32, item: String, line: String) {
-        let now = Self.monotonicNow()
-        let (logger, suppressed) = router.withLock { router -> (Logger?, Int?) in
-            guard router != nil else { return (nil, nil) }
-            return (router!.logger, router!.limits.admit(item: item, now: now))
+        // CLOCK_MONOTONIC, as the server's other rate limits read it.
+        let now = DispatchTime.now().uptimeNanoseconds
+        let (logger, suppressed) = router.withLock { router in
+            (router?.logger, router?.limits.admit(item: item, now: now))
         }
         guard let logger, let suppressed else { return }
         var metadata: Logger.Metadata = ["ffmpeg": .string(item.isEmpty ? "-" : item)]
         if suppressed > 0 { metadata["suppressed"] = .stringConvertible(suppressed) }
         logger.log(level: Self.level(ofFFmpeg: level), "\(line)", metadata: metadata)
-    }
-
-    private static func monotonicNow() -> UInt64 {
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
     }
 
     /// Logs `line` through FFmpeg's `av_log` as if `item` had, at `level` (for tests).

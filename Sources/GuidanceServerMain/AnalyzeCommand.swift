@@ -27,9 +27,7 @@ struct AnalyzeCommand: AsyncParsableCommand {
         let config = try await options.load()
         var logger = Logger(label: "guidance-server")
         logger.logLevel = config.log.level
-        var ffmpeg = Logger(label: "ffmpeg")
-        ffmpeg.logLevel = config.log.level
-        FFmpegLog.route(to: ffmpeg)
+        FFmpegLog.route(level: config.log.level)
         let ledger = SQLiteLedger(path: ":memory:", logger: logger)
         let analyzer: any SegmentAnalyzer
         do { analyzer = try config.makeAnalyzer(ledger: ledger, logger: logger) } catch { fail("\(error)", exit: 78) }

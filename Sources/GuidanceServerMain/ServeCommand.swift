@@ -21,7 +21,7 @@ struct ServeCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "guidance-server")
-        FFmpegLog.route(to: Logger(label: "ffmpeg"))
+        FFmpegLog.route()
         // Configuration first (exit 78), before the ledger is opened or created.
         do { _ = try DeviceTokens(file: config.server.tokensFile) } catch { fail("\(error)", exit: 78) }
         let (ledger, leases, services) = try await options.openLedger(config, logger: logger)

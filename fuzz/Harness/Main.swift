@@ -53,9 +53,7 @@ func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         }
         setenv("GUIDANCE_FUZZ_TARGET", target.name, 1)
         // FFmpeg's complaints about the inputs ("moov atom not found") would be most of the output.
-        var quiet = Logger(label: "ffmpeg")
-        quiet.logLevel = .critical
-        FFmpegLog.route(to: quiet)
+        FFmpegLog.route(level: .critical)
         #if FUZZING
         selected = target
         exit(libFuzzer(arguments))

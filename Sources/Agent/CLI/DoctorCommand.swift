@@ -42,9 +42,7 @@ struct DoctorCommand: AsyncParsableCommand {
         }
         // FFmpeg's own errors (an encoder that does not open says why) on standard error in the
         // agent's log format; its warnings and chatter not at all. Standard output is the report's.
-        var ffmpeg = Logger(label: "ffmpeg")
-        ffmpeg.logLevel = .error
-        FFmpegLog.route(to: ffmpeg)
+        FFmpegLog.route(level: .error)
         var logger = Logger(label: "doctor")
         logger.logLevel = .critical
         let doctor = Doctor(config: loaded, logger: logger, buzz: !noBuzz, speak: !quiet)

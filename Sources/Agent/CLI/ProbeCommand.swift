@@ -22,9 +22,7 @@ struct ProbeCommand: AsyncParsableCommand {
     func run() async throws {
         // FFmpeg's own errors (an encoder that does not open says why) on standard error in the
         // agent's log format; its warnings and chatter not at all. Standard output is the report's.
-        var ffmpeg = Logger(label: "ffmpeg")
-        ffmpeg.logLevel = .error
-        FFmpegLog.route(to: ffmpeg)
+        FFmpegLog.route(level: .error)
         let paths = device.isEmpty ? Self.videoDevices() : device
         var cameras: [V4L2DeviceInfo] = []
         var problems: [String: String] = [:]

@@ -51,7 +51,7 @@ struct RecordCommand: AsyncParsableCommand {
         let config = try await AgentConfig.load(file: self.config, overrides: overrides)
         let logLevel = Reloadable(config.log.level)
         LoggingSystem.bootstrap { ReloadableLevelLogHandler(label: $0, level: logLevel) }
-        FFmpegLog.route(to: Logger(label: "ffmpeg"))
+        FFmpegLog.route()
         let logger = Logger(label: "dashcam-agent")
         // Trapped before anything starts: SIGHUP's default would end the agent.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
@@ -108,7 +108,7 @@ struct RecordCommand: AsyncParsableCommand {
             router.patterns.current = patterns
             store.retention = new.retention
             logLevel.current = new.log.level
-            FFmpegLog.route(to: Logger(label: "ffmpeg"))
+            FFmpegLog.route()
             offline?.settings.current = new.localGuidanceSettings
         }
 

@@ -58,7 +58,8 @@ public final class RoadWatch: FrameTap {
     private let looked = Atomic<Int>(0)
     private let skipped = Atomic<Int>(0)
     private let unreadable = Atomic<Int>(0)
-    /// The last frames looked at, for the frozen check; only the look in progress touches it.
+    /// The last frames looked at, for the frozen check: by the search's looks and the picture
+    /// checks alike, in the order they were taken.
     private let window = Mutex<[GrayFrame]>([])
 
     /// Where OpenCV's people detector is loaded from, the first time a look needs it: next to the
