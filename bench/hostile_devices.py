@@ -483,47 +483,42 @@ class Device:
         await asyncio.sleep(0.2)
         await raw.close(self.rng)
 
-    async def truncated(self):
+    async def mutated(self, attack, times, mutate, pause):
+        """`times` real segments, each changed by `mutate(name, clip) -> (data, what)`, under the
+        real file's header; then `pause` seconds for the answers and a close."""
         raw = await self.session()
         if not raw:
             return
-        for _ in range(self.rng.randint(1, 4)):
+        for _ in range(times):
             name, clip = self.real()
-            cut = self.rng.randint(1, len(clip["data"]) - 1)
-            data = clip["data"][:cut] if self.rng.random() < 0.8 else clip["data"][-cut:]
-            self.note("truncated", f"{name} kept {len(data)} of {len(clip['data'])}", data)
+            data, what = mutate(name, clip)
+            self.note(attack, what, data)
             await raw.segment(self.next_seq(), data, clip["frames"], clip["durationMs"])
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(pause)
         await raw.close(self.rng)
 
+    async def truncated(self):
+        def cut(name, clip):
+            kept = self.rng.randint(1, len(clip["data"]) - 1)
+            data = clip["data"][:kept] if self.rng.random() < 0.8 else clip["data"][-kept:]
+            return data, f"{name} kept {len(data)} of {len(clip['data'])}"
+        await self.mutated("truncated", self.rng.randint(1, 4), cut, 0.3)
+
     async def bitflip(self):
-        raw = await self.session()
-        if not raw:
-            return
-        for _ in range(self.rng.randint(1, 4)):
-            name, clip = self.real()
+        def flip(name, clip):
             data = bytearray(clip["data"])
             flips = self.rng.choice([1, 2, 8, 64, 512])
             for _ in range(flips):
                 i = self.rng.randrange(len(data))
                 data[i] ^= 1 << self.rng.randrange(8)
-            data = bytes(data)
-            self.note("bitflip", f"{name} {flips} bits", data)
-            await raw.segment(self.next_seq(), data, clip["frames"], clip["durationMs"])
-        await asyncio.sleep(0.5)
-        await raw.close(self.rng)
+            return bytes(data), f"{name} {flips} bits"
+        await self.mutated("bitflip", self.rng.randint(1, 4), flip, 0.5)
 
     async def box_fuzz(self):
-        raw = await self.session()
-        if not raw:
-            return
-        for _ in range(self.rng.randint(1, 6)):
-            name, clip = self.real()
+        def boxes(name, clip):
             data, what = mutate_boxes(clip["data"], self.rng)
-            self.note("box_fuzz", f"{name}: {what}", data)
-            await raw.segment(self.next_seq(), data, clip["frames"], clip["durationMs"])
-        await asyncio.sleep(0.5)
-        await raw.close(self.rng)
+            return data, f"{name}: {what}"
+        await self.mutated("box_fuzz", self.rng.randint(1, 6), boxes, 0.5)
 
     async def random_bytes(self):
         raw = await self.session()
