@@ -5,7 +5,9 @@ nginx (the shipped site's /v1/stream location, round robin) sharing one PostgreS
 
 Reports sessions held (and closes by code), segments acknowledged, ack latency (last chunk
 written -> ack read) p50/p99/max, over the whole run and in the steady state (segments written
-from 10 s on, once every device has connected: the starts are spread over the first 5 s), server RSS per session (half way through, with every session
+from 10 s on, once every device has connected: the starts are spread over the first 5 s, and each
+device then sends every 5 s at its own phase), the server's own view of it (bucket bounds of its
+/metrics histograms: last message read -> ack written, and the ledger's charge), server RSS per session (half way through, with every session
 open: (that - idle) / sessions, summed over instances; and at the end, once they have closed),
 server CPU per acknowledged segment (instances summed; nginx and PostgreSQL apart), the load
 generator's own CPU, and the machine's load during the run (/proc/loadavg, and the CPU that
@@ -58,6 +60,7 @@ except ImportError:
     sys.exit(2)
 
 CHUNK = 65536
+SEGMENT_SECONDS = 5.0  # what the agent records per segment, and so how often each device sends
 
 
 def make_segment(folder):
@@ -272,6 +275,11 @@ def nginx_pids(master):
 
 
 async def device(port, token, segment, sha, seconds, start_delay, stats):
+    # A camera records in real time from its own start: a segment is due every 5 s at its own
+    # phase, however long its connection took to open. (Sending "5 s after the last send" instead
+    # kept every device whose handshake finished in the same crowded moment in step for the whole
+    # run: 700 segments in a quarter of a second, every 5 s.)
+    due = time.monotonic() + start_delay
     await asyncio.sleep(start_delay)
     hello = {"type": "hello", "protocol": 1, "device": token, "locale": "en-US", "agent": "load", "stream": str(uuid.uuid4()),
              "video": {"codec": "hevc", "container": "mp4", "width": 640, "height": 360, "fps": 10, "segmentMs": 5000}}
@@ -300,9 +308,15 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
                     pass  # counted by the sender, which sees the same close
 
             reading = asyncio.create_task(reader())
-            end = time.monotonic() + seconds - start_delay
+            end = due - start_delay + seconds
+            # A slot missed while connecting is sent at once (the agent kept that segment); the
+            # ones after keep the device's phase.
+            while due + SEGMENT_SECONDS < time.monotonic():
+                due += SEGMENT_SECONDS
             seq = 0
-            while time.monotonic() < end:
+            while due < end:
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                due += SEGMENT_SECONDS
                 captured = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
                 await ws.send(json.dumps({"type": "segment", "seq": seq, "capturedAt": captured, "durationMs": 5000, "frames": 50,
                                           "bytes": len(segment), "sha256": sha, "chunks": len(chunks)}))
@@ -311,8 +325,7 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
                 sent[seq] = time.perf_counter()
                 stats["sent"] += 1
                 seq += 1
-                await asyncio.sleep(max(0.0, min(5.0, end - time.monotonic())))
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(max(0.0, end - time.monotonic()) + 1.0)
             reading.cancel()
             stats["held"] += 1
     except websockets.ConnectionClosed as closed:
@@ -390,6 +403,27 @@ def sessions_gauge(port):
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     match = re.search(r"^guidance_sessions(?:\{[^}]*\})? ([0-9.e+]+)$", body, re.M)
     return int(float(match.group(1))) if match else None
+
+
+def histograms(port, names):
+    """The server's own histograms, {name: {upper bound in seconds: cumulative count}}:
+    guidance_segment_ack_duration_seconds (a segment's last message read -> its ack written) and
+    guidance_ledger_charge_duration_seconds (the session's call to the ledger -> its answer)."""
+    import urllib.request
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {name: {float(le): float(n) for le, n in re.findall(rf'^{name}_bucket\{{le="([^"]+)"\}} ([0-9.e+]+)$', body, re.M)}
+            for name in names}
+
+
+def bucket_quantile(buckets, p):
+    """The upper bound of the bucket that holds the p-th percentile, in ms; None if empty."""
+    total = max(buckets.values(), default=0)
+    if total <= 0:
+        return None
+    for le in sorted(buckets):
+        if buckets[le] >= p / 100 * total:
+            return le * 1000
+    return None
 
 
 def main():
@@ -479,6 +513,13 @@ def main():
             return sum(proc_rss_kib(s.pid) for s, _ in servers)
 
         end_rss = asyncio.run(run())
+        names = ["guidance_segment_ack_duration_seconds", "guidance_ledger_charge_duration_seconds"]
+        buckets = {name: {} for name in names}
+        for _, p in servers:
+            for name, counts in histograms(p, names).items():
+                for le, n in counts.items():
+                    buckets[name][le] = buckets[name].get(le, 0) + n
+        ack_buckets, charge_buckets = (buckets[name] for name in names)
         cpu = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
         machine_after = machine_cpu()
         server_cores_after = machine_cpu(server_cpus) if server_cpus else None
@@ -503,6 +544,11 @@ def main():
             "ack_ms_p50": percentile(latency_ms, 50), "ack_ms_p99": percentile(latency_ms, 99), "ack_ms_max": max(latency_ms, default=None),
             "steady_acks": len(steady_ms), "steady_ack_ms_p50": percentile(steady_ms, 50), "steady_ack_ms_p99": percentile(steady_ms, 99),
             "steady_ack_ms_max": max(steady_ms, default=None),
+            # The server's side of the same (its histogram's bucket bounds): what of the latency
+            # the server itself adds, from the segment's last message read to the ack written.
+            "server_ack_ms_p50_at_most": bucket_quantile(ack_buckets, 50), "server_ack_ms_p99_at_most": bucket_quantile(ack_buckets, 99),
+            "server_charge_ms_p50_at_most": bucket_quantile(charge_buckets, 50),
+            "server_charge_ms_p99_at_most": bucket_quantile(charge_buckets, 99),
             "server_rss_idle_mib": idle_rss / 1024, "server_rss_half_way_mib": mid_rss / 1024,
             "server_rss_per_session_kib": (mid_rss - idle_rss) / max(1, held_mid),
             "server_rss_peak_mib": peak_rss / 1024, "server_rss_end_mib": end_rss / 1024,

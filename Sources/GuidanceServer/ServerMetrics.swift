@@ -16,6 +16,8 @@ public final class ServerMetrics: Sendable {
     private let ledgerWrites: [LedgerWrite: Metrics.Counter]
     private let refused: [Refusal: Metrics.Counter]
     private let analyzerSeconds: Metrics.Timer
+    private let ackSeconds: Metrics.Timer
+    private let chargeSeconds: Metrics.Timer
     private let skipped: Metrics.Counter
 
     public enum LedgerWrite: String, Sendable, CaseIterable {
@@ -46,6 +48,8 @@ public final class ServerMetrics: Sendable {
         })
         analyzerSeconds = Metrics.Timer(label: "guidance_analyzer_duration_seconds", factory: factory)
         skipped = Metrics.Counter(label: "guidance_segments_not_analysed_total", factory: factory)
+        ackSeconds = Metrics.Timer(label: "guidance_segment_ack_duration_seconds", factory: factory)
+        chargeSeconds = Metrics.Timer(label: "guidance_ledger_charge_duration_seconds", factory: factory)
         sessionsGauge.record(0)
     }
 
@@ -58,11 +62,21 @@ public final class ServerMetrics: Sendable {
     func refused(_ reason: Refusal) { refused[reason]?.increment() }
     /// A segment waiting for the analyzer was replaced by a newer one of the same device.
     func analysisSkipped() { skipped.increment() }
-    func analyzed(after duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        analyzerSeconds.recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-    }
+    func analyzed(after duration: Duration) { analyzerSeconds.record(duration) }
+    /// From a segment's last message read to its ack written: its inspection, its charge, and the
+    /// waits between them.
+    func acknowledged(after duration: Duration) { ackSeconds.record(duration) }
+    /// A charge that the ledger answered (written, or found already written), from the session's
+    /// call to its return: the group it joined, the one before it, and the waits between.
+    func charged(after duration: Duration) { chargeSeconds.record(duration) }
 
     /// The text a Prometheus scrape gets.
     public func exposition() -> String { registry.emitToString() }
+}
+
+extension Metrics.Timer {
+    func record(_ duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+    }
 }

@@ -136,11 +136,14 @@ public struct StreamSession: Sendable {
                 case .verified(let received):
                     // The bytes, not the header: what the MP4 itself says decides, and what it costs.
                     guard let agent = machine.agent else { break }
-                    let video = try? await SegmentVideo.inspectOnPool(received.data)
+                    let arrived = ContinuousClock.now
+                    // Read in place: the boxes take tens of microseconds, less than a trip to a pool
+                    // thread and back, which on a busy core waits behind every other session.
+                    let video = try? SegmentVideo.inspect(received.data)
                     switch machine.judge(received, video: video, agent: agent) {
                     case .verified(let segment):
                         metrics.verified()
-                        guard try await finish(segment, agent: agent, lease: lease, outbound: outbound, analysis: analysis) else { return }
+                        guard try await finish(segment, arrived: arrived, agent: agent, lease: lease, outbound: outbound, analysis: analysis) else { return }
                     case .reject(let code, let text, let seq, let reason):
                         try await reject(code, text, seq: seq, reason: reason, log: &log, outbound: outbound)
                     default:
@@ -183,9 +186,9 @@ public struct StreamSession: Sendable {
         ])
     }
 
-    /// Charges and acknowledges a verified segment, and hands it to the analysis; `false` once the
-    /// session is closing.
-    private func finish(_ segment: StreamSession.StateMachine.Verified, agent: StreamSession.StateMachine.Agent, lease: Lease,
+    /// Charges and acknowledges a verified segment (`arrived`: when its last message was read), and
+    /// hands it to the analysis; `false` once the session is closing.
+    private func finish(_ segment: StreamSession.StateMachine.Verified, arrived: ContinuousClock.Instant, agent: StreamSession.StateMachine.Agent, lease: Lease,
                         outbound: WebSocketOutboundWriter, analysis: AsyncStream<ReceivedSegment>.Continuation) async throws -> Bool {
         let header = segment.header
         // With no allowance set, usage is unlimited and the ledger need not be asked.
@@ -202,7 +205,10 @@ public struct StreamSession: Sendable {
             seconds: segment.seconds, fence: lease.epoch.map { LeaseFence(device: device, epoch: $0) })
         let balance: DeviceBalance
         do {
-            switch try await ledger.charge(charge) {
+            let charging = ContinuousClock.now
+            let charged = try await ledger.charge(charge)
+            metrics.charged(after: ContinuousClock.now - charging)
+            switch charged {
             case .charged(let after):
                 metrics.ledger(.charged)
                 balance = after
@@ -235,6 +241,7 @@ public struct StreamSession: Sendable {
             return false
         }
         try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
+        metrics.acknowledged(after: ContinuousClock.now - arrived)
         logger.info("segment \(header.seq) verified", metadata: ["device": "\(device)", "bytes": "\(segment.data.count)"])
         if let folder = settings.keepDir {
             let file = URL(fileURLWithPath: folder).appendingPathComponent(Self.keptName(device: device, stream: charge.stream, seq: header.seq))

@@ -111,6 +111,9 @@ import TestSupport
         #expect(scraped.contains(#"guidance_segments_rejected_total{reason="duration"} 4"#), "\(scraped)")
         #expect(scraped.contains("guidance_segments_verified_total 1"), "\(scraped)")
         #expect(scraped.contains(#"guidance_ledger_writes_total{result="charged"} 1"#), "\(scraped)")
+        // Where an ack's time goes: one acknowledged segment, one charge (the refused ones are neither).
+        #expect(scraped.contains("guidance_segment_ack_duration_seconds_count 1"), "\(scraped)")
+        #expect(scraped.contains("guidance_ledger_charge_duration_seconds_count 1"), "\(scraped)")
         try await Self.stillServes(server)
     }
 

@@ -357,16 +357,18 @@ final class ChargeBatches: Sendable {
             return taken
         }
         let results = await write([charge] + others.map(\.charge))
-        let missing = Result<ChargeResult, any Error>.failure(LedgerError.unavailable("the ledger returned no result for a charge"))
-        for (index, other) in others.enumerated() {
-            other.turn.resume(returning: .done(index + 1 < results.count ? results[index + 1] : missing))
-        }
+        // The next group's writer first: resumed after this group's charges, it would wait for all
+        // of them to run (their acks, their logs) before its group could start.
         state.withLock { state in
             if state.waiting.isEmpty {
                 state.writing = false
             } else {
                 state.waiting.removeFirst().turn.resume(returning: .write)
             }
+        }
+        let missing = Result<ChargeResult, any Error>.failure(LedgerError.unavailable("the ledger returned no result for a charge"))
+        for (index, other) in others.enumerated() {
+            other.turn.resume(returning: .done(index + 1 < results.count ? results[index + 1] : missing))
         }
         return try (results.first ?? missing).get()
     }
