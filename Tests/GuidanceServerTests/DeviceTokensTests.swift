@@ -1,0 +1,52 @@
+import ConfigSupport
+import Foundation
+@testable import GuidanceServer
+import Testing
+
+/// The tokens file as a fleet has it: read by walking the composed YAML mapping once.
+@Suite struct DeviceTokensTests {
+    @Test func aFleetsTokensFileIsReadWhole() throws {
+        var text = "# Device tokens of the guidance server\n"
+        for i in 0..<3000 {
+            // Both forms an operator may write: plain, and quoted as `guidance-server token` writes.
+            text += i.isMultiple(of: 2) ? "tok-\(i): car-\(i)\n" : "\"tok-\(i)\": \"car-\(i)\"\n"
+        }
+        let tokens = try Self.read(text)
+        #expect(tokens.devices.count == 3000)
+        #expect(tokens.device(authorization: "Bearer tok-0") == "car-0")
+        #expect(tokens.device(authorization: "Bearer tok-1") == "car-1")
+        #expect(tokens.device(authorization: "Bearer tok-2999") == "car-2999")
+        #expect(tokens.device(authorization: "Bearer tok-3000") == nil)
+        #expect(tokens.device(authorization: "tok-0") == nil)
+    }
+
+    @Test(arguments: ["a: [x]\n", "- a\n", "a: b\na: c\n", "a: {b: c}\n", "just text\n", "{}\n", "\"\": car\n", "tok: \"\"\n"])
+    func anythingButAMappingOfTokensToDevicesIsRefused(text: String) {
+        #expect(throws: ConfigError.self, "\(text)") { try Self.read(text) }
+    }
+
+    @Test func aFileWithNoTokenLeftIsReadWhenItChanges() throws {
+        // What `guidance-server token remove` leaves after the last device: the server reads it
+        // again as "no device", not as an error.
+        #expect(try Self.read("# comment\n{}\n", allowEmpty: true).isEmpty)
+    }
+
+    private static func read(_ text: String) throws -> DeviceTokens {
+        try withFile(text) { try DeviceTokens(file: $0) }
+    }
+
+    private static func read(_ text: String, allowEmpty: Bool) throws -> [String: String] {
+        try withFile(text) { try DeviceTokens.parse(file: $0, key: "server.tokensFile", allowEmpty: allowEmpty) }
+    }
+
+    private static func withFile<T>(_ text: String, _ body: (String) throws -> T) throws -> T {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tokens-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let file = folder.appendingPathComponent("tokens.yaml").path
+        guard FileManager.default.createFile(atPath: file, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw CocoaError(.fileWriteUnknown)
+        }
+        return try body(file)
+    }
+}
