@@ -137,9 +137,7 @@ public struct StreamSession: Sendable {
                     // The bytes, not the header: what the MP4 itself says decides, and what it costs.
                     guard let agent = machine.agent else { break }
                     let arrived = ContinuousClock.now
-                    // Read in place: the boxes take tens of microseconds, less than a trip to a pool
-                    // thread and back, which on a busy core waits behind every other session.
-                    let video = try? SegmentVideo.inspect(received.data)
+                    let video = try? await SegmentVideo.inspectOnPool(received.data)
                     switch machine.judge(received, video: video, agent: agent) {
                     case .verified(let segment):
                         metrics.verified()

@@ -8,9 +8,7 @@ public import RoadScene
 /// A received segment's video, worked on with libavcodec (``CSegmentVideo``) on a thread pool of
 /// its own, never on the cooperative one, and never on NIO's shared blocking pool (the SQLite
 /// ledger's queries run there; a second of decoding and detection must not hold up a charge):
-/// keyframes as JPEG, the whole clip as H.264, frames in gray. What the MP4 says of itself is read
-/// in place (``inspect(_:)``): boxes only, tens of microseconds, which a segment's `ack` would
-/// otherwise spend twice crossing to a pool and back.
+/// keyframes as JPEG, the whole clip as H.264, frames in gray, and what the MP4 says of itself.
 /// libavformat reads the segment from memory with its MP4 demuxer only: no other format is
 /// probed and no protocol, file or URL can be opened from inside a segment.
 public enum SegmentVideo {
@@ -34,8 +32,7 @@ public enum SegmentVideo {
     }
 
     /// Reads the MP4 boxes of `segment`, from memory and as MP4 only, without decoding a frame;
-    /// on the calling thread (tens of microseconds for a 5-s segment; its size is limited by
-    /// `server.maxSegmentBytes` before it gets here).
+    /// on the calling thread (a few milliseconds for a segment).
     public static func inspect(_ segment: Data) throws -> Info {
         try segment.withUnsafeBytes { raw in try inspect(raw.bindMemory(to: UInt8.self)) }
     }
@@ -107,6 +104,12 @@ public enum SegmentVideo {
         return collected.frames
     }
 
+    /// What the MP4 says of itself (``inspect(_:)``), read on a pool of its own: a segment's `ack`
+    /// waits for this, so it must not queue behind other sessions' decoding on ``pool``.
+    public static func inspectOnPool(_ segment: Data) async throws -> Info {
+        try await inspectPool.runIfActive { try inspect(segment) }
+    }
+
     /// Runs `body` on the decode pool with the segment's bytes. Work still queued when its task
     /// is cancelled (the session ended) is dropped when its turn comes, not done for nobody.
     static func onPool<T: Sendable>(_ segment: Data, _ body: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T {
@@ -123,6 +126,14 @@ public enum SegmentVideo {
 
     /// One thread per core, started on first use and kept for the life of the process.
     static let pool: NIOThreadPool = {
+        let pool = NIOThreadPool(numberOfThreads: System.coreCount)
+        pool.start()
+        return pool
+    }()
+
+    /// For ``inspectOnPool(_:)``: reading boxes takes milliseconds, so one thread per core is
+    /// plenty, and none of them ever decodes.
+    static let inspectPool: NIOThreadPool = {
         let pool = NIOThreadPool(numberOfThreads: System.coreCount)
         pool.start()
         return pool
