@@ -137,7 +137,7 @@ public struct StreamSession: Sendable {
                     // The bytes, not the header: what the MP4 itself says decides, and what it costs.
                     guard let agent = machine.agent else { break }
                     let arrived = ContinuousClock.now
-                    let video = try? await SegmentVideo.inspectOnPool(received.data)
+                    let video = try? await SegmentVideo.inspectReceived(received.data)
                     switch machine.judge(received, video: video, agent: agent) {
                     case .verified(let segment):
                         metrics.verified()

@@ -164,6 +164,22 @@ import Testing
 
     /// Decode work queued behind others for a session that has since ended is dropped when its turn
     /// comes: a device that went away costs the pool nothing more.
+    /// A segment's boxes are read in place up to 1 MiB and on the inspection pool above: the same
+    /// answer either way, and the same refusal of what is not an MP4.
+    @Test func aReceivedSegmentIsReadTheSameInPlaceAndOnThePool() async throws {
+        let clip = await SampleSegment.clip(2)
+        let small = Data(SampleSegment.tagged(clip, 1))
+        let large = Data(SampleSegment.tagged(clip, 1, bytes: SegmentVideo.inPlaceBytes + 1))
+        #expect(small.count <= SegmentVideo.inPlaceBytes && large.count > SegmentVideo.inPlaceBytes)
+        let inPlace = try await SegmentVideo.inspectReceived(small)
+        let onPool = try await SegmentVideo.inspectReceived(large)
+        #expect(inPlace == onPool)
+        #expect(inPlace.codec == "hevc" && inPlace.frames > 0, "\(inPlace)")
+        for bytes in [Data(repeating: 7, count: 4096), Data(repeating: 7, count: SegmentVideo.inPlaceBytes + 1)] {
+            await #expect(throws: SegmentVideo.Failure.self) { try await SegmentVideo.inspectReceived(bytes) }
+        }
+    }
+
     @Test func queuedWorkOfAnEndedSessionIsDropped() async throws {
         final class Seen: Sendable {
             let busy = Atomic<Int>(0)
