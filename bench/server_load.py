@@ -279,7 +279,8 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
     # phase, however long its connection took to open. (Sending "5 s after the last send" instead
     # kept every device whose handshake finished in the same crowded moment in step for the whole
     # run: 700 segments in a quarter of a second, every 5 s.)
-    due = time.monotonic() + start_delay
+    start = time.monotonic()
+    due, end = start + start_delay, start + seconds
     await asyncio.sleep(start_delay)
     hello = {"type": "hello", "protocol": 1, "device": token, "locale": "en-US", "agent": "load", "stream": str(uuid.uuid4()),
              "video": {"codec": "hevc", "container": "mp4", "width": 640, "height": 360, "fps": 10, "segmentMs": 5000}}
@@ -308,7 +309,6 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
                     pass  # counted by the sender, which sees the same close
 
             reading = asyncio.create_task(reader())
-            end = due - start_delay + seconds
             # A slot missed while connecting is sent at once (the agent kept that segment); the
             # ones after keep the device's phase.
             while due + SEGMENT_SECONDS < time.monotonic():
@@ -398,9 +398,14 @@ def percentile(values, p):
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def sessions_gauge(port):
+def scrape(port):
+    """The server's /metrics, Prometheus text."""
     import urllib.request
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def sessions_gauge(port):
+    body = scrape(port)
     match = re.search(r"^guidance_sessions(?:\{[^}]*\})? ([0-9.e+]+)$", body, re.M)
     return int(float(match.group(1))) if match else None
 
@@ -409,8 +414,7 @@ def histograms(port, names):
     """The server's own histograms, {name: {upper bound in seconds: cumulative count}}:
     guidance_segment_ack_duration_seconds (a segment's last message read -> its ack written) and
     guidance_ledger_charge_duration_seconds (the session's call to the ledger -> its answer)."""
-    import urllib.request
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    body = scrape(port)
     return {name: {float(le): float(n) for le, n in re.findall(rf'^{name}_bucket\{{le="([^"]+)"\}} ([0-9.e+]+)$', body, re.M)}
             for name in names}
 
