@@ -147,8 +147,8 @@ import TestSupport
         #expect(try await store.sql("SELECT count(*) || '|' || sum(input_tokens) FROM model_usage WHERE device = 'car-1'") == "2|2580")
     }
 
-    /// A ledger file made before token totals existed (schema 1) is brought up to date when the
-    /// server opens it, and keeps every balance.
+    /// A ledger file made before token totals existed (schema 1) is brought up to date (schema 3)
+    /// when the server opens it, and keeps every balance.
     @Test func aSchemaOneSQLiteLedgerIsUpgradedInPlace() async throws {
         let file = try Self.folder().appendingPathComponent("old.sqlite").path
         let old = """
@@ -169,7 +169,12 @@ import TestSupport
         #expect(try await ledger.balance(device: "car-1").inputTokens == 10)
         try await ledger.shutdown()
         let version = try await Command.executeAsync("/usr/bin/sqlite3", [file, "PRAGMA user_version"])
-        #expect(version.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "2")
+        #expect(version.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "3")
+        // Schema 3's pairing tables came with the same upgrade.
+        let tables = try await Command.executeAsync("/usr/bin/sqlite3", [file, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"])
+        for table in ["code_entry_failures", "device_authorizations", "owners", "paired_devices", "refresh_families", "refresh_tokens"] {
+            #expect(tables.stdout.split(separator: "\n").contains(Substring(table)), "\(table)")
+        }
     }
 
     @Test func aBadLedgerValueIsAConfigErrorExit78() async throws {

@@ -31,7 +31,7 @@ public final class SQLiteLedger: UsageLedger {
     static let busyTimeoutMs = 10_000
 
     /// Schema version, in `PRAGMA user_version`.
-    static let version = 2
+    static let version = 3
 
     static let schema = [
         """
@@ -57,6 +57,35 @@ public final class SQLiteLedger: UsageLedger {
             input_tokens INTEGER NOT NULL CHECK (input_tokens >= 0), output_tokens INTEGER NOT NULL CHECK (output_tokens >= 0),
             at TEXT NOT NULL, PRIMARY KEY (device, stream, seq))
         """,
+        // Schema 3: pairing (owners, device authorizations, paired devices, refresh tokens). Times
+        // are milliseconds since the Unix epoch; codes and tokens are stored only as hashes.
+        """
+        CREATE TABLE IF NOT EXISTS owners (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, email TEXT NOT NULL UNIQUE, display_name TEXT NOT NULL,
+            password_hash TEXT, created_at INTEGER NOT NULL)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS device_authorizations (
+            device_code_hash TEXT PRIMARY KEY, user_code TEXT NOT NULL UNIQUE, device_name TEXT NOT NULL,
+            state TEXT NOT NULL, owner INTEGER, issued_at INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+            interval_s INTEGER NOT NULL, last_polled_at INTEGER)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS paired_devices (
+            device TEXT PRIMARY KEY, owner INTEGER NOT NULL REFERENCES owners (id), label TEXT NOT NULL,
+            paired_at INTEGER NOT NULL, last_seen_at INTEGER, unpaired_at INTEGER)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS refresh_families (
+            id TEXT PRIMARY KEY, device TEXT NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS refresh_tokens (
+            hash TEXT PRIMARY KEY, family TEXT NOT NULL REFERENCES refresh_families (id), issued_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL, spent_at INTEGER, successor TEXT)
+        """,
+        "CREATE TABLE IF NOT EXISTS code_entry_failures (key TEXT NOT NULL, at INTEGER NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS code_entry_failures_key ON code_entry_failures (key, at)",
         """
         CREATE TRIGGER IF NOT EXISTS model_usage_balance AFTER INSERT ON model_usage BEGIN
             INSERT INTO balances (device, input_tokens, output_tokens) VALUES (NEW.device, NEW.input_tokens, NEW.output_tokens)
@@ -135,7 +164,8 @@ public final class SQLiteLedger: UsageLedger {
         return connection
     }
 
-    private static func prepare(path: String, logger: Logger) async throws -> SQLiteConnection {
+    /// A connection to the ledger at `path` whose schema is this server's, migrated if it was older.
+    static func prepare(path: String, logger: Logger) async throws -> SQLiteConnection {
         let connection = try await connect(path: path, logger: logger)
         do {
             // The schema and its version change together or not at all (SQLite's DDL and

@@ -1,0 +1,267 @@
+import Foundation
+public import Logging
+import SQLiteNIO
+
+/// Pairings in the ledger's SQLite file (schema 3 of ``SQLiteLedger``), on a connection of their
+/// own: a pairing step is several statements in one transaction, and on the ledger's shared
+/// connection a charge could land inside it (and be rolled back with it after being
+/// acknowledged). Transactions on this connection run one at a time, in arrival order;
+/// `BEGIN IMMEDIATE` takes the file's write lock first, so a second server on the same file (or
+/// `guidance-server owner add`) waits its turn instead of failing half way.
+public final class SQLitePairingStore: PairingStore {
+    private let connection: SQLiteConnection
+    private let turns = Turns()
+    private let path: String
+
+    public static func open(path: String, logger: Logger) async throws -> SQLitePairingStore {
+        SQLitePairingStore(connection: try await SQLiteLedger.prepare(path: path, logger: logger), path: path)
+    }
+
+    private init(connection: SQLiteConnection, path: String) {
+        self.connection = connection
+        self.path = path
+    }
+
+    public func shutdown() async throws { try await connection.close() }
+
+    public func startAuthorization(
+        deviceCodeHash: String, deviceName: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
+        newUserCode: @Sendable () -> String
+    ) async throws -> (userCode: String, authorization: DeviceAuthorization) {
+        let authorization = DeviceAuthorization(deviceName: deviceName, nowMs: nowMs, settings: settings)
+        return try await transaction { db in
+            // Codes of expired authorizations are free again.
+            _ = try await db.query("DELETE FROM device_authorizations WHERE expires_at <= ?", [.integer(Int(nowMs))])
+            // 10^9 codes and at most thousands live: a clash is rare, and the next code is tried.
+            for _ in 0..<16 {
+                let userCode = newUserCode()
+                let taken = try await db.query("SELECT 1 FROM device_authorizations WHERE user_code = ?", [.text(userCode)])
+                guard taken.isEmpty else { continue }
+                _ = try await db.query(
+                    """
+                    INSERT INTO device_authorizations (device_code_hash, user_code, device_name, state, owner, issued_at,
+                        expires_at, interval_s, last_polled_at) VALUES (?, ?, ?, 'pending', NULL, ?, ?, ?, NULL)
+                    """,
+                    [.text(deviceCodeHash), .text(userCode), .text(deviceName), .integer(Int(authorization.issuedAtMs)),
+                     .integer(Int(authorization.expiresAtMs)), .integer(authorization.intervalSeconds)])
+                return (userCode, authorization)
+            }
+            throw LedgerError.unavailable("no free user code after 16 tries")
+        }
+    }
+
+    public func poll(
+        deviceCodeHash: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
+        newDevice: String, refreshTokenHash: String, refreshExpiresAtMs: Int64
+    ) async throws -> PairingPoll {
+        try await transaction { db in
+            guard let row = try await db.query(
+                "SELECT * FROM device_authorizations WHERE device_code_hash = ?", [.text(deviceCodeHash)]).first,
+                var authorization = Self.authorization(row)
+            else { return .unknown }
+            let outcome = authorization.poll(nowMs: nowMs, settings: settings)
+            _ = try await db.query(
+                "UPDATE device_authorizations SET state = ?, interval_s = ?, last_polled_at = ? WHERE device_code_hash = ?",
+                [.text(Self.stateName(authorization.state)), .integer(authorization.intervalSeconds),
+                 authorization.lastPolledAtMs.map { .integer(Int($0)) } ?? .null, .text(deviceCodeHash)])
+            guard case .issue(let owner) = outcome else { return .outcome(outcome) }
+            let device = PairedDevice(device: newDevice, owner: owner, label: authorization.deviceName, pairedAtMs: nowMs)
+            _ = try await db.query(
+                "INSERT INTO paired_devices (device, owner, label, paired_at) VALUES (?, ?, ?, ?)",
+                [.text(device.device), .integer(Int(owner)), .text(device.label), .integer(Int(nowMs))])
+            let family = newDevice + "/" + String(nowMs)
+            _ = try await db.query(
+                "INSERT INTO refresh_families (id, device, created_at) VALUES (?, ?, ?)",
+                [.text(family), .text(device.device), .integer(Int(nowMs))])
+            _ = try await db.query(
+                "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (?, ?, ?, ?)",
+                [.text(refreshTokenHash), .text(family), .integer(Int(nowMs)), .integer(Int(refreshExpiresAtMs))])
+            return .paired(device)
+        }
+    }
+
+    public func lookUp(userCode: String, owner: Int64, address: String, nowMs: Int64) async throws -> CodeLookUp {
+        try await transaction { db in
+            let keys = ["owner:\(owner)", "address:\(address)"]
+            let window = max(CodeEntryLimiter.perAccount.windowMs, CodeEntryLimiter.perAddress.windowMs)
+            _ = try await db.query("DELETE FROM code_entry_failures WHERE at <= ?", [.integer(Int(nowMs - window))])
+            for (key, limiter) in zip(keys, [CodeEntryLimiter.perAccount, .perAddress]) {
+                let failures = try await db.query("SELECT at FROM code_entry_failures WHERE key = ?", [.text(key)])
+                    .compactMap { $0.column("at")?.integer.map(Int64.init) }
+                if case .wait(let seconds) = limiter.verdict(failures: failures, nowMs: nowMs) { return .limited(waitSeconds: seconds) }
+            }
+            if let row = try await db.query("SELECT * FROM device_authorizations WHERE user_code = ?", [.text(userCode)]).first,
+               let authorization = Self.authorization(row), authorization.state == .pending, !authorization.isExpired(nowMs: nowMs) {
+                return .pending(deviceName: authorization.deviceName, secondsLeft: authorization.secondsLeft(nowMs: nowMs))
+            }
+            for key in keys {
+                _ = try await db.query("INSERT INTO code_entry_failures (key, at) VALUES (?, ?)", [.text(key), .integer(Int(nowMs))])
+            }
+            return .wrong
+        }
+    }
+
+    public func decide(userCode: String, decision: DeviceAuthorization.Decision, nowMs: Int64) async throws -> DeviceAuthorization.DecisionOutcome? {
+        try await transaction { db in
+            guard let row = try await db.query("SELECT * FROM device_authorizations WHERE user_code = ?", [.text(userCode)]).first,
+                  var authorization = Self.authorization(row), let hash = row.column("device_code_hash")?.string
+            else { return nil }
+            let outcome = authorization.decide(decision, nowMs: nowMs)
+            guard outcome == .decided else { return outcome }
+            var owner: SQLiteData = .null
+            if case .approved(let id) = authorization.state { owner = .integer(Int(id)) }
+            _ = try await db.query(
+                "UPDATE device_authorizations SET state = ?, owner = ? WHERE device_code_hash = ?",
+                [.text(Self.stateName(authorization.state)), owner, .text(hash)])
+            return outcome
+        }
+    }
+
+    public func refresh(tokenHash: String, newTokenHash: String, nowMs: Int64, expiresAtMs: Int64,
+                        rules: RefreshTokenRules) async throws -> RefreshResult {
+        try await transaction { db in
+            guard let row = try await db.query(
+                """
+                SELECT t.family, t.spent_at, t.successor, t.expires_at, f.revoked_at, f.device,
+                    (SELECT s.spent_at FROM refresh_tokens s WHERE s.hash = t.successor) AS successor_spent,
+                    d.owner, d.label, d.paired_at, d.unpaired_at
+                FROM refresh_tokens t JOIN refresh_families f ON f.id = t.family
+                LEFT JOIN paired_devices d ON d.device = f.device
+                WHERE t.hash = ?
+                """, [.text(tokenHash)]).first,
+                let family = row.column("family")?.string, let device = row.column("device")?.string
+            else { return .refused }
+            let paired = row.column("owner")?.integer != nil && row.column("unpaired_at")?.integer == nil
+            let presented = RefreshTokenRules.Presented(
+                familyRevoked: row.column("revoked_at")?.integer != nil || !paired,
+                spentAtMs: row.column("spent_at")?.integer.map(Int64.init),
+                successorUsed: row.column("successor_spent")?.integer != nil,
+                expiresAtMs: Int64(row.column("expires_at")?.integer ?? 0))
+            switch rules.judge(presented, nowMs: nowMs) {
+            case .refuse:
+                return .refused
+            case .reuse:
+                _ = try await db.query("UPDATE refresh_families SET revoked_at = ? WHERE id = ?", [.integer(Int(nowMs)), .text(family)])
+                return .reused(device: device)
+            case .rotate:
+                _ = try await db.query(
+                    "UPDATE refresh_tokens SET spent_at = ?, successor = ? WHERE hash = ?",
+                    [.integer(Int(nowMs)), .text(newTokenHash), .text(tokenHash)])
+            case .retry:
+                // The successor it never received is dropped; the grace still counts from the first spend.
+                if let lost = row.column("successor")?.string {
+                    _ = try await db.query("DELETE FROM refresh_tokens WHERE hash = ?", [.text(lost)])
+                }
+                _ = try await db.query("UPDATE refresh_tokens SET successor = ? WHERE hash = ?", [.text(newTokenHash), .text(tokenHash)])
+            }
+            _ = try await db.query(
+                "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (?, ?, ?, ?)",
+                [.text(newTokenHash), .text(family), .integer(Int(nowMs)), .integer(Int(expiresAtMs))])
+            return .rotated(PairedDevice(
+                device: device, owner: Int64(row.column("owner")?.integer ?? 0), label: row.column("label")?.string ?? "",
+                pairedAtMs: Int64(row.column("paired_at")?.integer ?? 0)))
+        }
+    }
+
+    public func pairedDevice(_ device: String) async throws -> PairedDevice? {
+        try await connection.query(
+            "SELECT device, owner, label, paired_at FROM paired_devices WHERE device = ? AND unpaired_at IS NULL", [.text(device)]
+        ).first.map {
+            PairedDevice(device: $0.column("device")?.string ?? "", owner: Int64($0.column("owner")?.integer ?? 0),
+                         label: $0.column("label")?.string ?? "", pairedAtMs: Int64($0.column("paired_at")?.integer ?? 0))
+        }
+    }
+
+    public func addOwner(email: String, displayName: String, nowMs: Int64) async throws -> Int64 {
+        try await transaction { db in
+            let rows = try await db.query(
+                "INSERT INTO owners (email, display_name, created_at) VALUES (?, ?, ?) RETURNING id",
+                [.text(email), .text(displayName), .integer(Int(nowMs))])
+            guard let id = rows.first?.column("id")?.integer else { throw LedgerError.unavailable("owner \(email) was not added") }
+            return Int64(id)
+        }
+    }
+
+    public func owner(id: Int64) async throws -> Owner? {
+        try await connection.query("SELECT id, email, display_name FROM owners WHERE id = ?", [.integer(Int(id))]).first.map {
+            Owner(id: Int64($0.column("id")?.integer ?? 0), email: $0.column("email")?.string ?? "",
+                  displayName: $0.column("display_name")?.string ?? "")
+        }
+    }
+
+    // MARK: - Rows
+
+    private static func stateName(_ state: DeviceAuthorization.State) -> String {
+        switch state {
+        case .pending: "pending"
+        case .approved: "approved"
+        case .denied: "denied"
+        case .redeemed: "redeemed"
+        }
+    }
+
+    private static func authorization(_ row: SQLiteRow) -> DeviceAuthorization? {
+        let state: DeviceAuthorization.State
+        switch row.column("state")?.string {
+        case "pending": state = .pending
+        case "approved":
+            guard let owner = row.column("owner")?.integer else { return nil }
+            state = .approved(owner: Int64(owner))
+        case "denied": state = .denied
+        case "redeemed": state = .redeemed
+        default: return nil
+        }
+        guard let issued = row.column("issued_at")?.integer, let expires = row.column("expires_at")?.integer,
+              let interval = row.column("interval_s")?.integer, let name = row.column("device_name")?.string
+        else { return nil }
+        return DeviceAuthorization(
+            state: state, issuedAtMs: Int64(issued), expiresAtMs: Int64(expires), intervalSeconds: interval,
+            lastPolledAtMs: row.column("last_polled_at")?.integer.map(Int64.init), deviceName: name)
+    }
+
+    // MARK: - Transactions
+
+    /// Runs `body` in one `BEGIN IMMEDIATE … COMMIT`, after every transaction that came before it
+    /// on this connection; any error rolls it back.
+    private func transaction<T: Sendable>(_ body: (SQLiteConnection) async throws -> T) async throws -> T {
+        await turns.take()
+        do {
+            _ = try await connection.query("BEGIN IMMEDIATE")
+            do {
+                let result = try await body(connection)
+                _ = try await connection.query("COMMIT")
+                await turns.give()
+                return result
+            } catch {
+                _ = try? await connection.query("ROLLBACK")
+                throw error
+            }
+        } catch {
+            await turns.give()
+            throw error
+        }
+    }
+}
+
+/// One at a time, first come first served: an async lock for a connection's transactions (an
+/// actor alone would let a second transaction in at the first one's `await`).
+actor Turns {
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    func take() async {
+        guard busy else {
+            busy = true
+            return
+        }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    func give() {
+        if waiting.isEmpty {
+            busy = false
+        } else {
+            waiting.removeFirst().resume()
+        }
+    }
+}
