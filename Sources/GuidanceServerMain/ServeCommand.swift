@@ -1,4 +1,5 @@
 import ArgumentParser
+import ConfigSupport
 import FFmpegLog
 import GuidanceServer
 import Hummingbird
@@ -25,9 +26,11 @@ struct ServeCommand: AsyncParsableCommand {
         // Configuration first (exit 78), before the ledger is opened or created.
         do { _ = try DeviceTokens(file: config.server.tokensFile) } catch { fail("\(error)", exit: 78) }
         let (ledger, leases, services) = try await options.openLedger(config, logger: logger)
+        let pairing: Pairing?
+        do { pairing = try await config.openPairing(logger: logger) } catch let error as ConfigError { fail("\(error)", exit: 78) }
         let app: any ApplicationProtocol
         do {
-            app = try config.makeServer(logger: logger, ledger: ledger, leases: leases, services: services).application { port in
+            app = try config.makeServer(logger: logger, ledger: ledger, leases: leases, services: services, pairing: pairing).application { port in
                 logger.notice("listening on \(config.server.host):\(port)\(config.server.usesTLS ? " (TLS)" : "")")
             }
         } catch {

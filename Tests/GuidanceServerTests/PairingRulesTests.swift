@@ -212,3 +212,32 @@ import Testing
         }
     }
 }
+
+@Suite struct AccessTokensTests {
+    let tokens = AccessTokens(key: Array(repeating: 7, count: 32), lifetimeSeconds: 600)
+    let now: Int64 = 1_780_000_000
+
+    @Test func aTokenNamesItsDeviceUntilItExpires() throws {
+        let (token, claims) = tokens.issue(device: "car-abc", owner: 3, nowSeconds: now)
+        #expect(claims.exp == now + 600)
+        #expect(tokens.verify(token, nowSeconds: now + 599)?.sub == "car-abc")
+        #expect(tokens.verify(token, nowSeconds: now + 599)?.owner == 3)
+        #expect(tokens.verify(token, nowSeconds: now + 600) == nil)
+        // Another server's key does not verify it.
+        #expect(AccessTokens(key: Array(repeating: 8, count: 32)).verify(token, nowSeconds: now) == nil)
+    }
+
+    @Test func aChangedOrForgedTokenIsRefused() throws {
+        let (token, _) = tokens.issue(device: "car-abc", owner: 3, nowSeconds: now)
+        let parts = token.split(separator: ".").map(String.init)
+        // Another device in the payload, the signature kept.
+        let payload = AccessTokens.base64URL(Data(#"{"aud":"guidance-stream","exp":1780000600,"iat":1780000000,"iss":"guidance-server","owner":3,"sub":"car-xyz"}"#.utf8))
+        #expect(tokens.verify([parts[0], payload, parts[2]].joined(separator: "."), nowSeconds: now) == nil)
+        // "alg": "none" and an empty signature.
+        let none = AccessTokens.base64URL(Data(#"{"alg":"none","typ":"JWT"}"#.utf8))
+        #expect(tokens.verify([none, parts[1], ""].joined(separator: "."), nowSeconds: now) == nil)
+        for bad in ["", ".", "..", "a.b.c", token + ".", String(token.dropLast()), token + "=", String(repeating: "a", count: 5000)] {
+            #expect(tokens.verify(bad, nowSeconds: now) == nil, "\(bad.prefix(40))")
+        }
+    }
+}

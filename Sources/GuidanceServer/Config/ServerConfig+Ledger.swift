@@ -22,9 +22,7 @@ extension ServerConfig {
             guard !path.isEmpty else {
                 throw .invalidOption("ledger", shown, "sqlite:PATH with a file path, or postgres://USER@HOST:PORT/DATABASE")
             }
-            if path.hasPrefix("/") { return .sqlite(path: path) }
-            let base = environment["STATE_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }
-            return .sqlite(path: base.map { URL(fileURLWithPath: $0).appendingPathComponent(path).path } ?? path)
+            return .sqlite(path: Self.inStateDirectory(path, environment: environment))
         }
         if ledger.hasPrefix("postgres://") || ledger.hasPrefix("postgresql://") {
             guard let url = URL(string: ledger), url.host != nil, url.path.count > 1 else {
@@ -33,6 +31,14 @@ extension ServerConfig {
             return .postgres(url: ledger)
         }
         throw .invalidOption("ledger", shown, "sqlite:PATH (one server) or postgres://USER@HOST:PORT/DATABASE (several)")
+    }
+
+    /// `path`, or for a relative one, `path` in `$STATE_DIRECTORY` (systemd's `StateDirectory=`)
+    /// when it is set: where the server's own files live.
+    static func inStateDirectory(_ path: String, environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if path.hasPrefix("/") { return path }
+        let base = environment["STATE_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }
+        return base.map { URL(fileURLWithPath: $0).appendingPathComponent(path).path } ?? path
     }
 
     /// `value` with the password of a `scheme://user:password@…` URL replaced by `***`, well-formed
@@ -69,5 +75,23 @@ extension ServerConfig {
             let store = try PostgresStore(url: url, logger: logger)
             return (store.ledger, store.ledgerServices)
         }
+    }
+
+    /// Pairing as `pairing.*` configures it, or `nil` when it is off. Pairings live in the ledger's
+    /// database; the signing key file is created (0600) with a random key the first time.
+    public func openPairing(logger: Logger) async throws -> Pairing? {
+        guard pairing.enabled else { return nil }
+        let store: any PairingStore
+        switch try ledgerLocation() {
+        case .sqlite(let path):
+            store = try await SQLitePairingStore.open(path: path, logger: logger)
+        case .postgres:
+            throw ConfigError.invalidOption("pairing.enabled", "true", "false with a PostgreSQL ledger: pairing is stored in a SQLite ledger only, so far")
+        }
+        let key = try SigningKey.load(Self.inStateDirectory(pairing.signingKeyFile), key: "pairing.signingKeyFile")
+        var setup = Pairing(store: store, tokens: AccessTokens(key: key, lifetimeSeconds: Int64(pairing.accessTokenSeconds)),
+                            verificationURI: pairing.verificationURI ?? "\(server.usesTLS ? "https" : "http")://\(server.host):\(server.port)/pair")
+        setup.refreshLifetimeMs = Int64(pairing.refreshTokenDays) * 86_400_000
+        return setup
     }
 }

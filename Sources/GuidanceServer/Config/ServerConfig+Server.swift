@@ -7,7 +7,8 @@ extension ServerConfig {
     /// The server this configuration describes, with its tokens and analyzer loaded; `ledger`,
     /// `leases` and `services` come from ``openLedger(logger:)``. A problem with the tokens file,
     /// the script or the TLS files is a configuration error.
-    public func makeServer(logger: Logger, ledger: any UsageLedger, leases: any SessionLeases, services: [any Service]) throws -> StreamServer {
+    public func makeServer(logger: Logger, ledger: any UsageLedger, leases: any SessionLeases, services: [any Service],
+                           pairing: Pairing? = nil) throws -> StreamServer {
         let analyzer = try makeAnalyzer(ledger: ledger, logger: logger)
         let tls = server.tlsCertFile.flatMap { cert in server.tlsKeyFile.map { (certificateFile: cert, keyFile: $0) } }
         return StreamServer(
@@ -16,7 +17,7 @@ extension ServerConfig {
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections,
                             maxConnectionsPerDevice: server.maxConnectionsPerDevice, closeTimeoutMs: server.closeTimeoutMs),
             tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
-            services: services, logger: logger)
+            services: services, pairing: pairing, logger: logger)
     }
 
     /// The analyzer `analyzer.kind` names. Its files (script, API key) are configuration: a

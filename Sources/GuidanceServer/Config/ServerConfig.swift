@@ -12,6 +12,7 @@ public struct ServerConfig: LoadableConfig {
     public var server = Server()
     public var analyzer = Analyzer()
     public var usage = Usage()
+    public var pairing = PairingSection()
     public var log = Log()
     /// Where usage is kept: `sqlite:PATH` (one server) or `postgres://…` (a fleet of instances).
     public var ledger = "sqlite:usage.sqlite"
@@ -75,6 +76,17 @@ public struct ServerConfig: LoadableConfig {
     public struct Usage: Sendable, Equatable {
         /// Seconds of video each device may still have analyzed; nil is unlimited.
         public var remainingSeconds: Int?
+
+        public init() {}
+    }
+
+    /// Pairing cars to owners by a spoken code (RFC 8628) and the device credentials it gives.
+    public struct PairingSection: Sendable, Equatable {
+        public var enabled = false
+        public var signingKeyFile = "signing.key"
+        public var verificationURI: String?
+        public var accessTokenSeconds = 600
+        public var refreshTokenDays = 90
 
         public init() {}
     }
@@ -182,6 +194,21 @@ extension ServerConfig {
         .optionalInt(
             "usage.remainingSeconds", \.usage.remainingSeconds, 0...100_000_000,
             "Seconds of video each device may have analyzed before it is closed as over quota; unset is unlimited."),
+        .bool(
+            "pairing.enabled", \.pairing.enabled,
+            "Cars without a token pair themselves to an owner's account by a spoken code (`POST /oauth/device_authorization`, `POST /oauth/token`); static tokens keep working."),
+        .string(
+            "pairing.signingKeyFile", \.pairing.signingKeyFile, type: "path",
+            "Key that signs device access tokens (mode 0600; the same file on every instance; a relative path is in $STATE_DIRECTORY when systemd sets it); created with a random key if missing."),
+        .optionalString(
+            "pairing.verificationURI", \.pairing.verificationURI, type: "URL",
+            "Page where an owner types a car's code, as cars are told; unset is `http(s)://server.host:server.port/pair`."),
+        .int(
+            "pairing.accessTokenSeconds", \.pairing.accessTokenSeconds, 60...86_400,
+            "Lifetime of a paired car's access token, presented at the stream's upgrade."),
+        .int(
+            "pairing.refreshTokenDays", \.pairing.refreshTokenDays, 1...3650,
+            "Days a refresh token stays valid unused; every use replaces it."),
         .choice("log.level", \.log.level, "Least severe log level that is printed."),
         .string(
             "ledger", \.ledger, type: "sqlite:PATH or postgres://…",

@@ -145,9 +145,7 @@ public enum DeviceCodes {
     /// 32 random bytes, base64url without padding.
     public static func newDeviceCode<G: RandomNumberGenerator>(using generator: inout G) -> String {
         let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
-        return Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        return AccessTokens.base64URL(Data(bytes))
     }
 
     /// Nine digits, any of the 10^9 equally likely.

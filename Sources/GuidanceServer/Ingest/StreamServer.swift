@@ -90,10 +90,13 @@ public struct StreamServer: Sendable {
     public let leases: any SessionLeases
     /// What must run beside the server for ledger and leases (a PostgreSQL client, a listener).
     public let services: [any Service]
+    /// Pairing by spoken code and the device credentials it gives; `nil`: static tokens only.
+    public let pairing: Pairing?
 
     public init(settings: Settings, tokens: DeviceTokens, analyzer: any SegmentAnalyzer, ledger: any UsageLedger,
-                leases: any SessionLeases = LocalLeases(), services: [any Service] = [], logger: Logger,
+                leases: any SessionLeases = LocalLeases(), services: [any Service] = [], pairing: Pairing? = nil, logger: Logger,
                 metrics: ServerMetrics = ServerMetrics()) {
+        self.pairing = pairing
         self.settings = settings
         self.tokens = tokens
         self.analyzer = analyzer
@@ -110,24 +113,35 @@ public struct StreamServer: Sendable {
         let ledger = self.ledger, leases = self.leases
         let router = Router(context: GuidanceRequestContext.self)
         let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger, metrics = self.metrics
-        let device: @Sendable (String?) -> String? = { tokens.device(authorization: $0) }
+        // A static token from the tokens file, or a paired device's access token.
+        let accessTokens = pairing?.tokens, clock = pairing?.now
+        let resolveDevice: @Sendable (String?) -> String? = { authorization in
+            if let device = tokens.device(authorization: authorization) { return device }
+            guard let accessTokens, let clock, let authorization, authorization.hasPrefix("Bearer ") else { return nil }
+            return accessTokens.verify(String(authorization.dropFirst(7)), nowSeconds: clock() / 1000)?.sub
+        }
         router.ws(RouterPath(stringLiteral: GuidanceProtocol.path)) { request, _ in
             // UpgradeAuthGate has already answered a bad token with 401; this is the second lock.
-            device(request.headers[.authorization]) != nil ? .upgrade([:]) : .dontUpgrade
+            resolveDevice(request.headers[.authorization]) != nil ? .upgrade([:]) : .dontUpgrade
         } onUpgrade: { inbound, outbound, context in
             // However the session ends, the socket is gone within the close deadline: a peer that
             // never answers the close (or stopped reading) cannot keep its connection slot.
             guard let channel = context.requestContext.channel else { return }
             defer { channel.eventLoop.scheduleTask(in: .milliseconds(Int64(settings.closeTimeoutMs))) { channel.close(promise: nil) } }
-            guard let device = tokens.device(authorization: context.request.headers[.authorization]) else { return }
+            guard let device = resolveDevice(context.request.headers[.authorization]) else { return }
             let activity = try await ReadActivity.activity(of: channel)
             try await FrameUnmasker.install(on: channel)
             let authorization = context.request.headers[.authorization]
+            // A static token stops working when it leaves the tokens file; a paired device's
+            // session lasts while the stream does (its access token was checked at the upgrade).
+            let byStaticToken = tokens.device(authorization: authorization) != nil
             let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
                                         analyzer: analyzer, metrics: metrics, activity: activity,
-                                        stillAuthorized: { tokens.device(authorization: authorization) == device }, logger: logger)
+                                        stillAuthorized: { !byStaticToken || tokens.device(authorization: authorization) == device },
+                                        logger: logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
+        if let pairing { pairing.endpoints(logger: logger).add(to: router) }
         router.get("/metrics") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                      body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
@@ -137,7 +151,7 @@ public struct StreamServer: Sendable {
             maxFrameSize: GuidanceProtocol.maxMessageBytes + 1024, autoPing: .disabled, closeTimeout: settings.closeDeadline)
         let webSocketResponder = router.buildResponder()
         let rules = UpgradeAuthGate.Rules(
-            path: GuidanceProtocol.path, device: device, handshakeTimeout: .milliseconds(Int64(settings.handshakeTimeoutMs)),
+            path: GuidanceProtocol.path, device: resolveDevice, handshakeTimeout: .milliseconds(Int64(settings.handshakeTimeoutMs)),
             retryAfterSeconds: 5, maxPerDevice: settings.maxConnectionsPerDevice, metrics: metrics, logger: logger)
         let open = OpenConnections()
         // A bad token never gets a WebSocket: HTTP 401 at the upgrade.

@@ -1,0 +1,162 @@
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+
+/// The two endpoints a car pairs through (RFC 8628 §3.1–3.5) and renews its credentials at
+/// (RFC 6749 §6): `POST /oauth/device_authorization` and `POST /oauth/token`, form-encoded in,
+/// JSON out, `Cache-Control: no-store`. Errors are RFC 6749 §5.2's `{"error": …}` with HTTP 400
+/// (401 for an unknown client). Device codes and refresh tokens are random, shown to the device
+/// once and stored as SHA-256 hashes; none of them, nor a user code, is ever logged.
+struct PairingEndpoints: Sendable {
+    /// The only client: the agent. RFC 8628 §3.1 needs a `client_id`; a car has no secret to keep.
+    static let clientID = "dashcam-agent"
+    static let deviceGrant = "urn:ietf:params:oauth:grant-type:device_code"
+    /// Longest form body read.
+    static let maxBodyBytes = 4096
+
+    let store: any PairingStore
+    let tokens: AccessTokens
+    /// `verification_uri`: the page an owner types the code on.
+    let verificationURI: String
+    let settings: DeviceAuthorization.Settings
+    let refreshLifetimeMs: Int64
+    let rules: RefreshTokenRules
+    let logger: Logger
+    let now: @Sendable () -> Int64
+
+    func add(to router: Router<some RequestContext>) {
+        router.post("/oauth/device_authorization") { request, context in
+            try await answer { try await authorize(form: try await form(request)) }
+        }
+        router.post("/oauth/token") { request, context in
+            try await answer { try await token(form: try await form(request)) }
+        }
+    }
+
+    struct Refusal: Error {
+        var status: HTTPResponse.Status = .badRequest
+        var error: String
+        var description: String?
+    }
+
+    private func form(_ request: Request) async throws(Refusal) -> [String: String] {
+        guard request.headers[.contentType]?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true else {
+            throw Refusal(error: "invalid_request", description: "the body must be application/x-www-form-urlencoded")
+        }
+        let buffer: ByteBuffer
+        do { buffer = try await request.body.collect(upTo: Self.maxBodyBytes) } catch {
+            throw Refusal(error: "invalid_request", description: "the body is over \(Self.maxBodyBytes) bytes")
+        }
+        var fields: [String: String] = [:]
+        for pair in String(buffer: buffer).split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = Self.decode(parts[0]), let value = Self.decode(parts.count > 1 ? parts[1] : "") else {
+                throw Refusal(error: "invalid_request", description: "the body is not a form")
+            }
+            // RFC 6749 §3.1: a parameter sent twice is an error.
+            guard fields.updateValue(value, forKey: name) == nil else {
+                throw Refusal(error: "invalid_request", description: "\(name) is given twice")
+            }
+        }
+        guard fields["client_id"] == Self.clientID else {
+            throw Refusal(status: .unauthorized, error: "invalid_client", description: "unknown client_id")
+        }
+        return fields
+    }
+
+    private static func decode(_ text: Substring) -> String? {
+        text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+    }
+
+    private func authorize(form: [String: String]) async throws -> Response {
+        // The device's own name, shown on the approval page: printable, at most 64 characters.
+        let name = String((form["device_name"] ?? "").filter { !$0.isNewline && $0.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f } }.prefix(64))
+        var generator = SystemRandomNumberGenerator()
+        let deviceCode = DeviceCodes.newDeviceCode(using: &generator)
+        let nowMs = now()
+        let (userCode, authorization) = try await store.startAuthorization(
+            deviceCodeHash: Self.hash(deviceCode), deviceName: name.isEmpty ? "a car" : name, nowMs: nowMs, settings: settings,
+            newUserCode: { var generator = SystemRandomNumberGenerator(); return DeviceCodes.newUserCode(using: &generator) })
+        logger.info("pairing started", metadata: ["device_name": "\(authorization.deviceName)", "user_code": "\(Self.fingerprint(userCode))"])
+        return try Self.json(.ok, [
+            "device_code": deviceCode, "user_code": userCode,
+            "verification_uri": verificationURI, "verification_uri_complete": verificationURI + "?code=" + userCode,
+            "expires_in": authorization.secondsLeft(nowMs: nowMs), "interval": authorization.intervalSeconds,
+        ])
+    }
+
+    private func token(form: [String: String]) async throws -> Response {
+        var generator = SystemRandomNumberGenerator()
+        let refresh = DeviceCodes.newDeviceCode(using: &generator)
+        let nowMs = now()
+        switch form["grant_type"] {
+        case Self.deviceGrant?:
+            guard let deviceCode = form["device_code"], !deviceCode.isEmpty else {
+                throw Refusal(error: "invalid_request", description: "device_code is missing")
+            }
+            let device = "car-" + String(DeviceCodes.newDeviceCode(using: &generator).prefix(12))
+            let result = try await store.poll(
+                deviceCodeHash: Self.hash(deviceCode), nowMs: nowMs, settings: settings, newDevice: device,
+                refreshTokenHash: Self.hash(refresh), refreshExpiresAtMs: nowMs + refreshLifetimeMs)
+            switch result {
+            case .unknown:
+                throw Refusal(error: "invalid_grant", description: "unknown device_code")
+            case .outcome(let outcome):
+                throw Refusal(error: outcome.error ?? "invalid_grant")
+            case .paired(let paired):
+                logger.notice("device paired", metadata: ["device": "\(paired.device)", "owner": "\(paired.owner)", "label": "\(paired.label)"])
+                return try await credentials(paired, refresh: refresh, nowMs: nowMs)
+            }
+        case "refresh_token"?:
+            guard let presented = form["refresh_token"], !presented.isEmpty else {
+                throw Refusal(error: "invalid_request", description: "refresh_token is missing")
+            }
+            switch try await store.refresh(tokenHash: Self.hash(presented), newTokenHash: Self.hash(refresh), nowMs: nowMs,
+                                           expiresAtMs: nowMs + refreshLifetimeMs, rules: rules) {
+            case .rotated(let paired):
+                return try await credentials(paired, refresh: refresh, nowMs: nowMs)
+            case .refused:
+                throw Refusal(error: "invalid_grant", description: "the refresh token is not valid")
+            case .reused(let device):
+                logger.warning("a spent refresh token was used again: every credential of this pairing is revoked; the car must pair again",
+                               metadata: ["device": "\(device)"])
+                throw Refusal(error: "invalid_grant", description: "the refresh token is not valid")
+            }
+        default:
+            throw Refusal(error: "unsupported_grant_type")
+        }
+    }
+
+    private func credentials(_ paired: PairedDevice, refresh: String, nowMs: Int64) async throws -> Response {
+        let (access, claims) = tokens.issue(device: paired.device, owner: paired.owner, nowSeconds: nowMs / 1000)
+        let owner = try await store.owner(id: paired.owner)
+        return try Self.json(.ok, [
+            "access_token": access, "token_type": "Bearer", "expires_in": Int(claims.exp - claims.iat),
+            "refresh_token": refresh, "device_id": paired.device, "owner_name": owner?.displayName ?? "",
+        ])
+    }
+
+    private func answer(_ body: () async throws -> Response) async throws -> Response {
+        do {
+            return try await body()
+        } catch let refusal as Refusal {
+            var fields: [String: any Sendable] = ["error": refusal.error]
+            if let description = refusal.description { fields["error_description"] = description }
+            return try Self.json(refusal.status, fields)
+        }
+    }
+
+    static func json(_ status: HTTPResponse.Status, _ fields: [String: any Sendable]) throws -> Response {
+        let data = try JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys])
+        return Response(status: status, headers: [.contentType: "application/json", .cacheControl: "no-store"],
+                        body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    /// Lower-case hex SHA-256: how codes and tokens are stored.
+    static func hash(_ secret: String) -> String { StreamSession.StateMachine.hex(SHA256.hash(data: Data(secret.utf8))) }
+
+    /// What a log may say of a user code: the first 6 hex digits of its hash.
+    static func fingerprint(_ userCode: String) -> String { String(hash(userCode).prefix(6)) }
+}
