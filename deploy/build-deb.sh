@@ -21,9 +21,11 @@ if [ -z "${AGENT_BIN:-}" ]; then
     # Linked for a small resident size (see BENCHMARKS.md, "Recording"): no symbol table for the
     # dynamic linker (it kept every symbol alive and was read at each start), relative relocations
     # packed (DT_RELR, glibc 2.36), and the code a recording runs laid out together in the order
-    # of deploy/dashcam-agent.order, so it occupies few pages.
+    # of deploy/dashcam-agent.order, so it occupies few pages (each function in a section of its own,
+    # so the linker can place it: the code built here; the toolchain's own libraries come whole).
     ORDER="$PWD/deploy/dashcam-agent.order"
-    LINK=(-Xswiftc -use-ld=lld -Xlinker --no-export-dynamic -Xlinker -z -Xlinker pack-relative-relocs)
+    LINK=(-Xswiftc -use-ld=lld -Xlinker --no-export-dynamic -Xlinker -z -Xlinker pack-relative-relocs
+          -Xswiftc -Xfrontend -Xswiftc -function-sections -Xcc -ffunction-sections)
     if [ -f "$ORDER" ]; then
         LINK+=(-Xlinker "--symbol-ordering-file=$ORDER" -Xlinker --no-warn-symbol-ordering)
     fi
