@@ -1,3 +1,4 @@
+import Foundation
 @testable import Agent
 import RoadScene
 import Testing
@@ -25,14 +26,16 @@ private func kind(_ phrase: StatusPhrase) -> String {
     case .guidanceFromServer: "guidanceFromServer"
     case .noToken: "noToken"
     case .recordingOnly: "recordingOnly"
+    case .pairingCode: "pairingCode"
+    case .paired: "paired"
     }
 }
 
 @Suite struct StatusPhraseTests {
     @Test func allCasesHasEveryKindOnce() {
         let kinds = StatusPhrase.allCases(minutes: 5).map(kind)
-        #expect(kinds.count == 15)
-        #expect(Set(kinds).count == 15)
+        #expect(kinds.count == 17)
+        #expect(Set(kinds).count == 17)
     }
 
     /// Local and server-side findings (the vision analyzer's phrase tables) speak the same languages.
@@ -129,6 +132,19 @@ private func kind(_ phrase: StatusPhrase) -> String {
             #expect(!text.contains { $0.isASCII && $0.isNumber }, "\(phrase): \(text)")
             #expect(text.unicodeScalars.contains { (0x3041...0x30FF).contains($0.value) }, "\(phrase): \(text)")
         }
+    }
+
+    /// Nine digits, read one by one in groups of three, twice: letters are confused by ear.
+    @Test func pairingCodesAreReadDigitByDigitTwice() {
+        #expect(StatusPhrase.pairingCode("012345678").text(language: "en")
+                == "To pair this car, enter the code 0 1 2, 3 4 5, 6 7 8. Again: 0 1 2, 3 4 5, 6 7 8.")
+        #expect(StatusPhrase.pairingCode("012345678").text(language: "ja")
+                == "この くるまを つなぐには、コード ぜろ いち に、さん よん ご、ろく なな はち を にゅうりょく して ください。もう いちど、ぜろ いち に、さん よん ご、ろく なな はち。")
+        for language in StatusPhrase.languages {
+            let text = StatusPhrase.pairingCode("987654321").text(language: language)
+            #expect(text.components(separatedBy: language == "ja" ? "きゅう はち なな" : "9 8 7").count == 3, "\(language): \(text)")
+        }
+        #expect(StatusPhrase.paired(owner: "Ana").text(language: "en") == "Paired with the account of Ana.")
     }
 
     @Test func japaneseTexts() {

@@ -37,17 +37,22 @@ public enum StatusPhrase: Sendable, Hashable {
     case noToken
     /// No `uplink.url`: the device records (and checks the road itself), with no server (`say-status`).
     case recordingOnly
+    /// Pairing: the nine-digit code to type on the owner's page, said in groups of three, twice.
+    case pairingCode(String)
+    /// Pairing done: the account's display name, so a wrong account is noticed.
+    case paired(owner: String)
 
     /// The languages with their own texts, as BCP 47 primary subtags; any other language gets English.
     public static let languages = ["en", "ko", "ja", "zh", "de", "es", "fr", "pt"]
 
-    /// Every case once, those with a count carrying `minutes` (an enum with associated values
-    /// cannot be `CaseIterable`).
-    public static func allCases(minutes: Int) -> [StatusPhrase] {
+    /// Every case once, those with a count carrying `minutes`, the pairing ones a sample code and
+    /// owner (an enum with associated values cannot be `CaseIterable`).
+    public static func allCases(minutes: Int, code: String = "012345678", owner: String = "Ana") -> [StatusPhrase] {
         [
             .ready, .connected, .connectionLost, .cameraLost, .cameraBack, .authenticationFailed,
             .usageLow(minutes: minutes), .usageExhausted, .usageRemaining(minutes: minutes), .usageUnlimited,
             .guidanceUnavailable, .guidanceLocal, .guidanceFromServer, .noToken, .recordingOnly,
+            .pairingCode(code), .paired(owner: owner),
         ]
     }
 
@@ -75,6 +80,8 @@ public enum StatusPhrase: Sendable, Hashable {
         case .guidanceFromServer: book.guidanceFromServer
         case .noToken: book.noToken
         case .recordingOnly: book.recordingOnly
+        case .pairingCode(let code): book.pairingCode(Phrasebook.groups(of: code, digits: book.digits, comma: book.comma))
+        case .paired(let owner): book.paired(owner)
         }
     }
 }
@@ -96,11 +103,27 @@ struct Phrasebook: Sendable {
     var guidanceFromServer: String
     var noToken: String
     var recordingOnly: String
+    /// Takes the code as it is to be read: groups of three digits, each digit a word apart.
+    var pairingCode: @Sendable (String) -> String
+    var paired: @Sendable (String) -> String
+    /// How a digit is written to be read as one digit (the ja voice reads only kana).
+    var digits: [String] = (0...9).map(String.init)
+    /// The pause between groups of digits, as the language writes it.
+    var comma = ", "
 
     static let books: [String: Phrasebook] = [
         "en": English.book, "ko": Korean.book, "ja": Japanese.book, "zh": Chinese.book,
         "de": German.book, "es": Spanish.book, "fr": French.book, "pt": Portuguese.book,
     ]
+
+    /// `012345678` as `0 1 2, 3 4 5, 6 7 8`: a voice reads each digit, with a pause after each
+    /// group. Anything but digits in `code` is left out.
+    static func groups(of code: String, digits: [String], comma: String) -> String {
+        let spoken = code.compactMap { $0.wholeNumberValue.map { digits[$0] } }
+        return stride(from: 0, to: spoken.count, by: 3)
+            .map { spoken[$0..<min($0 + 3, spoken.count)].joined(separator: " ") }
+            .joined(separator: comma)
+    }
 
     static func primarySubtag(of language: String) -> String {
         String(language.lowercased().prefix { $0 != "-" && $0 != "_" })
@@ -126,7 +149,9 @@ extension Phrasebook {
             guidanceLocal: "No guidance from the server. The camera now warns on its own.",
             guidanceFromServer: "Guidance from the server is back.",
             noToken: "No device token. Recording continues without guidance.",
-            recordingOnly: "Recording. No guidance server is set."
+            recordingOnly: "Recording. No guidance server is set.",
+            pairingCode: { "To pair this car, enter the code \($0). Again: \($0)." },
+            paired: { "Paired with the account of \($0)." }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "1 minute" : "\(n) minutes" }
     }
@@ -147,7 +172,9 @@ extension Phrasebook {
             guidanceLocal: "서버 안내가 없어 기기가 직접 경고합니다.",
             guidanceFromServer: "서버 안내가 다시 시작되었습니다.",
             noToken: "기기 토큰이 없습니다. 안내 없이 녹화를 계속합니다.",
-            recordingOnly: "녹화 중입니다. 안내 서버가 설정되지 않았습니다."
+            recordingOnly: "녹화 중입니다. 안내 서버가 설정되지 않았습니다.",
+            pairingCode: { "이 차를 연결하려면 코드 \($0) 을 입력하세요. 다시 한 번: \($0)." },
+            paired: { "\($0) 계정과 연결되었습니다." }
         )
     }
 
@@ -168,7 +195,11 @@ extension Phrasebook {
             guidanceLocal: "サーバーの ガイダンスが ないので、この きかいが みずから けいこくします。",
             guidanceFromServer: "サーバーの ガイダンスが もどりました。",
             noToken: "デバイス トークンが ありません。ガイダンス なしで ろくがを つづけます。",
-            recordingOnly: "ろくが ちゅうです。ガイダンス サーバーは せってい されて いません。"
+            recordingOnly: "ろくが ちゅうです。ガイダンス サーバーは せってい されて いません。",
+            pairingCode: { "この くるまを つなぐには、コード \($0) を にゅうりょく して ください。もう いちど、\($0)。" },
+            paired: { "\($0) の アカウントと つながりました。" },
+            digits: ["ぜろ", "いち", "に", "さん", "よん", "ご", "ろく", "なな", "はち", "きゅう"],
+            comma: "、"
         )
 
         /// `n` minutes in hiragana with the counter's sound changes: いっぷん, にふん, さんぷん,
@@ -214,7 +245,10 @@ extension Phrasebook {
             guidanceLocal: "没有服务器指引，现在由本机提醒。",
             guidanceFromServer: "服务器指引已恢复。",
             noToken: "没有设备令牌。继续录像，但没有指引。",
-            recordingOnly: "正在录像。没有设置指引服务器。"
+            recordingOnly: "正在录像。没有设置指引服务器。",
+            pairingCode: { "要配对这辆车，请输入代码 \($0)。再说一遍：\($0)。" },
+            paired: { "已与\($0)的账户配对。" },
+            comma: "，"
         )
         private static func minutes(_ n: Int) -> String { n == 2 ? "两分钟" : "\(n)分钟" }
     }
@@ -235,7 +269,9 @@ extension Phrasebook {
             guidanceLocal: "Keine Hinweise vom Server. Das Gerät warnt jetzt selbst.",
             guidanceFromServer: "Die Hinweise vom Server sind zurück.",
             noToken: "Kein Geräte-Token. Die Aufnahme läuft ohne Hinweise weiter.",
-            recordingOnly: "Aufnahme läuft. Kein Hinweis-Server eingestellt."
+            recordingOnly: "Aufnahme läuft. Kein Hinweis-Server eingestellt.",
+            pairingCode: { "Um dieses Auto zu koppeln, geben Sie den Code \($0) ein. Noch einmal: \($0)." },
+            paired: { "Mit dem Konto von \($0) gekoppelt." }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "eine Minute" : "\(n) Minuten" }
     }
@@ -256,7 +292,9 @@ extension Phrasebook {
             guidanceLocal: "Sin asistencia del servidor. El equipo avisa por su cuenta.",
             guidanceFromServer: "La asistencia del servidor ha vuelto.",
             noToken: "No hay token del dispositivo. La grabación continúa sin asistencia.",
-            recordingOnly: "Grabando. No hay servidor de asistencia configurado."
+            recordingOnly: "Grabando. No hay servidor de asistencia configurado.",
+            pairingCode: { "Para vincular este coche, introduzca el código \($0). Otra vez: \($0)." },
+            paired: { "Vinculado con la cuenta de \($0)." }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "un minuto" : "\(n) minutos" }
     }
@@ -278,7 +316,9 @@ extension Phrasebook {
             guidanceLocal: "Pas d'assistance du serveur. L'appareil avertit lui-même.",
             guidanceFromServer: "L'assistance du serveur est de retour.",
             noToken: "Aucun jeton d'appareil. L'enregistrement continue sans assistance.",
-            recordingOnly: "Enregistrement en cours. Aucun serveur d'assistance n'est configuré."
+            recordingOnly: "Enregistrement en cours. Aucun serveur d'assistance n'est configuré.",
+            pairingCode: { "Pour associer cette voiture, saisissez le code \($0). Je répète : \($0)." },
+            paired: { "Voiture associée au compte de \($0)." }
         )
         // French counts 0 in the singular too.
         private static func minutes(_ n: Int) -> String {
@@ -307,7 +347,9 @@ extension Phrasebook {
             guidanceLocal: "Sem assistência do servidor. O aparelho avisa por conta própria.",
             guidanceFromServer: "A assistência do servidor voltou.",
             noToken: "Sem token do dispositivo. A gravação continua sem assistência.",
-            recordingOnly: "Gravando. Nenhum servidor de assistência configurado."
+            recordingOnly: "Gravando. Nenhum servidor de assistência configurado.",
+            pairingCode: { "Para emparelhar este carro, introduza o código \($0). Outra vez: \($0)." },
+            paired: { "Emparelhado com a conta de \($0)." }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "um minuto" : "\(n) minutos" }
     }
