@@ -157,6 +157,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                // Pairing's two HTTP calls (the OAuth device grant and token renewal).
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: upcoming
         ),

@@ -83,7 +83,13 @@ struct RecordCommand: AsyncParsableCommand {
             logger.info("recording: \(config.recording.dir): segments kept under \(cap >> 20) MB (\(source))")
         }
 
-        let uplink = try config.makeUplink(logger: logger)
+        // A car with neither a token file nor credentials pairs itself (the code is spoken); the
+        // uplink connects with the credentials once they are there.
+        let pairingClient = config.makePairingClient()
+        let credentials = pairingClient.map { client in
+            DeviceCredentials(path: config.uplink.credentialsFile, logger: logger) { await client.renew(refreshToken: $0) }
+        }
+        let uplink = try config.makeUplink(logger: logger, credentials: credentials)
         let haptics = try config.makeHaptics(logger: logger)
         let patterns = try config.hapticPatterns()
         let voice = config.makeVoice(logger: logger)
@@ -98,8 +104,19 @@ struct RecordCommand: AsyncParsableCommand {
         let offline = watch.map {
             LocalGuidance(settings: config.localGuidanceSettings, watch: $0, router: router, announcer: announcer, board: board, logger: logger)
         }
+        let pairing = pairingClient.flatMap { client in
+            credentials.map { credentials in
+                DevicePairingService(client: client, credentials: credentials, deviceName: config.uplink.deviceId,
+                                     hasToken: { [tokenFile = config.uplink.tokenFile] in TokenFile.exists(tokenFile) },
+                                     announcer: announcer, paired: { await uplink?.tokenAvailable() }, logger: logger)
+            }
+        }
+        if pairing != nil, credentials?.isPaired == false, !TokenFile.exists(config.uplink.tokenFile) {
+            // Before the uplink first reports "no token": the car says its code instead.
+            await announcer.pairing(true)
+        }
         let control = ControlRequests(board: board, store: store, uplink: uplink, server: config.uplink.url, voice: voice,
-                                      haptics: haptics, watch: watch)
+                                      haptics: haptics, watch: watch, pairing: pairing)
 
         let reloader = ConfigReloader(running: config, logger: logger) { [file = self.config] in
             try await AgentConfig.load(file: file, overrides: overrides)
@@ -142,6 +159,7 @@ struct RecordCommand: AsyncParsableCommand {
         services.append(StatusSocket(path: config.status.socket, logger: logger, answer: control.answer))
         services.append(guidance)
         if let offline, let watch { services.append(LocalGuidanceService(guidance: offline, watch: watch)) }
+        if let pairing { services.append(pairing) }
         if let uplink { services.append(UplinkService(uplink: uplink, logger: logger)) }
         services.append(recording)  // last: the first to be stopped
 

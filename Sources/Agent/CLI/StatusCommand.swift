@@ -66,3 +66,25 @@ struct SayStatusCommand: AsyncParsableCommand {
         print(try await options.ask("say-status").trimmingCharacters(in: .whitespacesAndNewlines))
     }
 }
+
+struct PairCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pair",
+        abstract: "Make the running agent say its pairing code again, and print it.",
+        discussion: "A car with neither uplink.tokenFile nor stored credentials pairs itself: it says a nine-digit code to type on the guidance server's page. Exit status 1 when it is not pairing (already paired, or pairing is off)."
+    )
+
+    @OptionGroup var options: SocketOptions
+
+    func run() async throws {
+        let reply = try await options.ask("pair")
+        let answer = (try? JSONSerialization.jsonObject(with: Data(reply.utf8))) as? [String: Any]
+        if let code = answer?["code"] as? String {
+            print(code)
+            return
+        }
+        var standardError = StandardError()
+        print("dashcam-agent: \(answer?["error"] as? String ?? reply.trimmingCharacters(in: .whitespacesAndNewlines))", to: &standardError)
+        throw ExitCode.failure
+    }
+}

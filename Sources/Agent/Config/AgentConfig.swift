@@ -82,6 +82,10 @@ public struct AgentConfig: LoadableConfig {
         /// `wss://HOST[:PORT]/v1/stream`; unset means record only.
         public var url: String?
         public var tokenFile = "/etc/dashcam-agent/token"
+        /// Where a paired car keeps its credentials.
+        public var credentialsFile = "/var/lib/dashcam-agent/credentials.json"
+        /// Pair by a spoken code when there is neither a token file nor credentials.
+        public var pairing = true
         public var caFile: String?
         public var allowInsecure = false
         public var deviceId = "dashcam"
@@ -262,6 +266,12 @@ extension AgentConfig {
         .string(
             "uplink.tokenFile", \.uplink.tokenFile, type: "path",
             "File holding the bearer token; must not be readable by group or others. Never logged."),
+        .string(
+            "uplink.credentialsFile", \.uplink.credentialsFile, type: "path",
+            "Where a paired car keeps its credentials (device id, refresh and access tokens; mode 0600, written by the agent). Never logged."),
+        .bool(
+            "uplink.pairing", \.uplink.pairing,
+            "With neither uplink.tokenFile nor credentials, pair to an owner's account: the car says a nine-digit code to type on the server's page (`dashcam-agent pair` says it again)."),
         .optionalString(
             "uplink.caFile", \.uplink.caFile, type: "path",
             "PEM CA certificates to verify the server with, instead of the system trust store."),

@@ -39,6 +39,11 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         /// Segments recorded that the server has not acknowledged (dropped, queued, in flight, or
         /// recorded while offline): they are only in the recording folder.
         public var notSent = 0
+        /// While pairing: the code to type on the owner's page (`123 456 789`).
+        public var pairingCode: String?
+        /// A paired car: its device id and the account it joined.
+        public var pairedDevice: String?
+        public var pairedOwner: String?
     }
 
     public struct RecordingStatus: Codable, Sendable, Equatable {
@@ -157,6 +162,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         if uplink.state != "off" { link += "; \(uplink.notSent) segments only on disk" }
         if uplink.paused { link += "; uploads paused (usage exhausted)" }
         if let problem = uplink.problem { link += "; \(problem)" }
+        if let code = uplink.pairingCode { link += "; pairing: enter the code \(code) on the server's page" }
+        if let device = uplink.pairedDevice { link += "; paired as \(device) with the account of \(uplink.pairedOwner ?? "?")" }
         lines.append(link)
         if let recording {
             var line = "recording: \(recording.dir); \(recording.segments) segments (\(Self.megabytes(recording.bytes))), "

@@ -11,6 +11,7 @@ struct ControlRequests: Sendable {
     let voice: DeviceVoice
     let haptics: Haptics
     var watch: RoadWatch? = nil
+    var pairing: DevicePairingService? = nil
 
     func answer(_ request: String) async -> String {
         switch request {
@@ -20,6 +21,12 @@ struct ControlRequests: Sendable {
             let phrase = spokenStatus(board.current)
             voice.announce([phrase])
             return Self.json(["said": phrase.text(language: voice.voice(for: voice.deviceLocale).language)])
+        case "pair":
+            guard let pairing else { return Self.json(["error": "this agent does not pair (no uplink.url, or uplink.pairing is false)"]) }
+            guard let code = pairing.currentCode, pairing.repeatCode() else {
+                return Self.json(["error": pairing.credentials.isPaired ? "this car is already paired" : "no code yet; the server has not given one"])
+            }
+            return Self.json(["code": code])
         case _ where request.hasPrefix("protect "):
             guard let selection = SegmentSelection(request: request) else {
                 return Self.json(["error": "cannot read '\(request.prefix(64))'; expected `protect seq A B` or `protect time MS MS`"])
@@ -34,7 +41,7 @@ struct ControlRequests: Sendable {
                 return Self.json(["error": "\(error)"])
             }
         default:
-            return Self.json(["error": "unknown request '\(request.prefix(64))'; the agent answers `status`, `say-status` and `protect`"])
+            return Self.json(["error": "unknown request '\(request.prefix(64))'; the agent answers `status`, `say-status`, `pair` and `protect`"])
         }
     }
 
@@ -68,6 +75,13 @@ struct ControlRequests: Sendable {
             status.uplink.reconnects = stats.reconnects
             status.uplink.paused = paused
             status.uplink.notSent = max(0, status.camera.segments - stats.acked)
+            if let pairing {
+                status.uplink.pairingCode = pairing.currentCode
+                if let stored = pairing.credentials.current {
+                    status.uplink.pairedDevice = stored.deviceId
+                    status.uplink.pairedOwner = stored.ownerName
+                }
+            }
             switch state {
             case .connecting: status.uplink.state = "connecting"
             case .connected(let session):

@@ -8,9 +8,9 @@ import NIOSSL
 extension AgentConfig {
     /// The uplink `uplink.url` asks for, or `nil` to record only. The token file is read at each
     /// connection attempt: a missing or unusable one pauses the uplink, never the recording.
-    public func makeUplink(logger: Logger) throws -> Agent.Uplink? {
+    public func makeUplink(logger: Logger, credentials: DeviceCredentials? = nil) throws -> Agent.Uplink? {
         guard let url = uplink.url else { return nil }
-        let token = TokenSource.file(uplink.tokenFile)
+        let token = credentials.map { TokenSource.fileOrPaired(uplink.tokenFile, $0) } ?? .file(uplink.tokenFile)
         let tls = uplinkTLS(url: url)
         let hello = uplinkHello()
         return Agent.Uplink(
@@ -85,4 +85,13 @@ extension AgentConfig {
 public enum AgentVersion {
     /// Sent in `hello` as the agent's name and version.
     public static let current = ReleaseVersion.current
+}
+
+extension AgentConfig {
+    /// The client of the server's pairing endpoints, when the car may pair (`uplink.url` set,
+    /// `uplink.pairing` on); `nil` otherwise.
+    public func makePairingClient() -> PairingClient? {
+        guard uplink.pairing, let url = uplink.url else { return nil }
+        return PairingClient(uplinkURL: url, tls: uplinkTLS(url: url))
+    }
 }

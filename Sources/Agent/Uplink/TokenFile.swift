@@ -6,6 +6,13 @@ public struct TokenFileError: Error, CustomStringConvertible {
 
 /// Reads the bearer token; refuses a file others could read. The token itself is never logged.
 public enum TokenFile {
+    /// Whether `path` names a file at all (readable or not): a broken token file is reported, not
+    /// passed over for pairing.
+    public static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0
+    }
+
     public static func read(_ path: String) throws(TokenFileError) -> String {
         var info = stat()
         guard stat(path, &info) == 0 else {
@@ -27,18 +34,26 @@ public enum TokenFile {
 /// Where the uplink takes its bearer token from. The file is read again at every connection
 /// attempt: a token put in place (or fixed) while the agent records is used from the next attempt,
 /// without a restart.
-public enum TokenSource: Sendable, Equatable, ExpressibleByStringLiteral {
+public enum TokenSource: Sendable, ExpressibleByStringLiteral {
     /// A token given directly (tests, tools).
     case literal(String)
     /// `uplink.tokenFile`.
     case file(String)
+    /// `uplink.tokenFile` if there is one, else the access token of a paired car
+    /// (`uplink.credentialsFile`), renewed as it runs out.
+    case fileOrPaired(String, DeviceCredentials)
 
     public init(stringLiteral value: String) { self = .literal(value) }
 
-    public func read() throws(TokenFileError) -> String {
+    public func read() async throws(TokenFileError) -> String {
         switch self {
-        case .literal(let token): token
-        case .file(let path): try TokenFile.read(path)
+        case .literal(let token): return token
+        case .file(let path): return try TokenFile.read(path)
+        case .fileOrPaired(let path, let credentials):
+            if TokenFile.exists(path) { return try TokenFile.read(path) }
+            do { return try await credentials.accessToken() } catch {
+                throw TokenFileError(description: "no token file \(path), and \(error.description)")
+            }
         }
     }
 }

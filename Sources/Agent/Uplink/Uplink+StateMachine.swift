@@ -381,6 +381,15 @@ extension Uplink {
             }
         }
 
+        /// A token became available (a car just paired): a connection waiting for one is tried at
+        /// the next tick instead of after ``Settings/tokenRetry``.
+        public mutating func tokenAvailable(now: UInt64) -> [Action] {
+            guard case .running = stopping, current == nil, retryAt != nil else { return [] }
+            backoff.reset()
+            retryAt = now
+            return []
+        }
+
         /// The default route or its addresses changed: make before break.
         public mutating func networkChanged(_ description: String, now: UInt64) -> [Action] {
             guard case .running = stopping else { return [] }

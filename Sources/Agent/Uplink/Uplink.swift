@@ -129,6 +129,11 @@ public actor Uplink {
         perform(machine.segment(segment, now: MonotonicClock.now()))
     }
 
+    /// A token (a paired car's credentials) is there now: connect without waiting for the retry.
+    public func tokenAvailable() {
+        perform(machine.tokenAvailable(now: MonotonicClock.now()))
+    }
+
     /// Runs sessions until ``shutdown()`` has drained; each network change opens a new session.
     public func run(networkChanges: AsyncStream<NetworkChange>) async {
         await withDiscardingTaskGroup { group in
@@ -225,7 +230,7 @@ public actor Uplink {
     private nonisolated func sessionBody(_ id: SessionID, wakes: AsyncStream<Void>) async {
         let token: String
         do {
-            token = try settings.token.read()
+            token = try await settings.token.read()
         } catch {
             if !Task.isCancelled { await perform { $0.connectFailed(id, .noToken(error.description), now: $1) } }
             return

@@ -90,7 +90,8 @@ extension ServerConfig {
         }
         let key = try SigningKey.load(Self.inStateDirectory(pairing.signingKeyFile), key: "pairing.signingKeyFile")
         var setup = Pairing(store: store, tokens: AccessTokens(key: key, lifetimeSeconds: Int64(pairing.accessTokenSeconds)),
-                            verificationURI: pairing.verificationURI ?? "\(server.usesTLS ? "https" : "http")://\(server.host):\(server.port)/pair")
+                            verificationURI: pairing.verificationURI)
+        setup.scheme = server.usesTLS ? "https" : "http"
         setup.refreshLifetimeMs = Int64(pairing.refreshTokenDays) * 86_400_000
         return setup
     }

@@ -202,7 +202,7 @@ extension ServerConfig {
             "Key that signs device access tokens (mode 0600; the same file on every instance; a relative path is in $STATE_DIRECTORY when systemd sets it); created with a random key if missing."),
         .optionalString(
             "pairing.verificationURI", \.pairing.verificationURI, type: "URL",
-            "Page where an owner types a car's code, as cars are told; unset is `http(s)://server.host:server.port/pair`."),
+            "Page where an owner types a car's code, as cars are told; unset is this server's `/pair` at the host name the car used (set it behind a proxy that changes the scheme or the path)."),
         .int(
             "pairing.accessTokenSeconds", \.pairing.accessTokenSeconds, 60...86_400,
             "Lifetime of a paired car's access token, presented at the stream's upgrade."),

@@ -6,22 +6,24 @@ import Logging
 public struct Pairing: Sendable {
     public var store: any PairingStore
     public var tokens: AccessTokens
-    /// The page an owner types a car's code on (`verification_uri`).
-    public var verificationURI: String
+    /// The page an owner types a car's code on (`verification_uri`); `nil`: this server's `/pair`
+    /// at the address the car reached it by (its `Host`), with `scheme`.
+    public var verificationURI: String?
+    public var scheme = "http"
     public var authorization = DeviceAuthorization.Settings()
     public var refreshLifetimeMs: Int64 = 90 * 86_400_000
     public var refreshRules = RefreshTokenRules()
     /// Milliseconds since the Unix epoch; tests pass their own clock.
     public var now: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    public init(store: any PairingStore, tokens: AccessTokens, verificationURI: String) {
+    public init(store: any PairingStore, tokens: AccessTokens, verificationURI: String?) {
         self.store = store
         self.tokens = tokens
         self.verificationURI = verificationURI
     }
 
     func endpoints(logger: Logger) -> PairingEndpoints {
-        PairingEndpoints(store: store, tokens: tokens, verificationURI: verificationURI, settings: authorization,
+        PairingEndpoints(store: store, tokens: tokens, verificationURI: verificationURI, scheme: scheme, settings: authorization,
                          refreshLifetimeMs: refreshLifetimeMs, rules: refreshRules, logger: logger, now: now)
     }
 }

@@ -18,8 +18,9 @@ struct PairingEndpoints: Sendable {
 
     let store: any PairingStore
     let tokens: AccessTokens
-    /// `verification_uri`: the page an owner types the code on.
-    let verificationURI: String
+    /// `verification_uri`: the page an owner types the code on; `nil`: `/pair` on the `Host` asked.
+    let verificationURI: String?
+    let scheme: String
     let settings: DeviceAuthorization.Settings
     let refreshLifetimeMs: Int64
     let rules: RefreshTokenRules
@@ -28,7 +29,7 @@ struct PairingEndpoints: Sendable {
 
     func add(to router: Router<some RequestContext>) {
         router.post("/oauth/device_authorization") { request, context in
-            try await answer { try await authorize(form: try await form(request)) }
+            try await answer { try await authorize(form: try await form(request), host: request.head.authority) }
         }
         router.post("/oauth/token") { request, context in
             try await answer { try await token(form: try await form(request)) }
@@ -70,7 +71,10 @@ struct PairingEndpoints: Sendable {
         text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
     }
 
-    private func authorize(form: [String: String]) async throws -> Response {
+    private func authorize(form: [String: String], host: String?) async throws -> Response {
+        // A Host header is a name and a port, nothing that could make the link point elsewhere.
+        let safeHost = host.flatMap { $0.count <= 255 && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "-.:[]".contains($0)) } ? $0 : nil }
+        let verificationURI = self.verificationURI ?? "\(scheme)://\(safeHost ?? "localhost")/pair"
         // The device's own name, shown on the approval page: printable, at most 64 characters.
         let name = String((form["device_name"] ?? "").filter { !$0.isNewline && $0.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f } }.prefix(64))
         var generator = SystemRandomNumberGenerator()
