@@ -56,6 +56,9 @@ step "Debian 12: swift build --build-tests" swift build --build-tests "${DEBUG_B
 for target in "${TEST_TARGETS[@]}"; do
     step "Debian 12: swift test $target" swift_tests "$target"
 done
+# The owners' pages in headless Chromium, against the built server and agent; screenshots in
+# .build/browser.
+step "Debian 12: owners' pages in a real browser" python3 Tests/Browser/owner_pages.py --bin .build/debug --out .build/browser
 
 # The package as shipped: a release build with the static Swift stdlib, listed by dpkg-deb and
 # checked by lintian (no error, no warning that is not overridden with a reason).

@@ -10,7 +10,7 @@ struct GuidanceServerMain: AsyncParsableCommand {
         commandName: "guidance-server",
         abstract: "Reference guidance server: receives segments over WebSocket and answers with guidance.",
         version: ReleaseVersion.current,
-        subcommands: [ServeCommand.self, CreditCommand.self, UsageCommand.self, AnalyzeCommand.self, TokenCommand.self],
+        subcommands: [ServeCommand.self, CreditCommand.self, UsageCommand.self, AnalyzeCommand.self, TokenCommand.self, OwnerCommand.self],
         defaultSubcommand: ServeCommand.self)
 }
 

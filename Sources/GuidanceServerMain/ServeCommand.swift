@@ -38,6 +38,7 @@ struct ServeCommand: AsyncParsableCommand {
             fail("\(error)", exit: 78)
         }
         try await app.runService()
+        try? await pairing?.store.shutdown()
         try? await ledger.shutdown()
     }
 }

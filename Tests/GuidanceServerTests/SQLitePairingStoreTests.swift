@@ -137,3 +137,89 @@ private final class Counter: @unchecked Sendable {
     var value: Int { lock.withLock { count } }
     func next() -> Int { lock.withLock { defer { count += 1 }; return count } }
 }
+
+/// The owners' side of the store: accounts, cars, purchases.
+@Suite struct SQLiteOwnerStoreTests {
+    let t0: Int64 = 1_780_000_000_000
+
+    private func withStores(_ body: (SQLitePairingStore, SQLitePairingStore, String) async throws -> Void) async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("owners-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appendingPathComponent("usage.sqlite").path
+        let ledger = try await SQLiteLedger.open(path: path, logger: Logger(label: "ledger"))
+        // Two stores on one file: two instances of the server.
+        let one = try await SQLitePairingStore.open(path: path, logger: Logger(label: "one"))
+        let two = try await SQLitePairingStore.open(path: path, logger: Logger(label: "two"))
+        var failure: (any Error)?
+        do { try await body(one, two, path) } catch { failure = error }
+        try await one.shutdown()
+        try await two.shutdown()
+        let balance = try await ledger.balance(device: "car-a")
+        try await ledger.shutdown()
+        if let failure { throw failure }
+        _ = balance
+    }
+
+    @Test func aWebhookCreditsOncePerPaymentAlsoAtTwoInstancesAtOnce() async throws {
+        try await withStores { one, two, path in
+            let owner = try #require(try await one.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
+            try await one.startPayment(Payment(provider: "simulated", id: "pay_1", owner: owner, device: "car-a", product: "1 hour",
+                                               seconds: 3600, price: "4.99 EUR", createdAtMs: t0))
+            // The same webhook delivered to both instances at once, and repeated.
+            let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for store in [one, two, one, two] {
+                    group.addTask { try await store.settlePayment(provider: "simulated", id: "pay_1", paid: true, nowMs: t0 + 1) }
+                }
+                return try await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(results.filter { $0 }.count == 1)
+            let ledger = try await SQLiteLedger.open(path: path, logger: Logger(label: "check"))
+            #expect(try await ledger.balance(device: "car-a").creditedSeconds == 3600)
+            try await ledger.shutdown()
+            #expect(try await one.payment(provider: "simulated", id: "pay_1")?.status == .paid)
+            // A declined payment credits nothing; an unknown one changes nothing.
+            try await one.startPayment(Payment(provider: "simulated", id: "pay_2", owner: owner, device: "car-a", product: "1 hour",
+                                               seconds: 3600, price: "4.99 EUR", createdAtMs: t0))
+            #expect(try await two.settlePayment(provider: "simulated", id: "pay_2", paid: false, nowMs: t0 + 2) == false)
+            #expect(try await two.settlePayment(provider: "simulated", id: "pay_2", paid: true, nowMs: t0 + 3) == false)
+            #expect(try await two.settlePayment(provider: "simulated", id: "nope", paid: true, nowMs: t0 + 3) == false)
+        }
+    }
+
+    @Test func aPasswordLinkWorksOnceAndNotAfterItExpires() async throws {
+        try await withStores { store, _, _ in
+            let owner = try #require(try await store.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
+            #expect(try await store.createOwner(email: "ana@example.org", displayName: "Other", nowMs: t0) == nil)
+            try await store.addPasswordLink(owner: owner, tokenHash: "h1", expiresAtMs: t0 + 1000)
+            try await store.addPasswordLink(owner: owner, tokenHash: "h2", expiresAtMs: t0 + 1000)
+            #expect(try await store.usePasswordLink(tokenHash: "h1", passwordHash: "$2b$first", nowMs: t0 + 1) == owner)
+            #expect(try await store.usePasswordLink(tokenHash: "h1", passwordHash: "$2b$again", nowMs: t0 + 2) == nil)
+            #expect(try await store.usePasswordLink(tokenHash: "h2", passwordHash: "$2b$late", nowMs: t0 + 1000) == nil)
+            #expect(try await store.account(email: "ana@example.org")?.passwordHash == "$2b$first")
+        }
+    }
+
+    @Test func onlyTheOwnerRenamesOrUnpairsACarAndUnpairingRevokesItsTokens() async throws {
+        try await withStores { store, _, _ in
+            let ana = try #require(try await store.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
+            let bo = try #require(try await store.createOwner(email: "bo@example.org", displayName: "Bo", nowMs: t0))
+            let (code, _) = try await store.startAuthorization(deviceCodeHash: "dc", deviceName: "van", nowMs: t0,
+                                                               settings: .init(), newUserCode: { "123456789" })
+            _ = try await store.decide(userCode: code, decision: .approve(owner: ana), nowMs: t0)
+            _ = try await store.poll(deviceCodeHash: "dc", nowMs: t0 + 1, settings: .init(), newDevice: "car-a",
+                                     refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 1_000_000)
+            #expect(try await store.rename(device: "car-a", owner: bo, label: "mine") == false)
+            #expect(try await store.rename(device: "car-a", owner: ana, label: "Family car") == true)
+            for i in 0..<8 { try await store.recordGuidance(device: "car-a", text: "hint \(i)", nowMs: t0 + Int64(i)) }
+            let cars = try await store.devices(owner: ana)
+            #expect(cars.map(\.label) == ["Family car"])
+            #expect(cars.first?.recentGuidance.map(\.text) == ["hint 7", "hint 6", "hint 5", "hint 4", "hint 3"])
+            #expect(try await store.unpair(device: "car-a", owner: bo, nowMs: t0 + 10) == false)
+            #expect(try await store.unpair(device: "car-a", owner: ana, nowMs: t0 + 10) == true)
+            #expect(try await store.devices(owner: ana).isEmpty)
+            #expect(try await store.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 11, expiresAtMs: t0 + 1_000_000,
+                                            rules: .init()) == .refused)
+        }
+    }
+}

@@ -149,9 +149,20 @@ struct RecordCommand: AsyncParsableCommand {
                 stopRequested.set()
                 notifier.stopping()
             })
+        // A paired car (no token file) whose credentials the server refused asks it again:
+        // renewed, it connects at once; refused (unpaired), it forgets them and offers a new code.
+        var refused: (@Sendable () async -> Void)?
+        if let credentials {
+            let tokenFile = config.uplink.tokenFile
+            refused = { @Sendable in
+                guard !TokenFile.exists(tokenFile), credentials.isPaired else { return }
+                if await credentials.checkAfterRefusal() { await uplink?.tokenAvailable() }
+            }
+        }
         let guidance = GuidanceService(
             router: router, announcer: announcer, board: board, cameraEvents: pipeline.events, uplink: uplink, offline: offline, voice: voice,
-            speakToTheEnd: { segments != nil && !stopRequested.value })
+            speakToTheEnd: { segments != nil && !stopRequested.value },
+            refused: refused)
         // First: the haptic line and the voice, whose threads are released last.
         var services: [any Service] = [HapticsService(haptics: haptics), VoiceService(voice: voice)]
         services.append(ConfigReloadService(reloader: reloader, hangups: hangups))

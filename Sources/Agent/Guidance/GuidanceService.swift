@@ -18,6 +18,8 @@ struct GuidanceService: Service {
     /// True at the end of a run of N segments: its last guidance is spoken before the agent ends
     /// (bounded); a service that is told to stop does not wait for speech.
     let speakToTheEnd: @Sendable () -> Bool
+    /// Told when the server refuses the device's credentials (a paired car checks them).
+    var refused: (@Sendable () async -> Void)? = nil
 
     func run() async {
         await withDiscardingTaskGroup { group in
@@ -28,10 +30,11 @@ struct GuidanceService: Service {
                 }
             }
             guard let uplink else { return }
-            group.addTask { [announcer, offline] in
+            group.addTask { [announcer, offline, refused] in
                 for await state in uplink.states {
                     await announcer.uplink(state)
                     await offline?.uplink(state)
+                    if case .authenticationFailed = state { await refused?() }
                 }
             }
             // One guidance message from the wire to the speaker and the motor.

@@ -74,6 +74,25 @@ public final class DeviceCredentials: Sendable {
         forgotten.yield()
     }
 
+    /// After the server refused the access token (an unpaired car is closed with 4401 and
+    /// refused at the upgrade): asks the server with the refresh token. Renewed: the new
+    /// credentials are stored and `true` returned; refused: the credentials are forgotten (the car
+    /// pairs again).
+    public func checkAfterRefusal() async -> Bool {
+        guard let stored = current else { return false }
+        switch await renew(stored.refreshToken) {
+        case .renewed(let credentials):
+            do { try store(credentials) } catch { return false }
+            return true
+        case .refused:
+            logger.warning("the server refused this car's credentials (unpaired?): it pairs again")
+            forget()
+            return false
+        case .failed:
+            return false
+        }
+    }
+
     /// An access token good for at least another minute, renewed first if needed.
     public func accessToken(now: Int64 = Int64(Date().timeIntervalSince1970)) async throws(TokenFileError) -> String {
         guard let stored = current else { throw TokenFileError(description: "not paired yet") }

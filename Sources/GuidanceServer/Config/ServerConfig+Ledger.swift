@@ -81,7 +81,7 @@ extension ServerConfig {
     /// database; the signing key file is created (0600) with a random key the first time.
     public func openPairing(logger: Logger) async throws -> Pairing? {
         guard pairing.enabled else { return nil }
-        let store: any PairingStore
+        let store: SQLitePairingStore
         switch try ledgerLocation() {
         case .sqlite(let path):
             store = try await SQLitePairingStore.open(path: path, logger: logger)
@@ -93,6 +93,24 @@ extension ServerConfig {
                             verificationURI: pairing.verificationURI)
         setup.scheme = server.usesTLS ? "https" : "http"
         setup.refreshLifetimeMs = Int64(pairing.refreshTokenDays) * 86_400_000
+        setup.owners = store
+        setup.sessionDriver = SQLiteSessionDriver(store: store)
+        setup.library = try await OwnerTemplates.library()
+        setup.allowance = usage.remainingSeconds
+        setup.secureCookies = server.usesTLS
+        setup.products = try payments.products.map { text throws(ConfigError) in
+            guard let product = Product(text) else {
+                throw .invalidOption("payments.products", text, "NAME=SECONDS=PRICE, e.g. `1 hour=3600=4.99 EUR` (1 to 100000000 seconds)")
+            }
+            return product
+        }
+        switch payments.provider {
+        case .none:
+            break
+        case .simulated:
+            let secret = try SigningKey.load(Self.inStateDirectory(payments.webhookSecretFile), key: "payments.webhookSecretFile", holding: "the secret payment webhooks are signed with")
+            setup.provider = SimulatedProvider(secret: secret)
+        }
         return setup
     }
 }

@@ -13,6 +13,7 @@ public struct ServerConfig: LoadableConfig {
     public var analyzer = Analyzer()
     public var usage = Usage()
     public var pairing = PairingSection()
+    public var payments = Payments()
     public var log = Log()
     /// Where usage is kept: `sqlite:PATH` (one server) or `postgres://…` (a fleet of instances).
     public var ledger = "sqlite:usage.sqlite"
@@ -89,6 +90,20 @@ public struct ServerConfig: LoadableConfig {
         public var refreshTokenDays = 90
 
         public init() {}
+    }
+
+    /// Purchases of usage on the owners' pages.
+    public struct Payments: Sendable, Equatable {
+        public var provider: ProviderKind = .none
+        public var products: [String] = []
+        public var webhookSecretFile = "webhook.secret"
+
+        public init() {}
+    }
+
+    public enum ProviderKind: String, CaseIterable, Sendable {
+        case none
+        case simulated
     }
 
     public struct Log: Sendable, Equatable {
@@ -209,6 +224,15 @@ extension ServerConfig {
         .int(
             "pairing.refreshTokenDays", \.pairing.refreshTokenDays, 1...3650,
             "Days a refresh token stays valid unused; every use replaces it."),
+        .choice(
+            "payments.provider", \.payments.provider,
+            "Payment provider of the owners' Buy usage page: `none` offers nothing; `simulated` is a provider page of this server with Pay and Decline that sends signed webhooks, for trying the flow with no network."),
+        .list(
+            "payments.products", \.payments.products,
+            "What owners can buy, each `NAME=SECONDS=PRICE` (e.g. `1 hour=3600=4.99 EUR`): seconds of analysed video added to a car once the provider's webhook says it was paid."),
+        .string(
+            "payments.webhookSecretFile", \.payments.webhookSecretFile, type: "path",
+            "Secret the provider signs webhooks with (mode 0600; a relative path is in $STATE_DIRECTORY when systemd sets it); created with a random secret if missing (simulated)."),
         .choice("log.level", \.log.level, "Least severe log level that is printed."),
         .string(
             "ledger", \.ledger, type: "sqlite:PATH or postgres://…",

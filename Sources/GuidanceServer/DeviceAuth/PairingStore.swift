@@ -34,6 +34,9 @@ public protocol PairingStore: Sendable {
     func addOwner(email: String, displayName: String, nowMs: Int64) async throws -> Int64
 
     func owner(id: Int64) async throws -> Owner?
+
+    /// Closes the store; nothing may be called afterwards.
+    func shutdown() async throws
 }
 
 public enum PairingPoll: Sendable, Equatable {

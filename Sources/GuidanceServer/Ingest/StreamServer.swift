@@ -6,6 +6,8 @@ import GuidanceProtocol
 public import Logging
 public import ServiceLifecycle
 import NIOCore
+import Synchronization
+import HummingbirdAuth
 
 /// The request context of the server's routes: Hummingbird's, plus the connection's channel, where
 /// a session finds its ``ConnectionActivity``.
@@ -114,11 +116,14 @@ public struct StreamServer: Sendable {
         let router = Router(context: GuidanceRequestContext.self)
         let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger, metrics = self.metrics
         // A static token from the tokens file, or a paired device's access token.
-        let accessTokens = pairing?.tokens, clock = pairing?.now
+        let accessTokens = pairing?.tokens, clock = pairing?.now, unpaired = pairing?.unpaired
+        let owners = pairing?.owners
         let resolveDevice: @Sendable (String?) -> String? = { authorization in
             if let device = tokens.device(authorization: authorization) { return device }
             guard let accessTokens, let clock, let authorization, authorization.hasPrefix("Bearer ") else { return nil }
-            return accessTokens.verify(String(authorization.dropFirst(7)), nowSeconds: clock() / 1000)?.sub
+            guard let device = accessTokens.verify(String(authorization.dropFirst(7)), nowSeconds: clock() / 1000)?.sub,
+                  unpaired?.contains(device) != true else { return nil }
+            return device
         }
         router.ws(RouterPath(stringLiteral: GuidanceProtocol.path)) { request, _ in
             // UpgradeAuthGate has already answered a bad token with 401; this is the second lock.
@@ -137,11 +142,31 @@ public struct StreamServer: Sendable {
             let byStaticToken = tokens.device(authorization: authorization) != nil
             let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
                                         analyzer: analyzer, metrics: metrics, activity: activity,
-                                        stillAuthorized: { !byStaticToken || tokens.device(authorization: authorization) == device },
+                                        stillAuthorized: {
+                                            byStaticToken ? tokens.device(authorization: authorization) == device : unpaired?.contains(device) != true
+                                        },
+                                        observer: byStaticToken ? nil : owners.map { owners in
+                                            StreamSession.Observer(
+                                                opened: { try? await owners.seen(device: device, nowMs: clock?() ?? 0) },
+                                                guided: { text in try? await owners.recordGuidance(device: device, text: text, nowMs: clock?() ?? 0) })
+                                        },
                                         logger: logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
-        if let pairing { pairing.endpoints(logger: logger).add(to: router) }
+        // Where the simulated payment provider posts its webhooks: this server, once it listens.
+        let listening = Mutex<String?>(nil)
+        if let pairing {
+            pairing.endpoints(logger: logger).add(to: router)
+            if let owners = pairing.owners, let library = pairing.library, let driver = pairing.sessionDriver {
+                let sessions = SessionStorage<WebSession>(
+                    driver,
+                    configuration: .init(sessionCookieParameters: .init(name: "session", secure: pairing.secureCookies, sameSite: .strict)))
+                OwnerPages(store: owners, ledger: ledger, sessions: sessions, library: library, products: pairing.products,
+                           provider: pairing.provider, allowance: pairing.allowance, secureCookies: pairing.secureCookies,
+                           unpaired: pairing.unpaired, webhookBase: { listening.withLock { $0 } }, logger: logger, now: pairing.now)
+                    .add(to: router)
+            }
+        }
         router.get("/metrics") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                      body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
@@ -174,7 +199,11 @@ public struct StreamServer: Sendable {
             router: router, server: server,
             configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "guidance-server"),
             services: services + [SupersedeService(leases: leases, sessions: sessions, logger: logger)],
-            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? settings.port) },
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? settings.port
+                listening.withLock { $0 = "\(settings.tls == nil ? "http" : "https")://127.0.0.1:\(port)" }
+                await onRunning(port)
+            },
             logger: logger)
     }
 }

@@ -26,7 +26,14 @@ public struct StreamSession: Sendable {
     /// Whether the token the session was opened with still names its device (the tokens file is
     /// read again when it changes: `guidance-server token remove`).
     let stillAuthorized: @Sendable () -> Bool
+    /// What a paired car's owner sees of it (last seen, last guidance); `nil` for static tokens.
+    var observer: Observer? = nil
     let logger: Logger
+
+    public struct Observer: Sendable {
+        var opened: @Sendable () async -> Void
+        var guided: @Sendable (String) async -> Void
+    }
 
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
         metrics.sessionOpened()
@@ -173,6 +180,7 @@ public struct StreamSession: Sendable {
         let remaining = settings.usageSeconds == nil ? nil : try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
         lease.paused = remaining == 0
         try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
+        await observer?.opened()
         if !agent.named.isEmpty, agent.named != device {
             logger.notice("session \(id): the agent calls itself \(GuidanceText.loggable(agent.named)); its token says '\(device)', which counts",
                           metadata: ["device": "\(device)"])
@@ -274,6 +282,7 @@ public struct StreamSession: Sendable {
                     // Whatever the analyzer (a model's words, a script's), the driver hears clean text.
                     guidance.text = GuidanceText.clean(guidance.text)
                     try await outbound.write(.text(ServerMessage.guidance(guidance).encoded()))
+                    if !guidance.clear, !guidance.text.isEmpty { await observer?.guided(guidance.text) }
                 }
             } catch is CancellationError {
                 return

@@ -86,6 +86,21 @@ public final class SQLiteLedger: UsageLedger {
         """,
         "CREATE TABLE IF NOT EXISTS code_entry_failures (key TEXT NOT NULL, at INTEGER NOT NULL)",
         "CREATE INDEX IF NOT EXISTS code_entry_failures_key ON code_entry_failures (key, at)",
+        // The owners' pages: one-time password links, web sessions, the cars' last guidance,
+        // purchases (one row per provider payment id: a webhook credits once).
+        """
+        CREATE TABLE IF NOT EXISTS password_links (
+            token_hash TEXT PRIMARY KEY, owner INTEGER NOT NULL, expires_at INTEGER NOT NULL, used_at INTEGER)
+        """,
+        "CREATE TABLE IF NOT EXISTS web_sessions (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires_at INTEGER)",
+        "CREATE TABLE IF NOT EXISTS device_guidance (device TEXT NOT NULL, at INTEGER NOT NULL, text TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS device_guidance_device ON device_guidance (device, at)",
+        """
+        CREATE TABLE IF NOT EXISTS payments (
+            provider TEXT NOT NULL, payment_id TEXT NOT NULL, owner INTEGER NOT NULL, device TEXT NOT NULL,
+            product TEXT NOT NULL, seconds INTEGER NOT NULL CHECK (seconds > 0), price TEXT NOT NULL, status TEXT NOT NULL,
+            created_at INTEGER NOT NULL, settled_at INTEGER, PRIMARY KEY (provider, payment_id))
+        """,
         """
         CREATE TRIGGER IF NOT EXISTS model_usage_balance AFTER INSERT ON model_usage BEGIN
             INSERT INTO balances (device, input_tokens, output_tokens) VALUES (NEW.device, NEW.input_tokens, NEW.output_tokens)

@@ -1,6 +1,7 @@
 import Foundation
 public import Logging
 import SQLiteNIO
+import Synchronization
 
 /// Pairings in the ledger's SQLite file (schema 3 of ``SQLiteLedger``), on a connection of their
 /// own: a pairing step is several statements in one transaction, and on the ledger's shared
@@ -9,7 +10,7 @@ import SQLiteNIO
 /// `BEGIN IMMEDIATE` takes the file's write lock first, so a second server on the same file (or
 /// `guidance-server owner add`) waits its turn instead of failing half way.
 public final class SQLitePairingStore: PairingStore {
-    private let connection: SQLiteConnection
+    let connection: SQLiteConnection
     private let turns = Turns()
     private let path: String
 
@@ -22,7 +23,20 @@ public final class SQLitePairingStore: PairingStore {
         self.path = path
     }
 
-    public func shutdown() async throws { try await connection.close() }
+    /// Whether ``shutdown()`` closed the connection (SQLiteNIO must be closed once, before its end).
+    private let closed = Mutex(false)
+
+    public func shutdown() async throws {
+        guard closed.withLock({ closed in defer { closed = true }; return !closed }) else { return }
+        try await connection.close()
+    }
+
+    /// A store dropped without ``shutdown()`` still closes its file.
+    deinit {
+        guard !closed.withLock({ $0 }) else { return }
+        let connection = self.connection
+        Task { try? await connection.close() }
+    }
 
     public func startAuthorization(
         deviceCodeHash: String, deviceName: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
@@ -223,7 +237,7 @@ public final class SQLitePairingStore: PairingStore {
 
     /// Runs `body` in one `BEGIN IMMEDIATE … COMMIT`, after every transaction that came before it
     /// on this connection; any error rolls it back.
-    private func transaction<T: Sendable>(_ body: (SQLiteConnection) async throws -> T) async throws -> T {
+    func transaction<T: Sendable>(_ body: (SQLiteConnection) async throws -> T) async throws -> T {
         await turns.take()
         do {
             _ = try await connection.query("BEGIN IMMEDIATE")

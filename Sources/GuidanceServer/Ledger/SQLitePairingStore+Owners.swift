@@ -1,0 +1,132 @@
+import Foundation
+import SQLiteNIO
+
+extension SQLitePairingStore: OwnerStore {
+    public func createOwner(email: String, displayName: String, nowMs: Int64) async throws -> Int64? {
+        try await transaction { db in
+            let rows = try await db.query(
+                "INSERT INTO owners (email, display_name, created_at) VALUES (?, ?, ?) ON CONFLICT (email) DO NOTHING RETURNING id",
+                [.text(email), .text(displayName), .integer(Int(nowMs))])
+            return rows.first?.column("id")?.integer.map(Int64.init)
+        }
+    }
+
+    public func addPasswordLink(owner: Int64, tokenHash: String, expiresAtMs: Int64) async throws {
+        _ = try await transaction { db in
+            try await db.query("INSERT INTO password_links (token_hash, owner, expires_at) VALUES (?, ?, ?)",
+                               [.text(tokenHash), .integer(Int(owner)), .integer(Int(expiresAtMs))])
+        }
+    }
+
+    public func usePasswordLink(tokenHash: String, passwordHash: String, nowMs: Int64) async throws -> Int64? {
+        try await transaction { db in
+            guard let owner = try await db.query(
+                "UPDATE password_links SET used_at = ? WHERE token_hash = ? AND used_at IS NULL AND expires_at > ? RETURNING owner",
+                [.integer(Int(nowMs)), .text(tokenHash), .integer(Int(nowMs))]).first?.column("owner")?.integer
+            else { return nil }
+            _ = try await db.query("UPDATE owners SET password_hash = ? WHERE id = ?", [.text(passwordHash), .integer(owner)])
+            return Int64(owner)
+        }
+    }
+
+    public func account(email: String) async throws -> (owner: Owner, passwordHash: String?)? {
+        try await connection.query("SELECT id, email, display_name, password_hash FROM owners WHERE email = ?", [.text(email)]).first.map {
+            (Owner(id: Int64($0.column("id")?.integer ?? 0), email: $0.column("email")?.string ?? "",
+                   displayName: $0.column("display_name")?.string ?? ""), $0.column("password_hash")?.string)
+        }
+    }
+
+    public func devices(owner: Int64) async throws -> [OwnedDevice] {
+        let rows = try await connection.query(
+            "SELECT device, label, paired_at, last_seen_at FROM paired_devices WHERE owner = ? AND unpaired_at IS NULL ORDER BY paired_at, device",
+            [.integer(Int(owner))])
+        var devices: [OwnedDevice] = []
+        for row in rows {
+            let device = row.column("device")?.string ?? ""
+            let guidance = try await connection.query(
+                "SELECT at, text FROM device_guidance WHERE device = ? ORDER BY at DESC LIMIT ?",
+                [.text(device), .integer(OwnedDevice.recentGuidanceCount)]
+            ).map { (atMs: Int64($0.column("at")?.integer ?? 0), text: $0.column("text")?.string ?? "") }
+            devices.append(OwnedDevice(device: device, label: row.column("label")?.string ?? "",
+                                       pairedAtMs: Int64(row.column("paired_at")?.integer ?? 0),
+                                       lastSeenAtMs: row.column("last_seen_at")?.integer.map(Int64.init), recentGuidance: guidance))
+        }
+        return devices
+    }
+
+    public func rename(device: String, owner: Int64, label: String) async throws -> Bool {
+        try await transaction { db in
+            !(try await db.query(
+                "UPDATE paired_devices SET label = ? WHERE device = ? AND owner = ? AND unpaired_at IS NULL RETURNING device",
+                [.text(label), .text(device), .integer(Int(owner))]).isEmpty)
+        }
+    }
+
+    public func unpair(device: String, owner: Int64, nowMs: Int64) async throws -> Bool {
+        try await transaction { db in
+            guard !(try await db.query(
+                "UPDATE paired_devices SET unpaired_at = ? WHERE device = ? AND owner = ? AND unpaired_at IS NULL RETURNING device",
+                [.integer(Int(nowMs)), .text(device), .integer(Int(owner))]).isEmpty)
+            else { return false }
+            _ = try await db.query("UPDATE refresh_families SET revoked_at = ? WHERE device = ? AND revoked_at IS NULL",
+                                   [.integer(Int(nowMs)), .text(device)])
+            return true
+        }
+    }
+
+    public func seen(device: String, nowMs: Int64) async throws {
+        _ = try await transaction { db in
+            try await db.query("UPDATE paired_devices SET last_seen_at = ? WHERE device = ?", [.integer(Int(nowMs)), .text(device)])
+        }
+    }
+
+    public func recordGuidance(device: String, text: String, nowMs: Int64) async throws {
+        _ = try await transaction { db in
+            _ = try await db.query("INSERT INTO device_guidance (device, at, text) VALUES (?, ?, ?)",
+                                   [.text(device), .integer(Int(nowMs)), .text(String(text.prefix(500)))])
+            // Only the newest few are kept: the table never grows with a car's mileage.
+            return try await db.query(
+                """
+                DELETE FROM device_guidance WHERE device = ? AND rowid NOT IN
+                    (SELECT rowid FROM device_guidance WHERE device = ? ORDER BY at DESC LIMIT ?)
+                """, [.text(device), .text(device), .integer(OwnedDevice.recentGuidanceCount)])
+        }
+    }
+
+    public func startPayment(_ payment: Payment) async throws {
+        _ = try await transaction { db in
+            try await db.query(
+                """
+                INSERT INTO payments (provider, payment_id, owner, device, product, seconds, price, status, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+                """,
+                [.text(payment.provider), .text(payment.id), .integer(Int(payment.owner)), .text(payment.device), .text(payment.product),
+                 .integer(payment.seconds), .text(payment.price), .integer(Int(payment.createdAtMs))])
+        }
+    }
+
+    public func payment(provider: String, id: String) async throws -> Payment? {
+        try await connection.query("SELECT * FROM payments WHERE provider = ? AND payment_id = ?", [.text(provider), .text(id)]).first.map {
+            Payment(provider: provider, id: id, owner: Int64($0.column("owner")?.integer ?? 0), device: $0.column("device")?.string ?? "",
+                    product: $0.column("product")?.string ?? "", seconds: $0.column("seconds")?.integer ?? 0,
+                    price: $0.column("price")?.string ?? "", status: Payment.Status(rawValue: $0.column("status")?.string ?? "") ?? .pending,
+                    createdAtMs: Int64($0.column("created_at")?.integer ?? 0))
+        }
+    }
+
+    public func settlePayment(provider: String, id: String, paid: Bool, nowMs: Int64) async throws -> Bool {
+        try await transaction { db in
+            // Only a pending payment moves, once: a repeated webhook, or the same one at a second
+            // instance (waiting on the write lock), finds it settled and changes nothing.
+            guard let row = try await db.query(
+                "UPDATE payments SET status = ?, settled_at = ? WHERE provider = ? AND payment_id = ? AND status = 'pending' RETURNING device, seconds",
+                [.text(paid ? "paid" : "declined"), .integer(Int(nowMs)), .text(provider), .text(id)]).first
+            else { return false }
+            guard paid, let device = row.column("device")?.string, let seconds = row.column("seconds")?.integer, seconds > 0 else { return false }
+            _ = try await db.query(
+                "INSERT INTO credits (device, seconds, note, at) VALUES (?, ?, ?, ?)",
+                [.text(device), .integer(seconds), .text("payment \(provider) \(id)"), .text(SQLiteLedger.now())])
+            return true
+        }
+    }
+}

@@ -1,0 +1,426 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import Hummingbird
+import HummingbirdAuth
+import HummingbirdBcrypt
+import Logging
+import Mustache
+import NIOCore
+import NIOPosix
+import NIOHTTP1
+import Synchronization
+import HTTPTypes
+
+/// What a signed-in owner's session holds: who, and the CSRF value every form of theirs carries.
+struct WebSession: Codable, Sendable {
+    var owner: Int64
+    var csrf: String
+}
+
+/// The owners' web pages, served by the guidance server (plain HTML from the templates in
+/// `Owners/Pages`, no script): set a password from a one-time link, sign in and out, pair a car
+/// by the code it says, see one's cars (remaining usage, last seen, last guidance), rename and
+/// unpair them, and buy usage through the payment provider.
+///
+/// - Sessions: HummingbirdAuth's session storage on the ledger's database (``SQLiteSessionDriver``),
+///   in a cookie that is HttpOnly, SameSite=Strict, and Secure when the server speaks TLS.
+/// - CSRF: every form carries a value that must match: the session's once signed in, before that
+///   a cookie's (double submit). SameSite=Strict stops the cookie on other sites' requests too.
+/// - Nothing secret is logged: no code (only a hash prefix), cookie, CSRF value or password.
+struct OwnerPages: Sendable {
+    let store: any PairingStore & OwnerStore
+    let ledger: any UsageLedger
+    let sessions: SessionStorage<WebSession>
+    let library: MustacheLibrary
+    let products: [Product]
+    let provider: (any PaymentProvider)?
+    /// `usage.remainingSeconds`: what each device starts with.
+    let allowance: Int?
+    let secureCookies: Bool
+    let unpaired: UnpairedDevices
+    /// Where the simulated provider posts its webhooks (this server); `nil` until it listens.
+    let webhookBase: @Sendable () -> String?
+    let logger: Logger
+    let now: @Sendable () -> Int64
+
+    static let sessionLifetime = Duration.seconds(12 * 3600)
+    static let preCookie = "csrf_pre"
+    static let maxFormBytes = 8 * 1024
+
+    func add(to router: Router<GuidanceRequestContext>) {
+        router.get("/static/owner.css") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/css; charset=utf-8", .cacheControl: "max-age=300"],
+                     body: .init(byteBuffer: ByteBuffer(string: OwnerTemplates.stylesheet)))
+        }
+        router.get("/signin") { request, _ in try await prePage(request, "signin", ["title": "Sign in"]) }
+        router.post("/signin") { request, _ in try await signIn(request) }
+        router.post("/signout") { request, _ in try await signOut(request) }
+        router.get("/set-password") { request, _ in
+            try await prePage(request, "set-password", ["title": "Set your password", "token": request.uri.queryParameters.get("token") ?? ""])
+        }
+        router.post("/set-password") { request, _ in try await setPassword(request) }
+        router.get("/") { request, _ in try await signedIn(request) { try await devicesPage($0, notice: nil, problem: nil) } }
+        router.get("/pair") { request, _ in
+            try await signedIn(request) { session in
+                let code = String((request.uri.queryParameters.get("code") ?? "").prefix(32))
+                return page("pair", session, ["title": "Pair a car", "code": DeviceCodes.normalize(code).map(DeviceCodes.grouped) ?? ""])
+            }
+        }
+        router.post("/pair") { request, context in
+            let address = Self.address(request, peer: context.channel?.remoteAddress?.ipAddress)
+            return try await signedInForm(request) { session, form in try await lookUp(address, session, form) }
+        }
+        router.post("/pair/decide") { request, _ in try await signedInForm(request) { session, form in try await decide(session, form) } }
+        router.post("/devices/:device/rename") { request, context in
+            let device = context.parameters.get("device") ?? ""
+            return try await signedInForm(request) { session, form in
+                let label = Self.cleanLabel(form["label"] ?? "")
+                guard !label.isEmpty else { return try await devicesPage(session, notice: nil, problem: "A car's name cannot be empty.") }
+                let renamed = try await store.rename(device: device, owner: session.owner, label: label)
+                return try await devicesPage(session, notice: renamed ? "Renamed to \(label)." : nil, problem: renamed ? nil : "That car is not yours.")
+            }
+        }
+        router.post("/devices/:device/unpair") { request, context in
+            let device = context.parameters.get("device") ?? ""
+            return try await signedInForm(request) { session, _ in
+                guard try await store.unpair(device: device, owner: session.owner, nowMs: now()) else {
+                    return try await devicesPage(session, notice: nil, problem: "That car is not yours.")
+                }
+                // Its live stream is closed now (4401), its access token refused from now on.
+                unpaired.add(device)
+                logger.notice("device unpaired by its owner", metadata: ["device": "\(device)", "owner": "\(session.owner)"])
+                return try await devicesPage(session, notice: "The car was unpaired. It will offer a new code.", problem: nil)
+            }
+        }
+        router.get("/buy") { request, _ in
+            try await signedIn(request) { session in
+                let device = request.uri.queryParameters.get("device") ?? ""
+                guard let car = try await store.devices(owner: session.owner).first(where: { $0.device == device }) else {
+                    return try await devicesPage(session, notice: nil, problem: "That car is not yours.")
+                }
+                let offered = provider == nil ? [] : products.enumerated().map { ["index": $0.offset, "name": $0.element.name, "price": $0.element.price, "device": device] as [String: Any] }
+                return page("buy", session, ["title": "Buy usage for \(car.label)", "products": offered])
+            }
+        }
+        router.post("/buy") { request, _ in try await signedInForm(request) { session, form in try await buy(session, form) } }
+        if let simulated = provider as? SimulatedProvider {
+            router.get("/simulated-provider/checkout/:payment") { request, context in
+                let id = context.parameters.get("payment") ?? ""
+                guard let payment = try await store.payment(provider: simulated.name, id: id), payment.status == .pending else {
+                    return html(.notFound, render("message", ["title": "No such payment", "next": "/", "nextLabel": "Back to my cars"]))
+                }
+                return try await prePage(request, "checkout", ["title": "Simulated payment", "price": payment.price,
+                                                               "product": payment.product, "payment": payment.id])
+            }
+            router.post("/simulated-provider/checkout/:payment") { request, context in
+                try await simulatedDecision(request, id: context.parameters.get("payment") ?? "", provider: simulated)
+            }
+        }
+        if let provider {
+            router.post("/webhooks/payments/\(provider.name)") { request, _ in try await webhook(request, provider: provider) }
+        }
+    }
+
+    // MARK: - Pages
+
+    private func render(_ template: String, _ values: [String: Any]) -> String {
+        library.render(values, withTemplate: template) ?? "template \(template) is missing"
+    }
+
+    private func html(_ status: HTTPResponse.Status, _ body: String, cookies: [Cookie] = []) -> Response {
+        var headers: HTTPFields = [
+            .contentType: "text/html; charset=utf-8", .cacheControl: "no-store",
+            .contentSecurityPolicy: "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            .init("X-Content-Type-Options")!: "nosniff", .init("Referrer-Policy")!: "no-referrer",
+        ]
+        for cookie in cookies { headers.append(.init(name: .setCookie, value: cookie.description)) }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+
+    private func page(_ template: String, _ session: WebSession, _ values: [String: Any], status: HTTPResponse.Status = .ok) -> Response {
+        html(status, render(template, values.merging(["signedIn": true, "csrf": session.csrf]) { a, _ in a }))
+    }
+
+    private func redirect(_ location: String, cookies: [Cookie] = []) -> Response {
+        var response = Response(status: .seeOther, headers: [.location: location, .cacheControl: "no-store"])
+        for cookie in cookies { response.headers.append(.init(name: .setCookie, value: cookie.description)) }
+        return response
+    }
+
+    /// A page before sign-in: its forms carry the value of a cookie set here (double submit).
+    private func prePage(_ request: Request, _ template: String, _ values: [String: Any], status: HTTPResponse.Status = .ok) async throws -> Response {
+        let value = request.cookies[Self.preCookie]?.value ?? Self.random()
+        let cookie = Cookie(name: Self.preCookie, value: value, path: "/", secure: secureCookies, httpOnly: true, sameSite: .strict)
+        return html(status, render(template, values.merging(["csrf": value]) { a, _ in a }), cookies: [cookie])
+    }
+
+    private func devicesPage(_ session: WebSession, notice: String?, problem: String?) async throws -> Response {
+        let cars = try await store.devices(owner: session.owner)
+        var rows: [[String: Any]] = []
+        for car in cars {
+            let balance = try await ledger.balance(device: car.device)
+            let remaining = balance.remaining(allowance: allowance).map(Self.spoken) ?? "unlimited"
+            rows.append([
+                "device": car.device, "label": car.label, "remaining": remaining, "pairedSince": Self.date(car.pairedAtMs),
+                "lastSeen": car.lastSeenAtMs.map(Self.date) ?? "not yet",
+                "guidance": car.recentGuidance.map { ["at": Self.date($0.atMs), "text": $0.text] },
+            ])
+        }
+        var values: [String: Any] = ["title": "My cars", "devices": rows]
+        if let notice { values["notice"] = notice }
+        if let problem { values["problem"] = problem }
+        return page("devices", session, values)
+    }
+
+    // MARK: - Sessions and forms
+
+    private func form(_ request: Request) async throws -> [String: String] {
+        guard request.headers[.contentType]?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true,
+              let buffer = try? await request.body.collect(upTo: Self.maxFormBytes) else { return [:] }
+        var fields: [String: String] = [:]
+        for pair in String(buffer: buffer).split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = parts[0].replacingOccurrences(of: "+", with: " ").removingPercentEncoding,
+                  let value = (parts.count > 1 ? parts[1] : "").replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+            else { continue }
+            fields[name] = value
+        }
+        return fields
+    }
+
+    private func signedIn(_ request: Request, _ body: (WebSession) async throws -> Response) async throws -> Response {
+        guard let session = try? await sessions.load(request: request) else { return redirect("/signin") }
+        return try await body(session)
+    }
+
+    /// A form of a signed-in owner: refused unless its CSRF value is the session's.
+    private func signedInForm(_ request: Request, _ body: (WebSession, [String: String]) async throws -> Response) async throws -> Response {
+        guard let session = try? await sessions.load(request: request) else { return redirect("/signin") }
+        let fields = try await form(request)
+        guard let csrf = fields["csrf"], Self.same(csrf, session.csrf) else {
+            logger.warning("refused a form without the session's CSRF value", metadata: ["owner": "\(session.owner)"])
+            return html(.forbidden, render("message", ["title": "This form has expired", "next": "/", "nextLabel": "Start again"]))
+        }
+        return try await body(session, fields)
+    }
+
+    /// A form before sign-in: its CSRF value must be the cookie's.
+    private func preForm(_ request: Request) async throws -> [String: String]? {
+        let fields = try await form(request)
+        guard let cookie = request.cookies[Self.preCookie]?.value, let csrf = fields["csrf"], Self.same(cookie, csrf) else { return nil }
+        return fields
+    }
+
+    private func signIn(_ request: Request) async throws -> Response {
+        guard let fields = try await preForm(request) else {
+            return try await prePage(request, "signin", ["title": "Sign in", "problem": "The form had expired. Please sign in again."], status: .forbidden)
+        }
+        let email = Self.normalizedEmail(fields["email"] ?? "")
+        let password = fields["password"] ?? ""
+        let account = try await store.account(email: email)
+        // bcrypt takes a quarter of a second on purpose: off the event loop, and done for an
+        // unknown address too, so the time does not tell which addresses have accounts.
+        let hash = account?.passwordHash ?? OwnerTemplates.dummyHash
+        let matches = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
+        guard let owner = account?.owner, account?.passwordHash != nil, matches else {
+            logger.notice("a sign-in failed")
+            return try await prePage(request, "signin", ["title": "Sign in", "email": email, "problem": "That address and password do not match."],
+                                     status: .unauthorized)
+        }
+        var cookie = try await sessions.save(session: WebSession(owner: owner.id, csrf: Self.random()), expiresIn: Self.sessionLifetime)
+        cookie = Cookie(name: cookie.name, value: cookie.value, expires: cookie.expires, path: "/", secure: secureCookies, httpOnly: true, sameSite: .strict)
+        logger.info("owner signed in", metadata: ["owner": "\(owner.id)"])
+        return redirect("/", cookies: [cookie])
+    }
+
+    private func signOut(_ request: Request) async throws -> Response {
+        try await signedInForm(request) { _, _ in
+            var cookie = try await sessions.delete(request: request)
+            cookie = Cookie(name: cookie.name, value: "", expires: Date(timeIntervalSince1970: 0), path: "/", secure: secureCookies,
+                            httpOnly: true, sameSite: .strict)
+            return redirect("/signin", cookies: [cookie])
+        }
+    }
+
+    private func setPassword(_ request: Request) async throws -> Response {
+        guard let fields = try await preForm(request) else {
+            return try await prePage(request, "signin", ["title": "Sign in", "problem": "The form had expired. Open the link again."], status: .forbidden)
+        }
+        let token = fields["token"] ?? "", password = fields["password"] ?? ""
+        guard password.count >= 10, password.count <= 72, password == fields["again"] else {
+            return try await prePage(request, "set-password", ["title": "Set your password", "token": token,
+                                                                "problem": "Use 10 to 72 characters, the same twice."], status: .badRequest)
+        }
+        let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: 12) }
+        guard let owner = try await store.usePasswordLink(tokenHash: PairingEndpoints.hash(token), passwordHash: hash, nowMs: now()) else {
+            return try await prePage(request, "signin", ["title": "Sign in", "problem": "That link was used or has expired. Ask for a new one."],
+                                     status: .gone)
+        }
+        logger.notice("owner set a password", metadata: ["owner": "\(owner)"])
+        return try await prePage(request, "signin", ["title": "Sign in", "notice": "Your password is set. Sign in."])
+    }
+
+    // MARK: - Pairing
+
+    private func lookUp(_ address: String, _ session: WebSession, _ fields: [String: String]) async throws -> Response {
+        let typed = fields["code"] ?? ""
+        guard let code = DeviceCodes.normalize(typed) else {
+            return page("pair", session, ["title": "Pair a car", "problem": "A car's code is nine digits."], status: .badRequest)
+        }
+        switch try await store.lookUp(userCode: code, owner: session.owner, address: address, nowMs: now()) {
+        case .pending(let deviceName, _):
+            return page("approve", session, ["title": "Pair this car?", "deviceName": deviceName, "code": code])
+        case .wrong:
+            logger.notice("a pairing code did not match", metadata: ["owner": "\(session.owner)", "code": "\(PairingEndpoints.fingerprint(code))"])
+            return page("pair", session, ["title": "Pair a car", "problem": "No car is waiting with that code. Check it and try again."],
+                        status: .badRequest)
+        case .limited(let seconds):
+            return page("pair", session, ["title": "Pair a car",
+                                          "problem": "Too many wrong codes. Try again in \(max(1, seconds / 60)) minutes."], status: .tooManyRequests)
+        }
+    }
+
+    private func decide(_ session: WebSession, _ fields: [String: String]) async throws -> Response {
+        guard let code = DeviceCodes.normalize(fields["code"] ?? "") else { return redirect("/pair") }
+        let approve = fields["decision"] == "approve"
+        let outcome = try await store.decide(userCode: code, decision: approve ? .approve(owner: session.owner) : .deny, nowMs: now())
+        switch outcome {
+        case .decided?:
+            logger.notice(approve ? "pairing approved" : "pairing denied", metadata: ["owner": "\(session.owner)"])
+            return html(.ok, render("message", [
+                "title": approve ? "The car is being paired" : "The car was not paired", "signedIn": true, "csrf": session.csrf,
+                "notice": approve ? "In a few seconds the car says the name of your account." : "The car will offer a new code.",
+                "next": "/", "nextLabel": "My cars",
+            ]))
+        default:
+            return page("pair", session, ["title": "Pair a car", "problem": "That code has expired or was used. The car says a new one."],
+                        status: .gone)
+        }
+    }
+
+    // MARK: - Purchases
+
+    private func buy(_ session: WebSession, _ fields: [String: String]) async throws -> Response {
+        guard let provider, let index = Int(fields["product"] ?? ""), products.indices.contains(index) else {
+            return try await devicesPage(session, notice: nil, problem: "That product is not offered.")
+        }
+        let device = fields["device"] ?? ""
+        guard try await store.devices(owner: session.owner).contains(where: { $0.device == device }) else {
+            return try await devicesPage(session, notice: nil, problem: "That car is not yours.")
+        }
+        let product = products[index]
+        let payment = Payment(provider: provider.name, id: "pay_" + Self.random(), owner: session.owner, device: device,
+                              product: product.name, seconds: product.seconds, price: product.price, createdAtMs: now())
+        try await store.startPayment(payment)
+        logger.info("purchase started", metadata: ["owner": "\(session.owner)", "device": "\(device)", "payment": "\(payment.id)"])
+        return redirect(provider.checkoutURL(for: payment))
+    }
+
+    /// The simulated provider's Pay / Decline: it sends its signed webhook to this server, as a
+    /// real provider would, and sends the browser back. Only the webhook credits.
+    private func simulatedDecision(_ request: Request, id: String, provider: SimulatedProvider) async throws -> Response {
+        guard let fields = try await preForm(request) else { return redirect("/simulated-provider/checkout/\(id)") }
+        guard let payment = try await store.payment(provider: provider.name, id: id), payment.status == .pending, let base = webhookBase() else {
+            return html(.notFound, render("message", ["title": "No such payment", "next": "/", "nextLabel": "Back to my cars"]))
+        }
+        let paid = fields["decision"] == "pay"
+        let (body, header) = provider.event(paymentID: payment.id, paid: paid, eventID: "evt_" + Self.random(), timestamp: now() / 1000)
+        var webhook = HTTPClientRequest(url: base + "/webhooks/payments/\(provider.name)")
+        webhook.method = .POST
+        webhook.headers.add(name: "Content-Type", value: "application/json")
+        webhook.headers.add(name: WebhookHeader.name, value: header)
+        webhook.body = .bytes(ByteBuffer(bytes: body))
+        do {
+            let answer = try await HTTPClient.shared.execute(webhook, timeout: .seconds(10))
+            guard answer.status == .ok else { throw WebhookHeader.Failed(status: Int(answer.status.code)) }
+        } catch {
+            logger.error("simulated provider: the webhook was not taken: \(error)")
+        }
+        return redirect(paid ? "/?paid=1" : "/?declined=1")
+    }
+
+    private func webhook(_ request: Request, provider: any PaymentProvider) async throws -> Response {
+        let body = (try? await request.body.collect(upTo: 64 * 1024)).map { Data($0.readableBytesView) }
+        guard let body else { return Response(status: .contentTooLarge) }
+        switch provider.readWebhook(signature: request.headers[.init(WebhookHeader.name)!], body: body, nowSeconds: now() / 1000) {
+        case .failure(let refusal):
+            logger.warning("refused a payment webhook: \(refusal)")
+            return Response(status: .badRequest)
+        case .success(let event):
+            let credited = try await store.settlePayment(provider: provider.name, id: event.paymentID, paid: event.paid, nowMs: now())
+            logger.notice(credited ? "payment credited" : "payment webhook changed nothing (declined, repeated or unknown)",
+                          metadata: ["payment": "\(event.paymentID)", "event": "\(event.id)"])
+            return Response(status: .ok)
+        }
+    }
+
+    // MARK: - Small rules
+
+    /// Whom wrong codes are counted against: the peer's address, or behind a proxy on this
+    /// machine (a loopback peer) the address the proxy names in `X-Real-IP`.
+    static func address(_ request: Request, peer: String?) -> String {
+        guard let peer else { return "unknown" }
+        let loopback = peer == "127.0.0.1" || peer == "::1"
+        if loopback, let forwarded = request.headers[HTTPField.Name("X-Real-IP")!], forwarded.count <= 64 { return forwarded }
+        return peer
+    }
+
+    static func random() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return DeviceCodes.newDeviceCode(using: &generator)
+    }
+
+    /// Constant-time comparison of two secrets.
+    static func same(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        return zip(x, y).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
+    }
+
+    static func cleanLabel(_ text: String) -> String {
+        String(text.filter { !$0.isNewline && $0.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f } }
+            .trimmingCharacters(in: .whitespaces).prefix(64))
+    }
+
+    static func normalizedEmail(_ text: String) -> String {
+        String(text.trimmingCharacters(in: .whitespacesAndNewlines).lowercased().prefix(254))
+    }
+
+    /// `2 h 5 min`, `45 min`, `30 s`.
+    static func spoken(_ seconds: Int) -> String {
+        if seconds >= 3600 { return "\(seconds / 3600) h \(seconds % 3600 / 60) min" }
+        if seconds >= 60 { return "\(seconds / 60) min" }
+        return "\(seconds) s"
+    }
+
+    static func date(_ ms: Int64) -> String {
+        UTCTimeText.minutes(ms)
+    }
+}
+
+/// The simulated provider's signature header.
+enum WebhookHeader {
+    static let name = "Provider-Signature"
+    struct Failed: Error { let status: Int }
+}
+
+/// `2026-11-26 04:59 UTC`.
+enum UTCTimeText {
+    static func minutes(_ ms: Int64) -> String {
+        var time = time_t(ms / 1000)
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday)) \(two(parts.tm_hour)):\(two(parts.tm_min)) UTC"
+    }
+}
+
+/// Devices unpaired at this instance: their access tokens are refused at the upgrade and their
+/// live streams closed (4401) until the tokens would have expired anyway.
+public final class UnpairedDevices: Sendable {
+    private let devices = Mutex<Set<String>>([])
+    public init() {}
+    func add(_ device: String) { _ = devices.withLock { $0.insert(device) } }
+    func contains(_ device: String) -> Bool { devices.withLock { $0.contains(device) } }
+}

@@ -1,0 +1,74 @@
+/// What the owners' pages keep: accounts and their one-time password links, the cars each owner
+/// paired, the last guidance each car was given, and purchases. In the ledger's database beside
+/// pairings and usage (``SQLitePairingStore``); one transaction per call.
+public protocol OwnerStore: Sendable {
+    /// A new owner with no password yet; `nil` if the address has an account already.
+    func createOwner(email: String, displayName: String, nowMs: Int64) async throws -> Int64?
+    /// Stores a one-time link token (its hash) to set `owner`'s password, valid until `expiresAtMs`.
+    func addPasswordLink(owner: Int64, tokenHash: String, expiresAtMs: Int64) async throws
+    /// Spends a password link: sets the owner's password hash; the owner, or `nil` if the link is
+    /// unknown, used or expired.
+    func usePasswordLink(tokenHash: String, passwordHash: String, nowMs: Int64) async throws -> Int64?
+    /// The owner with this address and their password hash (`nil` before one is set).
+    func account(email: String) async throws -> (owner: Owner, passwordHash: String?)?
+
+    /// The owner's cars, paired first first.
+    func devices(owner: Int64) async throws -> [OwnedDevice]
+    /// Renames a car of this owner; `false` if it is not theirs.
+    func rename(device: String, owner: Int64, label: String) async throws -> Bool
+    /// Unpairs a car of this owner: its refresh tokens are revoked; `false` if it is not theirs.
+    func unpair(device: String, owner: Int64, nowMs: Int64) async throws -> Bool
+    /// The car opened a session (last seen).
+    func seen(device: String, nowMs: Int64) async throws
+    /// Guidance the car was given; the last ``OwnedDevice/recentGuidanceCount`` are kept.
+    func recordGuidance(device: String, text: String, nowMs: Int64) async throws
+
+    /// A purchase started by an owner, waiting for the provider's webhook.
+    func startPayment(_ payment: Payment) async throws
+    func payment(provider: String, id: String) async throws -> Payment?
+    /// The provider's word on a payment: paid credits the car's usage, once per payment id
+    /// whatever repeats; returns whether this call was the one that credited.
+    func settlePayment(provider: String, id: String, paid: Bool, nowMs: Int64) async throws -> Bool
+}
+
+public struct OwnedDevice: Sendable, Equatable {
+    public static let recentGuidanceCount = 5
+    public var device: String
+    public var label: String
+    public var pairedAtMs: Int64
+    public var lastSeenAtMs: Int64?
+    /// Newest first: (time, text).
+    public var recentGuidance: [(atMs: Int64, text: String)]
+
+    public static func == (a: Self, b: Self) -> Bool {
+        a.device == b.device && a.label == b.label && a.pairedAtMs == b.pairedAtMs && a.lastSeenAtMs == b.lastSeenAtMs
+            && a.recentGuidance.map(\.atMs) == b.recentGuidance.map(\.atMs) && a.recentGuidance.map(\.text) == b.recentGuidance.map(\.text)
+    }
+}
+
+public struct Payment: Sendable, Equatable {
+    public enum Status: String, Sendable { case pending, paid, declined }
+    public var provider: String
+    public var id: String
+    public var owner: Int64
+    public var device: String
+    public var product: String
+    public var seconds: Int
+    /// As shown to the owner, e.g. `4.99 EUR`.
+    public var price: String
+    public var status: Status
+    public var createdAtMs: Int64
+
+    public init(provider: String, id: String, owner: Int64, device: String, product: String, seconds: Int, price: String,
+                status: Status = .pending, createdAtMs: Int64) {
+        self.provider = provider
+        self.id = id
+        self.owner = owner
+        self.device = device
+        self.product = product
+        self.seconds = seconds
+        self.price = price
+        self.status = status
+        self.createdAtMs = createdAtMs
+    }
+}

@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""The owner's side in a real browser: headless Chromium from Debian, driven by Selenium pointed at
+the system's chromedriver (nothing is downloaded), against the real guidance-server, with the
+real dashcam-agent pairing itself.
+
+    python3 Tests/Browser/owner_pages.py --bin .build/debug --out .build/browser
+
+The flow, as an owner lives it: set a password from the operator's one-time link, sign in, type
+the code the car said (read from the car's log, in lower case with spaces), see the car named
+on the approval page, approve, see the car with its remaining usage, buy usage through the
+simulated provider (Pay), see the new total, unpair, and hear the car offer a new code. Each
+page is checked for labels on every input and headings in order, and shot at a phone's width
+(390 px) into --out. At the end the server's log is searched for every secret of the flow.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+FAILURES = []
+
+
+def check(condition, what):
+    print(("ok    " if condition else "FAIL  ") + what, flush=True)
+    if not condition:
+        FAILURES.append(what)
+
+
+def wait_for(what, predicate, limit=90):
+    """Waits for `predicate` (the event itself); `limit` only bounds a failure."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise SystemExit(f"FAIL  {what}: not within {limit} s")
+
+
+def submit(driver, selector):
+    """Clicks a form's button and waits for the page it leads to (the old one goes stale)."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(By.CSS_SELECTOR, selector).click()
+    WebDriverWait(driver, 90).until(expected_conditions.staleness_of(old))
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.read()
+    except FileNotFoundError:
+        return ""
+
+
+def accessible(driver, page, out):
+    """Labels on every input a person fills, headings in order, a screenshot at 390 px."""
+    problems = driver.execute_script("""
+        const problems = [];
+        for (const input of document.querySelectorAll('input:not([type=hidden]), select, textarea')) {
+            const labelled = (input.id && document.querySelector('label[for="' + input.id + '"]'))
+                || input.closest('label') || input.getAttribute('aria-label');
+            if (!labelled) problems.push('no label: ' + (input.name || input.outerHTML.slice(0, 60)));
+        }
+        let last = 0;
+        const headings = [...document.querySelectorAll('h1, h2, h3, h4, h5, h6')];
+        if (headings.length === 0 || headings[0].tagName !== 'H1') problems.push('the first heading is not h1');
+        for (const heading of headings) {
+            const level = Number(heading.tagName[1]);
+            if (level > last + 1) problems.push('heading ' + heading.tagName + ' after h' + last);
+            last = level;
+        }
+        if (document.documentElement.lang === '') problems.push('no lang on html');
+        if (document.documentElement.scrollWidth > window.innerWidth + 1) problems.push('wider than the screen');
+        return problems;""")
+    check(not problems, f"{page}: accessible at 390 px {problems if problems else ''}")
+    driver.save_screenshot(os.path.join(out, f"{page}.png"))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", default=".build/debug")
+    parser.add_argument("--out", default=".build/browser")
+    args = parser.parse_args()
+    binaries = os.path.abspath(args.bin)
+    out = os.path.abspath(args.out)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    folder = tempfile.mkdtemp(prefix="owner-pages-")
+    processes = []
+    try:
+        run(binaries, out, folder, processes)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+        for name in ("server.log", "agent.log"):
+            if os.path.exists(os.path.join(folder, name)):
+                shutil.copy(os.path.join(folder, name), out)
+        shutil.rmtree(folder, ignore_errors=True)
+    if FAILURES:
+        print(f"{len(FAILURES)} check(s) failed", file=sys.stderr)
+        sys.exit(1)
+    print("all checks passed; screenshots in " + out)
+
+
+def run(binaries, out, folder, processes):
+    path = lambda name: os.path.join(folder, name)  # noqa: E731
+    with open(path("tokens.yaml"), "w") as file:
+        file.write("other-token: car-9\n")
+    os.chmod(path("tokens.yaml"), 0o600)
+    with open(path("script.yaml"), "w") as file:
+        file.write('- text: "Pedestrian ahead, slow down."\n  lang: en-US\n- clear: true\n')
+    with open(path("server.yaml"), "w") as file:
+        file.write(f"""server:
+  host: 127.0.0.1
+  port: 0
+  tokensFile: {path("tokens.yaml")}
+analyzer:
+  kind: scripted
+  scriptFile: {path("script.yaml")}
+usage:
+  remainingSeconds: 600
+pairing:
+  enabled: true
+  signingKeyFile: {path("signing.key")}
+payments:
+  provider: simulated
+  products: ["1 hour=3600=4.99 EUR"]
+  webhookSecretFile: {path("webhook.secret")}
+ledger: sqlite:{path("usage.sqlite")}
+""")
+    server_log = open(path("server.log"), "w")
+    server = subprocess.Popen([os.path.join(binaries, "guidance-server"), "--config", path("server.yaml")],
+                              stdout=server_log, stderr=subprocess.STDOUT, cwd=folder)
+    processes.append(server)
+    line = wait_for("server listening", lambda: re.search(r"listening on 127\.0\.0\.1:(\d+)", read(path("server.log"))))
+    port = int(line.group(1))
+    base = f"http://127.0.0.1:{port}"
+
+    # The operator makes the account; the link is printed once.
+    made = subprocess.run([os.path.join(binaries, "guidance-server"), "owner", "add", "ana@example.org", "--name", "Ana",
+                           "--config", path("server.yaml")], capture_output=True, text=True, cwd=folder, check=True)
+    link = made.stdout.strip().replace("http://127.0.0.1:0", base)
+    check(link.startswith(base + "/set-password?token="), "owner add prints a one-time link")
+
+    # The car: no token file, no credentials: it pairs.
+    with open(path("agent.yaml"), "w") as file:
+        file.write(f"""camera:
+  source: test-pattern
+  width: 320
+  height: 180
+  fps: 10
+  pace: realtime
+encoder:
+  preference: [libx265]
+  segmentSeconds: 2
+recording:
+  dir: {path("segments")}
+uplink:
+  url: ws://127.0.0.1:{port}/v1/stream
+  allowInsecure: true
+  tokenFile: {path("token")}
+  credentialsFile: {path("credentials.json")}
+  deviceId: Ana's van
+device:
+  locale: en-US
+speech:
+  sink: wav:{path("speech")}
+haptics:
+  required: false
+status:
+  socket: {path("status.sock")}
+""")
+    agent_log = open(path("agent.log"), "w")
+    agent = subprocess.Popen([os.path.join(binaries, "dashcam-agent"), "record", "--config", path("agent.yaml")],
+                             stdout=agent_log, stderr=subprocess.STDOUT, cwd=folder)
+    processes.append(agent)
+    spoken = wait_for("the car says a code", lambda: re.findall(r"pairing: enter the code (\d{3} \d{3} \d{3})", read(path("agent.log"))))
+    code = spoken[0]
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=390,844"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    secrets = {"user code": code.replace(" ", ""), "password": "correct horse battery"}
+    try:
+        driver.set_window_size(390, 844)
+        # A password from the link.
+        driver.get(link)
+        accessible(driver, "set-password", out)
+        driver.find_element(By.ID, "password").send_keys(secrets["password"])
+        driver.find_element(By.ID, "again").send_keys(secrets["password"])
+        submit(driver, "button[type=submit]")
+        check("Your password is set" in driver.page_source, "the password is set")
+        # The link is spent.
+        driver.get(link)
+        driver.find_element(By.ID, "password").send_keys("another password")
+        driver.find_element(By.ID, "again").send_keys("another password")
+        submit(driver, "button[type=submit]")
+        check("used or has expired" in driver.page_source, "a password link works once")
+
+        # Sign in, with a wrong password first.
+        driver.get(base + "/signin")
+        accessible(driver, "signin", out)
+        driver.find_element(By.ID, "email").send_keys("ana@example.org")
+        driver.find_element(By.ID, "password").send_keys("wrong password!")
+        submit(driver, "button[type=submit]")
+        check("do not match" in driver.page_source, "a wrong password is refused")
+        driver.find_element(By.ID, "password").send_keys(secrets["password"])
+        submit(driver, "main button[type=submit]")
+        check(driver.find_element(By.TAG_NAME, "h1").text == "My cars", "signed in, on My cars")
+        session = next((c for c in driver.get_cookies() if c["name"] == "session"), None)
+        check(session is not None and session.get("httpOnly") and session.get("sameSite") == "Strict",
+              f"the session cookie is HttpOnly and SameSite=Strict ({session and {k: session.get(k) for k in ('httpOnly', 'sameSite')}})")
+        check(driver.execute_script("return document.cookie") == "", "no cookie is readable by a script")
+        secrets["session cookie"] = session["value"] if session else ""
+        secrets["csrf"] = driver.find_element(By.NAME, "csrf").get_attribute("value")
+        accessible(driver, "devices-empty", out)
+
+        # A form without the session's CSRF value is refused.
+        request = urllib.request.Request(base + "/pair", data=b"csrf=forged&code=" + code.replace(" ", "").encode(), method="POST",
+                                         headers={"Content-Type": "application/x-www-form-urlencoded", "Cookie": "session=" + secrets["session cookie"]})
+        try:
+            forged = urllib.request.urlopen(request).status
+        except urllib.error.HTTPError as error:
+            forged = error.code
+        check(forged == 403, f"a form with a forged CSRF value is refused ({forged})")
+
+        # Pair: the code typed in lower case with spaces, as heard.
+        driver.get(base + "/pair")
+        accessible(driver, "pair", out)
+        driver.find_element(By.ID, "code").send_keys(" " + code.lower() + " ")
+        submit(driver, "main button[type=submit]")
+        check(driver.find_element(By.CSS_SELECTOR, ".device-name").text == "Ana's van", "the approval page names the car (RFC 8628 §5.4)")
+        accessible(driver, "approve", out)
+        submit(driver, "button[value=approve]")
+        wait_for("the car says whose account", lambda: "Paired with the account of Ana." in read(path("agent.log")))
+        credentials = json.loads(wait_for("credentials stored", lambda: read(path("credentials.json"))))
+        check(os.stat(path("credentials.json")).st_mode & 0o777 == 0o600, "the car's credentials are mode 0600")
+        secrets["refresh token"] = credentials["refreshToken"]
+        secrets["access token"] = credentials["accessToken"]
+        device = credentials["deviceId"]
+        wait_for("the car streams", lambda: "Connected to guidance." in read(path("agent.log")))
+
+        driver.get(base + "/")
+        text = driver.find_element(By.CSS_SELECTOR, ".car").text
+        check("Ana's van" in text and "Remaining usage" in text, "My cars lists the car")
+        before = driver.find_element(By.CSS_SELECTOR, ".remaining").text
+        check(before.endswith("min") or before.endswith(" s"), f"its remaining usage is shown ({before})")
+        wait_for("guidance on the page", lambda: (driver.get(base + "/") or "Pedestrian ahead" in driver.page_source))
+        accessible(driver, "devices", out)
+
+        # A new name.
+        label = driver.find_element(By.CSS_SELECTOR, "input[name=label]")
+        label.clear()
+        label.send_keys("Family car")
+        submit(driver, "form[action$='/rename'] button")
+        check(driver.find_element(By.CSS_SELECTOR, ".car h2").text == "Family car", "the car is renamed")
+
+        # Buy an hour: the provider's page, Pay, back to My cars with the new total.
+        submit(driver, "a.buy")
+        accessible(driver, "buy", out)
+        submit(driver, "main button[type=submit]")
+        check("simulated payment provider" in driver.page_source, "the provider's checkout page")
+        accessible(driver, "checkout", out)
+        submit(driver, "button[value=pay]")
+        after = driver.find_element(By.CSS_SELECTOR, ".remaining").text
+        check(after.startswith("1 h "), f"the hour bought is in the total ({before} -> {after})")
+        ledger = sqlite3.connect(path("usage.sqlite"))
+        credits = ledger.execute("SELECT count(*), sum(seconds) FROM credits WHERE device = ?", (device,)).fetchone()
+        check(credits == (1, 3600), f"one credit of 3600 s in the ledger ({credits})")
+        secrets["password hash"] = ledger.execute("SELECT password_hash FROM owners").fetchone()[0]
+        ledger.close()
+
+        # Unpair: the stream is closed, the car forgets its credentials and offers a new code.
+        driver.get(base + "/")
+        submit(driver, "button.danger")
+        check("was unpaired" in driver.page_source, "the car is unpaired")
+        accessible(driver, "unpaired", out)
+        wait_for("the car forgets its credentials", lambda: not os.path.exists(path("credentials.json")))
+        again = wait_for("the car offers a new code", lambda: re.findall(r"pairing: enter the code (\d{3} \d{3} \d{3})", read(path("agent.log")))[1:])
+        secrets["second user code"] = again[0].replace(" ", "")
+        submit(driver, "nav button[type=submit]")
+        check(driver.find_element(By.TAG_NAME, "h1").text == "Sign in", "signed out")
+    finally:
+        driver.quit()
+
+    agent.send_signal(signal.SIGTERM)
+    check(agent.wait(timeout=60) == 0, "the car stops cleanly")
+    server.send_signal(signal.SIGTERM)
+    check(server.wait(timeout=60) == 0, "the server stops cleanly")
+    log = read(path("server.log"))
+    secrets["signing key"] = read(path("signing.key")).strip()
+    secrets["webhook secret"] = read(path("webhook.secret")).strip()
+    for name, value in secrets.items():
+        check(bool(value) and value not in log, f"the server's log does not show the {name}")
+    check("Bearer" not in log and "Authorization" not in log, "the server's log shows no Authorization header")
+
+
+if __name__ == "__main__":
+    main()
