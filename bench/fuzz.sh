@@ -9,8 +9,10 @@
 #             Gemini's RetryInfo and the Retry-After header
 #   segments  a segment's bytes read as the server reads them: its MP4 boxes (SegmentVideo.inspect,
 #             from memory), then its first two frames decoded at full size
+#   pairing   pairing's and the owners' outside bytes: form bodies, payment webhooks (signature and
+#             event), access tokens, typed codes, products
 #
-#     bash bench/fuzz.sh TARGET SECONDS        # TARGET: messages|answers|segments|all (each in turn)
+#     bash bench/fuzz.sh TARGET SECONDS        # TARGET: messages|answers|segments|pairing|all (each in turn)
 #     .build-fuzz/debug/guidance-fuzz TARGET CRASH_FILE           # one input again, sanitized
 #     swift build --product guidance-fuzz && .build/debug/guidance-fuzz TARGET fuzz/corpus/TARGET fuzz/regressions/TARGET
 #                                              # without sanitizers: replays files or folders
@@ -37,9 +39,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-usage() { echo "usage: bash bench/fuzz.sh messages|answers|segments|all SECONDS" >&2; exit 64; }
+usage() { echo "usage: bash bench/fuzz.sh messages|answers|segments|pairing|all SECONDS" >&2; exit 64; }
 [ $# -eq 2 ] || usage
-case $1 in messages|answers|segments) TARGETS=("$1") ;; all) TARGETS=(messages answers segments) ;; *) usage ;; esac
+case $1 in messages|answers|segments|pairing) TARGETS=("$1") ;; all) TARGETS=(messages answers segments pairing) ;; *) usage ;; esac
 [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || usage
 SECONDS_EACH=$2
 BUILD=.build-fuzz

@@ -56,6 +56,13 @@ step "Debian 12: swift build --build-tests" swift build --build-tests "${DEBUG_B
 for target in "${TEST_TARGETS[@]}"; do
     step "Debian 12: swift test $target" swift_tests "$target"
 done
+# Every fuzz target's seed corpus and the inputs that once broke it, through the parsers as built.
+replay_fuzz_inputs() {
+    for target in messages answers segments pairing; do
+        .build/debug/guidance-fuzz "$target" "fuzz/corpus/$target" $( [ -d "fuzz/regressions/$target" ] && echo "fuzz/regressions/$target" )
+    done
+}
+step "Debian 12: fuzz corpora and regressions replayed" replay_fuzz_inputs
 # The owners' pages in headless Chromium, against the built server and agent; screenshots in
 # .build/browser.
 step "Debian 12: owners' pages in a real browser" python3 Tests/Browser/owner_pages.py --bin .build/debug --out .build/browser

@@ -4,7 +4,15 @@ import Foundation
 public enum ClientMessage: Sendable, Equatable {
     case hello(Hello)
     case segment(SegmentHeader)
+    /// A paired car's new access token, sent before the one its session opened with runs out,
+    /// so a long stream is never dropped for it (additive: a server that does not know it ignores it).
+    case auth(Auth)
     case unknown(type: String)
+
+    public struct Auth: Codable, Sendable, Equatable {
+        public var token: String
+        public init(token: String) { self.token = token }
+    }
 
     public struct Hello: Codable, Sendable, Equatable {
         public struct Video: Codable, Sendable, Equatable {
@@ -78,6 +86,7 @@ public enum ClientMessage: Sendable, Equatable {
             switch try decoder.decode(Envelope.self, from: data).type {
             case "hello": return .hello(try decoder.decode(Hello.self, from: data))
             case "segment": return .segment(try decoder.decode(SegmentHeader.self, from: data))
+            case "auth": return .auth(try decoder.decode(Auth.self, from: data))
             case let other: return .unknown(type: other)
             }
         } catch {
@@ -89,6 +98,7 @@ public enum ClientMessage: Sendable, Equatable {
         switch self {
         case .hello(let hello): JSONText.encode(Typed(type: "hello", body: hello))
         case .segment(let header): JSONText.encode(Typed(type: "segment", body: header))
+        case .auth(let auth): JSONText.encode(Typed(type: "auth", body: auth))
         case .unknown(let type): JSONText.encode(Typed(type: type, body: [String: String]()))
         }
     }

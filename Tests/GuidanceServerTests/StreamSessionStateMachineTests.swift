@@ -63,6 +63,19 @@ import Testing
         #expect(machine.text(Self.hello()).isEmpty, "a closed session reads nothing more")
     }
 
+    /// A paired car's new access token, between segments: the session checks it; one over the
+    /// limit or empty is refused, and `auth` before `hello` is like any first message but `hello`.
+    @Test func anAuthMessageRenewsTheSessionsToken() {
+        var machine = Self.opened()
+        #expect(machine.text(ClientMessage.auth(.init(token: "a.b.c")).encoded()) == [.renewAuth("a.b.c")])
+        #expect(Self.reasons(machine.text(ClientMessage.auth(.init(token: "")).encoded())) == [.unreadable])
+        #expect(Self.reasons(machine.text(ClientMessage.auth(.init(token: String(repeating: "x", count: AccessTokens.maxLength + 1))).encoded()))
+                == [.unreadable])
+        #expect(machine.isOpen)
+        var fresh = StreamSession.StateMachine(limits: Self.limits)
+        #expect(fresh.text(ClientMessage.auth(.init(token: "a.b.c")).encoded()) == [.close(reason: "first message must be hello")])
+    }
+
     @Test func binaryBeforeHelloCloses() {
         var machine = StreamSession.StateMachine(limits: Self.limits)
         #expect(machine.binary([1, 2, 3]) == [.close(reason: "first message must be hello")])

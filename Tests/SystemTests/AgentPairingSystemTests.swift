@@ -91,6 +91,48 @@ import Testing
         #expect(!agent.stderr.contains(stored.refreshToken) && !agent.stderr.contains(stored.accessToken))
     }
 
+    /// Access tokens that last a minute, a stream longer than that: the car sends each new token
+    /// in the session (`auth`) and the session is never dropped for it.
+    @Test(.timeLimit(.minutes(4))) func aLongStreamOutlivesItsAccessTokens() async throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        try files.write("script.yaml", "- clear: true\n")
+        try FileManager.default.removeItem(atPath: files.path("token"))
+        _ = try files.serverConfig()
+        let serverYAML = try String(contentsOfFile: files.path("server.yaml"), encoding: .utf8)
+            .replacingOccurrences(of: "level: info", with: "level: debug")
+        try files.write("server.yaml", serverYAML + "pairing:\n  enabled: true\n  accessTokenSeconds: 60\n  signingKeyFile: \(files.path("signing.key"))\n")
+        let server = try Spawned("guidance-server", ["--config", files.path("server.yaml")], folder: files.folder)
+        defer { server.stop() }
+        try #require(await server.wait(for: .seconds(60)) { $0.stderr.contains("listening on") }, "\(server.stderr)")
+        let port = Int(server.stderr.split(separator: "\n").first { $0.contains("listening on") }?.split(separator: ":").last ?? "") ?? 0
+        _ = try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", segmentSeconds: 1,
+                                  uplink: ["credentialsFile": files.path("credentials.json")], extra: "haptics:\n  required: false\n")
+        let agent = try Spawned("dashcam-agent", ["record", "--config", files.path("agent.yaml")], folder: files.folder)
+        defer { agent.stop(SIGKILL) }
+        let codeLine = #/pairing: enter the code (\d{3}) (\d{3}) (\d{3})/#
+        try #require(await agent.wait(for: .seconds(60)) { $0.stderr.firstMatch(of: codeLine) != nil }, "\(agent.stderr.suffix(3000))")
+        let match = try #require(agent.stderr.firstMatch(of: codeLine))
+        let store = try await SQLitePairingStore.open(path: files.path("usage.sqlite"), logger: Logger(label: "owner-side"))
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: now)
+        #expect(try await store.decide(userCode: "\(match.1)\(match.2)\(match.3)", decision: .approve(owner: owner), nowMs: now) == .decided)
+        try await store.shutdown()
+        try #require(await agent.wait(for: .seconds(60)) { $0.stderr.contains("Connected to guidance.") }, "\(agent.stderr.suffix(3000))")
+        let first = try JSONDecoder().decode(DeviceCredentials.Stored.self, from: Data(contentsOf: URL(fileURLWithPath: files.path("credentials.json"))))
+
+        // Past the first token's end (the event waited for is the clock passing it), the session
+        // is the one that opened, and the server took newer tokens in it.
+        try #require(await server.wait(for: .seconds(150)) { _ in Int64(Date().timeIntervalSince1970) > first.accessExpiresAt + 5 })
+        try #require(await server.wait(for: .seconds(30)) { $0.stderr.contains("access token renewed") }, "\(server.stderr.suffix(3000))")
+        let status = try await Command.executeAsync(
+            Spawned.buildFolder.appendingPathComponent("dashcam-agent").path, ["status", "--json", "--socket", files.path("status.sock")])
+        let uplink = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["uplink"] as? [String: Any]
+        #expect(uplink?["state"] as? String == "connected", "\(status.stdout)")
+        #expect(uplink?["reconnects"] as? Int == 0, "\(status.stdout)")
+        #expect(!server.stderr.contains("no longer authorized"), "\(server.stderr.suffix(3000))")
+    }
+
     static func wavFiles(_ files: LoopFiles) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: files.path("speech"))) ?? []).filter { $0.hasSuffix(".wav") }.sorted()
     }

@@ -15,6 +15,7 @@ let targets = [
     FuzzTarget(name: "messages", run: Messages.run),
     FuzzTarget(name: "answers", run: Answers.run),
     FuzzTarget(name: "segments", run: Segments.run),
+    FuzzTarget(name: "pairing", run: Pairing.run),
 ]
 
 /// Stops the run, so that libFuzzer keeps the input, when what the code promises does not hold.

@@ -77,13 +77,15 @@ enum Messages {
                 case .close(let reason): reason
                 case .reject(_, let text, _, _): text
                 case .ignore(let text): text
-                case .open, .verified: nil
+                case .open, .verified, .renewAuth: nil
                 }
                 if let said {
                     require(!said.unicodeScalars.contains { [.control, .format].contains($0.properties.generalCategory) },
                             "a control or format character in \(said.debugDescription)")
                 }
                 switch action {
+                case .renewAuth(let token):
+                    require(wasOpen && (1...AccessTokens.maxLength).contains(token.utf8.count), "an auth token of \(token.utf8.count) bytes, or before hello")
                 case .close:
                     require(!wasOpen && actions.count == 1, "close after hello, or with more: \(actions)")
                     require(!machine.isOpen && machine.agent == nil, "closed, yet open")

@@ -253,8 +253,9 @@ public actor Uplink {
         await perform { $0.opened(id, now: $1) }
         var closeCode: UInt16?
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.sendLoop(id, connection: connection, wakes: wakes) }
+            group.addTask { await self.sendLoop(id, connection: connection, token: token, wakes: wakes) }
             group.addTask { await self.pingLoop(connection) }
+            group.addTask { await self.authTicks(id) }
             for await inbound in connection.inbound {
                 switch inbound {
                 case .text(let text): await receive(text, on: id)
@@ -298,8 +299,32 @@ public actor Uplink {
 
     // MARK: - Sending
 
-    private nonisolated func sendLoop(_ id: SessionID, connection: WebSocketConnection, wakes: AsyncStream<Void>) async {
+    /// Wakes the sender every ``authCheck``, so a paired car's access token is renewed in the
+    /// session (an `auth` message) before it runs out, also while nothing is sent.
+    private nonisolated func authTicks(_ id: SessionID) async {
+        guard case .fileOrPaired = settings.token else { return }
+        while !Task.isCancelled {
+            try? await Task.sleep(for: Self.authCheck)
+            await sessions[id]?.wake.yield()
+        }
+    }
+
+    static let authCheck = Duration.seconds(20)
+
+    private nonisolated func sendLoop(_ id: SessionID, connection: WebSocketConnection, token: String, wakes: AsyncStream<Void>) async {
+        var token = token
         for await _ in wakes {
+            // Between segments, never between a header and its chunks: the token the session
+            // runs on, renewed when it is about to run out (a static token never changes here).
+            if case .fileOrPaired = settings.token, let fresh = try? await settings.token.read(), fresh != token {
+                do {
+                    try await connection.send(text: ClientMessage.auth(.init(token: fresh)).encoded())
+                    token = fresh
+                    logger.debug("uplink: access token renewed in the session")
+                } catch {
+                    return
+                }
+            }
             while let segment = await nextToSend(id) {
                 do {
                     try await send(segment, connection: connection)

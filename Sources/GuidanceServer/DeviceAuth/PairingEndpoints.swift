@@ -50,25 +50,14 @@ struct PairingEndpoints: Sendable {
         do { buffer = try await request.body.collect(upTo: Self.maxBodyBytes) } catch {
             throw Refusal(error: "invalid_request", description: "the body is over \(Self.maxBodyBytes) bytes")
         }
-        var fields: [String: String] = [:]
-        for pair in String(buffer: buffer).split(separator: "&") {
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            guard let name = Self.decode(parts[0]), let value = Self.decode(parts.count > 1 ? parts[1] : "") else {
-                throw Refusal(error: "invalid_request", description: "the body is not a form")
-            }
-            // RFC 6749 §3.1: a parameter sent twice is an error.
-            guard fields.updateValue(value, forKey: name) == nil else {
-                throw Refusal(error: "invalid_request", description: "\(name) is given twice")
-            }
+        // RFC 6749 §3.1: a parameter sent twice is an error, as is a broken encoding.
+        guard let fields = FormBody.parse(Substring(String(buffer: buffer))) else {
+            throw Refusal(error: "invalid_request", description: "the body is not a form, or names a parameter twice")
         }
         guard fields["client_id"] == Self.clientID else {
             throw Refusal(status: .unauthorized, error: "invalid_client", description: "unknown client_id")
         }
         return fields
-    }
-
-    private static func decode(_ text: Substring) -> String? {
-        text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
     }
 
     private func authorize(form: [String: String], host: String?) async throws -> Response {

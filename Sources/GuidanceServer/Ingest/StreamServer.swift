@@ -118,12 +118,15 @@ public struct StreamServer: Sendable {
         // A static token from the tokens file, or a paired device's access token.
         let accessTokens = pairing?.tokens, clock = pairing?.now, unpaired = pairing?.unpaired
         let owners = pairing?.owners
+        // A paired device's access token: its claims, unless the device was unpaired here.
+        let accessClaims: @Sendable (String?) -> AccessTokens.Claims? = { authorization in
+            guard let accessTokens, let clock, let authorization, authorization.hasPrefix("Bearer "),
+                  let claims = accessTokens.verify(String(authorization.dropFirst(7)), nowSeconds: clock() / 1000),
+                  unpaired?.contains(claims.sub) != true else { return nil }
+            return claims
+        }
         let resolveDevice: @Sendable (String?) -> String? = { authorization in
-            if let device = tokens.device(authorization: authorization) { return device }
-            guard let accessTokens, let clock, let authorization, authorization.hasPrefix("Bearer ") else { return nil }
-            guard let device = accessTokens.verify(String(authorization.dropFirst(7)), nowSeconds: clock() / 1000)?.sub,
-                  unpaired?.contains(device) != true else { return nil }
-            return device
+            tokens.device(authorization: authorization) ?? accessClaims(authorization)?.sub
         }
         router.ws(RouterPath(stringLiteral: GuidanceProtocol.path)) { request, _ in
             // UpgradeAuthGate has already answered a bad token with 401; this is the second lock.
@@ -140,15 +143,24 @@ public struct StreamServer: Sendable {
             // A static token stops working when it leaves the tokens file; a paired device's
             // session lasts while the stream does (its access token was checked at the upgrade).
             let byStaticToken = tokens.device(authorization: authorization) != nil
+            // Until when a paired device's session is authorized: its access token's expiry,
+            // moved on by each `auth` message with a newer token of the same device.
+            let window = AuthWindow(expiresAt: byStaticToken ? Int64.max : accessClaims(authorization)?.exp ?? 0)
             let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
                                         analyzer: analyzer, metrics: metrics, activity: activity,
                                         stillAuthorized: {
-                                            byStaticToken ? tokens.device(authorization: authorization) == device : unpaired?.contains(device) != true
+                                            byStaticToken ? tokens.device(authorization: authorization) == device
+                                                : unpaired?.contains(device) != true && (clock?() ?? 0) / 1000 < window.expiresAt
                                         },
                                         observer: byStaticToken ? nil : owners.map { owners in
                                             StreamSession.Observer(
                                                 opened: { try? await owners.seen(device: device, nowMs: clock?() ?? 0) },
                                                 guided: { text in try? await owners.recordGuidance(device: device, text: text, nowMs: clock?() ?? 0) })
+                                        },
+                                        reauthorize: { token in
+                                            guard !byStaticToken, let claims = accessClaims("Bearer " + token), claims.sub == device else { return false }
+                                            window.extend(to: claims.exp)
+                                            return true
                                         },
                                         logger: logger)
             try await session.run(inbound: inbound, outbound: outbound)
@@ -206,4 +218,12 @@ public struct StreamServer: Sendable {
             },
             logger: logger)
     }
+}
+
+/// Until when a paired device's session may stream (its access token's `exp`, in seconds).
+final class AuthWindow: Sendable {
+    private let until: Mutex<Int64>
+    init(expiresAt: Int64) { until = Mutex(expiresAt) }
+    var expiresAt: Int64 { until.withLock { $0 } }
+    func extend(to expiresAt: Int64) { until.withLock { $0 = max($0, expiresAt) } }
 }

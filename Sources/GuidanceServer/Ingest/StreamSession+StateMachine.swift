@@ -63,6 +63,8 @@ extension StreamSession {
             case verified(Verified)
             /// Worth a debug log line, nothing more (an unknown message type).
             case ignore(String)
+            /// A new access token for this session (`auth`): the session checks it names its device.
+            case renewAuth(String)
         }
 
         /// Why a message was refused, as a metric label: a closed set.
@@ -185,6 +187,11 @@ extension StreamSession {
                 return [.reject(.badMessage, "hello was already received", seq: nil, reason: .outOfOrder)]
             case .unknown(let type):
                 return [.ignore("message of unknown type \(GuidanceText.loggable(type))")]
+            case .auth(let auth):
+                guard (1...AccessTokens.maxLength).contains(auth.token.utf8.count) else {
+                    return [.reject(.badMessage, "an auth token must be 1 to \(AccessTokens.maxLength) bytes", seq: nil, reason: .unreadable)]
+                }
+                return [.renewAuth(auth.token)]
             case .segment(let header):
                 if let (reason, problem) = check(header, agent: agent) {
                     // Whatever chunks it announced are dropped, unread.

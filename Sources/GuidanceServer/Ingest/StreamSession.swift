@@ -28,6 +28,9 @@ public struct StreamSession: Sendable {
     let stillAuthorized: @Sendable () -> Bool
     /// What a paired car's owner sees of it (last seen, last guidance); `nil` for static tokens.
     var observer: Observer? = nil
+    /// Takes a new access token sent in the session (`auth`); `true` if it names this device and
+    /// extends the session's authorization. A static token's session has nothing to renew.
+    var reauthorize: @Sendable (String) -> Bool = { _ in false }
     let logger: Logger
 
     public struct Observer: Sendable {
@@ -156,6 +159,12 @@ public struct StreamSession: Sendable {
                     }
                 case .ignore(let what):
                     logger.debug("session \(id): ignoring \(GuidanceText.loggable(what, limit: 200))", metadata: ["device": "\(device)"])
+                case .renewAuth(let token):
+                    if reauthorize(token) {
+                        logger.debug("session \(id): access token renewed", metadata: ["device": "\(device)"])
+                    } else {
+                        try await reject(.unauthorized, "that token does not name this device", seq: nil, reason: .unreadable, log: &log, outbound: outbound)
+                    }
                 }
             }
             activity.touch()
@@ -315,10 +324,11 @@ public struct StreamSession: Sendable {
             logger.info("session \(id): usage credited, \(left) s left", metadata: ["device": "\(device)"])
             try await outbound.write(.text(ServerMessage.usage(remainingSeconds: left).encoded()))
         }
-        logger.notice("session \(id): the device's token was removed; closing", metadata: ["device": "\(device)"])
+        logger.notice("session \(id): the device is no longer authorized (token removed, access token run out, or unpaired); closing",
+                      metadata: ["device": "\(device)"])
         await Self.within(settings.closeDeadline) {
-            try await outbound.write(.text(ServerMessage.error(code: .unauthorized, message: "this device's token was removed", seq: nil).encoded()))
-            try await outbound.close(.init(codeNumber: Int(CloseCode.unauthorized.rawValue)), reason: "token removed")
+            try await outbound.write(.text(ServerMessage.error(code: .unauthorized, message: "this device is no longer authorized", seq: nil).encoded()))
+            try await outbound.close(.init(codeNumber: Int(CloseCode.unauthorized.rawValue)), reason: "not authorized")
         }
     }
 

@@ -176,17 +176,7 @@ struct OwnerPages: Sendable {
     // MARK: - Sessions and forms
 
     private func form(_ request: Request) async throws -> [String: String] {
-        guard request.headers[.contentType]?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true,
-              let buffer = try? await request.body.collect(upTo: Self.maxFormBytes) else { return [:] }
-        var fields: [String: String] = [:]
-        for pair in String(buffer: buffer).split(separator: "&") {
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            guard let name = parts[0].replacingOccurrences(of: "+", with: " ").removingPercentEncoding,
-                  let value = (parts.count > 1 ? parts[1] : "").replacingOccurrences(of: "+", with: " ").removingPercentEncoding
-            else { continue }
-            fields[name] = value
-        }
-        return fields
+        await FormBody.read(request, maxBytes: Self.maxFormBytes) ?? [:]
     }
 
     private func signedIn(_ request: Request, _ body: (WebSession) async throws -> Response) async throws -> Response {

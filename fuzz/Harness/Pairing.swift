@@ -1,0 +1,59 @@
+import Crypto
+import Foundation
+@testable import GuidanceServer
+
+/// Everything pairing, the owners' pages and payments read from outside: one input's first byte
+/// picks the parser, the rest is what a peer sent.
+/// - 0: a form body (the OAuth endpoints, the owners' forms);
+/// - 1: a payment webhook, `SIGNATURE-HEADER\nBODY`, against the simulated provider's secret;
+/// - 2: an access token at the upgrade or in an `auth` message;
+/// - 3: a typed pairing code;
+/// - 4: a product in the config (`NAME=SECONDS=PRICE`).
+enum Pairing {
+    static let secret = Array("fuzzing secret, 32 bytes long...".utf8)
+    static let provider = SimulatedProvider(secret: secret)
+    static let tokens = AccessTokens(key: secret)
+    static let now: Int64 = 1_780_000_000
+
+    static func run(_ input: UnsafeRawBufferPointer) {
+        guard let kind = input.first else { return }
+        let rest = Data(input.dropFirst())
+        let text = String(decoding: rest, as: UTF8.self)
+        switch kind % 5 {
+        case 0:
+            if let fields = FormBody.parse(Substring(text)) {
+                require(fields.count <= text.utf8.count / 1 + 1, "more fields than bytes")
+            }
+        case 1:
+            let newline = rest.firstIndex(of: UInt8(ascii: "\n")) ?? rest.endIndex
+            let header = String(decoding: rest[rest.startIndex..<newline], as: UTF8.self)
+            let body = newline < rest.endIndex ? rest[(newline + 1)...] : Data()
+            if case .success(let event) = provider.readWebhook(signature: header, body: Data(body), nowSeconds: now) {
+                // Believed only if it carries a signature of exactly this body under the secret.
+                let expected = WebhookSignature.header(body: Data(body), secret: SymmetricKey(data: secret), timestamp: timestamp(header) ?? 0)
+                require(header.contains(expected.components(separatedBy: "v1=")[1]), "a webhook believed without its signature")
+                require(!event.id.isEmpty && event.id.count <= 128 && !event.paymentID.isEmpty && event.paymentID.count <= 128,
+                        "an event id or payment id out of bounds")
+            }
+        case 2:
+            if let claims = tokens.verify(text, nowSeconds: now) {
+                require(claims.exp > now && !claims.sub.isEmpty, "an expired or empty token accepted")
+                let (again, _) = tokens.issue(device: claims.sub, owner: claims.owner, nowSeconds: claims.iat)
+                require(again.count <= AccessTokens.maxLength + 512, "a token grows past its limit")
+            }
+        case 3:
+            if let code = DeviceCodes.normalize(text) {
+                require(code.count == 9 && code.allSatisfy { $0.isASCII && $0.isNumber }, "a code that is not nine digits: \(code)")
+            }
+        default:
+            if let product = Product(text) {
+                require((1...100_000_000).contains(product.seconds) && product.name.count <= 64 && product.price.count <= 64,
+                        "a product out of bounds")
+            }
+        }
+    }
+
+    private static func timestamp(_ header: String) -> Int64? {
+        header.split(separator: ",").first { $0.hasPrefix("t=") }.flatMap { Int64($0.dropFirst(2)) }
+    }
+}
