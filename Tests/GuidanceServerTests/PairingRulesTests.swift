@@ -241,3 +241,30 @@ import Testing
         }
     }
 }
+
+@Suite struct RequestBudgetTests {
+    @Test func tenCodesPerAddressInTenMinutes() {
+        var budget = RequestBudget(perWindow: 10, windowMs: 600_000, maxAddresses: 100)
+        for i in 0..<10 {
+            let allowed = budget.allow("192.0.2.1", nowMs: Int64(i))
+            #expect(allowed)
+        }
+        let eleventh = budget.allow("192.0.2.1", nowMs: 599_999)
+        let other = budget.allow("192.0.2.2", nowMs: 599_999)
+        let later = budget.allow("192.0.2.1", nowMs: 600_000)
+        #expect(!eleventh)
+        #expect(other, "another address has its own")
+        #expect(later, "a new window")
+    }
+
+    @Test func addressesAreRememberedUpToTheCap() {
+        var budget = RequestBudget(perWindow: 1, windowMs: 600_000, maxAddresses: 50)
+        var allowed = 0
+        for i in 0..<1000 where budget.allow("198.51.100.\(i)", nowMs: Int64(i)) { allowed += 1 }
+        #expect(allowed == 1000)
+        #expect(budget.remembered <= 50)
+        // The newest are the ones remembered: the last address is still held to its one request.
+        let again = budget.allow("198.51.100.999", nowMs: 1000)
+        #expect(!again)
+    }
+}

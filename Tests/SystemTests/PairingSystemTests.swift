@@ -115,6 +115,19 @@ import TestSupport
         // A body over the limit is refused, and the server goes on.
         let huge = try await Self.post(server.port, "/oauth/token", ["client_id": "dashcam-agent", "x": String(repeating: "a", count: 10_000)])
         #expect(huge.status == 400 && huge.json["error"] as? String == "invalid_request")
+        // A peer asking for code after code: ten requests from an address in 10 minutes (the
+        // refused client above was the first), then 429 with slow_down.
+        var statuses: [Int] = []
+        for _ in 0..<10 { statuses.append(try await Self.post(server.port, "/oauth/device_authorization", ["client_id": "dashcam-agent"]).status) }
+        #expect(statuses == Array(repeating: 200, count: 9) + [429], "\(statuses)")
+        // Garbage where a form and a webhook belong: refused, and the server goes on.
+        for (path, body) in [("/oauth/token", "%zz=%%"), ("/oauth/token", "client_id=dashcam-agent&client_id=dashcam-agent"),
+                             ("/signin", String(repeating: "&", count: 5000))] {
+            let answer = try await Command.executeAsync("/usr/bin/curl", [
+                "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Content-Type: application/x-www-form-urlencoded",
+                "--data-binary", body, "http://127.0.0.1:\(server.port)\(path)"])
+            #expect(["400", "401", "403"].contains(answer.stdout), "\(path): \(answer.stdout)")
+        }
         // Static tokens work as before beside pairing.
         #expect(try RawClient(port: server.port).upgrade(token: "good-token").status == 101)
         #expect(server.isRunning)

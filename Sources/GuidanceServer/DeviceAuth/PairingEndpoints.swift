@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import Logging
 import NIOCore
+import Synchronization
 
 /// The two endpoints a car pairs through (RFC 8628 §3.1–3.5) and renews its credentials at
 /// (RFC 6749 §6): `POST /oauth/device_authorization` and `POST /oauth/token`, form-encoded in,
@@ -26,10 +27,24 @@ struct PairingEndpoints: Sendable {
     let rules: RefreshTokenRules
     let logger: Logger
     let now: @Sendable () -> Int64
+    /// Codes handed out per address (``RequestBudget``), on this instance.
+    let budget = Budget()
 
-    func add(to router: Router<some RequestContext>) {
+    final class Budget: Sendable {
+        private let state = Mutex(RequestBudget())
+        func allow(_ address: String, nowMs: Int64) -> Bool { state.withLock { $0.allow(address, nowMs: nowMs) } }
+    }
+
+    func add(to router: Router<GuidanceRequestContext>) {
         router.post("/oauth/device_authorization") { request, context in
-            try await answer { try await authorize(form: try await form(request), host: request.head.authority) }
+            let address = OwnerPages.address(request, peer: context.channel?.remoteAddress?.ipAddress)
+            return try await answer {
+                // A peer that asks for code after code fills nothing: ten per address in 10 minutes.
+                guard budget.allow(address, nowMs: now()) else {
+                    throw Refusal(status: .tooManyRequests, error: "slow_down", description: "too many codes asked for from this address; try again later")
+                }
+                return try await authorize(form: try await form(request), host: request.head.authority)
+            }
         }
         router.post("/oauth/token") { request, context in
             try await answer { try await token(form: try await form(request)) }
@@ -69,9 +84,15 @@ struct PairingEndpoints: Sendable {
         var generator = SystemRandomNumberGenerator()
         let deviceCode = DeviceCodes.newDeviceCode(using: &generator)
         let nowMs = now()
-        let (userCode, authorization) = try await store.startAuthorization(
+        let started: (userCode: String, authorization: DeviceAuthorization)
+        do {
+            started = try await store.startAuthorization(
             deviceCodeHash: Self.hash(deviceCode), deviceName: name.isEmpty ? "a car" : name, nowMs: nowMs, settings: settings,
             newUserCode: { var generator = SystemRandomNumberGenerator(); return DeviceCodes.newUserCode(using: &generator) })
+        } catch is PairingFull {
+            throw Refusal(status: .serviceUnavailable, error: "temporarily_unavailable", description: "too many codes are waiting; try again later")
+        }
+        let (userCode, authorization) = started
         logger.info("pairing started", metadata: ["device_name": "\(authorization.deviceName)", "user_code": "\(Self.fingerprint(userCode))"])
         return try Self.json(.ok, [
             "device_code": deviceCode, "user_code": userCode,

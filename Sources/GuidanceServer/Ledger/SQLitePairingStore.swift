@@ -26,6 +26,9 @@ public final class SQLitePairingStore: PairingStore {
     /// Whether ``shutdown()`` closed the connection (SQLiteNIO must be closed once, before its end).
     private let closed = Mutex(false)
 
+    /// Live codes at most, across all addresses (a fleet pairs a handful at a time).
+    static let maxLiveAuthorizations = 10_000
+
     public func shutdown() async throws {
         guard closed.withLock({ closed in defer { closed = true }; return !closed }) else { return }
         try await connection.close()
@@ -46,6 +49,9 @@ public final class SQLitePairingStore: PairingStore {
         return try await transaction { db in
             // Codes of expired authorizations are free again.
             _ = try await db.query("DELETE FROM device_authorizations WHERE expires_at <= ?", [.integer(Int(nowMs))])
+            // However many peers ask, the table holds at most this many live codes.
+            let live = try await db.query("SELECT count(*) AS n FROM device_authorizations").first?.column("n")?.integer ?? 0
+            guard live < Self.maxLiveAuthorizations else { throw PairingFull() }
             // 10^9 codes and at most thousands live: a clash is rare, and the next code is tried.
             for _ in 0..<16 {
                 let userCode = newUserCode()
@@ -279,3 +285,6 @@ actor Turns {
         }
     }
 }
+
+/// Too many codes are waiting to be typed: ask again later.
+public struct PairingFull: Error {}
