@@ -36,7 +36,6 @@ import Testing
         let match = try #require(agent.stderr.firstMatch(of: codeLine))
         let code = "\(match.1)\(match.2)\(match.3)"
         #expect(match.4 == "http://127.0.0.1:\(port)/pair")
-        #expect(!agent.stderr.contains("No device token"), "a car that pairs says its code instead")
         // Recording never waited: segments are being written meanwhile.
         try #require(await agent.wait(for: .seconds(60)) { _ in
             ((try? FileManager.default.subpathsOfDirectory(atPath: files.path("segments"))) ?? []).contains { $0.hasSuffix(".mp4") }

@@ -111,10 +111,6 @@ struct RecordCommand: AsyncParsableCommand {
                                      announcer: announcer, paired: { await uplink?.tokenAvailable() }, logger: logger)
             }
         }
-        if pairing != nil, credentials?.isPaired == false, !TokenFile.exists(config.uplink.tokenFile) {
-            // Before the uplink first reports "no token": the car says its code instead.
-            await announcer.pairing(true)
-        }
         let control = ControlRequests(board: board, store: store, uplink: uplink, server: config.uplink.url, voice: voice,
                                       haptics: haptics, watch: watch, pairing: pairing)
 

@@ -20,8 +20,6 @@ extension StatusAnnouncer {
         private var lostSpoken = false
         private var authSpoken = false
         private var tokenSpoken = false
-        /// The car is pairing (``DevicePairingService``): it says its code, not "no token".
-        var pairing = false
         private var usageSpoken = false
         private var lowSpoken = false
         private var exhaustedSpoken = false
@@ -73,8 +71,7 @@ extension StatusAnnouncer {
                 authSpoken = true
             case .noToken:
                 lostAt = nil
-                // A car that is pairing says its code instead.
-                if !tokenSpoken && !pairing { announce([.noToken], now: now) }
+                if !tokenSpoken { announce([.noToken], now: now) }
                 tokenSpoken = true
             case .connecting, .disconnected:
                 guard lostAt == nil, !lostSpoken, !authSpoken, !tokenSpoken else { return }

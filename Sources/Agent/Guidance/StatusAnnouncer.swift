@@ -43,8 +43,7 @@ public actor StatusAnnouncer {
     /// Guidance (or a clear road) arrived: the model answers again.
     public func guidanceArrived() { update { $0.guidanceArrived() } }
     public func camera(_ event: CameraEvent) { update { $0.camera(event, now: .now) } }
-    /// While a car pairs, "no device token" is not said: its code is.
-    public func pairing(_ active: Bool) { update { $0.pairing = active } }
+
 
     /// A phrase whose once-only rule is kept elsewhere (the local guidance's), spoken at once
     /// with any gathered before it.

@@ -21,6 +21,7 @@ public final class DevicePairingService: Service, Sendable {
     private let repeats: AsyncStream<Void>.Continuation
     private let repeatRequests: AsyncStream<Void>
     private let shown = Mutex<String?>(nil)
+    private let lastProblem = Mutex<String?>(nil)
 
     public init(client: PairingClient, credentials: DeviceCredentials, deviceName: String, hasToken: @escaping @Sendable () -> Bool,
                 announcer: StatusAnnouncer, paired: @escaping @Sendable () async -> Void = {}, logger: Logger) {
@@ -63,8 +64,6 @@ public final class DevicePairingService: Service, Sendable {
 
     /// One pairing, from the first code to stored credentials (or cancellation).
     private func pair() async {
-        await announcer.pairing(true)
-        defer { Task { [announcer] in await announcer.pairing(false) } }
         var machine = DevicePairing.StateMachine()
         var pending = machine.handle(.start, now: Self.now())
         let steps = AsyncStream<Step>.makeStream()
@@ -95,14 +94,18 @@ public final class DevicePairingService: Service, Sendable {
     private func carry(_ action: DevicePairing.StateMachine.Action, steps: AsyncStream<Step>.Continuation) -> Task<Void, Never>? {
         switch action {
         case .requestCode(let at):
-            return Task { [client, deviceName, logger] in
+            return Task { [self] in
                 guard await Self.sleep(until: at) else { return }
                 do {
-                    let code = try await client.requestCode(deviceName: deviceName)
-                    logger.notice("pairing: enter the code \(Self.grouped(code.userCode)) at \(code.verificationURI) within \(code.expiresIn / 60) minutes")
+                    let code = try await self.client.requestCode(deviceName: self.deviceName)
+                    self.logger.notice("pairing: enter the code \(Self.grouped(code.userCode)) at \(code.verificationURI) within \(code.expiresIn / 60) minutes")
                     steps.yield(.event(.codeIssued(deviceCode: code.deviceCode, userCode: code.userCode, expiresIn: code.expiresIn, interval: code.interval)))
                 } catch {
-                    logger.warning("pairing: the server gave no code (\(error)); asking again later")
+                    // Said once per kind of failure (a server without pairing answers 404 to every try).
+                    let problem = "\(error)"
+                    if self.lastProblem.withLock({ last in defer { last = problem }; return last != problem }) {
+                        self.logger.warning("pairing: the server gave no code (\(problem)); asking again, up to a minute apart")
+                    }
                     steps.yield(.event(.requestFailed))
                 }
             }

@@ -50,10 +50,12 @@ public enum TokenSource: Sendable, ExpressibleByStringLiteral {
         case .literal(let token): return token
         case .file(let path): return try TokenFile.read(path)
         case .fileOrPaired(let path, let credentials):
-            if TokenFile.exists(path) { return try TokenFile.read(path) }
-            do { return try await credentials.accessToken() } catch {
-                throw TokenFileError(description: "no token file \(path), and \(error.description)")
+            if TokenFile.exists(path) || !credentials.isPaired {
+                do { return try TokenFile.read(path) } catch where !TokenFile.exists(path) {
+                    throw TokenFileError(description: "\(error.description); not paired either")
+                }
             }
+            return try await credentials.accessToken()
         }
     }
 }
