@@ -30,22 +30,25 @@ struct OwnerCommand: AsyncParsableCommand {
 
         func run() async throws {
             let config = try await options.load()
-            let logger = Logger(label: "guidance-server")
-            guard let pairing = try await config.openPairing(logger: logger), let owners = pairing.owners else {
-                fail("owner accounts need pairing.enabled: true", exit: 78)
-            }
+            guard config.pairing.enabled else { fail("owner accounts need pairing.enabled: true", exit: 78) }
             let email = self.email.trimmingCharacters(in: .whitespaces).lowercased()
-            let now = Int64(Date().timeIntervalSince1970 * 1000)
-            let owner: Int64
-            if let id = try await owners.createOwner(email: email, displayName: name ?? String(email.split(separator: "@")[0]), nowMs: now) {
-                owner = id
-            } else if let existing = try await owners.account(email: email) {
-                owner = existing.owner.id
-            } else {
-                fail("could not add \(email)", exit: 74)
+            let name = self.name ?? String(email.split(separator: "@")[0])
+            let link = try await options.withLedger(config) { ledger in
+                guard let pairing = try await config.openPairing(logger: Logger(label: "guidance-server"), ledger: ledger),
+                      let owners = pairing.owners else { fail("owner accounts need pairing.enabled: true", exit: 78) }
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                let owner: Int64
+                if let id = try await owners.createOwner(email: email, displayName: name, nowMs: now) {
+                    owner = id
+                } else if let existing = try await owners.account(email: email) {
+                    owner = existing.owner.id
+                } else {
+                    throw LedgerError.unavailable("could not add \(email)")
+                }
+                let link = try await OwnerLinks.passwordLink(owner: owner, store: owners, base: config.pagesBaseURL, nowMs: now)
+                try await owners.shutdown()
+                return link
             }
-            let link = try await OwnerLinks.passwordLink(owner: owner, store: owners, base: config.pagesBaseURL, nowMs: now)
-            try await owners.shutdown()
             print(link)
         }
     }

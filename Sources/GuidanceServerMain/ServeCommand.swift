@@ -27,7 +27,7 @@ struct ServeCommand: AsyncParsableCommand {
         do { _ = try DeviceTokens(file: config.server.tokensFile) } catch { fail("\(error)", exit: 78) }
         let (ledger, leases, services) = try await options.openLedger(config, logger: logger)
         let pairing: Pairing?
-        do { pairing = try await config.openPairing(logger: logger) } catch let error as ConfigError { fail("\(error)", exit: 78) }
+        do { pairing = try await config.openPairing(logger: logger, ledger: ledger) } catch let error as ConfigError { fail("\(error)", exit: 78) }
         let app: any ApplicationProtocol
         do {
             app = try config.makeServer(logger: logger, ledger: ledger, leases: leases, services: services, pairing: pairing).application { port in

@@ -2,6 +2,7 @@ public import ConfigSupport
 public import Foundation
 public import Logging
 public import ServiceLifecycle
+import Hummingbird
 
 extension ServerConfig {
     /// Where `ledger` says usage is kept.
@@ -79,14 +80,21 @@ extension ServerConfig {
 
     /// Pairing as `pairing.*` configures it, or `nil` when it is off. Pairings live in the ledger's
     /// database; the signing key file is created (0600) with a random key the first time.
-    public func openPairing(logger: Logger) async throws -> Pairing? {
+    /// `ledger`: the open ledger, whose PostgreSQL client pairing shares (running beside it).
+    public func openPairing(logger: Logger, ledger: (any UsageLedger)? = nil) async throws -> Pairing? {
         guard pairing.enabled else { return nil }
-        let store: SQLitePairingStore
+        let store: any PairingStore & OwnerStore
+        let sessions: any PersistDriver
         switch try ledgerLocation() {
         case .sqlite(let path):
-            store = try await SQLitePairingStore.open(path: path, logger: logger)
+            let sqlite = try await SQLitePairingStore.open(path: path, logger: logger)
+            (store, sessions) = (sqlite, SQLiteSessionDriver(store: sqlite))
         case .postgres:
-            throw ConfigError.invalidOption("pairing.enabled", "true", "false with a PostgreSQL ledger: pairing is stored in a SQLite ledger only, so far")
+            guard let postgres = ledger as? PostgresLedger else {
+                throw LedgerError.unavailable("pairing with a PostgreSQL ledger needs the ledger open")
+            }
+            let pg = PostgresPairingStore(ledger: postgres)
+            (store, sessions) = (pg, PostgresSessionDriver(store: pg))
         }
         let key = try SigningKey.load(Self.inStateDirectory(pairing.signingKeyFile), key: "pairing.signingKeyFile")
         var setup = Pairing(store: store, tokens: AccessTokens(key: key, lifetimeSeconds: Int64(pairing.accessTokenSeconds)),
@@ -94,7 +102,7 @@ extension ServerConfig {
         setup.scheme = server.usesTLS ? "https" : "http"
         setup.refreshLifetimeMs = Int64(pairing.refreshTokenDays) * 86_400_000
         setup.owners = store
-        setup.sessionDriver = SQLiteSessionDriver(store: store)
+        setup.sessionDriver = sessions
         setup.library = try await OwnerTemplates.library()
         setup.allowance = usage.remainingSeconds
         setup.secureCookies = server.usesTLS

@@ -92,6 +92,41 @@ actor PostgresSchema {
             device TEXT PRIMARY KEY, instance TEXT NOT NULL, session TEXT NOT NULL, epoch BIGINT NOT NULL,
             acquired_at TIMESTAMPTZ NOT NULL DEFAULT now())
         """,
+        // Pairing and the owners' pages (PostgresPairingStore), as in SQLite's schema 3: times in
+        // milliseconds since the Unix epoch, codes and tokens only as hashes.
+        """
+        CREATE TABLE IF NOT EXISTS owners (
+            id BIGSERIAL PRIMARY KEY, email TEXT NOT NULL UNIQUE, display_name TEXT NOT NULL, password_hash TEXT,
+            created_at BIGINT NOT NULL)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS device_authorizations (
+            device_code_hash TEXT PRIMARY KEY, user_code TEXT NOT NULL UNIQUE, device_name TEXT NOT NULL, state TEXT NOT NULL,
+            owner BIGINT, issued_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, interval_s BIGINT NOT NULL, last_polled_at BIGINT)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS paired_devices (
+            device TEXT PRIMARY KEY, owner BIGINT NOT NULL REFERENCES owners (id), label TEXT NOT NULL, paired_at BIGINT NOT NULL,
+            last_seen_at BIGINT, unpaired_at BIGINT)
+        """,
+        "CREATE TABLE IF NOT EXISTS refresh_families (id TEXT PRIMARY KEY, device TEXT NOT NULL, created_at BIGINT NOT NULL, revoked_at BIGINT)",
+        """
+        CREATE TABLE IF NOT EXISTS refresh_tokens (
+            hash TEXT PRIMARY KEY, family TEXT NOT NULL REFERENCES refresh_families (id), issued_at BIGINT NOT NULL,
+            expires_at BIGINT NOT NULL, spent_at BIGINT, successor TEXT)
+        """,
+        "CREATE TABLE IF NOT EXISTS code_entry_failures (key TEXT NOT NULL, at BIGINT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS code_entry_failures_key ON code_entry_failures (key, at)",
+        "CREATE TABLE IF NOT EXISTS password_links (token_hash TEXT PRIMARY KEY, owner BIGINT NOT NULL, expires_at BIGINT NOT NULL, used_at BIGINT)",
+        "CREATE TABLE IF NOT EXISTS web_sessions (key TEXT PRIMARY KEY, value TEXT NOT NULL, expires_at BIGINT)",
+        "CREATE TABLE IF NOT EXISTS device_guidance (device TEXT NOT NULL, at BIGINT NOT NULL, text TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS device_guidance_device ON device_guidance (device, at)",
+        """
+        CREATE TABLE IF NOT EXISTS payments (
+            provider TEXT NOT NULL, payment_id TEXT NOT NULL, owner BIGINT NOT NULL, device TEXT NOT NULL, product TEXT NOT NULL,
+            seconds BIGINT NOT NULL CHECK (seconds > 0), price TEXT NOT NULL, status TEXT NOT NULL, created_at BIGINT NOT NULL,
+            settled_at BIGINT, PRIMARY KEY (provider, payment_id))
+        """,
     ]
 }
 

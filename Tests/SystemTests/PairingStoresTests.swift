@@ -1,0 +1,133 @@
+import Foundation
+@testable import GuidanceServer
+import Logging
+import ServiceLifecycle
+import Testing
+import TestSupport
+
+/// Pairing, owners and purchases on both ledgers a server can have: SQLite (one file, two
+/// connections) and PostgreSQL (Debian's, started by the tests; two clients, as two instances).
+@Suite struct PairingStoresTests {
+    enum Kind: String, CaseIterable, Sendable { case sqlite, postgres }
+    typealias Store = any PairingStore & OwnerStore
+    static let logger = Logger(label: "pairing-stores-test")
+    let t0: Int64 = 1_780_000_000_000
+
+    /// Two stores on one database (two instances), and the database's credited seconds of a device.
+    func withTwo(_ kind: Kind, _ body: @Sendable (Store, Store, @Sendable (String) async throws -> Int) async throws -> Void) async throws {
+        switch kind {
+        case .sqlite:
+            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("stores-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: folder) }
+            let path = folder.appendingPathComponent("usage.sqlite").path
+            let ledger = try await SQLiteLedger.open(path: path, logger: Self.logger)
+            let one = try await SQLitePairingStore.open(path: path, logger: Self.logger)
+            let two = try await SQLitePairingStore.open(path: path, logger: Self.logger)
+            var failure: (any Error)?
+            do { try await body(one, two) { try await ledger.balance(device: $0).creditedSeconds } } catch { failure = error }
+            try await one.shutdown()
+            try await two.shutdown()
+            try await ledger.shutdown()
+            if let failure { throw failure }
+        case .postgres:
+            let url = try await PostgresServer.shared().createDatabase()
+            let first = try PostgresStore(url: url, logger: Self.logger)
+            let second = try PostgresStore(url: url, logger: Self.logger)
+            try await withServices(first.ledgerServices + second.ledgerServices) {
+                try await body(PostgresPairingStore(ledger: first.ledger), PostgresPairingStore(ledger: second.ledger)) {
+                    try await first.ledger.balance(device: $0).creditedSeconds
+                }
+            }
+        }
+    }
+
+    @Test(arguments: Kind.allCases)
+    func aCarPairsAndItsRefreshTokensRotateOnce(kind: Kind) async throws {
+        let t0 = self.t0
+        try await withTwo(kind) { one, two, _ in
+            let settings = DeviceAuthorization.Settings()
+            let owner = try #require(try await one.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
+            let (code, _) = try await one.startAuthorization(deviceCodeHash: "dc", deviceName: "van", nowMs: t0, settings: settings,
+                                                             newUserCode: { "123456789" })
+            #expect(try await two.poll(deviceCodeHash: "dc", nowMs: t0 + 5_000, settings: settings, newDevice: "car-a",
+                                       refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000) == .outcome(.authorizationPending))
+            #expect(try await one.poll(deviceCodeHash: "dc", nowMs: t0 + 6_000, settings: settings, newDevice: "car-a",
+                                       refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000) == .outcome(.slowDown(interval: 10)))
+            #expect(try await two.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 7_000)
+                    == .pending(deviceName: "van", secondsLeft: 593))
+            #expect(try await two.decide(userCode: code, decision: .approve(owner: owner), nowMs: t0 + 8_000) == .decided)
+            // Both instances polled at once: the car is paired once.
+            async let a = one.poll(deviceCodeHash: "dc", nowMs: t0 + 20_000, settings: settings, newDevice: "car-a",
+                                   refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000)
+            async let b = two.poll(deviceCodeHash: "dc", nowMs: t0 + 20_000, settings: settings, newDevice: "car-b",
+                                   refreshTokenHash: "r1b", refreshExpiresAtMs: t0 + 10_000_000)
+            let results = try await [a, b]
+            #expect(results.filter { if case .paired = $0 { true } else { false } }.count == 1, "\(results)")
+            let device = results.compactMap { if case .paired(let d) = $0 { d.device } else { nil } }.first ?? ""
+            let first = results.first { if case .paired = $0 { true } else { false } } == results[0] ? "r1" : "r1b"
+            // Rotation, a retry within the grace, reuse that revokes the family.
+            let rules = RefreshTokenRules(graceMs: 30_000)
+            guard case .rotated = try await one.refresh(tokenHash: first, newTokenHash: "n1", nowMs: t0 + 100_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+            else { Issue.record("not rotated"); return }
+            guard case .rotated = try await two.refresh(tokenHash: first, newTokenHash: "n2", nowMs: t0 + 110_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+            else { Issue.record("a retry refused"); return }
+            #expect(try await one.refresh(tokenHash: "n1", newTokenHash: "x", nowMs: t0 + 111_000, expiresAtMs: t0 + 10_000_000, rules: rules) == .refused)
+            guard case .rotated = try await one.refresh(tokenHash: "n2", newTokenHash: "n3", nowMs: t0 + 120_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+            else { Issue.record("n2 not rotated"); return }
+            #expect(try await two.refresh(tokenHash: first, newTokenHash: "x", nowMs: t0 + 200_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+                    == .reused(device: device))
+            #expect(try await one.refresh(tokenHash: "n3", newTokenHash: "x", nowMs: t0 + 201_000, expiresAtMs: t0 + 10_000_000, rules: rules) == .refused)
+        }
+    }
+
+    @Test(arguments: Kind.allCases)
+    func aWebhookAtTwoInstancesCreditsOnce(kind: Kind) async throws {
+        let t0 = self.t0
+        try await withTwo(kind) { one, two, credited in
+            let owner = try #require(try await one.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
+            try await one.startPayment(Payment(provider: "simulated", id: "pay_1", owner: owner, device: "car-a", product: "1 hour",
+                                               seconds: 3600, price: "4.99 EUR", createdAtMs: t0))
+            let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for store in [one, two, one, two] {
+                    group.addTask { try await store.settlePayment(provider: "simulated", id: "pay_1", paid: true, nowMs: t0 + 1) }
+                }
+                return try await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(results.filter { $0 }.count == 1, "\(results)")
+            #expect(try await credited("car-a") == 3600)
+            #expect(try await two.payment(provider: "simulated", id: "pay_1")?.status == .paid)
+        }
+    }
+
+    @Test(arguments: Kind.allCases)
+    func ownersTheirLinksAndTheirCars(kind: Kind) async throws {
+        let t0 = self.t0
+        try await withTwo(kind) { store, other, _ in
+            let ana = try #require(try await store.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
+            #expect(try await other.createOwner(email: "ana@example.org", displayName: "Again", nowMs: t0) == nil)
+            let bo = try #require(try await other.createOwner(email: "bo@example.org", displayName: "Bo", nowMs: t0))
+            try await store.addPasswordLink(owner: ana, tokenHash: "h1", expiresAtMs: t0 + 1000)
+            #expect(try await other.usePasswordLink(tokenHash: "h1", passwordHash: "$2b$x", nowMs: t0 + 1) == ana)
+            #expect(try await store.usePasswordLink(tokenHash: "h1", passwordHash: "$2b$y", nowMs: t0 + 2) == nil)
+            #expect(try await other.account(email: "ana@example.org")?.passwordHash == "$2b$x")
+            let (code, _) = try await store.startAuthorization(deviceCodeHash: "dc", deviceName: "van", nowMs: t0, settings: .init(),
+                                                               newUserCode: { "111222333" })
+            _ = try await store.decide(userCode: code, decision: .approve(owner: ana), nowMs: t0)
+            _ = try await store.poll(deviceCodeHash: "dc", nowMs: t0 + 1, settings: .init(), newDevice: "car-a",
+                                     refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 1_000_000)
+            #expect(try await other.rename(device: "car-a", owner: bo, label: "mine") == false)
+            #expect(try await other.rename(device: "car-a", owner: ana, label: "Family car") == true)
+            for i in 0..<7 { try await store.recordGuidance(device: "car-a", text: "hint \(i)", nowMs: t0 + Int64(i)) }
+            try await store.seen(device: "car-a", nowMs: t0 + 50)
+            let cars = try await other.devices(owner: ana)
+            #expect(cars.map(\.label) == ["Family car"] && cars.first?.lastSeenAtMs == t0 + 50)
+            #expect(cars.first?.recentGuidance.map(\.text) == ["hint 6", "hint 5", "hint 4", "hint 3", "hint 2"])
+            #expect(try await store.unpair(device: "car-a", owner: bo, nowMs: t0 + 60) == false)
+            #expect(try await store.unpair(device: "car-a", owner: ana, nowMs: t0 + 60) == true)
+            #expect(try await other.devices(owner: ana).isEmpty)
+            #expect(try await other.pairedDevice("car-a") == nil)
+            #expect(try await other.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 61, expiresAtMs: t0 + 1_000_000, rules: .init()) == .refused)
+        }
+    }
+}
