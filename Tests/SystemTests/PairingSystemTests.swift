@@ -1,4 +1,6 @@
 import Foundation
+import GuidanceProtocol
+import ServiceLifecycle
 @testable import GuidanceServer
 import Logging
 import Testing
@@ -131,6 +133,45 @@ import TestSupport
         // Static tokens work as before beside pairing.
         #expect(try RawClient(port: server.port).upgrade(token: "good-token").status == 101)
         #expect(server.isRunning)
+    }
+
+    /// Two instances on one PostgreSQL ledger: the car paired through one streams to the other,
+    /// and its owner unpairs it at the first. The second hears of it from the ledger and closes the
+    /// stream with 4401; the access token is refused there from then on.
+    @Test func aCarUnpairedAtOneInstanceIsClosedAtTheOther() async throws {
+        let url = try await PostgresServer.shared().createDatabase()
+        let key = FileManager.default.temporaryDirectory.appendingPathComponent("pairing-key-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: key) }
+        let extra = "pairing:\n  enabled: true\n  signingKeyFile: \(key)\nledger: \(url)"
+        let a = try await ServerProcess(extra: extra)
+        let b = try await ServerProcess(extra: extra)
+        let started = try await Self.post(a.port, "/oauth/device_authorization", ["client_id": "dashcam-agent", "device_name": "van"])
+        let deviceCode = try #require(started.json["device_code"] as? String)
+        let userCode = try #require(started.json["user_code"] as? String)
+        // The owner's side, on the same database.
+        let ledger = try PostgresStore(url: url, logger: Logger(label: "owner-side"))
+        try await withServices(ledger.ledgerServices) {
+            let owners = PostgresPairingStore(ledger: ledger.ledger)
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let owner = try await owners.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: now)
+            #expect(try await owners.decide(userCode: userCode, decision: .approve(owner: owner), nowMs: now) == .decided)
+            let paired = try await Self.post(a.port, "/oauth/token", [
+                "client_id": "dashcam-agent", "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": deviceCode])
+            let access = try #require(paired.json["access_token"] as? String)
+            let device = try #require(paired.json["device_id"] as? String)
+            let client = try RawClient(port: b.port, receiveTimeoutMs: 15_000)
+            #expect(try client.upgrade(token: access).status == 101)
+            try client.sendText(ClientMessage.hello(.init(device: "van", locale: "en-US", agent: "test",
+                                                          video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "s")).encoded())
+            _ = try client.readTexts(until: "welcome")
+            #expect(try await owners.unpair(device: device, owner: owner, nowMs: Int64(Date().timeIntervalSince1970 * 1000)))
+            let close = try await ServerHardeningTests.offPool { () -> Int? in
+                var seen: [UInt8] = []
+                return try client.readUntilClose(answerPings: true, within: .seconds(30), seen: &seen)
+            }
+            #expect(close == 4401)
+            #expect(try RawClient(port: b.port).upgrade(token: access).status == 401)
+        }
     }
 
     @Test func withoutPairingTheEndpointsAreNotThere() async throws {

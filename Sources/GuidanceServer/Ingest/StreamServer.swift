@@ -210,7 +210,13 @@ public struct StreamServer: Sendable {
         return Application(
             router: router, server: server,
             configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "guidance-server"),
-            services: services + [SupersedeService(leases: leases, sessions: sessions, logger: logger)],
+            services: services + [SupersedeService(leases: leases, sessions: sessions, logger: logger)]
+                + (pairing.flatMap { pairing in
+                    pairing.owners.map { owners in
+                        [UnpairWatch(store: owners, unpaired: pairing.unpaired, lookBackMs: pairing.tokens.lifetimeSeconds * 1000,
+                                     now: pairing.now, logger: logger)] as [any Service]
+                    }
+                } ?? []),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? settings.port
                 listening.withLock { $0 = "\(settings.tls == nil ? "http" : "https")://127.0.0.1:\(port)" }

@@ -298,6 +298,16 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         }
     }
 
+    public func unpaired(sinceMs: Int64) async throws -> [(device: String, atMs: Int64)] {
+        try await schema.ensure()
+        var found: [(device: String, atMs: Int64)] = []
+        for try await (device, at) in try await client.query(
+            "SELECT device, unpaired_at FROM paired_devices WHERE unpaired_at >= \(sinceMs)", logger: logger).decode((String, Int64).self) {
+            found.append((device, at))
+        }
+        return found
+    }
+
     public func seen(device: String, nowMs: Int64) async throws {
         let logger = self.logger
         try await transaction { db in try await db.query("UPDATE paired_devices SET last_seen_at = \(nowMs) WHERE device = \(device)", logger: logger) }

@@ -74,6 +74,12 @@ extension SQLitePairingStore: OwnerStore {
         }
     }
 
+    public func unpaired(sinceMs: Int64) async throws -> [(device: String, atMs: Int64)] {
+        try await connection.query("SELECT device, unpaired_at FROM paired_devices WHERE unpaired_at >= ?", [.integer(Int(sinceMs))]).map {
+            (device: $0.column("device")?.string ?? "", atMs: Int64($0.column("unpaired_at")?.integer ?? 0))
+        }
+    }
+
     public func seen(device: String, nowMs: Int64) async throws {
         _ = try await transaction { db in
             try await db.query("UPDATE paired_devices SET last_seen_at = ? WHERE device = ?", [.integer(Int(nowMs)), .text(device)])

@@ -18,6 +18,8 @@ public protocol OwnerStore: Sendable {
     func rename(device: String, owner: Int64, label: String) async throws -> Bool
     /// Unpairs a car of this owner: its refresh tokens are revoked; `false` if it is not theirs.
     func unpair(device: String, owner: Int64, nowMs: Int64) async throws -> Bool
+    /// Cars unpaired at or after `sinceMs` (at any instance), with when.
+    func unpaired(sinceMs: Int64) async throws -> [(device: String, atMs: Int64)]
     /// The car opened a session (last seen).
     func seen(device: String, nowMs: Int64) async throws
     /// Guidance the car was given; the last ``OwnedDevice/recentGuidanceCount`` are kept.
