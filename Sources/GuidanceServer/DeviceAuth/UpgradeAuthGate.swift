@@ -31,6 +31,8 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
         let perDevice = DeviceConnections()
         let metrics: ServerMetrics
         let logger: Logger
+        /// Refusals come as fast as a peer sends: their log lines are limited.
+        let refusals = LogLimit()
     }
 
     private let rules: Rules
@@ -72,7 +74,7 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
             if requestPath == rules.path {
                 guard let device = rules.device(head.headers.first(name: "Authorization")) else {
                     rules.metrics.refused(.unauthorized)
-                    rules.logger.warning("refused an upgrade without a valid token (HTTP 401)")
+                    rules.refusals.log(rules.logger, .warning, "refused an upgrade without a valid token (HTTP 401)")
                     refuse(context, head, .unauthorized, ["WWW-Authenticate": "Bearer"])
                     return
                 }

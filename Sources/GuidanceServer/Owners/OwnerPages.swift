@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Crypto
 import Foundation
+import GuidanceProtocol
 import Hummingbird
 import HummingbirdAuth
 import HummingbirdBcrypt
@@ -43,6 +44,9 @@ struct OwnerPages: Sendable {
     let webhookBase: @Sendable () -> String?
     let logger: Logger
     let now: @Sendable () -> Int64
+
+    /// Lines a peer could make come fast: refused webhooks and forms, wrong codes.
+    let noisy = LogLimit()
 
     static let sessionLifetime = Duration.seconds(12 * 3600)
     static let preCookie = "csrf_pre"
@@ -189,7 +193,7 @@ struct OwnerPages: Sendable {
         guard let session = try? await sessions.load(request: request) else { return redirect("/signin") }
         let fields = try await form(request)
         guard let csrf = fields["csrf"], Self.same(csrf, session.csrf) else {
-            logger.warning("refused a form without the session's CSRF value", metadata: ["owner": "\(session.owner)"])
+            noisy.log(logger, .warning, "refused a form without the session's CSRF value", metadata: ["owner": "\(session.owner)"])
             return html(.forbidden, render("message", ["title": "This form has expired", "next": "/", "nextLabel": "Start again"]))
         }
         return try await body(session, fields)
@@ -214,7 +218,7 @@ struct OwnerPages: Sendable {
         let hash = account?.passwordHash ?? OwnerTemplates.dummyHash
         let matches = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
         guard let owner = account?.owner, account?.passwordHash != nil, matches else {
-            logger.notice("a sign-in failed")
+            noisy.log(logger, .notice, "a sign-in failed")
             return try await prePage(request, "signin", ["title": "Sign in", "email": email, "problem": "That address and password do not match."],
                                      status: .unauthorized)
         }
@@ -262,7 +266,7 @@ struct OwnerPages: Sendable {
         case .pending(let deviceName, _):
             return page("approve", session, ["title": "Pair this car?", "deviceName": deviceName, "code": code])
         case .wrong:
-            logger.notice("a pairing code did not match", metadata: ["owner": "\(session.owner)", "code": "\(PairingEndpoints.fingerprint(code))"])
+            noisy.log(logger, .notice, "a pairing code did not match", metadata: ["owner": "\(session.owner)", "code": "\(PairingEndpoints.fingerprint(code))"])
             return page("pair", session, ["title": "Pair a car", "problem": "No car is waiting with that code. Check it and try again."],
                         status: .badRequest)
         case .limited(let seconds):
@@ -335,12 +339,16 @@ struct OwnerPages: Sendable {
         guard let body else { return Response(status: .contentTooLarge) }
         switch provider.readWebhook(signature: request.headers[.init(WebhookHeader.name)!], body: body, nowSeconds: now() / 1000) {
         case .failure(let refusal):
-            logger.warning("refused a payment webhook: \(refusal)")
+            noisy.log(logger, .warning, "refused a payment webhook: \(refusal)")
             return Response(status: .badRequest)
         case .success(let event):
             let credited = try await store.settlePayment(provider: provider.name, id: event.paymentID, paid: event.paid, nowMs: now())
-            logger.notice(credited ? "payment credited" : "payment webhook changed nothing (declined, repeated or unknown)",
-                          metadata: ["payment": "\(event.paymentID)", "event": "\(event.id)"])
+            if credited {
+                logger.notice("payment credited", metadata: ["payment": "\(event.paymentID)", "event": "\(event.id)"])
+            } else {
+                noisy.log(logger, .notice, "a payment webhook changed nothing (declined, repeated or unknown)",
+                          metadata: ["payment": "\(GuidanceText.loggable(event.paymentID))", "event": "\(GuidanceText.loggable(event.id))"])
+            }
             return Response(status: .ok)
         }
     }
