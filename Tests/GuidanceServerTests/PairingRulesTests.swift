@@ -171,6 +171,14 @@ import Testing
         #expect(throws: Never.self) { try checker.verify(header: header, body: body, secret: secret, nowSeconds: now).get() }
     }
 
+    /// Hex digits in either case are the same signature (the pairing fuzz target's first finding
+    /// was its own promise assuming lower case: fuzz/regressions/pairing).
+    @Test func aSignatureInUpperCaseHexIsTheSameSignature() {
+        let header = WebhookSignature.header(body: body, secret: secret, timestamp: now)
+        let (t, v1) = (header.components(separatedBy: ",v1=")[0], header.components(separatedBy: ",v1=")[1])
+        #expect(result(t + ",v1=" + v1.uppercased(), body) == nil)
+    }
+
     @Test func aTamperedBodyIsNot() {
         let header = WebhookSignature.header(body: body, secret: secret, timestamp: now)
         var tampered = body
