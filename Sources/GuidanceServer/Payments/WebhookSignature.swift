@@ -33,7 +33,8 @@ public struct WebhookSignature: Sendable {
         var timestamp: Int64?
         var signatures: [Data] = []
         for part in header.split(separator: ",") {
-            let pair = part.split(separator: "=", maxSplits: 1)
+            // Empty pieces kept: "=t=1" is a part with no name, not `t` (found by the pairing fuzz target).
+            let pair = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             guard pair.count == 2 else { return .failure(.malformed) }
             let key = pair[0].trimmingCharacters(in: .whitespaces)
             let value = pair[1].trimmingCharacters(in: .whitespaces)
