@@ -207,7 +207,7 @@ import Testing
     }
 
     @Test(arguments: [nil, "", "t=1", "v1=00", "t=abc,v1=00", "t=1,t=2,v1=00", "t=-5,v1=" + String(repeating: "0", count: 64),
-                      "t=1780000000,v1=zz", "t=1780000000,v1=" + String(repeating: "0", count: 63), "=t=1780000000,v1=" + String(repeating: "0", count: 64),
+                      "t=1780000000,v1=zz", "t=1780000000,v1=" + String(repeating: "0", count: 63), "=t=1780000000,v1=" + String(repeating: "0", count: 64), "t =1780000000,v1=" + String(repeating: "0", count: 64),
                       "t=99999999999999999999,v1=" + String(repeating: "0", count: 64), "garbage", String(repeating: "t=1,", count: 400)])
     func malformedHeadersAreRefused(header: String?) {
         #expect(result(header, body) == .malformed)

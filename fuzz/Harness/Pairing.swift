@@ -55,8 +55,7 @@ enum Pairing {
     }
 
     private static func timestamp(_ header: String) -> Int64? {
-        // As the server reads it: spaces around each part are not part of it (found by this target).
-        header.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            .first { $0.hasPrefix("t=") }.flatMap { Int64($0.dropFirst(2).trimmingCharacters(in: .whitespaces)) }
+        // As the server reads it, exactly.
+        header.split(separator: ",").first { $0.hasPrefix("t=") }.flatMap { Int64($0.dropFirst(2)) }
     }
 }

@@ -33,11 +33,11 @@ public struct WebhookSignature: Sendable {
         var timestamp: Int64?
         var signatures: [Data] = []
         for part in header.split(separator: ",") {
-            // Empty pieces kept: "=t=1" is a part with no name, not `t` (found by the pairing fuzz target).
+            // Read exactly as providers write it: no spaces, no empty names ("=t=1" is not `t`, nor
+            // is "t =1"; both found by the pairing fuzz target).
             let pair = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             guard pair.count == 2 else { return .failure(.malformed) }
-            let key = pair[0].trimmingCharacters(in: .whitespaces)
-            let value = pair[1].trimmingCharacters(in: .whitespaces)
+            let (key, value) = (String(pair[0]), String(pair[1]))
             switch key {
             case "t":
                 // Digits only, at most 12 of them: a number checked before any arithmetic.
