@@ -15,18 +15,12 @@ PACKAGES=(
     dpkg-dev lintian                                              # the .deb's library dependencies (dpkg-shlibdeps), its checks
     postgresql postgresql-client sqlite3                          # the server's fleet ledger (started by the tests), psql and sqlite3 check the ledgers
     libopencv-objdetect-dev opencv-doc                            # the vision analyzer's people detector; vtest.avi, footage it is tested on
-    chromium chromium-driver                                      # the owners' pages in a real browser (Tests/Browser)
 )
 
 # Debian 13 moved systemd's and udev's pkg-config files (where units and rules go, which
 # deploy/build-deb.sh asks) to systemd-dev, a package Debian 12 does not have; there udev's is in
 # udev itself.
 if apt-cache show systemd-dev >/dev/null 2>&1; then PACKAGES+=(systemd-dev); else PACKAGES+=(udev); fi
-
-# Selenium drives the system's chromedriver (nothing downloaded); 4.51 is the last that takes the
-# certifi Debian's pip sees.
-python3 -c 'import selenium, sys; sys.exit(selenium.__version__ != "4.51.0")' 2>/dev/null \
-    || python3 -m pip install -q --disable-pip-version-check "selenium==4.51.0"
 
 missing=()
 for package in "${PACKAGES[@]}"; do

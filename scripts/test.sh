@@ -65,7 +65,7 @@ replay_fuzz_inputs() {
 step "Debian 12: fuzz corpora and regressions replayed" replay_fuzz_inputs
 # The owners' pages in headless Chromium, against the built server and agent; screenshots in
 # .build/browser.
-step "Debian 12: owners' pages in a real browser" python3 Tests/Browser/owner_pages.py --bin .build/debug --out .build/browser
+step "Debian 12: owners' pages in a real browser" bash -c 'bash Tests/Browser/install.sh && python3 Tests/Browser/owner_pages.py --bin .build/debug --out .build/browser'
 
 # The package as shipped: a release build with the static Swift stdlib, listed by dpkg-deb and
 # checked by lintian (no error, no warning that is not overridden with a reason).
