@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the C libraries the agent builds against and the tools its tests use, from Debian's
-# packages. Idempotent: does nothing when everything is present. Needs root (or sudo).
+# packages; with packages named, those instead. Idempotent: does nothing when everything is present.
+# Needs root (or sudo).
 set -euo pipefail
 
 PACKAGES=(
@@ -21,6 +22,8 @@ PACKAGES=(
 # deploy/build-deb.sh asks) to systemd-dev, a package Debian 12 does not have; there udev's is in
 # udev itself.
 if apt-cache show systemd-dev >/dev/null 2>&1; then PACKAGES+=(systemd-dev); else PACKAGES+=(udev); fi
+# Given packages instead (Tests/Browser/install.sh: the browser test's own).
+[ $# -gt 0 ] && PACKAGES=("$@")
 
 missing=()
 for package in "${PACKAGES[@]}"; do

@@ -4,17 +4,6 @@
 # pinned (4.51 is the last that takes the certifi Debian's pip sees). Selenium is pointed at the
 # system's chromedriver, so nothing else is downloaded. Idempotent.
 set -euo pipefail
-missing=()
-for package in chromium chromium-driver; do
-    [ "$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null)" = "install ok installed" ] || missing+=("$package")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    echo "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash "$(dirname "${BASH_SOURCE[0]}")/../../scripts/install-deps.sh" chromium chromium-driver
 python3 -c 'import selenium, sys; sys.exit(selenium.__version__ != "4.51.0")' 2>/dev/null \
     || python3 -m pip install -q --disable-pip-version-check "selenium==4.51.0"
