@@ -9,15 +9,15 @@ enum SigningKey {
         if !FileManager.default.fileExists(atPath: file) { try create(file, key: key) }
         let text = try PrivateFile.read(file, key: key, holding: what)
         let line = text.split(whereSeparator: \.isNewline).first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
-        guard line.count >= 64, line.count.isMultiple(of: 2), let bytes = bytes(hex: line) else {
+        guard line.count >= 64, let bytes = WebhookSignature.unhex(line) else {
             throw .invalidOption(key, file, "a file whose first line is at least 64 hex digits (32 random bytes; `openssl rand -hex 32`)")
         }
-        return bytes
+        return Array(bytes)
     }
 
     private static func create(_ file: String, key: String) throws(ConfigError) {
         var generator = SystemRandomNumberGenerator()
-        let hex = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: .min ... .max, using: &generator)) }.joined()
+        let hex = StreamSession.StateMachine.hex((0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
         // O_EXCL: of two servers starting at once, one writes it and the other reads that one.
         let fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
@@ -29,17 +29,5 @@ enum SigningKey {
         guard write(fd, line, line.count) == line.count, fsync(fd) == 0 else {
             throw .invalidOption(key, file, "a file this server can write (\(String(cString: strerror(errno))))")
         }
-    }
-
-    private static func bytes(hex: String) -> [UInt8]? {
-        var out: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
-            out.append(byte)
-            index = next
-        }
-        return out
     }
 }

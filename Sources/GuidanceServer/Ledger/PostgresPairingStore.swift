@@ -381,7 +381,7 @@ public struct PostgresSessionDriver: PersistDriver {
 
     public func create<Object: Codable & Sendable>(key: String, value: Object, expires: Duration?) async throws {
         let text = String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
-        let (now, until) = (Int64(SQLiteSessionDriver.nowMs()), Self.expiry(expires))
+        let (now, until) = (Int64(SQLiteSessionDriver.nowMs()), SQLiteSessionDriver.expiresAtMs(expires))
         let created = try await store.client.withTransaction(logger: store.logger) { db in
             try await db.query("DELETE FROM web_sessions WHERE key = \(key) AND expires_at <= \(now)", logger: store.logger)
             var made = false
@@ -395,7 +395,7 @@ public struct PostgresSessionDriver: PersistDriver {
 
     public func set<Object: Codable & Sendable>(key: String, value: Object, expires: Duration?) async throws {
         let text = String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
-        let until = Self.expiry(expires)
+        let until = SQLiteSessionDriver.expiresAtMs(expires)
         try await store.client.query(
             """
             INSERT INTO web_sessions (key, value, expires_at) VALUES (\(key), \(text), \(until))
@@ -417,8 +417,4 @@ public struct PostgresSessionDriver: PersistDriver {
         try await store.client.query("DELETE FROM web_sessions WHERE key = \(key)", logger: store.logger)
     }
 
-    static func expiry(_ expires: Duration?) -> Int64? {
-        guard let expires else { return nil }
-        return Int64(SQLiteSessionDriver.nowMs()) + Int64(expires.components.seconds) * 1000
-    }
 }

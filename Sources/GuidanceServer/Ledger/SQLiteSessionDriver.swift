@@ -50,9 +50,13 @@ public struct SQLiteSessionDriver: PersistDriver {
 
     static func nowMs() -> Int { Int(Date().timeIntervalSince1970 * 1000) }
 
-    static func expiry(_ expires: Duration?) -> SQLiteData {
-        guard let expires else { return .null }
+    /// When a value stored now with `expires` runs out, in milliseconds since the Unix epoch;
+    /// `nil`: never (both session drivers).
+    static func expiresAtMs(_ expires: Duration?) -> Int64? {
+        guard let expires else { return nil }
         let (seconds, attoseconds) = expires.components
-        return .integer(nowMs() + Int(clamping: seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
+        return Int64(nowMs()) + Int64(clamping: seconds) * 1000 + attoseconds / 1_000_000_000_000_000
     }
+
+    static func expiry(_ expires: Duration?) -> SQLiteData { expiresAtMs(expires).map { .integer(Int($0)) } ?? .null }
 }

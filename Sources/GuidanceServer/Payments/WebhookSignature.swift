@@ -64,7 +64,8 @@ public struct WebhookSignature: Sendable {
         Data(HMAC<SHA256>.authenticationCode(for: Data("\(timestamp).".utf8) + body, using: secret))
     }
 
-    private static func unhex(_ text: String) -> Data? {
+    /// The bytes of `text`'s hex digits (either case), two per byte; `nil` for anything else.
+    static func unhex(_ text: String) -> Data? {
         let utf8 = Array(text.utf8)
         guard utf8.count.isMultiple(of: 2) else { return nil }
         var out = Data(capacity: utf8.count / 2)
