@@ -102,6 +102,10 @@ public struct RoadLook: Sendable {
     /// ``searchHeight`` shows HOG patterns a sharp one does not (1 % of test-pattern frames
     /// scored 1.5, 8 % scored 1.0); people in view score 1.5 in 94 % of frames.
     public var minWeight = 1.5
+    /// A search whose surest shape scores at least this but under ``minWeight`` may have missed
+    /// someone who is there (people in view score under 1.5 in 6 % of frames): the agent looks
+    /// again as soon as its CPU share allows, rather than at the next look's time.
+    public var maybeWeight = 1.0
     /// Every picture is searched at this many rows, whatever the camera's size: HOG's window is
     /// 128 rows, so a 360-row picture searched as it is finds only people taller than a third of
     /// it, and a 720-row one costs three times the search. At 576 rows a person is found from
@@ -141,11 +145,13 @@ public struct RoadLook: Sendable {
         return Result(finding: finding, peoplePerFrame: counts)
     }
 
-    /// How many people `frame` shows, and whether one of them is close. Blocks like ``look(at:detector:)``.
-    public func people(in frame: GrayFrame, detector: PeopleDetector) throws -> (count: Int, close: Bool) {
-        let people = try detector.people(in: frame, minWeight: minWeight, searchHeight: searchHeight, scaleStep: scaleStep)
+    /// How many people `frame` shows, whether one of them is close, and whether a shape that is
+    /// not sure enough (``maybeWeight``) was seen. Blocks like ``look(at:detector:)``.
+    public func people(in frame: GrayFrame, detector: PeopleDetector) throws -> (count: Int, close: Bool, maybe: Bool) {
+        let shapes = try detector.people(in: frame, minWeight: min(minWeight, maybeWeight), searchHeight: searchHeight, scaleStep: scaleStep)
+        let people = shapes.filter { $0.weight >= minWeight }
         let height = Double(frame.height)
         let close = people.contains { Double($0.height) >= closeHeight * height && Double($0.y + $0.height) >= closeBottom * height }
-        return (people.count, close)
+        return (people.count, close, people.count < shapes.count)
     }
 }

@@ -136,6 +136,45 @@ import Testing
         #expect(found.allSatisfy { $0 == .pedestrian || $0 == .pedestrianClose }, "\(found)")
     }
 
+    /// The rule, with time passed in: after a search, the next waits for the CPU share's rest and
+    /// for its due frame; a search that saw an unsure shape waits only for the rest.
+    @Test func aSearchThatSawAnUnsureShapeIsFollowedAsSoonAsTheShareAllows() {
+        // A 100-ms search at 50 % of a core rests 100 ms; the next frame is due 900 ms on.
+        let plain = RoadWatch.nextLook(at: 1_000_000_000, took: 100_000_000, idleFactor: 1, due: 1_800_000_000, again: false)
+        #expect(plain.restingUntil == 1_100_000_000 && plain.due == 1_800_000_000)
+        let again = RoadWatch.nextLook(at: 1_000_000_000, took: 100_000_000, idleFactor: 1, due: 1_800_000_000, again: true)
+        #expect(again.restingUntil == 1_100_000_000 && again.due == 1_100_000_000)
+        // A share so small that the rest outlasts the interval: the rest decides either way.
+        let slow = RoadWatch.nextLook(at: 1_000_000_000, took: 100_000_000, idleFactor: 19, due: 1_800_000_000, again: true)
+        #expect(slow.restingUntil == 2_900_000_000 && slow.due == 1_800_000_000)
+    }
+
+    /// On real footage: with every shape unsure (no confidence counts as a person, any counts as a
+    /// shape) and looks an hour apart, the first search is followed by a second at once, and the
+    /// second is not followed early again.
+    @Test(.enabled(if: hasFootage, "needs opencv-doc's vtest.avi"))
+    func anUnsureShapeIsSearchedAgainOnceAtTheNextFrame() async throws {
+        var look = RoadLook()
+        look.minWeight = 1000
+        look.maybeWeight = 0
+        let watch = try RoadWatch(interval: .seconds(3600), maxCpuPercent: 100, look: look)
+        defer { Task { await watch.shutdown() } }
+        let source = FileSource(path: Self.vtest, fps: 10, realtime: false)
+        _ = try source.open()
+        defer { source.close() }
+        watch.start()
+        var results = watch.results.makeAsyncIterator()
+        var frame = try #require(try source.nextFrame())
+        try await Self.offerUntilLooked(watch) { watch.offer(frame) }
+        let first = try #require(await results.next())
+        #expect(first.finding == nil && first.again, "\(first)")
+        frame = try #require(try source.nextFrame())
+        try await Self.offerUntilLooked(watch) { watch.offer(frame) }
+        let second = try #require(await results.next())
+        #expect(watch.counts.looked == 2, "the second came before the hour was up: \(watch.counts)")
+        #expect(second.finding == nil && !second.again, "once in a row: \(second)")
+    }
+
     @Test func framesDueWhileTheCPUShareIsUsedUpAreSkippedAndCounted() async throws {
         // 5 % of a core: a look of t rests 19 t, so a camera at 10 fps outruns it.
         let watch = try RoadWatch(fps: 10, maxCpuPercent: 5)

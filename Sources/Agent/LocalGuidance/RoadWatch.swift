@@ -15,9 +15,17 @@ import Synchronization
 /// dark is told at the looks' pace even where a search takes seconds. The copy needs no decode and
 /// is at most 960 pixels wide, as the server's `vision` analyzer looks: a 640x360 camera is seen
 /// whole, a bigger one every second or third pixel.
+///
+/// A search that saw a shape not quite sure enough to be a person (``RoadLook/maybeWeight``) is
+/// followed by another as soon as the CPU share allows, not a look's interval later: the person
+/// the first one missed is told that much sooner (``nextLook(at:took:idleFactor:due:again:)``).
+/// Only once in a row, so a shape that stays unsure costs at most twice the looks.
 public final class RoadWatch: FrameTap {
     public struct Look: Sendable, Equatable {
         public var finding: RoadFinding?
+        /// The search saw a shape not sure enough to count: the next frame the CPU share allows
+        /// is searched too.
+        public var again = false
         /// The detector's and the checks' time for this frame.
         public var took: Duration
         /// The luma size looked at.
@@ -55,6 +63,8 @@ public final class RoadWatch: FrameTap {
     private let busy = Atomic<Bool>(false)
     private let dueAt = Atomic<UInt64>(0)
     private let restingUntil = Atomic<UInt64>(0)
+    /// The last search was one that came early.
+    private let lookedAgain = Atomic<Bool>(false)
     private let looked = Atomic<Int>(0)
     private let skipped = Atomic<Int>(0)
     private let unreadable = Atomic<Int>(0)
@@ -79,8 +89,14 @@ public final class RoadWatch: FrameTap {
     /// Frames looked at together by the scene checks (the frozen check compares them).
     public static let windowFrames = 3
 
-    public init(fps: Int, maxCpuPercent: Int, maxWidth: Int = 960, look: RoadLook = RoadLook()) throws {
-        interval = 1_000_000_000 / UInt64(max(1, fps))
+    public convenience init(fps: Int, maxCpuPercent: Int, maxWidth: Int = 960, look: RoadLook = RoadLook()) throws {
+        try self.init(interval: .nanoseconds(1_000_000_000 / max(1, fps)), maxCpuPercent: maxCpuPercent, maxWidth: maxWidth, look: look)
+    }
+
+    /// Looks at most once every `interval` (and again sooner after a search that saw a shape).
+    public init(interval: Duration, maxCpuPercent: Int, maxWidth: Int = 960, look: RoadLook = RoadLook()) throws {
+        let (seconds, attoseconds) = interval.components
+        self.interval = UInt64(clamping: max(1, min(seconds, 1_000_000) * 1_000_000_000 + attoseconds / 1_000_000_000))
         idleFactor = 100 / Double(min(100, max(1, maxCpuPercent))) - 1
         self.maxWidth = maxWidth
         self.look = look
@@ -190,15 +206,30 @@ public final class RoadWatch: FrameTap {
         let started = MonotonicClock.now()
         let frames = remember(frame)
         var finding: RoadFinding?
+        var again = false
         if let problem = look.scene.finding(in: frames) {
             finding = RoadFinding(problem)
-        } else if let detector, let people = try? look.people(in: frame, detector: detector), people.count > 0 {
-            finding = people.close ? .pedestrianClose : .pedestrian
+        } else if let detector, let people = try? look.people(in: frame, detector: detector) {
+            if people.count > 0 { finding = people.close ? .pedestrianClose : .pedestrian }
+            // Once: a shape that stays unsure (a sign, a tree) does not make every look come early.
+            again = people.count == 0 && people.maybe && !lookedAgain.load(ordering: .relaxed)
         }
-        let took = MonotonicClock.now() &- started
-        restingUntil.store(MonotonicClock.now() &+ UInt64(Double(took) * idleFactor), ordering: .relaxed)
+        lookedAgain.store(again, ordering: .relaxed)
+        let now = MonotonicClock.now()
+        let took = now &- started
+        let next = Self.nextLook(at: now, took: took, idleFactor: idleFactor, due: dueAt.load(ordering: .relaxed), again: again)
+        restingUntil.store(next.restingUntil, ordering: .relaxed)
+        dueAt.store(next.due, ordering: .relaxed)
         looked.add(1, ordering: .relaxed)
         guard looking.load(ordering: .relaxed) else { return }
-        sink.yield(Look(finding: finding, took: .nanoseconds(Int64(took)), width: frame.width, height: frame.height))
+        sink.yield(Look(finding: finding, again: again, took: .nanoseconds(Int64(took)), width: frame.width, height: frame.height))
+    }
+
+    /// When the next search may start, after one that ended at `now` (ns) having taken `took`:
+    /// not before the CPU share's rest is over, and not before the frame `due` next, unless this
+    /// search saw a shape worth looking `again` at, which is searched as soon as the rest is over.
+    public static func nextLook(at now: UInt64, took: UInt64, idleFactor: Double, due: UInt64, again: Bool) -> (restingUntil: UInt64, due: UInt64) {
+        let restingUntil = now &+ UInt64(Double(took) * idleFactor)
+        return (restingUntil, again ? min(due, restingUntil) : due)
     }
 }
