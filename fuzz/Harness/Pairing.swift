@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-@testable import GuidanceServer
+import GuidanceServer
 
 /// Everything pairing, the owners' pages and payments read from outside: one input's first byte
 /// picks the parser, the rest is what a peer sent.

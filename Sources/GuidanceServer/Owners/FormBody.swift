@@ -5,9 +5,9 @@ import NIOCore
 /// An `application/x-www-form-urlencoded` body, as the OAuth endpoints and the owners' forms get
 /// one: read up to a limit, split into fields, percent-decoded. A field given twice makes the
 /// whole body unreadable (RFC 6749 §3.1 for OAuth; a form of ours never repeats a name).
-enum FormBody {
+public enum FormBody {
     /// The fields of `text`; `nil` if a name or value is not valid percent-encoding, or a name repeats.
-    static func parse(_ text: Substring) -> [String: String]? {
+    public static func parse(_ text: Substring) -> [String: String]? {
         var fields: [String: String] = [:]
         for pair in text.split(separator: "&") {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
