@@ -41,22 +41,35 @@ struct ConfigFileContents {
                 entries[section] = Entry(text: text, line: sectionName.mark?.line)
                 continue
             }
-            guard let keys = sectionNode.mapping else {
+            guard sectionNode.mapping != nil else {
                 throw .notAMapping(section, at: place(of: sectionName), validKeys: sectionKeys.map(\.name))
             }
-            for (keyName, valueNode) in keys {
-                let name = "\(section).\(keyName.scalar?.string ?? "\(keyName)")"
-                guard let key = table.byName[name] else {
-                    throw .unknownKey(name, at: place(of: keyName), in: table)
+            try read(sectionNode, prefix: section, table: table)
+        }
+    }
+
+    /// The keys under `prefix` (a section, or a group in it such as `sensors.accel`), at any depth.
+    private mutating func read<Root>(_ node: Node, prefix: String, table: KeyTable<Root>) throws(ConfigError) {
+        for (keyName, valueNode) in node.mapping ?? [:] {
+            let name = "\(prefix).\(keyName.scalar?.string ?? "\(keyName)")"
+            guard let key = table.byName[name] else {
+                // A group of keys (`accel:` under `sensors:`) is a mapping of its own.
+                if table.byName.keys.contains(where: { $0.hasPrefix(name + ".") }) {
+                    guard valueNode.mapping != nil else {
+                        throw .notAMapping(name, at: place(of: keyName), validKeys: table.byName.keys.filter { $0.hasPrefix(name + ".") }.sorted())
+                    }
+                    try read(valueNode, prefix: name, table: table)
+                    continue
                 }
-                // A mapping here would be flattened into keys nobody reads, leaving the default, and
-                // a YAML null would be read as the text "~" or "null": both are refused, not guessed at.
-                guard let text = Self.text(of: valueNode), valueNode.null == nil else {
-                    let written = valueNode.scalar?.string ?? (valueNode.mapping != nil ? "a mapping" : "a nested list")
-                    throw .invalidValue(name, value: written, expected: key.expected, at: place(of: keyName))
-                }
-                entries[name] = Entry(text: text, line: keyName.mark?.line)
+                throw .unknownKey(name, at: place(of: keyName), in: table)
             }
+            // A mapping here would be flattened into keys nobody reads, leaving the default, and
+            // a YAML null would be read as the text "~" or "null": both are refused, not guessed at.
+            guard let text = Self.text(of: valueNode), valueNode.null == nil else {
+                let written = valueNode.scalar?.string ?? (valueNode.mapping != nil ? "a mapping" : "a nested list")
+                throw .invalidValue(name, value: written, expected: key.expected, at: place(of: keyName))
+            }
+            entries[name] = Entry(text: text, line: keyName.mark?.line)
         }
     }
 

@@ -7,7 +7,69 @@ public enum ClientMessage: Sendable, Equatable {
     /// A paired car's new access token, sent before the one its session opened with runs out,
     /// so a long stream is never dropped for it (additive: a server that does not know it ignores it).
     case auth(Auth)
+    /// An incident the car's G-sensor saved (additive): the server keeps the segments it names
+    /// whatever its analysis says. Sent when the incident opens and again, `final`, when it
+    /// closes, with the same `id`; sent again on a new session until the incident is old.
+    case incident(Incident)
     case unknown(type: String)
+
+    public struct Incident: Codable, Sendable, Equatable {
+        /// The car's own name for it: 1 to ``maxIDLength`` of letters, digits, `.`, `_`, `-`.
+        public var id: String
+        /// The first impact, RFC 3339 UTC with milliseconds.
+        public var at: String
+        /// The window kept: from `before` ahead of the first impact to `after` behind the last.
+        public var from: String
+        public var to: String
+        /// The largest gravity-removed acceleration, in g.
+        public var peakG: Double
+        /// This stream's segments that overlap the window, as far as they are recorded.
+        public var seqs: [Int]
+        /// The window is closed and `seqs` complete.
+        public var final: Bool
+
+        public static let maxIDLength = 64
+        public static let maxSeqs = 64
+        /// Longest window, seconds: a minute of impacts and the seconds around them.
+        public static let maxWindowSeconds = 180.0
+        public static let maxPeakG = 1000.0
+
+        public init(id: String, at: String, from: String, to: String, peakG: Double, seqs: [Int], final: Bool) {
+            self.id = id
+            self.at = at
+            self.from = from
+            self.to = to
+            self.peakG = peakG
+            self.seqs = seqs
+            self.final = final
+        }
+
+        /// What is wrong with it, checked before anything is done with it; nil if nothing.
+        public var problem: String? {
+            guard (1...Self.maxIDLength).contains(id.utf8.count),
+                  id.utf8.allSatisfy({ $0.isIDCharacter }) else {
+                return "an incident id must be 1 to \(Self.maxIDLength) letters, digits, '.', '_' or '-'"
+            }
+            guard peakG.isFinite, (0...Self.maxPeakG).contains(peakG) else { return "peakG must be within 0…\(Int(Self.maxPeakG))" }
+            guard seqs.count <= Self.maxSeqs, seqs.allSatisfy({ (0...Int(Int32.max)).contains($0) }) else {
+                return "seqs must be at most \(Self.maxSeqs) numbers within 0…\(Int32.max)"
+            }
+            guard let start = Self.time(from), let end = Self.time(to), let first = Self.time(at) else {
+                return "at, from and to must be RFC 3339 times"
+            }
+            guard start <= first, first <= end, end.timeIntervalSince(start) <= Self.maxWindowSeconds else {
+                return "from ≤ at ≤ to, at most \(Int(Self.maxWindowSeconds)) s apart"
+            }
+            return nil
+        }
+
+        /// `2026-11-26T07:50:01.123Z` (milliseconds optional, UTC only).
+        static func time(_ text: String) -> Date? {
+            guard text.utf8.count <= 30, text.hasSuffix("Z") else { return nil }
+            return (try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+                ?? (try? Date(text, strategy: Date.ISO8601FormatStyle()))
+        }
+    }
 
     public struct Auth: Codable, Sendable, Equatable {
         public var token: String
@@ -87,6 +149,7 @@ public enum ClientMessage: Sendable, Equatable {
             case "hello": return .hello(try decoder.decode(Hello.self, from: data))
             case "segment": return .segment(try decoder.decode(SegmentHeader.self, from: data))
             case "auth": return .auth(try decoder.decode(Auth.self, from: data))
+            case "incident": return .incident(try decoder.decode(Incident.self, from: data))
             case let other: return .unknown(type: other)
             }
         } catch {
@@ -99,6 +162,7 @@ public enum ClientMessage: Sendable, Equatable {
         case .hello(let hello): JSONText.encode(Typed(type: "hello", body: hello))
         case .segment(let header): JSONText.encode(Typed(type: "segment", body: header))
         case .auth(let auth): JSONText.encode(Typed(type: "auth", body: auth))
+        case .incident(let incident): JSONText.encode(Typed(type: "incident", body: incident))
         case .unknown(let type): JSONText.encode(Typed(type: type, body: [String: String]()))
         }
     }
@@ -119,4 +183,12 @@ public enum CloseCode: UInt16, Sendable {
     case idle = 4001
     case unauthorized = 4401
     case quotaExhausted = 4402
+}
+
+private extension UInt8 {
+    var isIDCharacter: Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(self) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(self)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self) || self == UInt8(ascii: ".") || self == UInt8(ascii: "_")
+            || self == UInt8(ascii: "-")
+    }
 }

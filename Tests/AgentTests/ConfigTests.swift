@@ -209,7 +209,21 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(!message.contains("encoder."))
     #expect(
         try await failure(yaml: "network:\n  port: 1\n")
-            == "FILE:1: unknown key 'network' (valid keys here: device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, status, log)")
+            == "FILE:1: unknown key 'network' (valid keys here: device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, sensors, incident, status, log)")
+}
+
+/// Keys three deep (`sensors.accel.device`): the group is a mapping of its own, with the same checks.
+@Test func keysInAGroupOfASection() async throws {
+    let config = try await withYAML("sensors:\n  accel:\n    device: lis3dh\n    hz: 50\n") { try await AgentConfig.load(file: $0) }
+    #expect(config.sensors.accel.device == "lis3dh" && config.sensors.accel.hz == 50)
+    #expect(try await failure(yaml: "sensors:\n  accel: lis3dh\n")
+        == "FILE:2: 'sensors.accel' must be a mapping of keys such as sensors.accel.device, sensors.accel.hz")
+    #expect(try await failure(yaml: "sensors:\n  accel:\n    rate: 50\n")
+        == "FILE:3: unknown key 'sensors.accel.rate' (valid keys here: sensors.accel.device, sensors.accel.hz)")
+    #expect(try await failure(yaml: "sensors:\n  accel:\n    hz: 0\n")
+        == "sensors.accel.hz: '0' is not allowed; expected an integer 1...400 (given at FILE:3)")
+    #expect(try await failure(yaml: "incident:\n  sensitivity: extreme\n")
+        == "incident.sensitivity: 'extreme' is not allowed; expected one of high, medium, low, off (given at FILE:2)")
 }
 
 @Test func sectionMustBeAMapping() async throws {
@@ -217,7 +231,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(message.hasPrefix("FILE:1: 'camera' must be a mapping of keys such as camera.source, camera.device, "))
     #expect(
         try await failure(yaml: "- camera\n")
-            == "FILE:1: the top level must be a mapping of keys such as device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, status, log")
+            == "FILE:1: the top level must be a mapping of keys such as device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, sensors, incident, status, log")
 }
 
 @Test(arguments: [

@@ -28,14 +28,15 @@ private func kind(_ phrase: StatusPhrase) -> String {
     case .recordingOnly: "recordingOnly"
     case .pairingCode: "pairingCode"
     case .paired: "paired"
+    case .incidentSaved: "incidentSaved"
     }
 }
 
 @Suite struct StatusPhraseTests {
     @Test func allCasesHasEveryKindOnce() {
         let kinds = StatusPhrase.allCases(minutes: 5).map(kind)
-        #expect(kinds.count == 17)
-        #expect(Set(kinds).count == 17)
+        #expect(kinds.count == 18)
+        #expect(Set(kinds).count == 18)
     }
 
     /// Local and server-side findings (the vision analyzer's phrase tables) speak the same languages.
@@ -145,6 +146,7 @@ private func kind(_ phrase: StatusPhrase) -> String {
             #expect(text.components(separatedBy: language == "ja" ? "きゅう はち なな" : "9 8 7").count == 3, "\(language): \(text)")
         }
         #expect(StatusPhrase.paired(owner: "Ana").text(language: "en") == "Paired with the account of Ana.")
+        #expect(StatusPhrase.incidentSaved.text(language: "en") == "Incident saved.")
     }
 
     @Test func japaneseTexts() {

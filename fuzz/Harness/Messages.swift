@@ -77,13 +77,20 @@ enum Messages {
                 case .close(let reason): reason
                 case .reject(_, let text, _, _): text
                 case .ignore(let text): text
-                case .open, .verified, .renewAuth: nil
+                case .open, .verified, .renewAuth, .keepIncident: nil
                 }
                 if let said {
                     require(!said.unicodeScalars.contains { [.control, .format].contains($0.properties.generalCategory) },
                             "a control or format character in \(said.debugDescription)")
                 }
                 switch action {
+                case .keepIncident(let incident):
+                    // Its id names a folder of the server's: one path component, of few characters.
+                    require(wasOpen && incident.problem == nil, "an incident kept before hello, or with a problem: \(incident)")
+                    require(!incident.id.isEmpty && incident.id.utf8.count <= ClientMessage.Incident.maxIDLength
+                            && incident.id.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0)) },
+                            "incident id \(incident.id.debugDescription)")
+                    require(incident.seqs.count <= ClientMessage.Incident.maxSeqs && incident.peakG.isFinite, "incident bounds: \(incident)")
                 case .renewAuth(let token):
                     require(wasOpen && (1...AccessTokens.maxLength).contains(token.utf8.count), "an auth token of \(token.utf8.count) bytes, or before hello")
                 case .close:

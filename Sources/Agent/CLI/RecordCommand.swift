@@ -167,6 +167,10 @@ struct RecordCommand: AsyncParsableCommand {
         services.append(guidance)
         if let offline, let watch { services.append(LocalGuidanceService(guidance: offline, watch: watch)) }
         if let pairing { services.append(pairing) }
+        if let incidents = try config.makeIncidentService(store: store, uplink: uplink, board: board, motor: haptics,
+                                                          announce: { await announcer.say($0) }, logger: logger) {
+            services.append(incidents)
+        }
         if let uplink { services.append(UplinkService(uplink: uplink, logger: logger)) }
         services.append(recording)  // last: the first to be stopped
 
@@ -214,12 +218,6 @@ struct RecordCommand: AsyncParsableCommand {
 }
 
 /// Set once a stop was asked for (SIGTERM, SIGINT).
-private final class StopFlag: Sendable {
-    private let flag = Mutex(false)
-    func set() { flag.withLock { $0 = true } }
-    var value: Bool { flag.withLock { $0 } }
-}
-
 extension Array where Element == String {
     fileprivate var pair: (String, String?) { (self.first ?? "", self.count > 1 ? self[1] : nil) }
 }

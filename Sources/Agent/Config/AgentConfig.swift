@@ -18,6 +18,8 @@ public struct AgentConfig: LoadableConfig {
     public var offline = Offline()
     public var speech = Speech()
     public var haptics = HapticsSettings()
+    public var sensors = Sensors()
+    public var incident = Incident()
     public var status = Status()
     public var log = Log()
 
@@ -142,6 +144,29 @@ public struct AgentConfig: LoadableConfig {
         public var required = true
         public var clear = [150]
         public var alert = [80, 80, 80, 80, 80]
+        public var incident = [400, 150, 400, 150, 400]
+
+        public init() {}
+    }
+
+    public struct Sensors: Sendable, Equatable {
+        public struct Accel: Sendable, Equatable {
+            /// Unset: no G-sensor.
+            public var device: String?
+            public var hz = 25
+
+            public init() {}
+        }
+
+        public var accel = Accel()
+
+        public init() {}
+    }
+
+    public struct Incident: Sendable, Equatable {
+        public var sensitivity: IncidentSensitivity = .medium
+        public var beforeSeconds = 10
+        public var afterSeconds = 10
 
         public init() {}
     }
@@ -349,6 +374,24 @@ extension AgentConfig {
         .intList(
             "haptics.alert", \.haptics.alert, each: HapticPattern.stepRange, count: 1...HapticPattern.maxSteps,
             "Pattern played with urgent guidance, in ms: on, off, on, …. Reloaded on SIGHUP."),
+        .intList(
+            "haptics.incident", \.haptics.incident, each: HapticPattern.stepRange, count: 1...HapticPattern.maxSteps,
+            "Pattern played with \"Incident saved.\", in ms: on, off, on, …."),
+        .optionalString(
+            "sensors.accel.device", \.sensors.accel.device, type: "string",
+            "The G-sensor, a Linux IIO accelerometer: its driver's device name (`lis3dh`), `iio:deviceN`, its sysfs folder or `/dev/iio:deviceN`; unset means no G-sensor (no incidents)."),
+        .int(
+            "sensors.accel.hz", \.sensors.accel.hz, 1...400,
+            "Readings a second taken from the G-sensor; the chip itself is set to the fastest rate it offers."),
+        .choice(
+            "incident.sensitivity", \.incident.sensitivity,
+            "How hard a shock saves an incident, on gravity-removed acceleration averaged over 60 ms: \(IncidentSensitivity.documentation); a hard brake (0.7 g) counts at `high` only."),
+        .int(
+            "incident.beforeSeconds", \.incident.beforeSeconds, 0...60,
+            "An incident keeps the segments from this many seconds before its first impact."),
+        .int(
+            "incident.afterSeconds", \.incident.afterSeconds, 1...60,
+            "... to this many seconds after its last; impacts within that time are one incident, of at most a minute."),
         .string(
             "status.socket", \.status.socket, type: "path",
             "Unix socket where `dashcam-agent status` and `say-status` reach the running agent."),

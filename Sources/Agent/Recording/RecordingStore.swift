@@ -230,6 +230,13 @@ public final class RecordingStore: Sendable {
         }
     }
 
+    /// The segments in the folder whose time overlaps `range`, oldest first (protected or not).
+    public func segments(overlapping range: ClosedRange<Date>) -> [StoredSegment] {
+        state.withLock { state in
+            state.index.filter { SegmentSelection.overlaps(range, start: $0.capturedAt, length: Double(segmentSeconds)) }
+        }
+    }
+
     /// Segments and bytes in the folder, protected ones apart.
     public func usage() -> Usage {
         counts.withLock { $0 }

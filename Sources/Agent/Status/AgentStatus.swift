@@ -127,6 +127,42 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         }
     }
 
+    /// The G-sensor and the incidents it saved.
+    public struct Incidents: Codable, Sendable, Equatable {
+        public struct Incident: Codable, Sendable, Equatable {
+            /// The car's name for it (also the server's): the first impact's time, basic ISO 8601.
+            public var id: String
+            /// The first impact, RFC 3339.
+            public var at: String
+            public var peakG: Double
+            public var impacts: Int
+            /// The window kept, RFC 3339.
+            public var from: String
+            public var to: String
+            /// `open` while impacts may still extend it, then `saved`.
+            public var state: String
+            /// The protected segment files, relative to the recording folder.
+            public var files: [String]
+        }
+
+        /// `lis3dh (iio:device0)`; nil until it has been opened.
+        public var sensor: String?
+        public var sensitivity: String
+        /// `watching`, `no sensor` (none configured), or `failing` (see `problem`).
+        public var state: String
+        public var problem: String?
+        /// Readings per second asked for.
+        public var hz: Int
+        /// Newest first, at most ``IncidentService/listed``.
+        public var list: [Incident] = []
+
+        public init(sensitivity: String, state: String, hz: Int) {
+            self.sensitivity = sensitivity
+            self.state = state
+            self.hz = hz
+        }
+    }
+
     public var camera: Camera
     public var encoder: String
     public var uplink = UplinkStatus()
@@ -141,6 +177,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var offline: LocalGuidance?
     public var speech: Speech
     public var haptics: HapticsStatus
+    /// Nil in a status made without the G-sensor's part (an agent that never built it).
+    public var incidents: Incidents?
 
     public init(camera: Camera, encoder: String, speech: Speech, haptics: HapticsStatus) {
         self.camera = camera
@@ -185,6 +223,16 @@ public struct AgentStatus: Codable, Sendable, Equatable {
             if let ms = offline.lastLookMs { line += String(format: "; last look %.0f ms", ms) }
             if let last = offline.lastFinding { line += "; last finding: \(last.finding) at \(last.at)" }
             lines.append(line)
+        }
+        if let incidents {
+            var line = "g-sensor: \(incidents.sensor ?? "-"), \(incidents.state), sensitivity \(incidents.sensitivity)"
+            if let problem = incidents.problem { line += "; \(problem)" }
+            line += "; \(incidents.list.count) incident(s)"
+            lines.append(line)
+            for incident in incidents.list {
+                lines.append(String(format: "  incident %@: %.2f g, %d impact(s), %@ to %@, %@; %d file(s)", incident.at, incident.peakG,
+                                    incident.impacts, incident.from, incident.to, incident.state, incident.files.count))
+            }
         }
         lines.append("speech: \(speech.output), \(speech.locale); spoken \(speech.spoken), cut off \(speech.cutOff), replaced \(speech.replaced), failed \(speech.failures)")
         lines.append("haptics: \(haptics.line)" + (haptics.released ? " (released)" : ""))

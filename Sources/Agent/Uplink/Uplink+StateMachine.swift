@@ -122,6 +122,13 @@ extension Uplink {
         private var dropLog = RateLimit(interval: .seconds(10))
         /// `stats.dropped` when the log last heard of drops: a line counts those it did not hear of.
         private var droppedLogged = 0
+        /// Incidents to tell the server, by id: the newest message of each, when it came, and the
+        /// session that last sent it.
+        private var incidents: [String: (message: ClientMessage.Incident, at: UInt64, sentOn: SessionID?)] = [:]
+        /// How long an incident is told again on every new session (a server that missed it
+        /// while the link was down hears of it on the next one).
+        public static let incidentMemory = Duration.seconds(600)
+        public static let maxIncidents = 16
 
         public init(settings: Settings, random: @escaping @Sendable (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) {
             self.settings = settings
@@ -197,6 +204,33 @@ extension Uplink {
             var actions = countDrops(custody.push(segment, now: now), now: now)
             if let session = current, session.opened, !paused { actions.append(.wakeSender(session.id)) }
             return actions
+        }
+
+        // MARK: - Incidents
+
+        /// An incident the G-sensor saved, or its newer state (the same id): told on the session
+        /// open now, and on every session opened within ``incidentMemory``.
+        public mutating func incident(_ message: ClientMessage.Incident, now: UInt64) -> [Action] {
+            incidents[message.id] = (message, now, nil)
+            forgetOldIncidents(now: now)
+            if let session = current, session.opened, !paused { return [.wakeSender(session.id)] }
+            return []
+        }
+
+        /// The incident messages `session` has not sent yet, oldest first, now counted as sent on it.
+        public mutating func incidentsToSend(session id: SessionID, now: UInt64) -> [ClientMessage.Incident] {
+            guard let session = current, session.id == id, session.opened, !paused, !isClosingDown else { return [] }
+            forgetOldIncidents(now: now)
+            let due = incidents.filter { $0.value.sentOn != id }.sorted { $0.value.at < $1.value.at }
+            for (key, _) in due { incidents[key]?.sentOn = id }
+            return due.map(\.value.message)
+        }
+
+        private mutating func forgetOldIncidents(now: UInt64) {
+            incidents = incidents.filter { now - min(now, $0.value.at) < Self.incidentMemory.ns }
+            while incidents.count > Self.maxIncidents, let oldest = incidents.min(by: { $0.value.at < $1.value.at }) {
+                incidents[oldest.key] = nil
+            }
         }
 
         /// What `session` sends next, if anything; the segment is then in flight until its `ack`.

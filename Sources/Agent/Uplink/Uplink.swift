@@ -129,6 +129,11 @@ public actor Uplink {
         perform(machine.segment(segment, now: MonotonicClock.now()))
     }
 
+    /// Tells the server of an incident (``StateMachine/incident(_:now:)``).
+    public func report(_ incident: ClientMessage.Incident) {
+        perform(machine.incident(incident, now: MonotonicClock.now()))
+    }
+
     /// A token (a paired car's credentials) is there now: connect without waiting for the retry.
     public func tokenAvailable() {
         perform(machine.tokenAvailable(now: MonotonicClock.now()))
@@ -325,6 +330,14 @@ public actor Uplink {
                     return
                 }
             }
+            // Incidents first: the server keeps their segments, also those it is about to get.
+            for incident in await incidentsToSend(id) {
+                do {
+                    try await connection.send(text: ClientMessage.incident(incident).encoded())
+                } catch {
+                    return
+                }
+            }
             while let segment = await nextToSend(id) {
                 do {
                     try await send(segment, connection: connection)
@@ -335,6 +348,10 @@ public actor Uplink {
                 await sent(segment, on: id)
             }
         }
+    }
+
+    private func incidentsToSend(_ id: SessionID) -> [ClientMessage.Incident] {
+        machine.incidentsToSend(session: id, now: MonotonicClock.now())
     }
 
     private func nextToSend(_ id: SessionID) -> Segment? {

@@ -41,6 +41,8 @@ public enum StatusPhrase: Sendable, Hashable {
     case pairingCode(String)
     /// Pairing done: the account's display name, so a wrong account is noticed.
     case paired(owner: String)
+    /// The G-sensor's incident is over and its segments are protected.
+    case incidentSaved
 
     /// The languages with their own texts, as BCP 47 primary subtags; any other language gets English.
     public static let languages = ["en", "ko", "ja", "zh", "de", "es", "fr", "pt"]
@@ -52,7 +54,7 @@ public enum StatusPhrase: Sendable, Hashable {
             .ready, .connected, .connectionLost, .cameraLost, .cameraBack, .authenticationFailed,
             .usageLow(minutes: minutes), .usageExhausted, .usageRemaining(minutes: minutes), .usageUnlimited,
             .guidanceUnavailable, .guidanceLocal, .guidanceFromServer, .noToken, .recordingOnly,
-            .pairingCode(code), .paired(owner: owner),
+            .pairingCode(code), .paired(owner: owner), .incidentSaved,
         ]
     }
 
@@ -82,6 +84,7 @@ public enum StatusPhrase: Sendable, Hashable {
         case .recordingOnly: book.recordingOnly
         case .pairingCode(let code): book.pairingCode(Phrasebook.groups(of: code, digits: book.digits, comma: book.comma))
         case .paired(let owner): book.paired(owner)
+        case .incidentSaved: book.incidentSaved
         }
     }
 }
@@ -106,6 +109,7 @@ struct Phrasebook: Sendable {
     /// Takes the code as it is to be read: groups of three digits, each digit a word apart.
     var pairingCode: @Sendable (String) -> String
     var paired: @Sendable (String) -> String
+    var incidentSaved: String
     /// How a digit is written to be read as one digit (the ja voice reads only kana).
     var digits: [String] = (0...9).map(String.init)
     /// The pause between groups of digits, as the language writes it.
@@ -151,7 +155,8 @@ extension Phrasebook {
             noToken: "No device token. Recording continues without guidance.",
             recordingOnly: "Recording. No guidance server is set.",
             pairingCode: { "To pair this car, enter the code \($0). Again: \($0)." },
-            paired: { "Paired with the account of \($0)." }
+            paired: { "Paired with the account of \($0)." },
+            incidentSaved: "Incident saved."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "1 minute" : "\(n) minutes" }
     }
@@ -174,7 +179,8 @@ extension Phrasebook {
             noToken: "기기 토큰이 없습니다. 안내 없이 녹화를 계속합니다.",
             recordingOnly: "녹화 중입니다. 안내 서버가 설정되지 않았습니다.",
             pairingCode: { "이 차를 연결하려면 코드 \($0) 을 입력하세요. 다시 한 번: \($0)." },
-            paired: { "\($0) 계정과 연결되었습니다." }
+            paired: { "\($0) 계정과 연결되었습니다." },
+            incidentSaved: "사고 영상을 저장했습니다."
         )
     }
 
@@ -198,6 +204,7 @@ extension Phrasebook {
             recordingOnly: "ろくが ちゅうです。ガイダンス サーバーは せってい されて いません。",
             pairingCode: { "この くるまを つなぐには、コード \($0) を にゅうりょく して ください。もう いちど、\($0)。" },
             paired: { "\($0) の アカウントと つながりました。" },
+            incidentSaved: "じこの えいぞうを ほぞん しました。",
             digits: ["ぜろ", "いち", "に", "さん", "よん", "ご", "ろく", "なな", "はち", "きゅう"],
             comma: "、"
         )
@@ -248,6 +255,7 @@ extension Phrasebook {
             recordingOnly: "正在录像。没有设置指引服务器。",
             pairingCode: { "要配对这辆车，请输入代码 \($0)。再说一遍：\($0)。" },
             paired: { "已与\($0)的账户配对。" },
+            incidentSaved: "事故视频已保存。",
             comma: "，"
         )
         private static func minutes(_ n: Int) -> String { n == 2 ? "两分钟" : "\(n)分钟" }
@@ -271,7 +279,8 @@ extension Phrasebook {
             noToken: "Kein Geräte-Token. Die Aufnahme läuft ohne Hinweise weiter.",
             recordingOnly: "Aufnahme läuft. Kein Hinweis-Server eingestellt.",
             pairingCode: { "Um dieses Auto zu koppeln, geben Sie den Code \($0) ein. Noch einmal: \($0)." },
-            paired: { "Mit dem Konto von \($0) gekoppelt." }
+            paired: { "Mit dem Konto von \($0) gekoppelt." },
+            incidentSaved: "Vorfall gespeichert."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "eine Minute" : "\(n) Minuten" }
     }
@@ -294,7 +303,8 @@ extension Phrasebook {
             noToken: "No hay token del dispositivo. La grabación continúa sin asistencia.",
             recordingOnly: "Grabando. No hay servidor de asistencia configurado.",
             pairingCode: { "Para vincular este coche, introduzca el código \($0). Otra vez: \($0)." },
-            paired: { "Vinculado con la cuenta de \($0)." }
+            paired: { "Vinculado con la cuenta de \($0)." },
+            incidentSaved: "Incidente guardado."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "un minuto" : "\(n) minutos" }
     }
@@ -318,7 +328,8 @@ extension Phrasebook {
             noToken: "Aucun jeton d'appareil. L'enregistrement continue sans assistance.",
             recordingOnly: "Enregistrement en cours. Aucun serveur d'assistance n'est configuré.",
             pairingCode: { "Pour associer cette voiture, saisissez le code \($0). Je répète : \($0)." },
-            paired: { "Voiture associée au compte de \($0)." }
+            paired: { "Voiture associée au compte de \($0)." },
+            incidentSaved: "Incident enregistré."
         )
         // French counts 0 in the singular too.
         private static func minutes(_ n: Int) -> String {
@@ -349,7 +360,8 @@ extension Phrasebook {
             noToken: "Sem token do dispositivo. A gravação continua sem assistência.",
             recordingOnly: "Gravando. Nenhum servidor de assistência configurado.",
             pairingCode: { "Para emparelhar este carro, introduza o código \($0). Outra vez: \($0)." },
-            paired: { "Emparelhado com a conta de \($0)." }
+            paired: { "Emparelhado com a conta de \($0)." },
+            incidentSaved: "Incidente gravado."
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "um minuto" : "\(n) minutos" }
     }

@@ -65,6 +65,8 @@ extension StreamSession {
             case ignore(String)
             /// A new access token for this session (`auth`): the session checks it names its device.
             case renewAuth(String)
+            /// A valid `incident`: keep the segments it names.
+            case keepIncident(ClientMessage.Incident)
         }
 
         /// Why a message was refused, as a metric label: a closed set.
@@ -192,6 +194,9 @@ extension StreamSession {
                     return [.reject(.badMessage, "an auth token must be 1 to \(AccessTokens.maxLength) bytes", seq: nil, reason: .unreadable)]
                 }
                 return [.renewAuth(auth.token)]
+            case .incident(let incident):
+                if let problem = incident.problem { return [.reject(.badMessage, problem, seq: nil, reason: .unreadable)] }
+                return [.keepIncident(incident)]
             case .segment(let header):
                 if let (reason, problem) = check(header, agent: agent) {
                     // Whatever chunks it announced are dropped, unread.

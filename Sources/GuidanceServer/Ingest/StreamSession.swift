@@ -128,6 +128,7 @@ public struct StreamSession: Sendable {
                          analysis: AsyncStream<ReceivedSegment>.Continuation) async throws {
         var machine = StreamSession.StateMachine(limits: .init(maxSegmentBytes: settings.maxSegmentBytes))
         var log = RateLimit(interval: .seconds(10))
+        var incidents: IncidentKeeper?
         for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes + 1024) {
             let actions = switch message {
             case .text(let text): machine.text(text)
@@ -137,6 +138,7 @@ public struct StreamSession: Sendable {
                 switch action {
                 case .open(let agent):
                     try await open(agent, lease: lease, end: end, outbound: outbound)
+                    incidents = IncidentKeeper(keepDir: settings.keepDir, device: device, stream: agent.stream ?? "session:\(id)")
                 case .reject(let code, let text, let seq, let reason):
                     try await reject(code, text, seq: seq, reason: reason, log: &log, outbound: outbound)
                 case .close(let reason):
@@ -151,7 +153,8 @@ public struct StreamSession: Sendable {
                     switch machine.judge(received, video: video, agent: agent) {
                     case .verified(let segment):
                         metrics.verified()
-                        guard try await finish(segment, arrived: arrived, agent: agent, lease: lease, outbound: outbound, analysis: analysis) else { return }
+                        guard try await finish(segment, arrived: arrived, agent: agent, lease: lease, outbound: outbound, analysis: analysis,
+                                               incidents: &incidents) else { return }
                     case .reject(let code, let text, let seq, let reason):
                         try await reject(code, text, seq: seq, reason: reason, log: &log, outbound: outbound)
                     default:
@@ -159,6 +162,8 @@ public struct StreamSession: Sendable {
                     }
                 case .ignore(let what):
                     logger.debug("session \(id): ignoring \(GuidanceText.loggable(what, limit: 200))", metadata: ["device": "\(device)"])
+                case .keepIncident(let incident):
+                    keep(incident, in: &incidents)
                 case .renewAuth(let token):
                     if reauthorize(token) {
                         logger.debug("session \(id): access token renewed", metadata: ["device": "\(device)"])
@@ -168,6 +173,22 @@ public struct StreamSession: Sendable {
                 }
             }
             activity.touch()
+        }
+    }
+
+    /// An incident the car reported: its segments kept (``IncidentKeeper``), and a line in the log.
+    private func keep(_ incident: ClientMessage.Incident, in keeper: inout IncidentKeeper?) {
+        let what = "incident \(incident.id) at \(incident.at), peak \(incident.peakG) g, \(incident.from) to \(incident.to)\(incident.final ? "" : " (open)")"
+        guard keeper != nil else { return }
+        do {
+            guard let kept = try keeper?.keep(incident) else {
+                logger.notice("session \(id): \(what): server.keepDir is unset, no segment kept", metadata: ["device": "\(device)"])
+                return
+            }
+            logger.notice("session \(id): \(what): \(kept.linked.count) segment(s) kept in \(kept.folder), \(kept.waiting.count) to come",
+                          metadata: ["device": "\(device)"])
+        } catch {
+            logger.error("session \(id): \(what): cannot keep it: \(error.localizedDescription)", metadata: ["device": "\(device)"])
         }
     }
 
@@ -204,7 +225,8 @@ public struct StreamSession: Sendable {
     /// Charges and acknowledges a verified segment (`arrived`: when its last message was read), and
     /// hands it to the analysis; `false` once the session is closing.
     private func finish(_ segment: StreamSession.StateMachine.Verified, arrived: ContinuousClock.Instant, agent: StreamSession.StateMachine.Agent, lease: Lease,
-                        outbound: WebSocketOutboundWriter, analysis: AsyncStream<ReceivedSegment>.Continuation) async throws -> Bool {
+                        outbound: WebSocketOutboundWriter, analysis: AsyncStream<ReceivedSegment>.Continuation,
+                        incidents: inout IncidentKeeper?) async throws -> Bool {
         let header = segment.header
         // With no allowance set, usage is unlimited and the ledger need not be asked.
         if settings.usageSeconds != nil, let left = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left == 0 {
@@ -260,7 +282,12 @@ public struct StreamSession: Sendable {
         logger.info("segment \(header.seq) verified", metadata: ["device": "\(device)", "bytes": "\(segment.data.count)"])
         if let folder = settings.keepDir {
             let file = URL(fileURLWithPath: folder).appendingPathComponent(Self.keptName(device: device, stream: charge.stream, seq: header.seq))
-            do { try segment.data.write(to: file, options: .atomic) } catch {
+            do {
+                try segment.data.write(to: file, options: .atomic)
+                for incident in incidents?.kept(seq: header.seq, file: file) ?? [] {
+                    logger.info("segment \(header.seq) kept for an incident in \(incident)", metadata: ["device": "\(device)"])
+                }
+            } catch {
                 logger.error("cannot keep segment \(header.seq) in \(folder): \(error.localizedDescription)")
             }
         }

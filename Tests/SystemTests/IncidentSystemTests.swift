@@ -1,0 +1,161 @@
+@testable import Agent
+import Foundation
+import Glibc
+import GuidanceProtocol
+import HAL
+import Logging
+import Testing
+import TestSupport
+
+/// The G-sensor end to end, with the built agent and server: a shock saves an incident, the car
+/// says so, `status` lists it, its segments are protected on the car and kept by the server.
+///
+/// The accelerometer here is a folder laid out as an IIO device's sysfs folder is (`name`,
+/// `in_accel_*_raw`, per-axis scales, `sampling_frequency` and its list, as Debian's `st_accel`
+/// driver shows a LIS3DH), which `sensors.accel.device` may name. The real driver is proven in the
+/// VM suite (Tests/HIL, case 60), where the same agent reads a LIS3DH made by `i2c-stub`.
+@Suite(.serialized) struct IncidentSystemTests {
+    /// An IIO accelerometer's files, raw counts of 1 mg (LIS3DH at ±2 g: 0.009806 m/s² a count).
+    struct FakeIIO {
+        let folder: URL
+        init(in parent: URL) throws {
+            folder = parent.appendingPathComponent("iio:device0")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            for (name, text) in [("name", "lis3dh\n"), ("sampling_frequency", "1\n"), ("sampling_frequency_available", "1 10 25 50 100 200 400 1600\n")]
+                + ["x", "y", "z"].map({ ("in_accel_\($0)_scale", "0.009806\n") }) {
+                try Data(text.utf8).write(to: folder.appendingPathComponent(name))
+            }
+            try set(x: 0, y: 0, z: 1000)
+        }
+
+        /// Written in place, at a fixed width: the agent keeps the files open and reads from 0.
+        func set(x: Int, y: Int, z: Int) throws {
+            for (axis, value) in [("x", x), ("y", y), ("z", z)] {
+                let text = String(repeating: " ", count: max(0, 7 - String(value).count)) + String(value) + "\n"
+                let fd = open(folder.appendingPathComponent("in_accel_\(axis)_raw").path, O_WRONLY | O_CREAT, 0o644)
+                guard fd >= 0 else { throw POSIXError(.EIO) }
+                defer { close(fd) }
+                _ = text.withCString { pwrite(fd, $0, 8, 0) }
+            }
+        }
+    }
+
+    @Test func aShockSavesAnIncidentTheCarSaysAndTheServerKeeps() async throws {
+        let keep = FileManager.default.temporaryDirectory.appendingPathComponent("keep-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: keep, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: keep) }
+        let server = try await ServerProcess(server: ["keepDir": keep.path])
+        defer { server.stop() }
+        let files = try LoopFiles()
+        defer { files.remove() }
+        try files.write("token", "good-token\n", mode: 0o600)
+        let sensor = try FakeIIO(in: files.folder)
+        let config = try files.agentConfig(url: "ws://127.0.0.1:\(server.port)/v1/stream", segmentSeconds: 1, extra: """
+            sensors:
+              accel:
+                device: \(sensor.folder.path)
+                hz: 50
+            incident:
+              sensitivity: medium
+              beforeSeconds: 3
+              afterSeconds: 3
+            """)
+        let agent = try Spawned("dashcam-agent", ["record", "--config", config], folder: files.folder)
+        defer { _ = agent.stop() }
+        #expect(await agent.wait(for: .seconds(60)) { $0.stderr.contains("g-sensor: reading lis3dh (iio:device0) at 50 Hz") }, "\(agent.stderr)")
+        // The chip was set to its fastest rate.
+        #expect(try String(contentsOf: sensor.folder.appendingPathComponent("sampling_frequency"), encoding: .utf8).hasPrefix("1600"))
+        let segments = { (spawned: Spawned) in spawned.stdout.split(separator: "\n").count }
+        #expect(await agent.wait(for: .seconds(60)) { segments($0) >= 5 }, "\(agent.stderr)")
+
+        // A collision: 2 g from the side for 200 ms (over medium's 1 g across), then still again.
+        let shock = Date()
+        try sensor.set(x: 0, y: 2000, z: 1000)
+        try await Task.sleep(for: .milliseconds(200))
+        try sensor.set(x: 0, y: 0, z: 1000)
+        #expect(await agent.wait(for: .seconds(60)) { $0.stderr.contains("g-sensor: incident saved") }, "\(agent.stderr.suffix(3000))")
+
+        // Listed in `status`, saved, with its files.
+        let reply = try await Command.executeAsync(RecordCommandTests.agent, ["status", "--json", "--socket", files.path("status.sock")])
+        let status = try JSONDecoder().decode(AgentStatus.self, from: Data(reply.stdout.utf8))
+        let incident = try #require(status.incidents?.list.first, "\(reply.stdout)")
+        #expect(status.incidents?.list.count == 1 && status.incidents?.state == "watching", "\(reply.stdout)")
+        #expect(incident.state == "saved" && incident.impacts == 1 && incident.peakG >= 1.5 && incident.peakG < 2.5, "\(incident)")
+        let at = try #require(ISO8601DateFormatter.milliseconds.date(from: incident.at))
+        let from = try #require(ISO8601DateFormatter.milliseconds.date(from: incident.from))
+        let to = try #require(ISO8601DateFormatter.milliseconds.date(from: incident.to))
+        #expect(abs(at.timeIntervalSince(shock)) < 2, "the impact is the shock: \(incident.at) against \(shock)")
+        #expect(abs(from.timeIntervalSince(at) + 3) < 0.01 && to.timeIntervalSince(at) >= 3 && to.timeIntervalSince(at) < 3.5, "\(incident)")
+
+        // Every segment of the window is protected, and each is a whole HEVC segment (ffprobe).
+        let recordings = URL(fileURLWithPath: files.path("segments"))
+        let overlapping = StoredSegment.all(in: recordings).filter { $0.capturedAt < to && $0.capturedAt.addingTimeInterval(1) > from }
+        #expect(overlapping.count >= 6, "\(overlapping.map(\.path))")
+        #expect(overlapping.allSatisfy { $0.isProtected }, "\(overlapping.map(\.path))")
+        #expect(Set(incident.files) == Set(overlapping.map(\.path)), "\(incident.files)")
+        for segment in overlapping {
+            let probed = try FFprobe.probe(recordings.appendingPathComponent(segment.path))
+            #expect(probed.codec == "hevc", "\(segment.path): \(probed)")
+        }
+        // ... and still listed after a restart, from protected/incidents.json.
+        let saved = IncidentService.load(from: recordings)
+        #expect(saved.first?.id == incident.id && saved.first?.files == incident.files)
+
+        // The car said it: the log, and a WAV as long as eSpeak-ng's own rendering of the phrase.
+        #expect(agent.stderr.contains("status: Incident saved."), "\(agent.stderr.suffix(2000))")
+        let synthesizer = try EspeakSynthesizer(logger: Logger(label: "incident-test"))
+        let expected = LocalGuidanceSystemTests.voiced(try synthesizer.render(text: "Incident saved.", voice: "en-us").samples).count
+        #expect(await agent.wait(for: .seconds(30)) { _ in
+            let spoken = (try? FileManager.default.contentsOfDirectory(atPath: files.path("speech"))) ?? []
+            return spoken.contains { name in
+                let count = (try? LocalGuidanceSystemTests.samples(files.path("speech/\(name)")).count) ?? 0
+                return abs(count - expected) * 200 <= expected
+            }
+        }, "a WAV of \(expected) voiced samples in \((try? FileManager.default.contentsOfDirectory(atPath: files.path("speech"))) ?? [])")
+
+        // The server kept the incident's segments in keepDir/incidents/, whatever its analysis said.
+        let kept = keep.appendingPathComponent("incidents")
+        #expect(await server.process.wait(for: .seconds(60)) { _ in
+            let folders = (try? FileManager.default.contentsOfDirectory(atPath: kept.path)) ?? []
+            guard folders.count == 1, let folder = folders.first else { return false }
+            let inside = (try? FileManager.default.contentsOfDirectory(atPath: kept.appendingPathComponent(folder).path)) ?? []
+            return inside.filter { $0.hasSuffix(".mp4") }.count == overlapping.count
+        }, "\(server.process.stderr.suffix(3000))")
+        let folder = try #require(try FileManager.default.contentsOfDirectory(atPath: kept.path).first)
+        #expect(folder.hasSuffix("-" + incident.id) && folder.hasPrefix("car-1-"), "\(folder)")
+        let record = try JSONSerialization.jsonObject(with: Data(contentsOf: kept.appendingPathComponent(folder).appendingPathComponent("incident.json")))
+        let message = try #require((record as? [String: Any])?["incident"] as? [String: Any])
+        #expect(message["final"] as? Bool == true && message["id"] as? String == incident.id, "\(message)")
+        #expect(Set((message["seqs"] as? [Int]) ?? []) == Set(overlapping.map(\.seq)), "\(message)")
+        for mp4 in try FileManager.default.contentsOfDirectory(atPath: kept.appendingPathComponent(folder).path) where mp4.hasSuffix(".mp4") {
+            let probed = try FFprobe.probe(kept.appendingPathComponent(folder).appendingPathComponent(mp4))
+            #expect(probed.codec == "hevc", "\(mp4): \(probed)")
+        }
+        #expect(agent.stop() == 0, "\(agent.stderr.suffix(2000))")
+    }
+
+    @Test func aMissingSensorIsRetriedAndRecordingGoesOn() async throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        let agent = try files.startRecorder(extra: """
+            sensors:
+              accel:
+                device: lis3dh-not-here
+            """)
+        defer { _ = agent.stop() }
+        #expect(await agent.wait(for: .seconds(60)) { $0.stdout.split(separator: "\n").count >= 3 }, "\(agent.stderr)")
+        #expect(agent.stderr.contains("g-sensor: sensors.accel.device lis3dh-not-here: no IIO device of that name"), "\(agent.stderr)")
+        let reply = try await Command.executeAsync(RecordCommandTests.agent, ["status", "--json", "--socket", files.path("status.sock")])
+        let status = try JSONDecoder().decode(AgentStatus.self, from: Data(reply.stdout.utf8))
+        #expect(status.incidents?.state == "failing" && status.incidents?.problem?.contains("lis3dh-not-here") == true, "\(reply.stdout)")
+        #expect(agent.stop() == 0)
+    }
+}
+
+extension ISO8601DateFormatter {
+    static var milliseconds: ISO8601DateFormatter {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter
+    }
+}
