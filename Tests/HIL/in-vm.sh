@@ -6,7 +6,7 @@
 # Environment (set by run.sh): HIL_WORK (writable, shared with the host), AGENT_BIN.
 # Optional: HIL_CASES (space-separated case names or globs to run, default all),
 #           HIL_CASE_TIMEOUT (seconds per case, default 240),
-#           HIL_MODULES (kernel pieces to load, default "vivid gpio-sim snd-aloop").
+#           HIL_MODULES (kernel pieces to load, default "vivid gpio-sim snd-aloop lis3dh").
 set -uo pipefail
 
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,7 +18,7 @@ source "$HIL_DIR/lib.sh"
 : "${HIL_WORK:?HIL_WORK must be set (run.sh sets it)}"
 : "${AGENT_BIN:?AGENT_BIN must be set (run.sh sets it)}"
 export HIL_WORK AGENT_BIN
-HIL_MODULES="${HIL_MODULES:-vivid gpio-sim snd-aloop}"
+HIL_MODULES="${HIL_MODULES:-vivid gpio-sim snd-aloop lis3dh}"
 HIL_CASE_TIMEOUT="${HIL_CASE_TIMEOUT:-240}"
 RESULTS="$HIL_WORK/results.tsv"
 : > "$RESULTS"

@@ -2,7 +2,7 @@
 # Shared helpers for the HIL suite. Sourced by in-vm.sh and by every case (inside the VM).
 #
 # Kernel pieces are loaded by `hil_load_<name>` functions; in-vm.sh calls one per name in
-# HIL_MODULES (default "vivid gpio-sim snd-aloop"), once per VM boot. To add a piece: write its
+# HIL_MODULES (default "vivid gpio-sim snd-aloop lis3dh"), once per VM boot. To add a piece: write its
 # `hil_load_<name>` here, add the name to HIL_MODULES in in-vm.sh, and (for out-of-tree modules)
 # build them in run.sh's host stage into "$HIL_WORK/modules", which the VM sees.
 
@@ -296,6 +296,40 @@ hil_load_snd_aloop() {
 # ---------------------------------------------------------------- the agent
 
 # hil_write_config FILE OUTDIR: the agent's YAML config for the vivid camera.
+# ------------------------------------------------------------------ G-sensor (i2c-stub + st_accel)
+# A LIS3DH at 0x18 on i2c-stub, bound to Debian's st_accel_i2c driver: a real IIO accelerometer
+# (/sys/bus/iio/devices/iio:deviceN, name "lis3dh"). Polling only: the stub has no interrupt line.
+HIL_ACCEL_ADDR=0x18
+hil_accel_bus() {
+    local adapter
+    for adapter in /sys/bus/i2c/devices/i2c-*; do
+        [ "$(cat "$adapter/name" 2>/dev/null)" = "SMBus stub driver" ] && { echo "${adapter##*-}"; return 0; }
+    done
+    return 1
+}
+hil_accel_iio() {
+    local dev
+    for dev in /sys/bus/iio/devices/iio:device*; do
+        [ "$(cat "$dev/name" 2>/dev/null)" = lis3dh ] && { echo "$dev"; return 0; }
+    done
+    return 1
+}
+# The chip's axes in counts of 1 mg: hil_accel_set X Y Z (1000 = 1 g).
+hil_accel_set() { python3 "$HIL_DIR/i2c_stub.py" "$(hil_accel_bus)" "$HIL_ACCEL_ADDR" lis3dh "$@"; }
+hil_load_lis3dh() {
+    modprobe i2c-stub chip_addr=$HIL_ACCEL_ADDR || return 1
+    modprobe i2c-dev || return 1
+    modprobe st_accel_i2c || return 1
+    local bus
+    bus=$(hil_accel_bus) || { echo "no i2c-stub adapter"; return 1; }
+    # WHO_AM_I (0x0f, read as 0x8f) answers 0x33, a LIS3DH; the car at rest reads 1 g up.
+    python3 "$HIL_DIR/i2c_stub.py" "$bus" "$HIL_ACCEL_ADDR" set 0x8f 0x33 || return 1
+    hil_accel_set 0 0 1000 || return 1
+    echo lis3dh "$HIL_ACCEL_ADDR" > "/sys/bus/i2c/devices/i2c-$bus/new_device" || return 1
+    hil_wait_for 10 hil_accel_iio || { echo "no IIO device named lis3dh"; return 1; }
+    echo "lis3dh on i2c-$bus at $HIL_ACCEL_ADDR: $(hil_accel_iio)"
+}
+
 hil_write_config() {
     cat > "$1" <<EOF
 camera:

@@ -11,7 +11,7 @@
 #   AGENT_BIN         agent to test (default <repo>/.build/debug/dashcam-agent)
 #   HIL_CASES         only these cases (names or globs, e.g. "20-*"); default all cases/*.sh
 #   HIL_KERNEL        a kernel version under /boot to use instead of the newest *-amd64
-#   HIL_MODULES       kernel pieces to load in the VM (default "vivid gpio-sim snd-aloop")
+#   HIL_MODULES       kernel pieces to load in the VM (default "vivid gpio-sim snd-aloop lis3dh")
 #   HIL_VM_MEMORY     guest memory (default 2G)
 #   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 780)
 #   HIL_SKIP_INSTALL  1 = don't check/install packages (build-gpio-sim.sh: no apt-get either)
