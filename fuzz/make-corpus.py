@@ -109,6 +109,10 @@ def size(limit):
     return bytes([SIZES.index(limit)])
 
 
+INCIDENT = {"type": "incident", "id": "20261126T080230.822Z", "at": "2026-11-26T08:02:30.822Z", "from": "2026-11-26T08:02:20.822Z",
+            "to": "2026-11-26T08:02:40.822Z", "peakG": 2.41, "seqs": [1, 2, 3], "final": False}
+
+
 def messages(mp4s):
     small = mp4s["hevc-64x36-1frame.mp4"]
     clip = mp4s["hevc-160x90-10fps-1s.mp4"]
@@ -144,6 +148,9 @@ def messages(mp4s):
           + binary(b"stray") + text("not json"))
     write("messages", "binary-first", size(1) + binary(b"\x00") + text(HELLO))
     write("messages", "hello-refused", size(65_536) + text(HELLO.replace('"segmentMs":5000', '"segmentMs":0')))
+    write("messages", "incident", size(4096) + text(HELLO) + text(compact(INCIDENT))
+          + text(compact(dict(INCIDENT, final=True, seqs=[1, 2, 3, 4, 5, 6]))) + text(compact(dict(INCIDENT, id="../x")))
+          + text(compact(dict(INCIDENT, to="2026-11-26T09:02:40.822Z"))) + text(compact(dict(INCIDENT, peakG=-1))))
     write("messages", "rejected-headers", size(4096) + text(HELLO)
           + text(header(-1, small)) + text(header(8, small, durationMs=10001)) + text(header(9, small, frames=-1))
           + text(header(10, small, sha256="XYZ")) + text(header(11, small, chunks=2)) + binary(small[0][:50])

@@ -48,6 +48,45 @@ import Testing
         #expect(m.stats.sent == 2 && m.stats.acked == 1)
     }
 
+    static func incident(_ id: String, final: Bool = false) -> ClientMessage.Incident {
+        .init(id: id, at: "2026-11-26T08:02:30.822Z", from: "2026-11-26T08:02:20.822Z", to: "2026-11-26T08:02:40.822Z",
+              peakG: 2, seqs: [1, 2], final: final)
+    }
+
+    /// An incident is told once on each session while it is recent: at once on the session open
+    /// now, again (newest state) on every later one within the memory, never after.
+    @Test func anIncidentIsToldOnEverySessionWhileItIsRecent() {
+        var m = Self.connected()
+        #expect(m.incident(Self.incident("a"), now: Self.t0) == [.wakeSender(SessionID(1))])
+        #expect(m.incidentsToSend(session: SessionID(1), now: Self.t0) == [Self.incident("a")])
+        #expect(m.incidentsToSend(session: SessionID(1), now: Self.t0).isEmpty, "once per session")
+        // Its final state replaces it, and is told again on the same session.
+        _ = m.incident(Self.incident("a", final: true), now: Self.t0 + Self.second)
+        _ = m.incident(Self.incident("b"), now: Self.t0 + 2 * Self.second)
+        #expect(m.incidentsToSend(session: SessionID(1), now: Self.t0 + 2 * Self.second) == [Self.incident("a", final: true), Self.incident("b")])
+        #expect(m.incidentsToSend(session: SessionID(2), now: Self.t0).isEmpty, "not a session of this machine")
+
+        // The link dies: the next session tells both again.
+        _ = m.networkChanged("default route moved", now: Self.t0 + 3 * Self.second)
+        _ = m.opened(SessionID(2), now: Self.t0 + 3 * Self.second)
+        #expect(m.incidentsToSend(session: SessionID(2), now: Self.t0 + 3 * Self.second).map(\.id) == ["a", "b"])
+
+        // Ten minutes on, a new session hears of neither.
+        let later = Self.t0 + 3 * Self.second + 601 * Self.second
+        _ = m.networkChanged("default route moved again", now: later)
+        _ = m.opened(SessionID(3), now: later)
+        #expect(m.incidentsToSend(session: SessionID(3), now: later).isEmpty)
+    }
+
+    @Test func atMostSixteenIncidentsAreHeldAndNoneWithoutASession() {
+        var m = Self.machine()
+        for i in 0..<20 { #expect(m.incident(Self.incident("i\(i)"), now: Self.t0 + UInt64(i)).isEmpty, "no session open") }
+        _ = m.start(now: Self.t0 + 100)
+        _ = m.opened(SessionID(1), now: Self.t0 + 100)
+        let told = m.incidentsToSend(session: SessionID(1), now: Self.t0 + 100).map(\.id)
+        #expect(told == (4..<20).map { "i\($0)" }, "the newest \(Machine.maxIncidents), oldest first")
+    }
+
     @Test func aNetworkChangeOpensTheNewSessionAtOnceAndResendsWhatTheOldOneNeverAcknowledged() {
         var m = Self.connected()
         for seq in 0..<3 { _ = m.segment(Self.seg(seq), now: Self.t0) }

@@ -38,9 +38,7 @@ struct IncidentKeeper {
     mutating func keep(_ incident: ClientMessage.Incident, now: Date = .now) throws -> Kept? {
         guard let keepDir else { return nil }
         let root = URL(fileURLWithPath: keepDir).appendingPathComponent(Self.folderName)
-        let name = StreamSession.keptName(device: device, stream: stream, seq: 0)
-            .replacingOccurrences(of: "-000000.mp4", with: "-" + incident.id)
-        let folder = root.appendingPathComponent(name)
+        let folder = root.appendingPathComponent(Self.folderName(device: device, stream: stream, id: incident.id))
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         struct Record: Encodable {
             var incident: ClientMessage.Incident
@@ -63,6 +61,11 @@ struct IncidentKeeper {
             }
         }
         return kept
+    }
+
+    /// `<device>-<stream>-<id>`, safe as a file name like the segments' (the id was checked to be).
+    static func folderName(device: String, stream: String, id: String) -> String {
+        "\(StreamSession.fileSafe(device))-\(StreamSession.fileSafe(stream))-\(StreamSession.fileSafe(id))"
     }
 
     /// A segment was written to `keepDir` as `file`: into every incident waiting for it. Returns

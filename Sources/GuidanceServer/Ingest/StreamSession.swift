@@ -365,14 +365,17 @@ public struct StreamSession: Sendable {
     /// charges under (so an agent's restart, a new stream, never overwrites an earlier one), with
     /// the whole seq, and any character of the names that a file name should not hold as `_`.
     static func keptName(device: String, stream: String, seq: Int) -> String {
-        func safe(_ name: String) -> String {
-            String(String.UnicodeScalarView(name.unicodeScalars.prefix(128).map { scalar in
-                scalar.isASCII && (scalar.properties.isAlphabetic || scalar.properties.numericType != nil || "._-".unicodeScalars.contains(scalar))
-                    ? scalar : "_"
-            }))
-        }
         let number = String(seq)
-        return "\(safe(device))-\(safe(stream))-\(String(repeating: "0", count: max(0, 6 - number.count)))\(number).mp4"
+        return "\(fileSafe(device))-\(fileSafe(stream))-\(String(repeating: "0", count: max(0, 6 - number.count)))\(number).mp4"
+    }
+
+    /// A peer's string as part of a file name: letters, digits, `.`, `_` and `-` kept, anything
+    /// else `_`, at most 128 characters.
+    static func fileSafe(_ name: String) -> String {
+        String(String.UnicodeScalarView(name.unicodeScalars.prefix(128).map { scalar in
+            scalar.isASCII && (scalar.properties.isAlphabetic || scalar.properties.numericType != nil || "._-".unicodeScalars.contains(scalar))
+                ? scalar : "_"
+        }))
     }
 
     /// Nothing at all from the agent (no message, no pong) for the idle timeout: close with 4001.
