@@ -124,8 +124,10 @@ let package = Package(
                 "FileSupport",
                 "CShims", "CThreads", "CV4L2", "CFFmpeg", "CGPIOD", "CALSA", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
-            swiftSettings: upcoming
+            swiftSettings: upcoming + fuzzed
         ),
         .target(
             name: "GuidanceProtocol",
@@ -228,7 +230,7 @@ let package = Package(
         .executableTarget(
             name: "guidance-fuzz",
             dependencies: [
-                "GuidanceServer", "GuidanceProtocol", "RoadScene", "CLibFuzzer", "FFmpegLog",
+                "GuidanceServer", "GuidanceProtocol", "RoadScene", "CLibFuzzer", "FFmpegLog", "HAL",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -11,8 +11,10 @@
 #             from memory), then its first two frames decoded at full size
 #   pairing   pairing's and the owners' outside bytes: form bodies, payment webhooks (signature and
 #             event), access tokens, typed codes, products
+#   gpsd      what the agent reads from gpsd's port: the stream cut into lines, each line's JSON,
+#             every number of a fix checked in range (HAL's GpsdReport, the agent's GPSTrack)
 #
-#     bash bench/fuzz.sh TARGET SECONDS        # TARGET: messages|answers|segments|pairing|all (each in turn)
+#     bash bench/fuzz.sh TARGET SECONDS        # TARGET: messages|answers|segments|pairing|gpsd|all (each in turn)
 #     .build-fuzz/debug/guidance-fuzz TARGET CRASH_FILE           # one input again, sanitized
 #     swift build --product guidance-fuzz && .build/debug/guidance-fuzz TARGET fuzz/corpus/TARGET fuzz/regressions/TARGET
 #                                              # without sanitizers: replays files or folders
@@ -39,9 +41,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-usage() { echo "usage: bash bench/fuzz.sh messages|answers|segments|pairing|all SECONDS" >&2; exit 64; }
+usage() { echo "usage: bash bench/fuzz.sh messages|answers|segments|pairing|gpsd|all SECONDS" >&2; exit 64; }
 [ $# -eq 2 ] || usage
-case $1 in messages|answers|segments|pairing) TARGETS=("$1") ;; all) TARGETS=(messages answers segments pairing) ;; *) usage ;; esac
+case $1 in messages|answers|segments|pairing|gpsd) TARGETS=("$1") ;; all) TARGETS=(messages answers segments pairing gpsd) ;; *) usage ;; esac
 [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || usage
 SECONDS_EACH=$2
 BUILD=.build-fuzz

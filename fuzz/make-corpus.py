@@ -221,10 +221,33 @@ def answers():
         "type": "requests", "param": None, "code": "rate_limit_exceeded"}}))
 
 
+# MARK: - gpsd
+
+# Lines gpsd 3.22 sent a client after ?WATCH (fed NMEA over UDP); byte 0 of an input picks where
+# the harness splits the stream in two reads (fuzz/Harness/Gpsd.swift).
+GPSD_SESSION = [
+    '{"class":"VERSION","release":"3.22","rev":"3.22","proto_major":3,"proto_minor":14}',
+    '{"class":"DEVICES","devices":[{"class":"DEVICE","path":"udp://127.0.0.1:29471","driver":"NMEA0183",'
+    '"activated":"2026-11-26T08:05:51.785Z","flags":1}]}',
+    '{"class":"WATCH","enable":true,"json":true,"nmea":false,"raw":0,"scaled":false,"timing":false,"split24":false,"pps":false}',
+    '{"class":"TPV","device":"udp://127.0.0.1:29471","mode":3,"time":"2026-11-26T08:10:11.000Z","ept":0.005,"lat":37.566500000,'
+    '"lon":126.978000000,"altHAE":53.0000,"altMSL":35.0000,"alt":35.0000,"epv":27.600,"track":91.5000,"magtrack":82.9980,'
+    '"magvar":-8.5,"speed":13.890,"climb":0.000,"epc":55.20,"geoidSep":18.000,"eph":17.100,"sep":28.500}',
+]
+
+
+def gpsd():
+    write("gpsd", "session-3.22", bytes([3]) + ("\r\n".join(GPSD_SESSION) + "\r\n").encode())
+    write("gpsd", "no-fix", bytes([0]) + b'{"class":"TPV","device":"udp://127.0.0.1:29471","mode":1,"time":"2026-11-26T08:17:30.000Z"}\n')
+    write("gpsd", "odd-values", bytes([1]) + b'{"class":"TPV","mode":7,"lat":91,"lon":"east","speed":-3,"track":360,"alt":1e300}\n'
+          b'{"class":"SKY","satellites":[{"PRN":1,"used":true}]}\n{"class":"ERROR","message":"bad"}\nnot json\n')
+
+
 if __name__ == "__main__":
     mp4s = segments()
     messages(mp4s)
     answers()
+    gpsd()
     for target in sorted(os.listdir(CORPUS)):
         files = os.listdir(os.path.join(CORPUS, target))
         print(f"{target}: {len(files)} files, {sum(os.path.getsize(os.path.join(CORPUS, target, f)) for f in files)} bytes")

@@ -93,7 +93,11 @@ public struct ConfigError: Error, CustomStringConvertible, Sendable {
     /// Suggests the closest known key, or else lists the keys of the section the user was in.
     static func unknownKey<Root>(_ key: String, at place: Place, in table: KeyTable<Root>) -> Self {
         let section = String(key.prefix { $0 != "." })
-        let sectionKeys = table.sections.first { $0.name == section && key.contains(".") }?.keys.map(\.name)
+        // The keys of the group it was in (`sensors.accel.`), else of its section.
+        let group = key.lastIndex(of: ".").map { String(key[..<$0]) + "." } ?? ""
+        let all = table.sections.first { $0.name == section && key.contains(".") }?.keys.map(\.name)
+        let inGroup = all?.filter { $0.hasPrefix(group) }
+        let sectionKeys = inGroup?.isEmpty == false ? inGroup : all
         return Self(
             .unknownKey(
                 key, place, suggestion: table.closest(to: key),

@@ -16,6 +16,7 @@ let targets = [
     FuzzTarget(name: "answers", run: Answers.run),
     FuzzTarget(name: "segments", run: Segments.run),
     FuzzTarget(name: "pairing", run: Pairing.run),
+    FuzzTarget(name: "gpsd", run: Gpsd.run),
 ]
 
 /// Stops the run, so that libFuzzer keeps the input, when what the code promises does not hold.

@@ -74,8 +74,12 @@ struct RecordCommand: AsyncParsableCommand {
             logger.error("guidance: no local checks: \(error)")
             watch = nil
         }
+        // GPS: each segment's track is cut from the fixes gpsd sent (sensors.gps.gpsd).
+        let gps = config.makeGPS(logger: logger)
+        var pipelineSettings = config.pipelineSettings(maxSegments: segments)
+        if let track = gps?.track { pipelineSettings.locate = { track.points(from: $0, to: $1) } }
         let pipeline = try CapturePipeline(
-            source: config.makeSource(logger: logger), settings: config.pipelineSettings(maxSegments: segments),
+            source: config.makeSource(logger: logger), settings: pipelineSettings,
             encoder: { try config.makeEncoder(inputFormat: $0, logger: logger) }, tap: watch, logger: logger)
         if let cap = retention.maxBytes {
             let source = config.recording.maxMegabytes != nil
@@ -167,6 +171,7 @@ struct RecordCommand: AsyncParsableCommand {
         services.append(guidance)
         if let offline, let watch { services.append(LocalGuidanceService(guidance: offline, watch: watch)) }
         if let pairing { services.append(pairing) }
+        if let gps { services.append(GPSService(receiver: gps.receiver, track: gps.track, board: board, logger: logger)) }
         if let incidents = try config.makeIncidentService(store: store, uplink: uplink, board: board, motor: haptics,
                                                           announce: { await announcer.say($0) }, logger: logger) {
             services.append(incidents)

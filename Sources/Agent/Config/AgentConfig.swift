@@ -158,7 +158,15 @@ public struct AgentConfig: LoadableConfig {
             public init() {}
         }
 
+        public struct GPS: Sendable, Equatable {
+            /// `host:port` of gpsd; unset: no GPS.
+            public var gpsd: String?
+
+            public init() {}
+        }
+
         public var accel = Accel()
+        public var gps = GPS()
 
         public init() {}
     }
@@ -383,6 +391,9 @@ extension AgentConfig {
         .int(
             "sensors.accel.hz", \.sensors.accel.hz, 1...400,
             "Readings a second taken from the G-sensor; the chip itself is set to the fastest rate it offers."),
+        .optionalString(
+            "sensors.gps.gpsd", \.sensors.gps.gpsd, type: "host:port",
+            "gpsd to read the GPS from (`127.0.0.1:2947`; a host alone means port 2947): a point a second goes into each segment's JSON line and header, a GPX file beside each MP4, the first fix into the MP4's location; unset means no GPS."),
         .choice(
             "incident.sensitivity", \.incident.sensitivity,
             "How hard a shock saves an incident, on gravity-removed acceleration averaged over 60 ms: \(IncidentSensitivity.documentation); a hard brake (0.7 g) counts at `high` only."),
@@ -411,6 +422,9 @@ extension AgentConfig {
             throw .missingKey("camera.file", reason: "camera.source is 'file'; set it to the video file to play")
         }
         try validateUplinkURL()
+        if let gpsd = sensors.gps.gpsd, GpsdClient.address(gpsd) == nil {
+            throw .invalidOption("sensors.gps.gpsd", gpsd, "HOST:PORT, [IPV6]:PORT, or a host alone (gpsd's port, 2947)")
+        }
     }
 }
 

@@ -18,6 +18,8 @@ public final class CapturePipeline: Sendable {
         public var reopenBackoffMs: (min: Int, max: Int)
         /// Stop after this many segments (`nil`: run until stopped).
         public var maxSegments: Int?
+        /// The GPS track each segment gets (its metadata, its MP4's location); nil without GPS.
+        public var locate: Segmenter.Locate?
 
         public init(encoder: EncoderSettings, segmentSeconds: Int, reopenBackoffMs: (min: Int, max: Int), maxSegments: Int?) {
             self.encoder = encoder
@@ -144,7 +146,7 @@ private struct Loop: @unchecked Sendable {
     let health: PipelineHealth
 
     func run(emit: (Segment) -> Void, stopRequested: () -> Bool) throws {
-        let segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds)
+        let segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, locate: settings.locate)
         var emitted = 0
         func deliver() -> Bool {
             for segment in segmenter.takeClosed() {

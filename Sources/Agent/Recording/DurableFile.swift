@@ -74,7 +74,10 @@ enum DurableFile {
     /// Temporary files an interrupted write left in `folder`; returns their names.
     static func removeLeftovers(in folder: URL) -> [String] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
+        // And a segment's GPS track whose segment is not beside it (a power cut while one of the
+        // two was moved or deleted).
         let leftovers = names.filter { $0.hasPrefix(".") && ($0.hasSuffix(".partial") || $0.hasPrefix(".write-test-")) }
+            + names.filter { $0.hasSuffix(".gpx") && !$0.hasPrefix(".") && !names.contains(String($0.dropLast(4)) + ".mp4") }
         for name in leftovers { unlink(folder.appendingPathComponent(name).path) }
         return leftovers
     }

@@ -103,6 +103,13 @@ public final class RecordingStore: Sendable {
         do throws(OutputError) {
             try DurableFile.makeFolder(file.deletingLastPathComponent())
             try writeFile(segment.data, file)
+            // The GPS track beside it, once the MP4 is whole: a track never names a segment that
+            // is not there. A track that cannot be written is logged by the caller's line, the
+            // segment kept.
+            if segment.metadata.gps != nil {
+                let gpx = Self.sidecar(of: file)
+                try? DurableFile.write(Array(GPXFile.document(for: segment.metadata, name: file.lastPathComponent).utf8), to: gpx)
+            }
         } catch {
             failure = error
         }
@@ -131,8 +138,16 @@ public final class RecordingStore: Sendable {
         let destination = root.appendingPathComponent(path)
         try DurableFile.makeFolder(destination.deletingLastPathComponent())
         try DurableFile.move(root.appendingPathComponent(segment.path), to: destination)
+        // Its GPS track follows it (a track left behind by a power cut is removed at the next start).
+        let track = Self.sidecar(of: root.appendingPathComponent(segment.path))
+        if FileManager.default.fileExists(atPath: track.path) { try? DurableFile.move(track, to: Self.sidecar(of: destination)) }
         removeFolderIfEmpty(of: segment.path)
         return StoredSegment(path: path, seq: segment.seq, capturedAt: segment.capturedAt, bytes: segment.bytes)
+    }
+
+    /// A segment's GPS track: `000042-….gpx` beside `000042-….mp4`.
+    static func sidecar(of file: URL) -> URL {
+        file.deletingPathExtension().appendingPathExtension(GPXFile.fileExtension)
     }
 
     private static func protectedPath(of segment: StoredSegment) -> String {
@@ -253,7 +268,10 @@ public final class RecordingStore: Sendable {
     private func delete(_ victims: [StoredSegment], from index: inout [StoredSegment]) -> [StoredSegment] {
         var deleted: [StoredSegment] = []
         for segment in victims {
-            // Never through a day folder swapped for a link since the folder was read.
+            // Never through a day folder swapped for a link since the folder was read. Its GPS
+            // track first: a crash in between leaves a segment without its track, never a track
+            // without its segment.
+            _ = DurableFile.remove(String(segment.path.dropLast(4)) + "." + GPXFile.fileExtension, in: root)
             let result = DurableFile.remove(segment.path, in: root)
             let gone = result == 0
             if gone || result == ENOENT { index.removeAll { $0.path == segment.path } }

@@ -127,6 +127,45 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         }
     }
 
+    /// The GPS (gpsd) and its last fix.
+    public struct GPS: Codable, Sendable, Equatable {
+        public struct Fix: Codable, Sendable, Equatable {
+            /// `no fix`, `2d`, `3d`, `unknown`.
+            public var mode: String
+            /// The receiver's time of the fix.
+            public var time: String?
+            public var lat: Double?
+            public var lon: Double?
+            public var speedKmh: Double?
+            public var heading: Double?
+            /// When it came, by the agent's clock (RFC 3339).
+            public var receivedAt: String
+
+            public init(_ fix: GPSFix, at: Date) {
+                mode = fix.modeName
+                time = fix.time.map { UTCTime($0).rfc3339 }
+                lat = fix.hasPosition ? fix.lat : nil
+                lon = fix.hasPosition ? fix.lon : nil
+                speedKmh = fix.speed.map { ($0 * 3.6 * 10).rounded() / 10 }
+                heading = fix.track.map { ($0 * 10).rounded() / 10 }
+                receivedAt = UTCTime(at).rfc3339
+            }
+        }
+
+        /// `host:port` of gpsd.
+        public var gpsd: String
+        /// `connecting`, `connected`, `disconnected`.
+        public var state: String
+        public var problem: String?
+        /// The last fix, while it is at most ``GPSTrack/stale`` seconds old.
+        public var fix: Fix?
+
+        public init(gpsd: String, state: String) {
+            self.gpsd = gpsd
+            self.state = state
+        }
+    }
+
     /// The G-sensor and the incidents it saved.
     public struct Incidents: Codable, Sendable, Equatable {
         public struct Incident: Codable, Sendable, Equatable {
@@ -179,6 +218,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var haptics: HapticsStatus
     /// Nil in a status made without the G-sensor's part (an agent that never built it).
     public var incidents: Incidents?
+    /// Nil without `sensors.gps.gpsd`.
+    public var gps: GPS?
 
     public init(camera: Camera, encoder: String, speech: Speech, haptics: HapticsStatus) {
         self.camera = camera
@@ -222,6 +263,19 @@ public struct AgentStatus: Codable, Sendable, Equatable {
             line += "; looked at \(offline.looked) frames, skipped \(offline.skipped), spoke \(offline.spoken) warnings"
             if let ms = offline.lastLookMs { line += String(format: "; last look %.0f ms", ms) }
             if let last = offline.lastFinding { line += "; last finding: \(last.finding) at \(last.at)" }
+            lines.append(line)
+        }
+        if let gps {
+            var line = "gps: gpsd at \(gps.gpsd), \(gps.state)"
+            if let problem = gps.problem { line += " (\(problem))" }
+            if let fix = gps.fix {
+                line += "; \(fix.mode)"
+                if let lat = fix.lat, let lon = fix.lon { line += String(format: " at %.5f, %.5f", lat, lon) }
+                if let speed = fix.speedKmh { line += String(format: ", %.0f km/h", speed) }
+                if let heading = fix.heading { line += String(format: ", heading %.0f°", heading) }
+            } else if gps.state == "connected" {
+                line += "; no fix"
+            }
             lines.append(line)
         }
         if let incidents {

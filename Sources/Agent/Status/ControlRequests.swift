@@ -105,6 +105,11 @@ struct ControlRequests: Sendable {
             status.speech.failures = stats.failures
         }
         status.haptics.released = haptics.isReleased
+        // A fix stops being the car's position a few seconds after it came (a receiver gone quiet).
+        if let received = status.gps?.fix?.receivedAt, let at = try? Date(received, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)),
+           Date().timeIntervalSince(at) > GPSTrack.stale {
+            status.gps?.fix = nil
+        }
         if let store, status.recording != nil {
             let usage = store.usage()
             status.recording?.segments = usage.segments

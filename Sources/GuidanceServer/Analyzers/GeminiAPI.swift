@@ -20,13 +20,13 @@ public enum GeminiAPI {
     /// The request body: the clip as `inline_data` (base64), then the prompt; JSON output held to
     /// ``ModelAnswer``'s schema; thinking off (`thinkingBudget` 0), since the answer is needed
     /// within seconds.
-    public static func requestBody(video: Data, mimeType: String, locale: String) throws -> Data {
+    public static func requestBody(video: Data, mimeType: String, locale: String, motion: ModelAnswer.Motion? = nil) throws -> Data {
         let body: [String: Any] = [
             "contents": [[
                 "role": "user",
                 "parts": [
                     ["inline_data": ["mime_type": mimeType, "data": video.base64EncodedString()]],
-                    ["text": ModelAnswer.prompt(locale: locale)],
+                    ["text": ModelAnswer.prompt(locale: locale, motion: motion)],
                 ] as [Any],
             ] as [String: Any]],
             "generationConfig": [

@@ -64,7 +64,40 @@ public struct ModelAnswer: Codable, Sendable, Equatable {
         return schema
     }
 
-    /// The instruction sent with each segment: guidance for a driver, in the device's language.
+    /// How the car moved over the segment, from its GPS track (the header's `gps`): the speed
+    /// and heading of its newest point that has them.
+    public struct Motion: Sendable, Equatable {
+        /// km/h.
+        public var speed: Double
+        /// Degrees from true north; nil when the car stands (a receiver's heading is noise then).
+        public var heading: Double?
+
+        public init(speed: Double, heading: Double?) {
+            self.speed = speed
+            self.heading = heading
+        }
+
+        /// Nil without a point that has a speed (no GPS, no fix).
+        public init?(_ track: [ClientMessage.SegmentHeader.Position]?) {
+            guard let point = track?.last(where: { $0.mode >= 2 && $0.speed != nil }), let speed = point.speed else { return nil }
+            self.speed = speed * 3.6
+            heading = speed >= 1 ? point.track : nil
+        }
+
+        /// The sentence the prompt gets: numbers only, written here, never a peer's text.
+        var sentence: String {
+            let kmh = Int(speed.rounded())
+            guard let heading else { return " The car's GPS says it is moving at \(kmh) km/h." }
+            return " The car's GPS says it is moving at \(kmh) km/h, heading \(Int(heading.rounded()) % 360) degrees from north."
+        }
+    }
+
+    /// The instruction sent with each segment: guidance for a driver, in the device's language,
+    /// with the car's speed and heading when its GPS gave them.
+    public static func prompt(locale: String, motion: Motion? = nil) -> String {
+        prompt(locale: locale) + (motion?.sentence ?? "")
+    }
+
     public static func prompt(locale: String) -> String {
         """
         You are the co-driver of a car. The attached video is the last few seconds from its \

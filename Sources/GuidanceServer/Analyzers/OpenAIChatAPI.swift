@@ -17,8 +17,8 @@ public enum OpenAIChatAPI {
     }
 
     /// The request body: the prompt and the keyframes (JPEG) as one user message.
-    public static func requestBody(model: String, jpegs: [Data], locale: String) throws -> Data {
-        var content: [[String: Any]] = [["type": "text", "text": ModelAnswer.prompt(locale: locale)
+    public static func requestBody(model: String, jpegs: [Data], locale: String, motion: ModelAnswer.Motion? = nil) throws -> Data {
+        var content: [[String: Any]] = [["type": "text", "text": ModelAnswer.prompt(locale: locale, motion: motion)
             + " The images are frames from the clip, oldest first."]]
         for jpeg in jpegs {
             content.append(["type": "image_url", "image_url": ["url": "data:image/jpeg;base64,\(jpeg.base64EncodedString())"]])

@@ -197,15 +197,22 @@ extension StreamSession {
             case .incident(let incident):
                 if let problem = incident.problem { return [.reject(.badMessage, problem, seq: nil, reason: .unreadable)] }
                 return [.keepIncident(incident)]
-            case .segment(let header):
+            case .segment(var header):
                 if let (reason, problem) = check(header, agent: agent) {
                     // Whatever chunks it announced are dropped, unread.
                     if header.chunks != nil { state = .skipping(agent) }
                     return [.reject(.badSegment, problem, seq: header.seq >= 0 ? header.seq : nil, reason: reason)]
                 }
+                // A GPS track out of range is left out (nothing is computed from it); the video
+                // is what the segment is for.
+                var actions: [Action] = []
+                if let gps = header.gps, gps.count > ClientMessage.SegmentHeader.maxPositions || !gps.allSatisfy(\.isValid) {
+                    header.gps = nil
+                    actions.append(.ignore("segment \(header.seq)'s gps track: more than \(ClientMessage.SegmentHeader.maxPositions) points or a value out of range"))
+                }
                 // `check` made sure that `chunks` is there and matches `bytes`.
                 state = .receiving(agent, Receiving(header: header, chunks: header.chunks ?? 0))
-                return []
+                return actions
             }
         }
 

@@ -117,8 +117,11 @@ final class MP4Writer {
     }
 
     /// Writes the trailer (and with it `moov`) and returns the finished file.
-    func finish() throws -> [UInt8] {
+    /// Writes `moov` and hands the MP4 over; `location` (ISO 6709) goes into it as the standard
+    /// location (`udta/©xyz`, which ffprobe shows as `location`).
+    func finish(location: String? = nil) throws -> [UInt8] {
         guard let format else { return [] }
+        if let location { av_dict_set(&format.pointee.metadata, "location", location, 0) }
         let status = av_write_trailer(format)
         avio_flush(format.pointee.pb)
         abandon()

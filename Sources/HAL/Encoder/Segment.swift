@@ -33,6 +33,8 @@ public struct SegmentMetadata: Codable, Sendable, Equatable {
     public var fps: Int
     public var complete: Bool
     public var endReason: SegmentEndReason
+    /// The GPS track over the segment, a point a second (`sensors.gps.gpsd`); nil without GPS.
+    public var gps: [GPSPoint]?
 
     public init(seq: Int, capturedAt: Date, captureStartMonotonicNs: UInt64, durationMs: Int, frames: Int,
                 droppedFrames: Int, bytes: Int, sha256: String, encoder: String, width: Int, height: Int, fps: Int,

@@ -1,5 +1,5 @@
 import CFFmpeg
-import Foundation
+public import Foundation
 
 /// Cuts the encoded stream into self-contained MP4 segments on the ``SegmentClock`` timeline.
 ///
@@ -21,7 +21,13 @@ public final class Segmenter {
     /// `CLOCK_REALTIME − CLOCK_MONOTONIC` when the timeline started, to date segments.
     private var wallOffset: Double = 0
 
-    public init(format: VideoFormat, segmentSeconds: Int, firstSeq: Int = 0) {
+    /// The GPS track of a wall-clock span, asked when a segment closes (on the capture thread:
+    /// it must answer at once); nil without GPS.
+    public typealias Locate = @Sendable (_ from: Date, _ to: Date) -> [GPSPoint]
+    private let locate: Locate?
+
+    public init(format: VideoFormat, segmentSeconds: Int, firstSeq: Int = 0, locate: Locate? = nil) {
+        self.locate = locate
         self.format = format
         self.clock = SegmentClock(fps: format.fps, segmentSeconds: segmentSeconds)
         self.nextSeq = firstSeq
@@ -77,13 +83,17 @@ public final class Segmenter {
         let start = segmentIndex * n
         // A segment that ran to its end spans all N slots even when its last frames were dropped.
         let span = reason == .complete ? n : lastPts + 1 - start
-        let bytes = try writer.finish()
         let startTime = clock.time(ofSlot: start)
-        let metadata = SegmentMetadata(
+        let capturedAt = Date(timeIntervalSince1970: Double(startTime) / 1e9 + wallOffset)
+        let durationMs = Int((lastPts + 1 - firstPts) * 1000 / Int64(format.fps))
+        // The track over the segment; its first position is the MP4's location.
+        let track = locate?(capturedAt, capturedAt.addingTimeInterval(Double(durationMs) / 1000))
+        let bytes = try writer.finish(location: track?.lazy.compactMap(\.iso6709).first)
+        var metadata = SegmentMetadata(
             seq: nextSeq,
-            capturedAt: Date(timeIntervalSince1970: Double(startTime) / 1e9 + wallOffset),
+            capturedAt: capturedAt,
             captureStartMonotonicNs: startTime,
-            durationMs: Int((lastPts + 1 - firstPts) * 1000 / Int64(format.fps)),
+            durationMs: durationMs,
             frames: frames,
             droppedFrames: Int(span) - frames,
             bytes: bytes.count,
@@ -93,6 +103,7 @@ public final class Segmenter {
             complete: reason == .complete && frames == Int(n),
             endReason: reason
         )
+        metadata.gps = track
         nextSeq += 1
         segmentIndex = -1
         closed.append(Segment(metadata: metadata, data: bytes))

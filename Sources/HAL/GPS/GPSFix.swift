@@ -1,0 +1,83 @@
+public import Foundation
+
+/// What a GPS receiver said at one moment, as gpsd reports it (a `TPV`): every value checked to be
+/// a number in range, or absent.
+public struct GPSFix: Sendable, Equatable {
+    /// gpsd's fix mode: 0 not seen yet, 1 no fix, 2 a 2D fix, 3 a 3D fix.
+    public var mode: Int
+    /// The receiver's time of the fix (UTC), if it gave one.
+    public var time: Date?
+    public var lat: Double?
+    public var lon: Double?
+    /// Metres above the ellipsoid (`altHAE`), else above sea level (`alt`/`altMSL`).
+    public var altitude: Double?
+    /// Metres a second over the ground.
+    public var speed: Double?
+    /// Degrees from true north, 0 ≤ track < 360.
+    public var track: Double?
+
+    public init(mode: Int, time: Date? = nil, lat: Double? = nil, lon: Double? = nil, altitude: Double? = nil,
+                speed: Double? = nil, track: Double? = nil) {
+        self.mode = mode
+        self.time = time
+        self.lat = lat
+        self.lon = lon
+        self.altitude = altitude
+        self.speed = speed
+        self.track = track
+    }
+
+    /// A position to show: a 2D or 3D fix with latitude and longitude.
+    public var hasPosition: Bool { mode >= 2 && lat != nil && lon != nil }
+
+    /// `no fix`, `2d`, `3d` (`unknown` before the receiver said anything).
+    public var modeName: String {
+        switch mode {
+        case 2: "2d"
+        case 3: "3d"
+        case 1: "no fix"
+        default: "unknown"
+        }
+    }
+}
+
+/// One second of a segment's track: the fix the agent had then (in the segment's JSON line, its
+/// header on the wire, and its GPX sidecar).
+public struct GPSPoint: Codable, Sendable, Equatable {
+    /// The receiver's time of the fix, else the agent's clock when it came (RFC 3339, ms).
+    public var t: String
+    public var mode: Int
+    public var lat: Double?
+    public var lon: Double?
+    /// Metres.
+    public var alt: Double?
+    /// Metres a second.
+    public var speed: Double?
+    /// Degrees from true north.
+    public var track: Double?
+
+    public init(t: String, mode: Int, lat: Double? = nil, lon: Double? = nil, alt: Double? = nil, speed: Double? = nil, track: Double? = nil) {
+        self.t = t
+        self.mode = mode
+        self.lat = lat
+        self.lon = lon
+        self.alt = alt
+        self.speed = speed
+        self.track = track
+    }
+
+    public var hasPosition: Bool { mode >= 2 && lat != nil && lon != nil }
+
+    /// ISO 6709, as MP4's `©xyz` location holds it: `+37.5665+126.9780+035.000/`.
+    public var iso6709: String? {
+        guard hasPosition, let lat, let lon else { return nil }
+        var text = Self.signed(lat, integer: 2, fraction: 4) + Self.signed(lon, integer: 3, fraction: 4)
+        if let alt { text += Self.signed(alt, integer: 3, fraction: 3) }
+        return text + "/"
+    }
+
+    private static func signed(_ value: Double, integer: Int, fraction: Int) -> String {
+        let magnitude = String(format: "%0\(integer + fraction + 1).\(fraction)f", abs(value))
+        return (value < 0 ? "-" : "+") + magnitude
+    }
+}
