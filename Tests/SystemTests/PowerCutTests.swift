@@ -55,8 +55,11 @@ import Testing
             RecordCommandTests.agent, "record", "--config", config, "--out", folder.path, "--fast", "--segments", "1",
         ])
         #expect(again.status == 0, "\(again.stderr)")
-        let left = files(under: folder).filter { $0.split(separator: "/").last?.hasPrefix(".") == true }
+        // (The log of the order segments were recorded in is the one hidden file that stays.)
+        let left = files(under: folder).filter { $0.split(separator: "/").last?.hasPrefix(".") == true && $0 != ".recording-order" }
         #expect(left.isEmpty, "temporary files after a clean start: \(left)")
+        // (A kill between a segment's rename and its line in that log leaves it unlogged: it then
+        // counts as older than the logged ones, RecordingOrder's rule, and is never lost.)
         #expect(again.stderr.contains("removed \(hidden.count) temporary file(s) an interrupted run left"), "\(hidden) \(again.stderr)")
         print("power cuts: 20 kills, \(segments.count) whole segments, \(interruptedWrites) kills caught a write in progress")
     }

@@ -49,8 +49,9 @@ import Testing
         #expect(first.path == "2026-11-22/000003-20261122T000010.000Z.mp4")
         #expect(first.deleted.map(\.path) == ["000007-20261120T080000.000Z.mp4", "2026-11-21/000000-20261121T235955.000Z.mp4"])
         // A day folder goes with its last segment; one holding anything else stays.
+        // (and the log of the order segments are recorded in, RecordingOrderTests)
         #expect(files(under: root) == [
-            "2026-11-22/000001-20261122T000000.000Z.mp4", "2026-11-22/000002-20261122T000005.000Z.mp4",
+            ".recording-order", "2026-11-22/000001-20261122T000000.000Z.mp4", "2026-11-22/000002-20261122T000005.000Z.mp4",
             "2026-11-22/000003-20261122T000010.000Z.mp4", "2026-11-22/notes.txt",
         ])
         #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent("2026-11-21").path))

@@ -28,13 +28,16 @@ public final class RecordingStore: Sendable {
 
     private struct State {
         var retention: Retention
-        /// Every segment in the folder, oldest capture time first.
+        /// Every segment in the folder, in the order they were recorded (``RecordingOrder``):
+        /// what retention deletes first is first.
         var index: [StoredSegment]
         /// Time ranges of `protect` requests that reach past the newest segment written.
         var pending: [ClosedRange<Date>] = []
         /// Segments being written, by path: not in the index yet, but a `protect` that covers
         /// one asks for it (true), and it is moved into `protected/` as soon as it is whole.
         var writing: [String: Writing] = [:]
+        /// The order segments were recorded in (``index`` follows it), kept on the disk.
+        var order: RecordingOrder
     }
 
     private struct Writing {
@@ -72,8 +75,10 @@ public final class RecordingStore: Sendable {
         removedLeftovers = StoredSegment.folders(in: root).flatMap { folder in
             DurableFile.removeLeftovers(in: root.appendingPathComponent(folder)).map { folder.isEmpty ? $0 : folder + "/" + $0 }
         }
-        let index = StoredSegment.all(in: root)
-        state = Mutex(State(retention: retention, index: index))
+        var order = RecordingOrder(root: root)
+        let index = order.sorted(StoredSegment.all(in: root))
+        order.compact(keeping: index)
+        state = Mutex(State(retention: retention, index: index, order: order))
         counts = Mutex(Self.usage(of: index))
     }
 
@@ -127,7 +132,9 @@ public final class RecordingStore: Sendable {
                     return Recorded(path: path, error: error, deleted: deleted)
                 }
             }
-            state.index.insertInOrder(stored)
+            // The newest recorded, whatever the clock said of it.
+            state.index.append(stored)
+            state.order.append(stored.name)
             return Recorded(path: stored.path, error: nil, deleted: deleted)
         }
     }
@@ -217,10 +224,10 @@ public final class RecordingStore: Sendable {
                     continue
                 }
                 let moved = try moveToProtected(segment)
-                state.index.removeAll { $0.path == segment.path }
+                // In its place: protecting it does not change when it was recorded.
+                if let place = state.index.firstIndex(where: { $0.path == segment.path }) { state.index[place] = moved }
                 result.protected.append(moved.path)
                 protectedNow.insert(moved.path)
-                state.index.insertInOrder(moved)
             }
             // A segment being written when the request came is moved as soon as it is whole.
             for (path, writing) in state.writing where !writing.protectRequested && !path.hasPrefix(StoredSegment.protectedFolder + "/") {
@@ -299,10 +306,3 @@ public final class RecordingStore: Sendable {
     }
 }
 
-extension [StoredSegment] {
-    /// New segments are normally the newest: the search starts from the end.
-    fileprivate mutating func insertInOrder(_ segment: StoredSegment) {
-        let index = lastIndex { ($0.capturedAt, $0.path) <= (segment.capturedAt, segment.path) }.map { $0 + 1 } ?? 0
-        insert(segment, at: index)
-    }
-}
