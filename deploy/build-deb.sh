@@ -64,6 +64,7 @@ install -D -m 0644 device-config/default.yaml "$ROOT/etc/dashcam-agent/agent.yam
 # `dashcam-agent setup` merges a board profile into the conffile; the package's defaults tell it
 # which of the conffile's values the user changed.
 install -D -m 0644 device-config/default.yaml "$ROOT/usr/share/dashcam-agent/default.yaml"
+install -D -m 0644 deploy/chrony/dashcam-gps.conf "$ROOT/usr/share/dashcam-agent/chrony/dashcam-gps.conf"
 for board in device-config/boards/*.yaml; do
     install -D -m 0644 "$board" "$ROOT/usr/share/dashcam-agent/boards/$(basename "$board")"
 done

@@ -28,6 +28,7 @@ import Testing
         for (mode, path) in [("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", "./usr/lib/dashcam-agent/libRoadVision.so"), ("-rw-r--r--", unit),
                              ("-rw-r--r--", "./etc/dashcam-agent/agent.yaml"), ("-rw-r--r--", rules),
                              ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4.yaml"),
+                             ("-rw-r--r--", "./usr/share/dashcam-agent/chrony/dashcam-gps.conf"),
                              ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4-usb-webcam.yaml"),
                              ("-rw-r--r--", "./usr/share/dashcam-agent/default.yaml"),
                              ("-rw-r--r--", "./usr/share/doc/dashcam-agent/copyright"),

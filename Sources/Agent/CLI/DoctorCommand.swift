@@ -265,10 +265,14 @@ struct Doctor: Sendable {
         }
         switch WallClock.isSynchronised {
         case true?:
-            return Check(name: "clock", outcome: .ok, detail: "\(now.rfc3339Milliseconds), synchronised")
+            // Which source: chrony's GPS reference clock, or NTP.
+            let reference = ClockService.chronyReference()
+            let source = ClockWatch.source(synced: true, reference: reference)
+            return Check(name: "clock", outcome: .ok,
+                         detail: "\(now.rfc3339Milliseconds), synchronised by \(source == "gps" ? "GPS" : "NTP")\(reference.map { " (chrony: \($0))" } ?? "")")
         case false?:
             return Check(name: "clock", outcome: .warning, detail: "\(now.rfc3339Milliseconds), not synchronised",
-                         fix: "sudo timedatectl set-ntp true (a board without a clock battery starts at a wrong time until then)")
+                         fix: "sudo timedatectl set-ntp true, or chrony with gpsd as a reference clock (deploy/chrony/); a board without a clock battery starts at a wrong time until then")
         case nil:
             return Check(name: "clock", outcome: .warning, detail: "\(now.rfc3339Milliseconds); the kernel cannot say whether it is synchronised")
         }

@@ -78,6 +78,9 @@ struct RecordCommand: AsyncParsableCommand {
         let gps = config.makeGPS(logger: logger)
         var pipelineSettings = config.pipelineSettings(maxSegments: segments)
         if let track = gps?.track { pipelineSettings.locate = { track.points(from: $0, to: $1) } }
+        // The wall clock: each segment's metadata says where its time came from.
+        let clock = ClockService(logger: logger)
+        pipelineSettings.clockSource = { clock.source }
         let pipeline = try CapturePipeline(
             source: config.makeSource(logger: logger), settings: pipelineSettings,
             encoder: { try config.makeEncoder(inputFormat: $0, logger: logger) }, tap: watch, logger: logger)
@@ -103,6 +106,7 @@ struct RecordCommand: AsyncParsableCommand {
             encoder: pipeline.encoderName, speech: .init(output: voice.output, locale: voice.deviceLocale),
             haptics: .init(line: haptics.lineDescription, released: false)))
         board.update { $0.recording = .init(dir: config.recording.dir) }
+        clock.show(on: board)
         let router = GuidanceRouter(voice: voice, haptics: haptics, clear: patterns.clear, alert: patterns.alert,
                                     announcer: announcer, board: board, logger: logger)
         let offline = watch.map {
@@ -166,6 +170,7 @@ struct RecordCommand: AsyncParsableCommand {
         // First: the haptic line and the voice, whose threads are released last.
         var services: [any Service] = [HapticsService(haptics: haptics), VoiceService(voice: voice)]
         services.append(ConfigReloadService(reloader: reloader, hangups: hangups))
+        services.append(clock)
         if notifier.isActive { services.append(heartbeat) }
         services.append(StatusSocket(path: config.status.socket, logger: logger, answer: control.answer))
         services.append(guidance)

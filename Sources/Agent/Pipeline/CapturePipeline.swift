@@ -20,6 +20,8 @@ public final class CapturePipeline: Sendable {
         public var maxSegments: Int?
         /// The GPS track each segment gets (its metadata, its MP4's location); nil without GPS.
         public var locate: Segmenter.Locate?
+        /// Where the wall clock's time comes from, for each segment's metadata.
+        public var clockSource: Segmenter.ClockSource?
 
         public init(encoder: EncoderSettings, segmentSeconds: Int, reopenBackoffMs: (min: Int, max: Int), maxSegments: Int?) {
             self.encoder = encoder
@@ -146,7 +148,8 @@ private struct Loop: @unchecked Sendable {
     let health: PipelineHealth
 
     func run(emit: (Segment) -> Void, stopRequested: () -> Bool) throws {
-        let segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, locate: settings.locate)
+        let segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, locate: settings.locate,
+                                  clockSource: settings.clockSource)
         var emitted = 0
         func deliver() -> Bool {
             for segment in segmenter.takeClosed() {

@@ -127,6 +127,16 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         }
     }
 
+    /// The wall clock (``ClockWatch``).
+    public struct Clock: Codable, Sendable, Equatable {
+        public var synced: Bool?
+        /// `gps`, `ntp`, `none`, `unknown`.
+        public var source: String
+        /// Steps seen since the agent started, and the last one in seconds (negative: back).
+        public var steps: Int
+        public var lastStepSeconds: Double?
+    }
+
     /// The GPS (gpsd) and its last fix.
     public struct GPS: Codable, Sendable, Equatable {
         public struct Fix: Codable, Sendable, Equatable {
@@ -220,6 +230,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var incidents: Incidents?
     /// Nil without `sensors.gps.gpsd`.
     public var gps: GPS?
+    /// Nil until the clock's service has looked.
+    public var clock: Clock?
 
     public init(camera: Camera, encoder: String, speech: Speech, haptics: HapticsStatus) {
         self.camera = camera
@@ -263,6 +275,11 @@ public struct AgentStatus: Codable, Sendable, Equatable {
             line += "; looked at \(offline.looked) frames, skipped \(offline.skipped), spoke \(offline.spoken) warnings"
             if let ms = offline.lastLookMs { line += String(format: "; last look %.0f ms", ms) }
             if let last = offline.lastFinding { line += "; last finding: \(last.finding) at \(last.at)" }
+            lines.append(line)
+        }
+        if let clock {
+            var line = "clock: " + (clock.synced == true ? "synchronised (\(clock.source))" : clock.synced == false ? "not synchronised" : "unknown")
+            if clock.steps > 0, let last = clock.lastStepSeconds { line += String(format: "; %d step(s), the last %+.3f s", clock.steps, last) }
             lines.append(line)
         }
         if let gps {

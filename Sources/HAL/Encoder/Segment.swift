@@ -14,6 +14,24 @@ public enum SegmentEndReason: String, Codable, Sendable {
     case shutdown
 }
 
+/// The wall clock a segment was dated by.
+public struct SegmentClockState: Codable, Sendable, Equatable {
+    /// The kernel counts the clock as synchronised (nil: it cannot tell).
+    public var synced: Bool?
+    /// Where its time comes from: `gps` (chrony's GPS reference clock), `ntp`, `none` (not
+    /// synchronised: the time the board booted with), or `unknown`.
+    public var source: String
+    /// The clock was stepped by this many seconds before this segment began (NTP arriving after
+    /// boot, a GPS fix setting it): the segment is dated on a new timeline.
+    public var steppedSeconds: Double?
+
+    public init(synced: Bool?, source: String, steppedSeconds: Double? = nil) {
+        self.synced = synced
+        self.source = source
+        self.steppedSeconds = steppedSeconds
+    }
+}
+
 /// What is known about one finished segment; one JSON line of this is printed per segment.
 public struct SegmentMetadata: Codable, Sendable, Equatable {
     public var seq: Int
@@ -35,6 +53,8 @@ public struct SegmentMetadata: Codable, Sendable, Equatable {
     public var endReason: SegmentEndReason
     /// The GPS track over the segment, a point a second (`sensors.gps.gpsd`); nil without GPS.
     public var gps: [GPSPoint]?
+    /// The wall clock's state when the segment closed.
+    public var clock: SegmentClockState?
 
     public init(seq: Int, capturedAt: Date, captureStartMonotonicNs: UInt64, durationMs: Int, frames: Int,
                 droppedFrames: Int, bytes: Int, sha256: String, encoder: String, width: Int, height: Int, fps: Int,

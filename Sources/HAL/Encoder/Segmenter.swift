@@ -25,9 +25,19 @@ public final class Segmenter {
     /// it must answer at once); nil without GPS.
     public typealias Locate = @Sendable (_ from: Date, _ to: Date) -> [GPSPoint]
     private let locate: Locate?
+    /// Where the wall clock's time comes from (`gps`, `ntp`, …), asked when a segment closes.
+    public typealias ClockSource = @Sendable () -> String
+    private let clockSource: ClockSource?
+    /// ``WallClock/offset()``, or a test's.
+    private let currentOffset: @Sendable () -> Double
+    /// The step found when the segment being written began, for its metadata.
+    private var stepped: Double?
 
-    public init(format: VideoFormat, segmentSeconds: Int, firstSeq: Int = 0, locate: Locate? = nil) {
+    public init(format: VideoFormat, segmentSeconds: Int, firstSeq: Int = 0, locate: Locate? = nil, clockSource: ClockSource? = nil,
+                wallOffset: @escaping @Sendable () -> Double = WallClock.offset) {
         self.locate = locate
+        self.clockSource = clockSource
+        self.currentOffset = wallOffset
         self.format = format
         self.clock = SegmentClock(fps: format.fps, segmentSeconds: segmentSeconds)
         self.nextSeq = firstSeq
@@ -36,7 +46,7 @@ public final class Segmenter {
     /// Puts a frame on the timeline; `nil` means skip it.
     public func place(_ frame: Frame) -> SegmentClock.Placement? {
         if clock.anchor == nil {
-            wallOffset = Date().timeIntervalSince1970 - Double(MonotonicClock.now()) / 1e9
+            wallOffset = currentOffset()
         }
         return clock.place(timestamp: frame.timestamp)
     }
@@ -63,6 +73,13 @@ public final class Segmenter {
         let index = clock.segmentIndex(ofSlot: pts)
         if index != segmentIndex {
             if writer.isOpen { try finishSegment(reason: .complete) }
+            // A wall clock that was stepped since (NTP after boot, a GPS fix) dates this segment
+            // and the next by its new time: a new timeline, from a segment's start on.
+            let offset = currentOffset()
+            if abs(offset - wallOffset) > WallClock.stepThreshold {
+                stepped = offset - wallOffset
+                wallOffset = offset
+            }
             try writer.begin(stream: encoder.stream, framesPerSegment: clock.framesPerSegment)
             segmentIndex = index
             firstPts = pts
@@ -104,6 +121,8 @@ public final class Segmenter {
             endReason: reason
         )
         metadata.gps = track
+        metadata.clock = SegmentClockState(synced: WallClock.isSynchronised, source: clockSource?() ?? "unknown", steppedSeconds: stepped)
+        stepped = nil
         nextSeq += 1
         segmentIndex = -1
         closed.append(Segment(metadata: metadata, data: bytes))
