@@ -13,6 +13,8 @@ HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$HIL_DIR/lib.sh"
 : "${CASE_DIR:?}" "${AGENT_BIN:?}"
 
+# 2-s segments: the steps and the windows need a few segments, each minutes of emulated encoding less.
+HIL_SEGMENT_SECONDS=2
 OUT="$CASE_DIR/segments"
 STATUS_SOCKET=/tmp/hil-gsensor-$$.sock
 MIN_MAX_AMPLITUDE=0.1
