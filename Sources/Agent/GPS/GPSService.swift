@@ -1,4 +1,5 @@
 import Foundation
+import GuidanceProtocol
 import Synchronization
 public import HAL
 public import Logging
@@ -21,37 +22,52 @@ public struct GPSService: Service {
         self.logger = logger
     }
 
+    /// What the log hears of a receiver's changes and of a peer's bad lines: at most one line per
+    /// kind a while, the next one telling how many were left out. `status` always has the state.
+    struct Logs {
+        var mode = RateLimit(interval: .seconds(10))
+        var unreadable = RateLimit(interval: .seconds(10))
+        var lost = RateLimit(interval: .seconds(60))
+        var lastMode = -1
+
+        static func more(_ count: Int) -> String { count > 0 ? " (\(count) more like it not logged)" : "" }
+    }
+
     public func run() async throws {
         board.update { $0.gps = .init(gpsd: receiver.name, state: "connecting") }
-        let state = Mutex<(mode: Int, lost: Int)>((-1, 0))
+        let logs = Mutex(Logs())
         await cancelWhenGracefulShutdown {
-            await receiver.run { [track, board, logger] event in
+            await receiver.run { [track, board, logger, receiver] event in
+                let now = MonotonicClock.now()
                 switch event {
                 case .connected(let release):
                     logger.info("gps: connected to gpsd \(release) at \(receiver.name)")
-                    state.withLock { $0.lost = 0 }
                     board.update {
                         $0.gps?.state = "connected"
                         $0.gps?.problem = nil
                     }
                 case .fix(let fix):
-                    let now = Date()
-                    track.add(fix, at: now)
-                    let changed = state.withLock { state in
-                        defer { state.mode = fix.mode }
-                        return state.mode != fix.mode
+                    let at = Date()
+                    track.add(fix, at: at)
+                    let line: String? = logs.withLock { logs in
+                        defer { logs.lastMode = fix.mode }
+                        guard logs.lastMode != fix.mode, logs.mode.allows(now: now) else { return nil }
+                        return "gps: \(fix.modeName)\(fix.hasPosition ? "" : "; segments carry no position until a fix")\(Logs.more(logs.mode.takeSuppressed()))"
                     }
-                    if changed { logger.info("gps: \(fix.modeName)\(fix.hasPosition ? "" : "; segments carry no position until a fix")") }
-                    board.update { $0.gps?.fix = .init(fix, at: now) }
+                    if let line { logger.info("\(line)") }
+                    board.update { $0.gps?.fix = .init(fix, at: at) }
+                case .unreadable(let what):
+                    let line: String? = logs.withLock { logs in
+                        logs.unreadable.allows(now: now) ? "gps: from \(receiver.name): \(what)\(Logs.more(logs.unreadable.takeSuppressed()))" : nil
+                    }
+                    if let line { logger.warning("\(line)") }
                 case .lost(let reason, let retryIn):
-                    let count = state.withLock { state in
-                        state.lost += 1
-                        state.mode = -1
-                        return state.lost
+                    let line: String? = logs.withLock { logs in
+                        logs.lastMode = -1
+                        return logs.lost.allows(now: now)
+                            ? "gps: no gpsd at \(receiver.name): \(reason); trying again in \(retryIn)\(Logs.more(logs.lost.takeSuppressed()))" : nil
                     }
-                    if count == 1 || count % 20 == 0 {
-                        logger.warning("gps: no gpsd at \(receiver.name): \(reason); trying again in \(retryIn)")
-                    }
+                    if let line { logger.warning("\(line)") }
                     board.update {
                         $0.gps?.state = "disconnected"
                         $0.gps?.problem = reason

@@ -1,4 +1,3 @@
-public import Logging
 import NIOCore
 import NIOPosix
 
@@ -9,6 +8,8 @@ public enum GPSEvent: Sendable, Equatable {
     case fix(GPSFix)
     /// The connection ended or could not be made; tried again after `retryIn`.
     case lost(String, retryIn: Duration)
+    /// A line that is not gpsd's JSON, or gpsd's own `ERROR` (what it said, cut short).
+    case unreadable(String)
 }
 
 /// A GPS receiver: the events of its connection, in order, until the task that runs it ends.
@@ -21,17 +22,15 @@ public protocol GPSReceiver: Sendable {
 
 /// gpsd's JSON protocol over TCP (``GpsdReport``), no C library: asks for every fix with
 /// `?WATCH`, reads line by line (``GpsdLineReader``), and when gpsd goes away tries again after
-/// a wait that doubles from 1 s to at most 30 s (back to 1 s once connected).
+/// a wait that doubles from 1 s to at most 30 s (back to 1 s once connected). It tells what it
+/// read as events and logs nothing itself: what a peer sends is the consumer's to log, at its pace.
 public struct GpsdClient: GPSReceiver {
     public let host: String
     public let port: Int
     public var name: String { "\(host):\(port)" }
-    let logger: Logger
-
-    public init(host: String, port: Int, logger: Logger) {
+    public init(host: String, port: Int) {
         self.host = host
         self.port = port
-        self.logger = logger
     }
 
     /// `host:port`, `[v6]:port` or `host` (gpsd's port, 2947); nil if it is none of those.
@@ -85,7 +84,7 @@ public struct GpsdClient: GPSReceiver {
             try await channel.executeThenClose { inbound, outbound in
                 try await outbound.write(ByteBuffer(string: GpsdReport.watchCommand))
                 var reader = GpsdLineReader()
-                var unreadable = 0
+                var dropped = 0
                 for try await buffer in inbound {
                     for line in reader.append(buffer.readableBytesView) {
                         switch GpsdReport.parse(line) {
@@ -95,13 +94,16 @@ public struct GpsdClient: GPSReceiver {
                         case .fix(let fix)?:
                             await events(.fix(fix))
                         case .error(let message)?:
-                            logger.warning("gps: gpsd says: \(message)")
+                            await events(.unreadable("gpsd says: \(message)"))
                         case nil:
-                            unreadable += 1
-                            if unreadable == 1 || unreadable % 100 == 0 { logger.warning("gps: \(unreadable) line(s) from gpsd that are not its JSON") }
+                            await events(.unreadable("a line that is not gpsd's JSON (\(line.count) bytes)"))
                         default:
                             break
                         }
+                    }
+                    if reader.dropped > dropped {
+                        dropped = reader.dropped
+                        await events(.unreadable("a line over \(GpsdLineReader.maxLine) bytes, dropped"))
                     }
                 }
                 return reader.dropped > 0 ? "gpsd closed the connection (\(reader.dropped) overlong line(s) dropped)" : "gpsd closed the connection"
