@@ -1,5 +1,7 @@
 internal import CShims
 internal import Glibc
+// `timespec` can be owned by whichever C module first includes <time.h>; here that is CV4L2.
+internal import CV4L2
 
 /// The wall clock's state: day folders and `protect 09:30..` depend on it, and a board without a
 /// clock battery starts with a wrong one until it is synchronised.
