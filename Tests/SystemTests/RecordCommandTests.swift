@@ -45,7 +45,8 @@ import Testing
         defer { try? FileManager.default.removeItem(at: run.folder) }
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.lines.count == 3)
-        let stored = files(under: run.folder)
+        // The segments, and the log of the order they were recorded in; no temporary file.
+        let stored = files(under: run.folder).filter { $0 != ".recording-order" }
         #expect(stored.count == 3 && stored.allSatisfy { $0.hasSuffix(".mp4") }, "no temporary files left: \(stored)")
         for (index, line) in run.lines.enumerated() {
             #expect(line["seq"] as? Int == index)

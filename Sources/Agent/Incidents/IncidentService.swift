@@ -224,15 +224,20 @@ public struct IncidentService: Service {
         return entry
     }
 
-    /// Until the segment that holds `end` has been written (at most two segments' time more).
+    /// Until the recording has written the segment that holds `end`: a segment reaching past it
+    /// is on the disk. On a busy board the recording may run seconds behind the clock, so the
+    /// wait is long (``finishWait``); it ends early only if the recording stops.
     private func waitForSegments(until end: Date) async {
-        let deadline = ContinuousClock.now + .seconds(2 * settings.segmentSeconds + 5)
+        let deadline = ContinuousClock.now + Self.finishWait
         while ContinuousClock.now < deadline, !Task.isCancelled {
             let newest = store.segments(overlapping: end...end.addingTimeInterval(Double(settings.segmentSeconds))).last
             if let newest, newest.capturedAt.addingTimeInterval(Double(settings.segmentSeconds)) >= end { return }
             try? await Task.sleep(for: .milliseconds(250))
         }
     }
+
+    /// The longest an incident waits for its last segment before it is saved with what is there.
+    public static let finishWait = Duration.seconds(120)
 
     private static func save(_ list: [AgentStatus.Incidents.Incident], in root: URL, logger: Logger) {
         let folder = root.appendingPathComponent(StoredSegment.protectedFolder)
