@@ -24,7 +24,8 @@ prop() { systemctl show -P "$1" "$UNIT"; }
 active() { [ "$(systemctl is-active "$UNIT")" = active ]; }
 segments() { find "$REC" -path "$REC/protected" -prune -o -name '*.mp4' -print 2>/dev/null | wc -l; }
 more_segments_than() { [ "$(segments)" -gt "$1" ]; }
-leftovers() { find "$REC" -name '.*' -type f 2>/dev/null | wc -l; }
+# Hidden temporary files; .recording-order (the order segments were recorded in) is kept on purpose.
+leftovers() { find "$REC" -name '.*' ! -name .recording-order -type f 2>/dev/null | wc -l; }
 journal() { journalctl -b -u "$UNIT" --no-pager -o cat; }
 
 echo "boot-test: phase $PHASE, $(uname -r), systemd $(systemctl --version | head -1 | cut -d' ' -f2), up $(cut -d' ' -f1 /proc/uptime) s"

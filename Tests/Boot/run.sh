@@ -184,7 +184,7 @@ while IFS= read -r -d '' f; do
         broken=$((broken + 1)); say "not whole: $f"
     fi
 done < <(find "$RUN/recordings" -name '[0-9]*.mp4' -print0 2>/dev/null)
-temp=$(find "$RUN/recordings" -name '.*' -type f 2>/dev/null | wc -l)
+temp=$(find "$RUN/recordings" -name '.*' ! -name .recording-order -type f 2>/dev/null | wc -l)
 say "after the power cut: $whole whole segments, $broken broken, $temp temporary files"
 power_cut_ok=$([ "$whole" -gt 0 ] && [ "$broken" -eq 0 ] && echo 1 || echo 0)
 

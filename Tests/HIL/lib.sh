@@ -365,7 +365,8 @@ hil_segment_count() { local a; mapfile -t a < <(hil_segments "$1"); echo "${#a[@
 hil_has_segments() { [ "$(hil_segment_count "$1")" -ge "$2" ]; }
 # Any other file left in DIR (temp files) - after a clean exit there should be none.
 hil_leftovers() {
-    find "$1" -mindepth 1 -type f -printf '%P\n' 2>/dev/null | grep -vE '^[0-9-]{10}/[0-9]+-[^/]*\.mp4$' | sort
+    # (.recording-order: the agent's log of the order segments were recorded in, kept on purpose)
+    find "$1" -mindepth 1 -type f -printf '%P\n' 2>/dev/null | grep -vE '^[0-9-]{10}/[0-9]+-[^/]*\.mp4$|^\.recording-order$' | sort
 }
 
 # The sequence number in a segment's name (<seq>-<utc time>.mp4), without leading zeros.
