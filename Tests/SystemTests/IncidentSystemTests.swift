@@ -44,7 +44,10 @@ import TestSupport
         let keep = FileManager.default.temporaryDirectory.appendingPathComponent("keep-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: keep, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: keep) }
-        let server = try await ServerProcess(server: ["keepDir": keep.path])
+        // The server finds the road clear every time: no guidance is spoken over the phrase.
+        try Data("- clear: true\n".utf8).write(to: keep.appendingPathComponent("clear.yaml"))
+        let server = try await ServerProcess(server: ["keepDir": keep.path],
+                                             analyzer: ["kind": "scripted", "scriptFile": keep.appendingPathComponent("clear.yaml").path])
         defer { server.stop() }
         let files = try LoopFiles()
         defer { files.remove() }
