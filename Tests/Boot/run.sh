@@ -175,7 +175,17 @@ phase_done 1 || say "phase 1 did not finish (see $RUN/console-1.log)"
 # What the power cut left on the disk: every segment file whole (ffprobe reads it), only hidden
 # temporary files may be cut short (the next boot removes them).
 rm -rf "$RUN/recordings"
+# debugfs reads the disk as it lies, without replaying ext4's journal: a folder whose inode was
+# still only in the journal at the cut reads as a bad inode. Then the journal is replayed on a copy
+# (e2fsck, as the kernel does at the next mount) and read from there; boot 2 mounts the original.
 debugfs -R "rdump /var/lib/dashcam-agent/recordings $RUN" "$IMAGE" 2>/dev/null || true
+if [ ! -d "$RUN/recordings" ]; then
+    cp --sparse=always "$IMAGE" "$RUN/replayed.ext4"
+    e2fsck -fy "$RUN/replayed.ext4" > "$RUN/e2fsck.log" 2>&1 || true
+    debugfs -R "rdump /var/lib/dashcam-agent/recordings $RUN" "$RUN/replayed.ext4" 2>/dev/null || true
+    rm -f "$RUN/replayed.ext4"
+    say "read the recordings after replaying the journal on a copy (e2fsck: $(tail -1 "$RUN/e2fsck.log"))"
+fi
 whole=0 broken=0
 while IFS= read -r -d '' f; do
     if ffprobe -v error -select_streams v:0 -count_frames -show_entries stream=codec_name,nb_read_frames -of csv=p=0 "$f" | grep -q '^hevc,[1-9]'; then
@@ -184,7 +194,7 @@ while IFS= read -r -d '' f; do
         broken=$((broken + 1)); say "not whole: $f"
     fi
 done < <(find "$RUN/recordings" -name '[0-9]*.mp4' -print0 2>/dev/null)
-temp=$(find "$RUN/recordings" -name '.*' ! -name .recording-order -type f 2>/dev/null | wc -l)
+temp=$( { find "$RUN/recordings" -name '.*' ! -name .recording-order -type f 2>/dev/null || true; } | wc -l)
 say "after the power cut: $whole whole segments, $broken broken, $temp temporary files"
 power_cut_ok=$([ "$whole" -gt 0 ] && [ "$broken" -eq 0 ] && echo 1 || echo 0)
 
