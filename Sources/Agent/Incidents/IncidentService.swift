@@ -179,11 +179,8 @@ public struct IncidentService: Service {
     /// An incident is over: once its last segment is written, listed as saved, told to the
     /// server, and to the driver ("Incident saved." and the pattern) unless the agent is stopping.
     private func finish(_ incident: IncidentDetector.Incident, listing: Listing, stopping: Bool = false) async {
-        if stopping {
-            await protect(incident)
-        } else {
-            await waitForSegments(until: Self.wallClock(incident.end))
-        }
+        // (`record` protects the final window, stopping or not.)
+        if !stopping { await waitForSegments(until: Self.wallClock(incident.end)) }
         let entry = await record(incident, state: "saved", listing: listing)
         logger.notice("g-sensor: incident saved: \(incident.impacts) impact(s), peak \(Self.g(incident.peakG)) g, \(entry.files.count) segment(s) from \(entry.from) to \(entry.to)")
         guard !stopping, !Task.isCancelled else { return }
