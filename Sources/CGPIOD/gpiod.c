@@ -6,6 +6,7 @@
 #include <gpiod.h>
 
 #include <errno.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,17 @@ struct cgpiod_output {
     struct gpiod_line *line;
 #else
     struct gpiod_line_request *request;
+    unsigned int offset;
+#endif
+};
+
+struct cgpiod_input {
+#if CGPIOD_V1
+    struct gpiod_chip *chip;
+    struct gpiod_line *line;
+#else
+    struct gpiod_line_request *request;
+    struct gpiod_edge_event_buffer *events;
     unsigned int offset;
 #endif
 };
@@ -263,4 +275,130 @@ void cgpiod_output_release(cgpiod_output *out)
     gpiod_line_request_release(out->request);
 #endif
     free(out);
+}
+
+cgpiod_input *cgpiod_input_request(cgpiod_chip *chip, unsigned int offset, bool active_low,
+                                   const char *consumer)
+{
+    cgpiod_input *in;
+    int e = ENOMEM;
+
+    if (chip == NULL) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (consumer == NULL)
+        consumer = "";
+    in = calloc(1, sizeof *in);
+    if (in == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+#if CGPIOD_V1
+    in->chip = gpiod_chip_open(chip->path);
+    if (in->chip == NULL)
+        goto fail;
+    in->line = gpiod_chip_get_line(in->chip, offset);
+    if (in->line == NULL ||
+        gpiod_line_request_both_edges_events_flags(in->line, consumer,
+                                                   active_low ? GPIOD_LINE_REQUEST_FLAG_ACTIVE_LOW : 0) < 0) {
+        in->line = NULL;
+        goto fail;
+    }
+    return in;
+fail:
+    e = errno;
+    if (in->chip != NULL)
+        gpiod_chip_close(in->chip);
+#else
+    {
+        struct gpiod_line_settings *settings = gpiod_line_settings_new();
+        struct gpiod_line_config *line_cfg = gpiod_line_config_new();
+        struct gpiod_request_config *req_cfg = gpiod_request_config_new();
+
+        in->events = gpiod_edge_event_buffer_new(16);
+        if (settings != NULL && line_cfg != NULL && req_cfg != NULL && in->events != NULL &&
+            gpiod_line_settings_set_direction(settings, GPIOD_LINE_DIRECTION_INPUT) == 0 &&
+            gpiod_line_settings_set_edge_detection(settings, GPIOD_LINE_EDGE_BOTH) == 0) {
+            gpiod_line_settings_set_active_low(settings, active_low);
+            gpiod_request_config_set_consumer(req_cfg, consumer);
+            if (gpiod_line_config_add_line_settings(line_cfg, &offset, 1, settings) == 0)
+                in->request = gpiod_chip_request_lines(chip->chip, req_cfg, line_cfg);
+            e = errno;
+        }
+        if (req_cfg != NULL)
+            gpiod_request_config_free(req_cfg);
+        if (line_cfg != NULL)
+            gpiod_line_config_free(line_cfg);
+        if (settings != NULL)
+            gpiod_line_settings_free(settings);
+        in->offset = offset;
+        if (in->request != NULL)
+            return in;
+        if (in->events != NULL)
+            gpiod_edge_event_buffer_free(in->events);
+    }
+#endif
+    free(in);
+    errno = e;
+    return NULL;
+}
+
+int cgpiod_input_wait(cgpiod_input *in, long long timeout_ns)
+{
+    if (in == NULL || timeout_ns < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+#if CGPIOD_V1
+    {
+        struct timespec ts = { .tv_sec = timeout_ns / 1000000000LL, .tv_nsec = timeout_ns % 1000000000LL };
+        struct gpiod_line_event events[16];
+        int ready = gpiod_line_event_wait(in->line, &ts);
+        if (ready <= 0)
+            return ready;
+        if (gpiod_line_event_read_multiple(in->line, events, 16) < 0)
+            return -1;
+        return 1;
+    }
+#else
+    {
+        int ready = gpiod_line_request_wait_edge_events(in->request, timeout_ns);
+        if (ready <= 0)
+            return ready;
+        if (gpiod_line_request_read_edge_events(in->request, in->events, 16) < 0)
+            return -1;
+        return 1;
+    }
+#endif
+}
+
+int cgpiod_input_get(cgpiod_input *in)
+{
+    if (in == NULL) {
+        errno = EINVAL;
+        return -1;
+    }
+#if CGPIOD_V1
+    return gpiod_line_get_value(in->line);
+#else
+    {
+        enum gpiod_line_value value = gpiod_line_request_get_value(in->request, in->offset);
+        return value == GPIOD_LINE_VALUE_ERROR ? -1 : (value == GPIOD_LINE_VALUE_ACTIVE ? 1 : 0);
+    }
+#endif
+}
+
+void cgpiod_input_release(cgpiod_input *in)
+{
+    if (in == NULL)
+        return;
+#if CGPIOD_V1
+    gpiod_line_release(in->line);
+    gpiod_chip_close(in->chip);
+#else
+    gpiod_line_request_release(in->request);
+    gpiod_edge_event_buffer_free(in->events);
+#endif
+    free(in);
 }

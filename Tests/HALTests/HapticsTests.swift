@@ -419,7 +419,7 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
             #expect(milliseconds.map { (64...350).contains($0) } == true, "\(message)")
         }
         haptics.close()
-        #expect(throws: HapticsError.self) { try line.setActive(true) }
+        #expect(throws: GPIOError.self) { try line.setActive(true) }
         #expect(buzzes().count == 3)
     }
 }
@@ -431,7 +431,7 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
     }
 
     @Test func aMissingChipIsAnErrorNamingTheChipTheLineAndTheChipsThereAre() {
-        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: "gpiochip999", line: .offset(5)) }
+        let error = #expect(throws: GPIOError.self) { try GPIOLine(chip: "gpiochip999", line: .offset(5)) }
         let text = error?.description ?? ""
         #expect(text.hasPrefix("GPIO chip \"gpiochip999\" (/dev/gpiochip999) line 5: no such chip"), "\(text)")
         #expect(namesTheChipsHere(text), "\(text)")
@@ -442,7 +442,7 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
 
     @Test(arguments: ["gpiochip999", "/dev/gpiochip999", "999"])
     func aMissingChipGivenAsNamePathOrNumberIsNamedWithTheLineName(_ chip: String) {
-        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: chip, line: .name("haptic"), activeLow: true) }
+        let error = #expect(throws: GPIOError.self) { try GPIOLine(chip: chip, line: .name("haptic"), activeLow: true) }
         let text = error?.description ?? ""
         #expect(text.contains("\"\(chip)\"") && text.contains("line \"haptic\""), "\(text)")
         #expect(text.contains("no such chip"), "\(text)")
@@ -450,7 +450,7 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
     }
 
     @Test func aLabelNoChipHasIsAMissingChip() {
-        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: "dashcam-no-such-label", line: .offset(1)) }
+        let error = #expect(throws: GPIOError.self) { try GPIOLine(chip: "dashcam-no-such-label", line: .offset(1)) }
         let text = error?.description ?? ""
         #expect(text.hasPrefix("GPIO chip \"dashcam-no-such-label\" line 1: no such chip"), "\(text)")
         #expect(text.contains("no chip has that label") && namesTheChipsHere(text), "\(text)")
@@ -458,7 +458,7 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
     }
 
     @Test func aLineNameFoundOnNoChipIsAMissingLine() {
-        let error = #expect(throws: HapticsError.self) {
+        let error = #expect(throws: GPIOError.self) {
             try GPIOLine(chip: nil, line: .name("dashcam-no-such-line"))
         }
         let text = error?.description ?? ""
@@ -474,17 +474,17 @@ private func pattern(_ milliseconds: [Int], name: String = "") throws -> HapticP
             try Data("gpio".utf8).write(to: URL(fileURLWithPath: path))
         }
         defer { if path != what { try? FileManager.default.removeItem(atPath: path) } }
-        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: path, line: .offset(0)) }
+        let error = #expect(throws: GPIOError.self) { try GPIOLine(chip: path, line: .offset(0)) }
         let text = error?.description ?? ""
         #expect(text.hasPrefix("GPIO chip \"\(path)\" line 0: not a GPIO chip"), "\(text)")
         #expect(error?.isNotAChip == true && error?.isNotFound == false && error?.isOpenFailure == true)
     }
 
     @Test func anOffsetNeedsAChipAndCannotBeNegative() {
-        let noChip = #expect(throws: HapticsError.self) { try GPIOLine(chip: "", line: .offset(5)) }
+        let noChip = #expect(throws: GPIOError.self) { try GPIOLine(chip: "", line: .offset(5)) }
         #expect(noChip?.description.contains("line 5: no chip given") == true, "\(String(describing: noChip))")
         #expect(noChip?.isInvalidRequest == true && noChip?.isNotFound == false)
-        let negative = #expect(throws: HapticsError.self) { try GPIOLine(chip: "gpiochip0", line: .offset(-1)) }
+        let negative = #expect(throws: GPIOError.self) { try GPIOLine(chip: "gpiochip0", line: .offset(-1)) }
         #expect(negative?.description.contains("line -1: a line offset is 0 or more") == true, "\(String(describing: negative))")
         #expect(negative?.isInvalidRequest == true)
     }

@@ -25,8 +25,8 @@ import Testing
     }
 
     @Test func aMissingChipOrLineExits66() throws {
-        let chip = #expect(throws: HapticsError.self) { try GPIOLine(chip: "gpiochip999", line: .offset(0)) }
-        let line = #expect(throws: HapticsError.self) { try GPIOLine(chip: nil, line: .name("dashcam-no-such-line")) }
+        let chip = #expect(throws: GPIOError.self) { try GPIOLine(chip: "gpiochip999", line: .offset(0)) }
+        let line = #expect(throws: GPIOError.self) { try GPIOLine(chip: nil, line: .name("dashcam-no-such-line")) }
         #expect(try ExitStatus.status(of: #require(chip)) == 66)
         #expect(try ExitStatus.status(of: #require(line)) == 66)
     }
@@ -38,7 +38,7 @@ import Testing
     }
 
     @Test func aLineOffsetWithoutAChipIsARequestForNothingAndExits78() throws {
-        let error = #expect(throws: HapticsError.self) { try GPIOLine(chip: nil, line: .offset(5)) }
+        let error = #expect(throws: GPIOError.self) { try GPIOLine(chip: nil, line: .offset(5)) }
         #expect(try ExitStatus.status(of: #require(error)) == 78)
     }
 
@@ -50,9 +50,9 @@ import Testing
     }
 
     @Test func aBusyLineExits75AndAChipThisUserMayNotOpenExits77() {
-        let busy = HapticsError.lineBusy(#"GPIO chip gpiochip0 line 5: line busy, used by consumer "gpioset""#,
+        let busy = GPIOError.lineBusy(#"GPIO chip gpiochip0 line 5: line busy, used by consumer "gpioset""#,
                                          holder: "gpioset", code: EBUSY)
-        let denied = HapticsError.permissionDenied("GPIO chip \"gpiochip0\" (/dev/gpiochip0) line 5: permission denied",
+        let denied = GPIOError.permissionDenied("GPIO chip \"gpiochip0\" (/dev/gpiochip0) line 5: permission denied",
                                                    code: EACCES)
         #expect(busy.holder == "gpioset")
         #expect(ExitStatus.status(of: busy) == ExitStatus.busy && ExitStatus.busy == 75)
@@ -60,7 +60,7 @@ import Testing
     }
 
     @Test func aLineThatFailsAfterItWasRequestedIsAnIOErrorNotACameraError() {
-        let set = HapticsError.set("GPIO chip gpiochip0 line 5: cannot set the line active (Input/output error)", code: EIO)
+        let set = GPIOError.set("GPIO chip gpiochip0 line 5: cannot set the line active (Input/output error)", code: EIO)
         #expect(ExitStatus.status(of: set) == 74)
         #expect(ExitStatus.status(of: .thread(EAGAIN)) == 74)
     }

@@ -35,7 +35,7 @@ public enum ExitStatus {
         case is SourceError: unusable
         case let error as EncoderError where !error.attempts.isEmpty: noEncoder
         case is OutputError: output
-        case let error as HapticsError: status(of: error)
+        case let error as GPIOError: status(of: error)
         default: failure
         }
         var standardError = StandardError()
@@ -43,7 +43,7 @@ public enum ExitStatus {
         return ExitCode(code)
     }
 
-    static func status(of error: HapticsError) -> Int32 {
+    static func status(of error: GPIOError) -> Int32 {
         if error.isNotFound { return noInput }
         if error.isNotAChip { return unusable }
         if error.isBusy { return busy }

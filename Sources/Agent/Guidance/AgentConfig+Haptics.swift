@@ -5,7 +5,7 @@ public import Logging
 extension AgentConfig {
     /// The vibration motor on `haptics.chip`/`haptics.line`, or the log when no chip is set.
     ///
-    /// A missing chip, a missing line or a line held by another program throws ``HapticsError``
+    /// A missing chip, a missing line or a line held by another program throws ``GPIOError``
     /// naming chip and line; with `haptics.required: false` it is a warning and the pulses are
     /// logged. A negative `haptics.line` is a ``ConfigError`` either way.
     public func makeHaptics(logger: Logger) throws -> Haptics {

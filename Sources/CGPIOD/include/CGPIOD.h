@@ -1,9 +1,9 @@
 #ifndef CGPIOD_H
 #define CGPIOD_H
 /*
- * One GPIO output line through libgpiod, whichever API the system has: 1.x (Debian 12) or 2.x
- * (Debian 13). Only the difference between the two lives here; finding a chip by path or label,
- * naming lines and wording errors is Swift's (HAL/Haptics).
+ * One GPIO output or input line through libgpiod, whichever API the system has: 1.x (Debian 12)
+ * or 2.x (Debian 13). Only the difference between the two lives here; finding a chip by path or
+ * label, naming lines and wording errors is Swift's (HAL/GPIO).
  *
  * Every call that fails returns NULL or -1 with errno set, as libgpiod and the kernel left it.
  * A handle is not thread-safe; separate handles are independent.
@@ -16,6 +16,8 @@
 typedef struct cgpiod_chip cgpiod_chip;
 /* One line requested as an output. */
 typedef struct cgpiod_output cgpiod_output;
+/* One line requested as an input that reports both edges. */
+typedef struct cgpiod_input cgpiod_input;
 
 /* 1 for libgpiod 1.x, 2 for 2.x (decided at build time). */
 int cgpiod_api_major(void);
@@ -50,5 +52,22 @@ cgpiod_output *cgpiod_output_request(cgpiod_chip *chip, unsigned int offset, boo
 int cgpiod_output_set(cgpiod_output *out, bool active);
 /* Drives the line inactive, gives it back and frees out. NULL is ignored. */
 void cgpiod_output_release(cgpiod_output *out);
+
+
+/*
+ * Requests the line at offset as an input with edge events on both edges, shown as consumer
+ * while held (errors as for an output). The input does not need the chip handle afterwards.
+ */
+cgpiod_input *cgpiod_input_request(cgpiod_chip *chip, unsigned int offset, bool active_low,
+                                   const char *consumer);
+/*
+ * Waits up to timeout_ns for an edge; 1 if one (or more) arrived, 0 on timeout, -1 on error.
+ * The events waiting are read and dropped: the caller reads the level with cgpiod_input_get.
+ */
+int cgpiod_input_wait(cgpiod_input *in, long long timeout_ns);
+/* The logical level now (1 active, 0 inactive: active_low decides), or -1. */
+int cgpiod_input_get(cgpiod_input *in);
+/* Gives the line back and frees in. NULL is ignored. */
+void cgpiod_input_release(cgpiod_input *in);
 
 #endif

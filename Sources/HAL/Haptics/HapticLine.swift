@@ -6,7 +6,7 @@
 ///   ``setActive(_:)`` is called with the player's lock held: it should be as short as one
 ///   `ioctl`. Once released, ``setActive(_:)`` throws and ``release()`` does nothing.
 public protocol HapticLine: AnyObject, Sendable, CustomStringConvertible {
-    /// Drives the line active (motor on) or inactive (motor off). Throws ``HapticsError``, or
+    /// Drives the line active (motor on) or inactive (motor off). Throws ``GPIOError``, or
     /// whatever the implementation fails with.
     func setActive(_ active: Bool) throws
     /// Drives the line inactive, if it can, and lets go of it. Safe to call more than once.

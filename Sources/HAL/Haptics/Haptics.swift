@@ -24,7 +24,7 @@ public final class Haptics: Sendable {
     ///   - latencyHistory: How many of the latest latencies ``recentLatencies`` keeps.
     ///   - onLatency: Called on the player's thread with each pattern's latency, from the time
     ///     it was received to the moment its first pulse set the line active. Keep it short.
-    /// - Throws: The line's error if it cannot be driven inactive, or ``HapticsError`` if the
+    /// - Throws: The line's error if it cannot be driven inactive, or ``GPIOError`` if the
     ///   thread cannot start; the line is released either way.
     public init(line: any HapticLine, logger: Logger, latencyHistory: Int = 256,
                 onLatency: (@Sendable (_ latency: Duration, _ pattern: HapticPattern) -> Void)? = nil) throws {
@@ -115,7 +115,7 @@ private final class HapticsWorker: Sendable {
     private let lock = WaitableState(State())
 
     init(line: any HapticLine, logger: Logger, latencyHistory: Int,
-         onLatency: (@Sendable (Duration, HapticPattern) -> Void)?) throws(HapticsError) {
+         onLatency: (@Sendable (Duration, HapticPattern) -> Void)?) throws(GPIOError) {
         self.line = line
         self.logger = logger
         self.latencyHistory = latencyHistory

@@ -22,7 +22,7 @@ public final class LoggingHapticLine: HapticLine {
 
     public func setActive(_ active: Bool) throws {
         let now = ContinuousClock.now
-        let ended = try state.withLock { state throws(HapticsError) -> Duration? in
+        let ended = try state.withLock { state throws(GPIOError) -> Duration? in
             guard !state.released else { throw .released(description) }
             if active {
                 if state.activeSince == nil { state.activeSince = now }

@@ -5,7 +5,7 @@ internal import Glibc
 extension GPIOLine {
     /// The chip `spec` names (a path, `gpiochipN`, `N` or a label; empty: every chip is searched
     /// for a line given by name), opened, and the line's offset on it.
-    static func find(chip spec: String, line: Selector) throws(HapticsError) -> (chip: GPIOChip, offset: Int) {
+    static func find(chip spec: String, line: Selector) throws(GPIOError) -> (chip: GPIOChip, offset: Int) {
         switch line {
         case .offset(let offset):
             guard !spec.isEmpty else { throw .invalidRequest("GPIO \(line): no chip given (a line offset needs a chip)") }
@@ -33,7 +33,7 @@ extension GPIOLine {
     }
 
     /// Why the kernel refused the request, with who holds the line if it is busy.
-    static func requestError(_ code: Int32, line: String, chip: GPIOChip, offset: Int) -> HapticsError {
+    static func requestError(_ code: Int32, line: String, chip: GPIOChip, offset: Int, as direction: String = "output") -> GPIOError {
         let place = "GPIO chip \(chip) \(line)"
         switch code {
         case EBUSY:
@@ -45,13 +45,13 @@ extension GPIOLine {
         case EACCES, EPERM:
             return .permissionDenied("\(place): permission denied (\(text(code)))", code: code)
         default:
-            return .requestFailed("\(place): cannot request the line as output (\(text(code)))", code: code)
+            return .requestFailed("\(place): cannot request the line as \(direction) (\(text(code)))", code: code)
         }
     }
 
     /// A path, `gpiochipN` or `N` is opened as it is; anything else is a label, looked for on
     /// every chip.
-    private static func openChip(_ spec: String, for line: Selector) throws(HapticsError) -> GPIOChip {
+    private static func openChip(_ spec: String, for line: Selector) throws(GPIOError) -> GPIOChip {
         let path: String? =
             if spec.contains("/") { spec }
             else if isNumber(spec) { "/dev/gpiochip\(spec)" }
@@ -75,7 +75,7 @@ extension GPIOLine {
         }
     }
 
-    private static func openChip(label: String, for line: Selector) throws(HapticsError) -> GPIOChip {
+    private static func openChip(label: String, for line: Selector) throws(GPIOError) -> GPIOChip {
         let place = "GPIO chip \"\(label)\" \(line)"
         let chips = try survey(place)
         for case .success(let chip) in chips.map(\.chip) where chip.label == label { return chip }
@@ -88,7 +88,7 @@ extension GPIOLine {
     }
 
     /// The first chip with a line called `name`, in the order `gpiofind` looks.
-    private static func searchLine(_ name: String, line: Selector) throws(HapticsError) -> (chip: GPIOChip, offset: Int) {
+    private static func searchLine(_ name: String, line: Selector) throws(GPIOError) -> (chip: GPIOChip, offset: Int) {
         let place = "GPIO \(line) (any chip)"
         let chips = try survey(place)
         var unreadable: (path: String, code: Int32)?
@@ -116,7 +116,7 @@ extension GPIOLine {
     private typealias Survey = [(path: String, chip: Result<GPIOChip, GPIOChip.Failure>)]
 
     /// Every chip, opened if it can be.
-    private static func survey(_ place: String) throws(HapticsError) -> Survey {
+    private static func survey(_ place: String) throws(GPIOError) -> Survey {
         let paths: [String]
         do {
             paths = try GPIOChip.devicePaths()

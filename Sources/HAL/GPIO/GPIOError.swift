@@ -4,7 +4,7 @@ internal import Glibc
 ///
 /// The description is one sentence naming the chip and the line as the user gave them (and as
 /// they were found), what went wrong and, where the kernel tells, the `errno` text.
-public struct HapticsError: Error, Equatable, CustomStringConvertible {
+public struct GPIOError: Error, Equatable, CustomStringConvertible {
     private enum Kind: Equatable {
         case chipNotFound
         case lineNotFound

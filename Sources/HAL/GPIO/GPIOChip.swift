@@ -68,6 +68,14 @@ final class GPIOChip: CustomStringConvertible {
         return output
     }
 
+    /// Requests the line as an input with edge events; the result outlives this chip handle.
+    func requestInput(offset: Int, activeLow: Bool, consumer: String) throws(Failure) -> OpaquePointer {
+        guard let input = cgpiod_input_request(handle, UInt32(offset), activeLow, consumer) else {
+            throw Failure(code: errno)
+        }
+        return input
+    }
+
     /// `/dev/gpiochipN` of every chip, by N ascending, as `gpiodetect` lists them.
     static func devicePaths() throws(Failure) -> [String] {
         guard let directory = opendir("/dev") else { throw Failure(code: errno) }

@@ -43,11 +43,11 @@ public final class GPIOLine: HapticLine {
     ///     like `gpiofind`.
     ///   - line: The offset on the chip, or the line's name.
     ///   - activeLow: The motor runs when the line is low.
-    /// - Throws: ``HapticsError`` naming the chip and the line: no such chip or line, not a GPIO
+    /// - Throws: ``GPIOError`` naming the chip and the line: no such chip or line, not a GPIO
     ///   chip, permission denied, or the line busy (with the consumer that holds it, if the
     ///   kernel tells).
     public init(chip: String?, line: Selector, activeLow: Bool = false,
-                consumer: String = GPIOLine.defaultConsumer) throws(HapticsError) {
+                consumer: String = GPIOLine.defaultConsumer) throws(GPIOError) {
         let (found, offset) = try Self.find(chip: chip ?? "", line: line)
         let name = found.lineInfo(offset)?.name ?? ""
         let resolved = name.isEmpty ? "line \(offset)" : "line \(offset) \"\(name)\""
@@ -64,7 +64,7 @@ public final class GPIOLine: HapticLine {
     deinit { release() }
 
     public func setActive(_ active: Bool) throws {
-        try output.withLock { output throws(HapticsError) in
+        try output.withLock { output throws(GPIOError) in
             guard let output else { throw .released(description) }
             guard cgpiod_output_set(output, active) == 0 else {
                 let code = errno
