@@ -22,6 +22,8 @@ public final class CapturePipeline: Sendable {
         public var locate: Segmenter.Locate?
         /// Where the wall clock's time comes from, for each segment's metadata.
         public var clockSource: Segmenter.ClockSource?
+        /// How a parked car is watched (``CapturePipeline/park()``); nil: never parked.
+        public var parked: ParkedCapture?
 
         public init(encoder: EncoderSettings, segmentSeconds: Int, reopenBackoffMs: (min: Int, max: Int), maxSegments: Int?) {
             self.encoder = encoder
@@ -49,8 +51,10 @@ public final class CapturePipeline: Sendable {
     public let cameraFormat: String
     public let encoderName: String
     private let stopRequested = Atomic<Bool>(false)
+    private let parkRequested = Atomic<Bool>(false)
+    private let impacts = Atomic<Int>(0)
     private let dropped = Atomic<Int>(0)
-    private let state: Mutex<Loop?>
+    private let state: Mutex<CaptureLoop?>
 
     /// Segments the stream holds for a slow consumer (six 5-second segments: 30 s of video).
     public static let bufferedSegments = 6
@@ -76,7 +80,7 @@ public final class CapturePipeline: Sendable {
         cameraFormat = "\(format) \(source.pixelFormat)"
         encoderName = encoder.name
         (events, eventSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
-        state = Mutex(Loop(source: source, encoder: encoder, settings: settings, tap: tap, logger: logger, events: eventSink, health: health))
+        state = Mutex(CaptureLoop(source: source, encoder: encoder, settings: settings, tap: tap, logger: logger, events: eventSink, health: health))
     }
 
     /// Starts capturing on a thread of its own.
@@ -91,7 +95,10 @@ public final class CapturePipeline: Sendable {
         do {
             try NamedThread.start(name: "capture") { [self] in
                 do {
-                    try loop.run(emit: emit, stopRequested: { stopRequested.load(ordering: .relaxed) })
+                    try loop.run(emit: emit, control: .init(
+                        stopRequested: { self.stopRequested.load(ordering: .relaxed) },
+                        parkRequested: { self.parkRequested.load(ordering: .relaxed) },
+                        takeImpacts: { self.impacts.exchange(0, ordering: .relaxed) }))
                     continuation.finish()
                 } catch {
                     continuation.finish(throwing: error)
@@ -108,6 +115,16 @@ public final class CapturePipeline: Sendable {
     public func stop() {
         stopRequested.store(true, ordering: .relaxed)
     }
+
+    /// The car is parked: close the segment in progress, stop continuous recording and watch
+    /// the parked car (``Settings/parked``) until ``drive()``. Ignored without those settings.
+    public func park() { parkRequested.store(true, ordering: .relaxed) }
+
+    /// Driving again: continuous recording resumes (a clip in progress is closed first).
+    public func drive() { parkRequested.store(false, ordering: .relaxed) }
+
+    /// The G-sensor felt an impact while parked: a clip is recorded with its pre-roll.
+    public func impact() { impacts.add(1, ordering: .relaxed) }
 }
 
 /// `CLOCK_MONOTONIC` nanoseconds of the last encoded frame and the last closed segment (0: none yet).
@@ -138,7 +155,15 @@ public enum CameraEvent: Sendable, Equatable {
 }
 
 /// The capture loop's state; owned by the capture thread once started.
-private struct Loop: @unchecked Sendable {
+struct CaptureLoop: @unchecked Sendable {
+    /// What the owner asks of the capture thread, read between frames.
+    struct Control {
+        let stopRequested: () -> Bool
+        let parkRequested: () -> Bool
+        /// Impacts felt since the last call.
+        let takeImpacts: () -> Int
+    }
+
     let source: any FrameSource
     let encoder: any VideoEncoder
     let settings: CapturePipeline.Settings
@@ -147,8 +172,9 @@ private struct Loop: @unchecked Sendable {
     let events: AsyncStream<CameraEvent>.Continuation
     let health: PipelineHealth
 
-    func run(emit: (Segment) -> Void, stopRequested: () -> Bool) throws {
-        let segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, locate: settings.locate,
+    func run(emit: (Segment) -> Void, control: Control) throws {
+        let stopRequested = control.stopRequested
+        var segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, locate: settings.locate,
                                   clockSource: settings.clockSource)
         var emitted = 0
         func deliver() -> Bool {
@@ -171,6 +197,21 @@ private struct Loop: @unchecked Sendable {
                 _ = deliver()
                 return
             }
+            if let parked = settings.parked, control.parkRequested() {
+                // Continuous recording stops with the segment in progress; the parked watch
+                // opens the camera at its own rate, and gives it back when driving resumes.
+                try closeEarly(.parked)
+                if deliver() { return }
+                source.close()
+                let nextSeq = try runParked(parked, firstSeq: segmenter.upcomingSeq, emit: emit, control: control)
+                if stopRequested() { return }
+                try encoder.restart()
+                segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, firstSeq: nextSeq,
+                                      locate: settings.locate, clockSource: settings.clockSource)
+                logger.notice("driving: continuous recording resumes")
+                _ = open(source, stopRequested: stopRequested)
+                continue
+            }
             let frame: Frame
             do {
                 guard let next = try source.nextFrame() else {
@@ -189,7 +230,7 @@ private struct Loop: @unchecked Sendable {
                 // A flushed encoder takes no more frames, and the reopened camera starts a new timeline.
                 try encoder.restart()
                 segmenter.restartTimeline()
-                reopen(stopRequested: stopRequested)
+                reopen(source, stopRequested: stopRequested)
                 continue
             }
             tap?.offer(frame)
@@ -200,8 +241,20 @@ private struct Loop: @unchecked Sendable {
         }
     }
 
+    /// Opens the source at once, or with doubling delays if it does not; false if a stop came first.
+    func open(_ source: any FrameSource, stopRequested: () -> Bool) -> Bool {
+        do {
+            _ = try source.open()
+            return true
+        } catch {
+            logger.warning("camera: \(source.name) does not open: \(error)")
+            reopen(source, stopRequested: stopRequested)
+            return !stopRequested()
+        }
+    }
+
     /// Reopens the source with doubling delays, until it opens or a stop is requested.
-    private func reopen(stopRequested: () -> Bool) {
+    func reopen(_ source: any FrameSource, stopRequested: () -> Bool) {
         var delay = settings.reopenBackoffMs.min
         while !stopRequested() {
             let deadline = MonotonicClock.now() + UInt64(delay) * 1_000_000

@@ -87,7 +87,8 @@ public final class RecordingStore: Sendable {
         set { state.withLock { $0.retention = newValue } }
     }
 
-    /// Makes room, then writes the segment (into `protected/` if a pending `protect` covers it).
+    /// Makes room, then writes the segment (into `protected/` if a pending `protect` covers it,
+    /// or it is a parked car's clip).
     public func record(_ segment: Segment) -> Recorded {
         let start = segment.metadata.capturedAt
         let length = Double(segment.metadata.durationMs) / 1000
@@ -95,7 +96,9 @@ public final class RecordingStore: Sendable {
         let (path, deleted) = state.withLock { state in
             defer { counts.withLock { $0 = Self.usage(of: state.index) } }
             state.pending.removeAll { $0.upperBound < start }
-            let protected = state.pending.contains { SegmentSelection.overlaps($0, start: start, length: length) }
+            // A parked car's clips are kept: that is what they were recorded for.
+            let protected = segment.metadata.parking != nil
+                || state.pending.contains { SegmentSelection.overlaps($0, start: start, length: length) }
             let deleted = delete(state.retention.victims(
                 of: state.index, freeBytes: freeBytes(), incoming: Int64(segment.data.count), incomingProtected: protected), from: &state.index)
             let path = StoredSegment.path(for: segment.metadata, protected: protected)

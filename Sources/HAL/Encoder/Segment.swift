@@ -12,6 +12,21 @@ public enum SegmentEndReason: String, Codable, Sendable {
     case endOfInput
     /// The agent was asked to stop.
     case shutdown
+    /// The car was parked: continuous recording stopped.
+    case parked
+}
+
+/// What a parked car's clip was recorded for.
+public struct SegmentParkingEvent: Codable, Sendable, Equatable {
+    /// `motion` or `impact`.
+    public var trigger: String
+    /// From the clip's first frame to the trigger, in ms: the pre-roll the clip holds.
+    public var triggerOffsetMs: Int
+
+    public init(trigger: String, triggerOffsetMs: Int) {
+        self.trigger = trigger
+        self.triggerOffsetMs = triggerOffsetMs
+    }
 }
 
 /// The wall clock a segment was dated by.
@@ -55,6 +70,8 @@ public struct SegmentMetadata: Codable, Sendable, Equatable {
     public var gps: [GPSPoint]?
     /// The wall clock's state when the segment closed.
     public var clock: SegmentClockState?
+    /// Set on the clips of a parked car (they are protected, and not streamed).
+    public var parking: SegmentParkingEvent?
 
     public init(seq: Int, capturedAt: Date, captureStartMonotonicNs: UInt64, durationMs: Int, frames: Int,
                 droppedFrames: Int, bytes: Int, sha256: String, encoder: String, width: Int, height: Int, fps: Int,

@@ -43,6 +43,9 @@ public final class Segmenter {
         self.nextSeq = firstSeq
     }
 
+    /// The number the next segment gets.
+    public var upcomingSeq: Int { nextSeq }
+
     /// Puts a frame on the timeline; `nil` means skip it.
     public func place(_ frame: Frame) -> SegmentClock.Placement? {
         if clock.anchor == nil {
