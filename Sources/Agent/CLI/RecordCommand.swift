@@ -81,6 +81,8 @@ struct RecordCommand: AsyncParsableCommand {
         // The wall clock: each segment's metadata says where its time came from.
         let clock = ClockService(logger: logger)
         pipelineSettings.clockSource = { clock.source }
+        // Parking mode: the camera at parking.fps, clips on motion and impact (parking.ignition).
+        pipelineSettings.parked = config.parkedCapture(logger: logger)
         let pipeline = try CapturePipeline(
             source: config.makeSource(logger: logger), settings: pipelineSettings,
             encoder: { try config.makeEncoder(inputFormat: $0, logger: logger) }, tap: watch, logger: logger)
@@ -146,13 +148,16 @@ struct RecordCommand: AsyncParsableCommand {
         // ended. The segment in progress is closed and written, the uplink drains and closes with
         // 1001, the guidance it brought is routed; the line and the voice are released last.
         let stopRequested = StopFlag()
+        let parking = config.makeParkingService(pipeline: pipeline, uplink: uplink, board: board,
+                                                announce: { await announcer.say($0) }, logger: logger)
         let recording = RecordingService(
             pipeline: pipeline, store: store, uplink: uplink, board: board, logger: logger,
             started: { await announcer.started() },
             stopping: {
                 stopRequested.set()
                 notifier.stopping()
-            })
+            },
+            clipSaved: parking.map { $0.clipSaved })
         // A paired car (no token file) whose credentials the server refused asks it again:
         // renewed, it connects at once; refused (unpaired), it forgets them and offers a new code.
         var refused: (@Sendable () async -> Void)?
@@ -177,10 +182,16 @@ struct RecordCommand: AsyncParsableCommand {
         if let offline, let watch { services.append(LocalGuidanceService(guidance: offline, watch: watch)) }
         if let pairing { services.append(pairing) }
         if let gps { services.append(GPSService(receiver: gps.receiver, track: gps.track, board: board, logger: logger)) }
-        if let incidents = try config.makeIncidentService(store: store, uplink: uplink, board: board, motor: haptics,
+        if var incidents = try config.makeIncidentService(store: store, uplink: uplink, board: board, motor: haptics,
                                                           announce: { await announcer.say($0) }, logger: logger) {
+            // While parked, an impact records a clip with its pre-roll instead.
+            if let parking {
+                incidents.parked = .init(isParked: { parking.state.isParked }, detector: config.parkedImpactSettings,
+                                         impact: { pipeline.impact() })
+            }
             services.append(incidents)
         }
+        if let parking { services.append(parking) }
         if let uplink { services.append(UplinkService(uplink: uplink, logger: logger)) }
         services.append(recording)  // last: the first to be stopped
 

@@ -20,6 +20,7 @@ public struct AgentConfig: LoadableConfig {
     public var haptics = HapticsSettings()
     public var sensors = Sensors()
     public var incident = Incident()
+    public var parking = Parking()
     public var status = Status()
     public var log = Log()
 
@@ -174,6 +175,28 @@ public struct AgentConfig: LoadableConfig {
     public struct Incident: Sendable, Equatable {
         public var sensitivity: IncidentSensitivity = .medium
         public var beforeSeconds = 10
+        public var afterSeconds = 10
+
+        public init() {}
+    }
+
+    public struct Parking: Sendable, Equatable {
+        public struct Ignition: Sendable, Equatable {
+            /// As `haptics.chip`; unset: every chip is searched for a line given by name.
+            public var chip: String?
+            /// An offset, a line name, or the path of a GPIO `value` file; unset: no parking mode.
+            public var line: String?
+            public var activeLow = false
+            public var debounceMs = 500
+
+            public init() {}
+        }
+
+        public var ignition = Ignition()
+        public var delaySeconds = 60
+        public var fps = 5
+        public var sensitivity: IncidentSensitivity = .medium
+        public var preRollSeconds = 5
         public var afterSeconds = 10
 
         public init() {}
@@ -403,6 +426,31 @@ extension AgentConfig {
         .int(
             "incident.afterSeconds", \.incident.afterSeconds, 1...60,
             "... to this many seconds after its last; impacts within that time are one incident, of at most a minute."),
+        .optionalString(
+            "parking.ignition.chip", \.parking.ignition.chip, type: "string",
+            "GPIO chip of the ignition sense (an opto-isolated input): path, name, number or label; unset means every chip is searched for a line given by name."),
+        .optionalString(
+            "parking.ignition.line", \.parking.ignition.line, type: "string",
+            "The ignition's line: an offset (`2`), the line's name (`ignition`), or the path of a GPIO `value` file (read every 200 ms); unset means no parking mode."),
+        .bool("parking.ignition.activeLow", \.parking.ignition.activeLow, "The ignition is on while the line is low."),
+        .int(
+            "parking.ignition.debounceMs", \.parking.ignition.debounceMs, 0...10_000,
+            "The ignition's level counts once it has held this long, in ms."),
+        .int(
+            "parking.delaySeconds", \.parking.delaySeconds, 0...3600,
+            "Parking mode starts this long after the ignition went off; ignition on resumes driving mode at once."),
+        .int(
+            "parking.fps", \.parking.fps, 1...30,
+            "Frames per second the camera runs at while parked: what motion is looked for in and the clips are recorded at."),
+        .choice(
+            "parking.sensitivity", \.parking.sensitivity,
+            "What records a clip while parked: an impact over the levels of `incident.sensitivity` (\(IncidentSensitivity.documentation)), or motion in 2 (high), 4 (medium) or 10 (low) of 144 blocks of the view; `off` records nothing."),
+        .int(
+            "parking.preRollSeconds", \.parking.preRollSeconds, 0...30,
+            "A parked car's clip starts this many seconds before what triggered it (held in memory)."),
+        .int(
+            "parking.afterSeconds", \.parking.afterSeconds, 1...60,
+            "... and runs this long after the last trigger, up to a minute in all."),
         .string(
             "status.socket", \.status.socket, type: "path",
             "Unix socket where `dashcam-agent status` and `say-status` reach the running agent."),

@@ -76,7 +76,7 @@ extension StatusAnnouncer {
             case .connecting, .disconnected:
                 guard lostAt == nil, !lostSpoken, !authSpoken, !tokenSpoken else { return }
                 lostAt = now + lostAfter
-            case .stopped:
+            case .stopped, .parked:
                 lostAt = nil
             }
         }

@@ -40,6 +40,22 @@ public struct IncidentService: Service {
     let announce: @Sendable (StatusPhrase) async -> Void
     let vibrate: @Sendable () -> Void
     let logger: Logger
+    /// While the car is parked, impacts (at `parking.sensitivity`) record a parked clip instead.
+    var parked: ParkedImpacts?
+
+    /// What an impact does while the car is parked: the parked watch records a clip with its
+    /// pre-roll (no continuous recording runs to protect).
+    public struct ParkedImpacts: Sendable {
+        public var isParked: @Sendable () -> Bool
+        public var detector: IncidentDetector.Settings
+        public var impact: @Sendable () -> Void
+
+        public init(isParked: @escaping @Sendable () -> Bool, detector: IncidentDetector.Settings, impact: @escaping @Sendable () -> Void) {
+            self.isParked = isParked
+            self.detector = detector
+            self.impact = impact
+        }
+    }
 
     public init(settings: Settings, open: @escaping @Sendable () throws(AccelerometerError) -> any Accelerometer, store: RecordingStore,
                 uplink: Uplink?, board: StatusBoard, announce: @escaping @Sendable (StatusPhrase) async -> Void,
@@ -93,6 +109,7 @@ public struct IncidentService: Service {
             reader.join()
         }
         var detector = IncidentDetector(settings: settings.detector)
+        var parkedDetector = parked.map { IncidentDetector(settings: $0.detector) }
         var failures = RateLimit(interval: .seconds(60))
         let listing = Listing(saved)
         await withDiscardingTaskGroup { group in
@@ -107,6 +124,18 @@ public struct IncidentService: Service {
                     $0.incidents?.problem = nil
                 }
             case .reading(let reading):
+                if let parked, parked.isParked(), detector.open == nil, parkedDetector != nil {
+                    for action in parkedDetector!.read(reading) {
+                        switch action {
+                        case .opened(let impact), .extended(let impact):
+                            logger.notice("g-sensor: impact while parked (\(impact.impacts) so far, peak \(impact.peakG) g); recording a clip")
+                            parked.impact()
+                        case .closed:
+                            break
+                        }
+                    }
+                    continue
+                }
                 actions = detector.read(reading)
             case .failed(let error):
                 if failures.allows(now: MonotonicClock.now()) { logger.error("g-sensor: \(error); trying again every \(Self.retryInterval)") }

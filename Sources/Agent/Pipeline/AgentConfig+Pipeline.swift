@@ -34,9 +34,11 @@ extension AgentConfig {
         return hevc
     }
 
-    /// The frame source `camera.source` names.
-    public func makeSource(logger: Logger) -> any FrameSource {
-        switch camera.source {
+    /// The frame source `camera.source` names, at `camera.fps` or at `fps` (a parked car's).
+    public func makeSource(fps: Int? = nil, logger: Logger) -> any FrameSource {
+        var videoFormat = videoFormat
+        if let fps { videoFormat.fps = fps }
+        return switch camera.source {
         case .v4l2:
             V4L2Camera(options: .init(device: camera.device, format: videoFormat, pixelFormat: camera.pixelFormat.rawValue,
                                       bufferCount: camera.buffers, pollTimeoutMs: camera.pollTimeoutMs,
@@ -45,7 +47,7 @@ extension AgentConfig {
         case .testPattern:
             TestPatternSource(format: videoFormat, realtime: camera.pace == .realtime)
         case .file:
-            FileSource(path: camera.file ?? "", fps: camera.fps, realtime: camera.pace == .realtime)
+            FileSource(path: camera.file ?? "", fps: videoFormat.fps, realtime: camera.pace == .realtime)
         }
     }
 }

@@ -52,7 +52,6 @@ extension CaptureLoop {
         func encode(_ frame: Frame, into clip: Clip) throws {
             guard let placement = clip.segmenter.place(frame) else { return }
             try clip.encoder.encode(frame, slot: placement.slot, keyframe: placement.startsSegment, into: clip.segmenter)
-            health.frameEncoded()
         }
         func finish(_ ending: Clip) throws {
             try ending.encoder.flush(into: ending.segmenter)
@@ -63,7 +62,6 @@ extension CaptureLoop {
                 segment.metadata.parking = SegmentParkingEvent(trigger: ending.trigger.rawValue, triggerOffsetMs: offset)
                 logger.notice("parked: \(ending.trigger.rawValue) clip \(segment.metadata.seq) saved",
                               metadata: ["durationMs": "\(segment.metadata.durationMs)", "preRollMs": "\(offset)"])
-                health.segmentClosed()
                 emit(segment)
             }
             seq = ending.segmenter.upcomingSeq
@@ -88,6 +86,7 @@ extension CaptureLoop {
                 reopen(source, stopRequested: { !stayParked() })
                 continue
             }
+            health.parkedFrame()
             let moved = frame.luma(maxWidth: 160).map { motion?.look($0) ?? false } ?? false
             let trigger: ParkingWatch.Trigger? = control.takeImpacts() > 0 ? .impact : moved ? .motion : nil
             switch watch.frame(at: frame.timestamp, trigger: trigger, preRollStart: preRoll.first?.frame.timestamp ?? frame.timestamp) {

@@ -143,6 +143,14 @@ public final class PipelineHealth: Sendable {
 
     func segmentClosed() { lastSegment.store(MonotonicClock.now(), ordering: .relaxed) }
 
+    /// A parked car's frame was looked at: no segment is due while parked, so the watchdog
+    /// counts the parked watch's progress as both.
+    func parkedFrame() {
+        let now = MonotonicClock.now()
+        lastFrame.store(now, ordering: .relaxed)
+        lastSegment.store(now, ordering: .relaxed)
+    }
+
     public var lastFrameNs: UInt64 { lastFrame.load(ordering: .relaxed) }
     public var lastSegmentNs: UInt64 { lastSegment.load(ordering: .relaxed) }
     public var firstFrameNs: UInt64 { firstFrame.load(ordering: .relaxed) }

@@ -21,6 +21,8 @@ struct RecordingService: Service {
     let started: @Sendable () async -> Void
     /// When a stop is asked for, before the pipeline is told (systemd hears `STOPPING=1`).
     let stopping: @Sendable () -> Void
+    /// A parked car's clip was written (its path, relative to the folder).
+    var clipSaved: (@Sendable (String) -> Void)? = nil
 
     func run() async throws {
         try await withGracefulShutdownHandler {
@@ -29,7 +31,8 @@ struct RecordingService: Service {
             var diskTrouble = DiskTrouble()
             for try await segment in pipeline.segments {
                 // The network does not wait for the disk (the file is flushed before its rename).
-                await uplink?.enqueue(segment)
+                // A parked car's clips are kept, not streamed: the uplink is parked too.
+                if segment.metadata.parking == nil { await uplink?.enqueue(segment) }
                 // The oldest go first; a full or failing disk never stops the recording or the
                 // stream: the segment is still sent, and its line says it has no file.
                 let recorded = await write(segment)
@@ -40,6 +43,7 @@ struct RecordingService: Service {
                 // One line per segment, written at once: a reader sees each as soon as it is on disk.
                 FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: recorded.path) + "\n").utf8))
                 board.recorded(segment.metadata, written: recorded.path != nil)
+                if segment.metadata.parking != nil, let path = recorded.path { clipSaved?(path) }
                 board.update { $0.recording?.droppedSegments = pipeline.droppedSegments }
             }
         } onGracefulShutdown: { [pipeline, stopping] in

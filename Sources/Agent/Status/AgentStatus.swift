@@ -212,6 +212,29 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         }
     }
 
+    /// Parking mode: the ignition, the mode, the clips saved.
+    public struct Parking: Codable, Sendable, Equatable {
+        /// The ignition input, as found.
+        public var input: String
+        /// `on`, `off`, or nil until its level has held for the debounce time.
+        public var ignition: String?
+        /// `driving` or `parked`.
+        public var mode = "driving"
+        public var sensitivity: String
+        /// Clips saved in the current parking.
+        public var events = 0
+        /// Clips saved since the agent started.
+        public var eventsTotal = 0
+        /// The last clip saved, relative to the recording folder.
+        public var lastClip: String?
+        public var problem: String?
+
+        public init(input: String, sensitivity: String) {
+            self.input = input
+            self.sensitivity = sensitivity
+        }
+    }
+
     public var camera: Camera
     public var encoder: String
     public var uplink = UplinkStatus()
@@ -232,6 +255,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var gps: GPS?
     /// Nil until the clock's service has looked.
     public var clock: Clock?
+    /// Nil without `parking.ignition.line`.
+    public var parking: Parking?
 
     public init(camera: Camera, encoder: String, speech: Speech, haptics: HapticsStatus) {
         self.camera = camera
@@ -293,6 +318,11 @@ public struct AgentStatus: Codable, Sendable, Equatable {
             } else if gps.state == "connected" {
                 line += "; no fix"
             }
+            lines.append(line)
+        }
+        if let parking {
+            var line = "parking: \(parking.mode), ignition \(parking.ignition ?? "unknown") (\(parking.input)), sensitivity \(parking.sensitivity); \(parking.events) event(s) this parking, \(parking.eventsTotal) in all"
+            if let problem = parking.problem { line += "; \(problem)" }
             lines.append(line)
         }
         if let incidents {

@@ -96,6 +96,7 @@ struct ControlRequests: Sendable {
                 status.uplink.state = "no token"
                 status.uplink.problem = problem
             case .stopped: status.uplink.state = "stopped"
+            case .parked: status.uplink.state = "parked"
             }
         }
         if let stats = voice.stats {

@@ -103,6 +103,8 @@ extension Uplink {
         public private(set) var stats = Stats()
         /// Uploads stop on 4402 (usage exhausted) until usage comes back; recording goes on.
         public private(set) var paused = false
+        /// The car is parked: no session until driving resumes (``park(now:)``).
+        public private(set) var parked = false
         public private(set) var state = ConnectionState.connecting
         private var backoff: Backoff
         private var random: @Sendable (ClosedRange<Double>) -> Double
@@ -196,6 +198,37 @@ extension Uplink {
         private mutating func drainedIfDone() -> [Action] {
             guard case .draining = stopping, custody.isEmpty, awaitingGuidance.isEmpty else { return [] }
             return closeAll()
+        }
+
+        // MARK: - Parking
+
+        /// The car is parked: the session closes (1001) and none opens, whatever the network
+        /// does, until ``drive(now:)``. What is held stays held (on disk too) for then.
+        public mutating func park(now: UInt64) -> [Action] {
+            guard case .running = stopping, !parked else { return [] }
+            parked = true
+            retryAt = nil
+            var actions: [Action] = [.log(.notice, "the car is parked: no session until it drives again")]
+            if let session = current {
+                current = nil
+                if session.opened {
+                    closing.insert(session.id)
+                    actions.append(.close(session.id, code: .goingAway, grace: settings.closeGrace))
+                } else {
+                    actions.append(.cancel(session.id))
+                }
+            }
+            return actions + report(.parked)
+        }
+
+        /// Driving again: a session opens at once.
+        public mutating func drive(now: UInt64) -> [Action] {
+            guard parked else { return [] }
+            parked = false
+            guard case .running = stopping, current == nil else { return [] }
+            backoff.reset()
+            retryAt = nil
+            return openSession(now: now)
         }
 
         // MARK: - Segments
@@ -476,6 +509,7 @@ extension Uplink {
         }
 
         private mutating func openSession(now: UInt64) -> [Action] {
+            guard !parked else { return [] }
             nextNumber += 1
             let id = SessionID(nextNumber)
             current = Session(id: id)

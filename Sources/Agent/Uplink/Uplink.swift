@@ -74,6 +74,8 @@ public actor Uplink {
         /// others): `problem` says which; the file is read again in `retryIn`.
         case noToken(problem: String, retryIn: Duration)
         case stopped
+        /// The car is parked: no session until it drives again.
+        case parked
     }
 
     /// Every readable server message, in order (stale guidance excluded).
@@ -132,6 +134,16 @@ public actor Uplink {
     /// Tells the server of an incident (``StateMachine/incident(_:now:)``).
     public func report(_ incident: ClientMessage.Incident) {
         perform(machine.incident(incident, now: MonotonicClock.now()))
+    }
+
+    /// The car is parked: the session closes and none opens until ``drive()``.
+    public func park() {
+        perform(machine.park(now: MonotonicClock.now()))
+    }
+
+    /// Driving again: a session opens at once.
+    public func drive() {
+        perform(machine.drive(now: MonotonicClock.now()))
     }
 
     /// A token (a paired car's credentials) is there now: connect without waiting for the retry.

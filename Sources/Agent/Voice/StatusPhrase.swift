@@ -43,6 +43,8 @@ public enum StatusPhrase: Sendable, Hashable {
     case paired(owner: String)
     /// The G-sensor's incident is over and its segments are protected.
     case incidentSaved
+    /// Driving again after parking: how many clips were saved while parked.
+    case parkingEvents(Int)
 
     /// The languages with their own texts, as BCP 47 primary subtags; any other language gets English.
     public static let languages = ["en", "ko", "ja", "zh", "de", "es", "fr", "pt"]
@@ -54,7 +56,7 @@ public enum StatusPhrase: Sendable, Hashable {
             .ready, .connected, .connectionLost, .cameraLost, .cameraBack, .authenticationFailed,
             .usageLow(minutes: minutes), .usageExhausted, .usageRemaining(minutes: minutes), .usageUnlimited,
             .guidanceUnavailable, .guidanceLocal, .guidanceFromServer, .noToken, .recordingOnly,
-            .pairingCode(code), .paired(owner: owner), .incidentSaved,
+            .pairingCode(code), .paired(owner: owner), .incidentSaved, .parkingEvents(minutes),
         ]
     }
 
@@ -85,6 +87,7 @@ public enum StatusPhrase: Sendable, Hashable {
         case .pairingCode(let code): book.pairingCode(Phrasebook.groups(of: code, digits: book.digits, comma: book.comma))
         case .paired(let owner): book.paired(owner)
         case .incidentSaved: book.incidentSaved
+        case .parkingEvents(let count): book.parkingEvents(max(0, count))
         }
     }
 }
@@ -110,6 +113,7 @@ struct Phrasebook: Sendable {
     var pairingCode: @Sendable (String) -> String
     var paired: @Sendable (String) -> String
     var incidentSaved: String
+    var parkingEvents: @Sendable (Int) -> String
     /// How a digit is written to be read as one digit (the ja voice reads only kana).
     var digits: [String] = (0...9).map(String.init)
     /// The pause between groups of digits, as the language writes it.
@@ -156,7 +160,8 @@ extension Phrasebook {
             recordingOnly: "Recording. No guidance server is set.",
             pairingCode: { "To pair this car, enter the code \($0). Again: \($0)." },
             paired: { "Paired with the account of \($0)." },
-            incidentSaved: "Incident saved."
+            incidentSaved: "Incident saved.",
+            parkingEvents: { $0 == 0 ? "No parking events while parked." : $0 == 1 ? "One parking event saved." : "\($0) parking events saved." }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "1 minute" : "\(n) minutes" }
     }
@@ -180,7 +185,8 @@ extension Phrasebook {
             recordingOnly: "녹화 중입니다. 안내 서버가 설정되지 않았습니다.",
             pairingCode: { "이 차를 연결하려면 코드 \($0) 을 입력하세요. 다시 한 번: \($0)." },
             paired: { "\($0) 계정과 연결되었습니다." },
-            incidentSaved: "사고 영상을 저장했습니다."
+            incidentSaved: "사고 영상을 저장했습니다.",
+            parkingEvents: { $0 == 0 ? "주차 중 이벤트가 없었습니다." : "주차 중 이벤트 영상 \($0)개를 저장했습니다." }
         )
     }
 
@@ -205,6 +211,7 @@ extension Phrasebook {
             pairingCode: { "この くるまを つなぐには、コード \($0) を にゅうりょく して ください。もう いちど、\($0)。" },
             paired: { "\($0) の アカウントと つながりました。" },
             incidentSaved: "じこの えいぞうを ほぞん しました。",
+            parkingEvents: { $0 == 0 ? "ちゅうしゃちゅうの イベントは ありませんでした。" : "ちゅうしゃちゅうの イベントを \(japaneseNumber($0))けん ほぞん しました。" },
             digits: ["ぜろ", "いち", "に", "さん", "よん", "ご", "ろく", "なな", "はち", "きゅう"],
             comma: "、"
         )
@@ -256,6 +263,7 @@ extension Phrasebook {
             pairingCode: { "要配对这辆车，请输入代码 \($0)。再说一遍：\($0)。" },
             paired: { "已与\($0)的账户配对。" },
             incidentSaved: "事故视频已保存。",
+            parkingEvents: { $0 == 0 ? "停车期间没有事件。" : "停车期间保存了\($0)个事件。" },
             comma: "，"
         )
         private static func minutes(_ n: Int) -> String { n == 2 ? "两分钟" : "\(n)分钟" }
@@ -280,7 +288,8 @@ extension Phrasebook {
             recordingOnly: "Aufnahme läuft. Kein Hinweis-Server eingestellt.",
             pairingCode: { "Um dieses Auto zu koppeln, geben Sie den Code \($0) ein. Noch einmal: \($0)." },
             paired: { "Mit dem Konto von \($0) gekoppelt." },
-            incidentSaved: "Vorfall gespeichert."
+            incidentSaved: "Vorfall gespeichert.",
+            parkingEvents: { $0 == 0 ? "Keine Ereignisse beim Parken." : $0 == 1 ? "Ein Parkereignis gespeichert." : "\($0) Parkereignisse gespeichert." }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "eine Minute" : "\(n) Minuten" }
     }
@@ -304,7 +313,8 @@ extension Phrasebook {
             recordingOnly: "Grabando. No hay servidor de asistencia configurado.",
             pairingCode: { "Para vincular este coche, introduzca el código \($0). Otra vez: \($0)." },
             paired: { "Vinculado con la cuenta de \($0)." },
-            incidentSaved: "Incidente guardado."
+            incidentSaved: "Incidente guardado.",
+            parkingEvents: { $0 == 0 ? "Ningún evento durante el estacionamiento." : $0 == 1 ? "Un evento de estacionamiento guardado." : "\($0) eventos de estacionamiento guardados." }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "un minuto" : "\(n) minutos" }
     }
@@ -329,7 +339,8 @@ extension Phrasebook {
             recordingOnly: "Enregistrement en cours. Aucun serveur d'assistance n'est configuré.",
             pairingCode: { "Pour associer cette voiture, saisissez le code \($0). Je répète : \($0)." },
             paired: { "Voiture associée au compte de \($0)." },
-            incidentSaved: "Incident enregistré."
+            incidentSaved: "Incident enregistré.",
+            parkingEvents: { $0 == 0 ? "Aucun événement pendant le stationnement." : $0 == 1 ? "Un événement de stationnement enregistré." : "\($0) événements de stationnement enregistrés." }
         )
         // French counts 0 in the singular too.
         private static func minutes(_ n: Int) -> String {
@@ -361,7 +372,8 @@ extension Phrasebook {
             recordingOnly: "Gravando. Nenhum servidor de assistência configurado.",
             pairingCode: { "Para emparelhar este carro, introduza o código \($0). Outra vez: \($0)." },
             paired: { "Emparelhado com a conta de \($0)." },
-            incidentSaved: "Incidente gravado."
+            incidentSaved: "Incidente gravado.",
+            parkingEvents: { $0 == 0 ? "Nenhum evento durante o estacionamento." : $0 == 1 ? "Um evento de estacionamento gravado." : "\($0) eventos de estacionamento gravados." }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "um minuto" : "\(n) minutos" }
     }
