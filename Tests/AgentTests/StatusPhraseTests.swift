@@ -29,14 +29,15 @@ private func kind(_ phrase: StatusPhrase) -> String {
     case .pairingCode: "pairingCode"
     case .paired: "paired"
     case .incidentSaved: "incidentSaved"
+    case .parkingEvents: "parkingEvents"
     }
 }
 
 @Suite struct StatusPhraseTests {
     @Test func allCasesHasEveryKindOnce() {
         let kinds = StatusPhrase.allCases(minutes: 5).map(kind)
-        #expect(kinds.count == 18)
-        #expect(Set(kinds).count == 18)
+        #expect(kinds.count == 19)
+        #expect(Set(kinds).count == 19)
     }
 
     /// Local and server-side findings (the vision analyzer's phrase tables) speak the same languages.

@@ -5,17 +5,21 @@ public import HAL
 /// The picture is cut into a grid of blocks and each block's mean brightness taken. The means are
 /// normalised by the frame's own mean and spread, so a change of the whole frame's lighting (a
 /// street lamp coming on, a cloud, the camera's exposure) moves every block alike and cancels
-/// out. A block has changed when its normalised value moved by more than ``Settings/change``
-/// since the frame before *and* its brightness by more than ``Settings/minLuma`` (noise in a flat
+/// out. Each is compared with the scene as it has been (a running mean of the frames before,
+/// ``Settings/learning`` of each new frame), so something slow that walks in is seen as it
+/// arrives. A block has changed when its normalised value differs from the scene's by more than
+/// ``Settings/change`` *and* its brightness by more than ``Settings/minLuma`` (noise in a flat
 /// dark picture is not motion). Motion is at least ``Settings/blocks`` changed blocks.
 public struct MotionDetector: Sendable {
     public struct Settings: Sendable, Equatable {
         public var columns = 16
         public var rows = 9
         /// Normalised change a block needs (in units of the frame's spread of block means).
-        public var change = 0.6
+        public var change = 0.35
         /// Brightness change a block needs too, on 0–255.
-        public var minLuma = 10.0
+        public var minLuma = 6.0
+        /// How much of each frame goes into the scene it is compared with.
+        public var learning = 0.2
         /// Changed blocks that make motion (of `columns × rows`).
         public var blocks: Int
 
@@ -35,7 +39,8 @@ public struct MotionDetector: Sendable {
     }
 
     public let settings: Settings
-    private var previous: (raw: [Double], normalised: [Double])?
+    /// The scene as it has been: running means of the block values, raw and normalised.
+    private var scene: (raw: [Double], normalised: [Double])?
 
     public init(settings: Settings) {
         self.settings = settings
@@ -45,17 +50,28 @@ public struct MotionDetector: Sendable {
     /// too small for the grid, which also starts over).
     public mutating func changedBlocks(_ luma: Luma) -> Int {
         guard let means = Self.blockMeans(luma, columns: settings.columns, rows: settings.rows) else {
-            previous = nil
+            scene = nil
             return 0
         }
         let normalised = Self.normalise(means)
-        defer { previous = (means, normalised) }
-        guard let previous else { return 0 }
+        guard var learnt = scene, learnt.raw.count == means.count else {
+            scene = (means, normalised)
+            return 0
+        }
         var changed = 0
-        for i in means.indices where abs(normalised[i] - previous.normalised[i]) > settings.change
-            && abs(means[i] - previous.raw[i]) > settings.minLuma {
+        for i in means.indices where abs(normalised[i] - learnt.normalised[i]) > settings.change
+            && abs(means[i] - learnt.raw[i]) > settings.minLuma {
             changed += 1
         }
+        // A change of the whole frame's lighting moves every raw mean: the scene takes the new
+        // lighting at once, so it is not seen as change again and again.
+        let a = settings.learning
+        let shift = zip(means, learnt.raw).reduce(0) { $0 + $1.0 - $1.1 } / Double(means.count)
+        for i in means.indices {
+            learnt.raw[i] = (1 - a) * (learnt.raw[i] + shift) + a * means[i]
+            learnt.normalised[i] = (1 - a) * learnt.normalised[i] + a * normalised[i]
+        }
+        scene = learnt
         return changed
     }
 
