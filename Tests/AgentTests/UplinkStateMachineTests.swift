@@ -117,6 +117,37 @@ import Testing
         #expect(m.currentSession == SessionID(2))
     }
 
+    @Test func aParkedCarClosesItsSessionOpensNoneAndReconnectsAtOnceWhenDriving() {
+        var m = Self.connected()
+        let park = m.park(now: Self.t0 + Self.second)
+        #expect(park.contains(.close(SessionID(1), code: .goingAway, grace: m.settings.closeGrace)))
+        #expect(m.state == .parked)
+        #expect(m.parked)
+        #expect(m.ended(SessionID(1), code: 1001, now: Self.t0 + 2 * Self.second).allSatisfy { if case .connect = $0 { false } else { true } })
+        // Whatever the network does, and however long it is, no session opens.
+        let changed = m.networkChanged("default route moved", now: Self.t0 + 3 * Self.second)
+        #expect(!changed.contains { if case .connect = $0 { true } else { false } })
+        #expect(m.tick(now: Self.t0 + 3600 * Self.second).isEmpty)
+        #expect(m.nextDeadline == nil)
+        #expect(m.currentSession == nil)
+        // Held segments wait for driving; parking twice changes nothing.
+        _ = m.segment(Self.seg(7), now: Self.t0 + 3600 * Self.second)
+        #expect(m.park(now: Self.t0 + 3600 * Self.second).isEmpty)
+        let drive = m.drive(now: Self.t0 + 3601 * Self.second)
+        #expect(drive.contains(.connect(SessionID(2))))
+        #expect(!m.parked)
+        #expect(m.drive(now: Self.t0 + 3601 * Self.second).isEmpty)
+    }
+
+    @Test func aParkedCarStillShutsDown() {
+        var m = Self.connected()
+        _ = m.park(now: Self.t0)
+        _ = m.ended(SessionID(1), code: 1001, now: Self.t0)
+        let stop = m.shutdown(now: Self.t0 + Self.second)
+        #expect(stop.contains(.finish))
+        #expect(m.isFinished)
+    }
+
     @Test func aChangeWhileConnectingCancelsTheAttemptOnTheOldPath() {
         var m = Self.machine()
         _ = m.start(now: Self.t0)

@@ -56,6 +56,7 @@ public struct ParkingService: Service {
             reader.join()
         }
         var failures = RateLimit(interval: .seconds(60))
+        var clipsBefore = 0
         for await event in events.cancelOnGracefulShutdown() {
             let actions: [ParkingRules.Action]
             switch event {
@@ -75,7 +76,7 @@ public struct ParkingService: Service {
                 continue
             }
             board.update { $0.parking?.ignition = state.ignition.map { $0 ? "on" : "off" } }
-            for action in actions { await perform(action) }
+            for action in actions { await perform(action, clipsBefore: &clipsBefore) }
         }
     }
 
@@ -92,9 +93,11 @@ public struct ParkingService: Service {
         }
     }
 
-    private func perform(_ action: ParkingRules.Action) async {
+    /// `clipsBefore`: the pipeline's clip count when the car was parked.
+    private func perform(_ action: ParkingRules.Action, clipsBefore: inout Int) async {
         switch action {
         case .park:
+            clipsBefore = pipeline.parkedClips
             logger.notice("parking: ignition off for \(rules.delayNs / 1_000_000_000) s; parking mode")
             pipeline.park()
             await uplink?.park()
@@ -103,7 +106,9 @@ public struct ParkingService: Service {
                 $0.parking?.events = 0
                 $0.camera.state = "parked"
             }
-        case .drive(let events):
+        case .drive(let saved):
+            // A clip the ignition cut short is written just after: it counts.
+            let events = max(saved, pipeline.parkedClips - clipsBefore)
             logger.notice("parking: ignition on; driving mode", metadata: ["parkingEvents": "\(events)"])
             pipeline.drive()
             await uplink?.drive()

@@ -104,6 +104,7 @@ extension CaptureLoop {
                 preRoll = []
                 try encode(frame, into: started)
                 clip = started
+                control.clipStarted()
             case .record:
                 if let clip { try encode(frame, into: clip) }
             case .end:

@@ -53,6 +53,7 @@ public final class CapturePipeline: Sendable {
     private let stopRequested = Atomic<Bool>(false)
     private let parkRequested = Atomic<Bool>(false)
     private let impacts = Atomic<Int>(0)
+    private let clipsStarted = Atomic<Int>(0)
     private let dropped = Atomic<Int>(0)
     private let state: Mutex<CaptureLoop?>
 
@@ -98,7 +99,8 @@ public final class CapturePipeline: Sendable {
                     try loop.run(emit: emit, control: .init(
                         stopRequested: { self.stopRequested.load(ordering: .relaxed) },
                         parkRequested: { self.parkRequested.load(ordering: .relaxed) },
-                        takeImpacts: { self.impacts.exchange(0, ordering: .relaxed) }))
+                        takeImpacts: { self.impacts.exchange(0, ordering: .relaxed) },
+                        clipStarted: { self.clipsStarted.add(1, ordering: .relaxed) }))
                     continuation.finish()
                 } catch {
                     continuation.finish(throwing: error)
@@ -122,6 +124,9 @@ public final class CapturePipeline: Sendable {
 
     /// Driving again: continuous recording resumes (a clip in progress is closed first).
     public func drive() { parkRequested.store(false, ordering: .relaxed) }
+
+    /// Clips a parked car has started recording since the pipeline started.
+    public var parkedClips: Int { clipsStarted.load(ordering: .relaxed) }
 
     /// The G-sensor felt an impact while parked: a clip is recorded with its pre-roll.
     public func impact() { impacts.add(1, ordering: .relaxed) }
@@ -170,6 +175,7 @@ struct CaptureLoop: @unchecked Sendable {
         let parkRequested: () -> Bool
         /// Impacts felt since the last call.
         let takeImpacts: () -> Int
+        let clipStarted: () -> Void
     }
 
     let source: any FrameSource
