@@ -35,19 +35,21 @@ extension CaptureLoop {
     }
 
     /// The parked car's loop, on the capture thread: returns when driving resumes or a stop is
-    /// asked for (a clip in progress is closed and emitted first), with the next segment number.
-    func runParked(_ parked: ParkedCapture, firstSeq: Int, emit: (Segment) -> Void, control: Control) throws -> Int {
+    /// asked for (a clip in progress is closed and emitted first), with the next segment number,
+    /// and whether the source ended (a file).
+    func runParked(_ parked: ParkedCapture, firstSeq: Int, emit: (Segment) -> Void, control: Control) throws -> (nextSeq: Int, ended: Bool) {
         let source = parked.makeSource()
         var seq = firstSeq
         defer { source.close() }
         let stayParked = { !control.stopRequested() && control.parkRequested() }
-        guard open(source, stopRequested: { !stayParked() }) else { return seq }
+        guard open(source, stopRequested: { !stayParked() }) else { return (seq, false) }
         let format = VideoFormat(width: settings.encoder.format.width, height: settings.encoder.format.height, fps: parked.fps)
         logger.notice("parked: continuous recording and streaming stopped; watching \(source.name) for motion and impacts")
         var watch = ParkingWatch(settings: parked.watch)
         var motion = parked.motion.map(MotionDetector.init(settings:))
         var preRoll: [FrameCopy] = []
         var clip: Clip?
+        var ended = false
 
         func encode(_ frame: Frame, into clip: Clip) throws {
             guard let placement = clip.segmenter.place(frame) else { return }
@@ -72,6 +74,7 @@ extension CaptureLoop {
             do {
                 guard let next = try source.nextFrame() else {
                     logger.info("source: \(source.name) ended")
+                    ended = true
                     break
                 }
                 frame = next
@@ -116,6 +119,6 @@ extension CaptureLoop {
             }
         }
         if let ending = clip { try finish(ending) }
-        return seq
+        return (seq, ended)
     }
 }

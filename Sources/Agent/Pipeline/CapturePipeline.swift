@@ -217,8 +217,8 @@ struct CaptureLoop: @unchecked Sendable {
                 try closeEarly(.parked)
                 if deliver() { return }
                 source.close()
-                let nextSeq = try runParked(parked, firstSeq: segmenter.upcomingSeq, emit: emit, control: control)
-                if stopRequested() { return }
+                let (nextSeq, ended) = try runParked(parked, firstSeq: segmenter.upcomingSeq, emit: emit, control: control)
+                if stopRequested() || ended { return }
                 try encoder.restart()
                 segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, firstSeq: nextSeq,
                                       locate: settings.locate, clockSource: settings.clockSource)
