@@ -160,7 +160,7 @@ test_all() {
     fi
     if [ "${HIL:-1}" != 0 ]; then
         step "Debian 13: hardware-in-the-loop (VM)" env HIL_ROOT="$ROOT" HIL_RODIRS="$TOOLCHAIN/usr/lib/swift/linux" \
-            HIL_SHIM_CHECK="$DIR/shim/shim_check" AGENT_BIN="$DIR/build/debug/dashcam-agent" \
+            HIL_SHIM_CHECK="$DIR/shim/shim_check" AGENT_BIN="$DIR/build/debug/dashcam-agent" HIL_PARKING_SHORT=1 \
             bash "$REPO/Tests/HIL/run.sh"
     else
         say "HIL=0: hardware-in-the-loop suite skipped"

@@ -193,7 +193,7 @@ def main():
             missing = [k for k in ("seq", "frames", "durationMs", "droppedFrames", "complete",
                                    "endReason", "bytes", "sha256", "encoder") if k not in rec]
             check(not missing, f"record has the contract's fields (missing: {missing or 'none'})")
-            check(rec.get("endReason") in ("complete", "cameraLost", "cameraStalled", "endOfInput",
+            check(rec.get("endReason") in ("complete", "cameraLost", "cameraStalled", "endOfInput", "parked",
                                            "shutdown"),
                   f"record's endReason is a known one (got {rec.get('endReason')})")
             check(isinstance(rec.get("complete"), bool),

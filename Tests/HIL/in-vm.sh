@@ -5,7 +5,7 @@
 #
 # Environment (set by run.sh): HIL_WORK (writable, shared with the host), AGENT_BIN.
 # Optional: HIL_CASES (space-separated case names or globs to run, default all),
-#           HIL_CASE_TIMEOUT (seconds per case, default 240),
+#           HIL_CASE_TIMEOUT (seconds per case, default 240; a case's "# hil-case-timeout: N" line wins),
 #           HIL_MODULES (kernel pieces to load, default "vivid gpio-sim snd-aloop lis3dh").
 set -uo pipefail
 
@@ -62,10 +62,13 @@ for case_script in "$HIL_DIR"/cases/*.sh; do
         echo "setup failed; not run" > "$case_dir/case.log"
         rc=99
     else
+        # A case may ask for longer than the default: a line "# hil-case-timeout: SECONDS".
+        case_timeout=$(sed -n 's/^# hil-case-timeout: *\([0-9][0-9]*\)$/\1/p' "$case_script" | head -1)
+        case_timeout=${case_timeout:-$HIL_CASE_TIMEOUT}
         hil_log "case $name: running"
-        CASE_DIR="$case_dir" timeout -k 10 "$HIL_CASE_TIMEOUT" bash "$case_script" > "$case_dir/case.log" 2>&1 < /dev/null
+        CASE_DIR="$case_dir" timeout -k 10 "$case_timeout" bash "$case_script" > "$case_dir/case.log" 2>&1 < /dev/null
         rc=$?
-        [ "$rc" -eq 124 ] && echo "case timed out after ${HIL_CASE_TIMEOUT}s" >> "$case_dir/case.log"
+        [ "$rc" -eq 124 ] && echo "case timed out after ${case_timeout}s" >> "$case_dir/case.log"
     fi
     secs=$(hil_since "$start")
     if [ "$rc" -eq 0 ]; then verdict=PASS; else verdict=FAIL; fi

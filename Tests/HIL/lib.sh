@@ -147,6 +147,9 @@ HIL_GPIO_SIM_CFG=/sys/kernel/config/gpio-sim/dashcam      # the chip's configfs 
 HIL_GPIO_LINES=8
 HIL_HAPTIC_LINE=5
 HIL_HAPTIC_NAME=haptic
+# The ignition sense (parking mode): an input the test pulls up (ignition on) or down (off).
+HIL_IGNITION_LINE=2
+HIL_IGNITION_NAME=ignition
 
 # Sets (and exports) the live chip's names, read from configfs:
 #   HIL_GPIO_CHIP     gpiochipN, for gpioset/gpioget/gpioinfo and the program under test
@@ -166,6 +169,8 @@ hil_gpio_sim_vars() {
 
 # hil_gpio_sim_value_path N: the sysfs file with line N's value as the chip sees it.
 hil_gpio_sim_value_path() { echo "/sys/devices/platform/$HIL_GPIO_SIM_DEV/$HIL_GPIO_CHIP/sim_gpio$1/value"; }
+# hil_gpio_sim_pull N up|down: what the outside world does to input line N (an ignition on or off).
+hil_gpio_sim_pull() { echo "pull-$2" > "/sys/devices/platform/$HIL_GPIO_SIM_DEV/$HIL_GPIO_CHIP/sim_gpio$1/pull"; }
 # hil_gpio_sim_value N: prints line N's value (0/1). Builtins only: cheap enough to poll.
 hil_gpio_sim_value() {
     local v
@@ -220,6 +225,8 @@ hil_load_gpio_sim() {
             echo "$HIL_GPIO_LINES" > "$bank/num_lines" &&
             mkdir "$bank/line$HIL_HAPTIC_LINE" &&
             echo "$HIL_HAPTIC_NAME" > "$bank/line$HIL_HAPTIC_LINE/name" &&
+            mkdir "$bank/line$HIL_IGNITION_LINE" &&
+            echo "$HIL_IGNITION_NAME" > "$bank/line$HIL_IGNITION_LINE/name" &&
             echo 1 > "$cfg/live"
     }; then
         hil_log "creating the chip in $cfg failed"; return 1

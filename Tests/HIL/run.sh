@@ -13,7 +13,7 @@
 #   HIL_KERNEL        a kernel version under /boot to use instead of the newest *-amd64
 #   HIL_MODULES       kernel pieces to load in the VM (default "vivid gpio-sim snd-aloop lis3dh")
 #   HIL_VM_MEMORY     guest memory (default 2G)
-#   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 780)
+#   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 1080)
 #   HIL_SKIP_INSTALL  1 = don't check/install packages (build-gpio-sim.sh: no apt-get either)
 #   HIL_ROOT          a Debian root folder to boot as the VM's userspace instead of the host's
 #                     (scripts/debian13.sh passes its Debian 13 root): the cases then run that
@@ -188,7 +188,7 @@ else
 fi
 "$VNG" --help 2>/dev/null | grep -q -- '--cpus' && VNG_ARGS+=(--cpus 2)
 VM_ENV=("HIL_WORK=$WORK" "AGENT_BIN=$AGENT_BIN")
-for v in HIL_CASES HIL_MODULES HIL_CASE_TIMEOUT HIL_TERM_WITHIN HIL_VOICE_TOUCH_ROUNDS HIL_SEGMENT_SECONDS; do
+for v in HIL_CASES HIL_MODULES HIL_CASE_TIMEOUT HIL_TERM_WITHIN HIL_VOICE_TOUCH_ROUNDS HIL_SEGMENT_SECONDS HIL_PARKING_STILL_SECONDS HIL_PARKING_SHORT; do
     [ -n "${!v:-}" ] && VM_ENV+=("$v=${!v}")
 done
 VM_CMD=$(printf '%q ' env "${VM_ENV[@]}" bash "$HIL_DIR/in-vm.sh")
@@ -196,7 +196,7 @@ VM_CMD=$(printf '%q ' env "${VM_ENV[@]}" bash "$HIL_DIR/in-vm.sh")
 start=$(date +%s)
 say "booting the VM (QEMU TCG; about 20 s before the first case)"
 set +e
-(cd "$WORK" && timeout -k 20 "${HIL_VM_TIMEOUT:-780}" "$VNG" "${VNG_ARGS[@]}" --exec "$VM_CMD" \
+(cd "$WORK" && timeout -k 20 "${HIL_VM_TIMEOUT:-1080}" "$VNG" "${VNG_ARGS[@]}" --exec "$VM_CMD" \
     < /dev/null 2>&1) | tee "$WORK/vm-console.log"
 vm_rc=${PIPESTATUS[0]}
 set -e

@@ -9,17 +9,18 @@ extension AgentConfig {
     /// How the capture thread watches a parked car; nil without parking mode.
     public func parkedCapture(logger: Logger) -> ParkedCapture? {
         guard parkingEnabled else { return nil }
-        let seconds = encoder.segmentSeconds
+        let watch = ParkingWatch.Settings(preRollNs: UInt64(parking.preRollSeconds) * 1_000_000_000,
+                                          afterNs: UInt64(parking.afterSeconds) * 1_000_000_000)
         return ParkedCapture(
             fps: parking.fps,
             makeSource: { makeSource(fps: parking.fps, logger: logger) },
             makeEncoder: { format, input in
                 var settings = encoderSettings
                 settings.format = format
-                settings.keyframeInterval = format.fps * seconds
+                settings.keyframeInterval = format.fps * watch.clipSegmentSeconds
                 return try HEVCEncoder(settings: settings, inputFormat: input)
             },
-            watch: .init(preRollNs: UInt64(parking.preRollSeconds) * 1_000_000_000, afterNs: UInt64(parking.afterSeconds) * 1_000_000_000),
+            watch: watch,
             motion: MotionDetector.Settings(sensitivity: parking.sensitivity))
     }
 

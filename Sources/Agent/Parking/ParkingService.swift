@@ -75,7 +75,11 @@ public struct ParkingService: Service {
                 board.update { $0.parking?.problem = problem }
                 continue
             }
-            board.update { $0.parking?.ignition = state.ignition.map { $0 ? "on" : "off" } }
+            let frames = pipeline.parkedFrames
+            board.update {
+                $0.parking?.ignition = state.ignition.map { $0 ? "on" : "off" }
+                $0.parking?.framesWatched = frames
+            }
             for action in actions { await perform(action, clipsBefore: &clipsBefore) }
         }
     }

@@ -8,7 +8,8 @@ public struct ParkedCapture: Sendable {
     public var fps: Int
     /// The camera as it runs while parked, at ``fps``.
     public var makeSource: @Sendable () -> any FrameSource
-    /// The encoder of one clip, for frames of this format and layout.
+    /// The encoder of one clip, for frames of this format and layout: one keyframe a clip
+    /// (``ParkingWatch/Settings/clipSegmentSeconds``), as a segment has one.
     public var makeEncoder: @Sendable (_ format: VideoFormat, _ input: PixelFormat) throws -> any VideoEncoder
     public var watch: ParkingWatch.Settings
     /// Nil: motion is not watched (`parking.sensitivity: off`); impacts still are.
@@ -90,6 +91,7 @@ extension CaptureLoop {
                 continue
             }
             health.parkedFrame()
+            control.frameWatched()
             let moved = frame.luma(maxWidth: 160).map { motion?.look($0) ?? false } ?? false
             let trigger: ParkingWatch.Trigger? = control.takeImpacts() > 0 ? .impact : moved ? .motion : nil
             switch watch.frame(at: frame.timestamp, trigger: trigger, preRollStart: preRoll.first?.frame.timestamp ?? frame.timestamp) {
@@ -98,7 +100,7 @@ extension CaptureLoop {
                 if let copy = FrameCopy(frame) { preRoll.append(copy) }
             case .start(let trigger):
                 logger.notice("parked: \(trigger.rawValue); recording a clip with \(preRoll.count) frames before it")
-                let segmentSeconds = Int(parked.watch.maxLengthNs / 1_000_000_000) + 1
+                let segmentSeconds = parked.watch.clipSegmentSeconds
                 let started = Clip(encoder: try parked.makeEncoder(format, source.pixelFormat),
                                    segmenter: Segmenter(format: format, segmentSeconds: segmentSeconds, firstSeq: seq,
                                                         locate: settings.locate, clockSource: settings.clockSource),

@@ -54,6 +54,7 @@ public final class CapturePipeline: Sendable {
     private let parkRequested = Atomic<Bool>(false)
     private let impacts = Atomic<Int>(0)
     private let clipsStarted = Atomic<Int>(0)
+    private let framesWatched = Atomic<Int>(0)
     private let dropped = Atomic<Int>(0)
     private let state: Mutex<CaptureLoop?>
 
@@ -100,7 +101,8 @@ public final class CapturePipeline: Sendable {
                         stopRequested: { self.stopRequested.load(ordering: .relaxed) },
                         parkRequested: { self.parkRequested.load(ordering: .relaxed) },
                         takeImpacts: { self.impacts.exchange(0, ordering: .relaxed) },
-                        clipStarted: { self.clipsStarted.add(1, ordering: .relaxed) }))
+                        clipStarted: { self.clipsStarted.add(1, ordering: .relaxed) },
+                        frameWatched: { self.framesWatched.add(1, ordering: .relaxed) }))
                     continuation.finish()
                 } catch {
                     continuation.finish(throwing: error)
@@ -127,6 +129,8 @@ public final class CapturePipeline: Sendable {
 
     /// Clips a parked car has started recording since the pipeline started.
     public var parkedClips: Int { clipsStarted.load(ordering: .relaxed) }
+    /// Frames the parked watch has looked at since the pipeline started.
+    public var parkedFrames: Int { framesWatched.load(ordering: .relaxed) }
 
     /// The G-sensor felt an impact while parked: a clip is recorded with its pre-roll.
     public func impact() { impacts.add(1, ordering: .relaxed) }
@@ -176,6 +180,7 @@ struct CaptureLoop: @unchecked Sendable {
         /// Impacts felt since the last call.
         let takeImpacts: () -> Int
         let clipStarted: () -> Void
+        let frameWatched: () -> Void
     }
 
     let source: any FrameSource

@@ -227,6 +227,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var eventsTotal = 0
         /// The last clip saved, relative to the recording folder.
         public var lastClip: String?
+        /// Frames the parked watch has looked at since the agent started.
+        public var framesWatched = 0
         public var problem: String?
 
         public init(input: String, sensitivity: String) {
