@@ -2,14 +2,16 @@
 """CPU of a parked car's idling against driving, at 640x360.
 
 The release agent records a file source in real time (camera 640x360 at 10 fps, libx265 as the
-package's default config has it); the ignition is a GPIO value file. Each run:
+package's default config has it); the ignition is a GPIO value file. Three modes:
 
-  driving  ignition on: continuous recording (decode, encode, write 5-s segments);
-  parked   ignition off (delay 0): the camera at parking.fps, the motion detector on every
-           frame, the pre-roll held in memory; the view is still, so nothing is recorded.
+  driving         ignition on: continuous recording (decode, encode, write 5-s segments) of
+                  opencv-doc's vtest.avi (people walking in a street), scaled to 640x360;
+  parked, still   ignition off (delay 0): the camera at parking.fps, the motion detector on
+                  every frame, the pre-roll held in memory; the view is vtest's first picture
+                  held still, so nothing is recorded: what a parked car costs almost always;
+  parked, motion  the same with vtest's people walking: clips are recorded one after another.
 
-The view is the first picture of opencv-doc's vtest.avi (a street), scaled to 640x360 and held
-still for the whole file. CPU is the process's user + sys time from /proc/PID/stat over a window
+CPU is the process's user + sys time from /proc/PID/stat over a window
 that starts once the mode has settled (parked: the log says so; driving: after the second
 segment), as a percentage of one core. A file source decodes H.264 too, which a V4L2 camera does
 not: the parked figure is an upper bound.
@@ -56,7 +58,8 @@ def run(agent, folder, video, mode, seconds, parked_fps):
     ignition = os.path.join(folder, "ignition")
     with open(ignition, "w") as f:
         f.write("1\n" if mode == "driving" else "0\n")
-    config = os.path.join(folder, f"{mode}.yaml")
+    name = mode.replace(", ", "-")
+    config = os.path.join(folder, f"{name}.yaml")
     with open(config, "w") as f:
         f.write(f"""camera:
   source: file
@@ -66,7 +69,7 @@ def run(agent, folder, video, mode, seconds, parked_fps):
   fps: 10
   pace: realtime
 recording:
-  dir: {folder}/rec-{mode}
+  dir: {folder}/rec-{name}
 speech:
   sink: wav:{folder}/speech
 status:
@@ -80,12 +83,12 @@ parking:
   delaySeconds: 0
   fps: {parked_fps}
 """)
-    log = open(os.path.join(folder, f"{mode}.log"), "w+")
-    out = open(os.path.join(folder, f"{mode}.jsonl"), "w+")
+    log = open(os.path.join(folder, f"{name}.log"), "w+")
+    out = open(os.path.join(folder, f"{name}.jsonl"), "w+")
     proc = subprocess.Popen([agent, "record", "--config", config], stdout=out, stderr=log)
     try:
         def settled():
-            if mode == "parked":
+            if mode != "driving":
                 log.seek(0)
                 return "parked: continuous recording and streaming stopped" in log.read()
             out.seek(0)
@@ -114,15 +117,21 @@ def main():
     ap.add_argument("--agent", default=os.path.join(REPO, ".build", "release", "dashcam-agent"))
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="parked-cpu-") as folder:
-        video = os.path.join(folder, "still-street.mp4")
+        still = os.path.join(folder, "still-street.mp4")
+        walking = os.path.join(folder, "walking.mp4")
         length = a.seconds + 60
         subprocess.run(["ffmpeg", "-v", "error", "-i", VTEST, "-frames:v", "1", "-vf", "scale=640:360", "-y",
                         os.path.join(folder, "street.png")], check=True)
         subprocess.run(["ffmpeg", "-v", "error", "-loop", "1", "-i", os.path.join(folder, "street.png"), "-t", str(length),
-                        "-r", "10", "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-y", video], check=True)
-        results = {"driving": [], "parked": []}
+                        "-r", "10", "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-y", still], check=True)
+        # vtest is 79.5 s: played as often as the run needs.
+        subprocess.run(["ffmpeg", "-v", "error", "-stream_loop", str(length // 79 + 1), "-i", VTEST, "-t", str(length),
+                        "-vf", "scale=640:360", "-r", "10", "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
+                        "-y", walking], check=True)
+        videos = {"driving": walking, "parked, still": still, "parked, motion": walking}
+        results = {mode: [] for mode in videos}
         for _ in range(a.runs):
-            for mode in ("driving", "parked"):
+            for mode, video in videos.items():
                 cpu, rss, clips = run(a.agent, folder, video, mode, a.seconds, a.parked_fps)
                 results[mode].append((cpu, rss, clips))
                 print(f"{mode}: {cpu:.1f} % of a core, peak RSS {rss:.1f} MiB, {clips} clip(s)", file=sys.stderr)

@@ -269,6 +269,18 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
         "uplink.payload: 'base64' is not allowed; expected one of chunks (given at FILE:2)"
     ),
     (
+        "parking:\n  ignition:\n    line: '-3'\n",
+        "parking.ignition.line: '-3' is not allowed; expected a line offset, 0 or more, a line name such as `ignition`, or the path of a GPIO value file"
+    ),
+    (
+        "parking:\n  ignition:\n    chip: gpiochip0\n",
+        "parking.ignition.line: not set, but parking.ignition.chip is 'gpiochip0'; set the ignition's line on it (an offset or a name)"
+    ),
+    (
+        "parking:\n  fps: 0\n",
+        "parking.fps: '0' is not allowed; expected an integer 1...30 (given at FILE:2)"
+    ),
+    (
         "log:\n  level: verbose\n",
         "log.level: 'verbose' is not allowed; expected one of trace, debug, info, notice, warning, error, critical (given at FILE:2)"
     ),

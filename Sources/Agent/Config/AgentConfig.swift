@@ -473,6 +473,15 @@ extension AgentConfig {
         if let gpsd = sensors.gps.gpsd, GpsdClient.address(gpsd) == nil {
             throw .invalidOption("sensors.gps.gpsd", gpsd, "HOST:PORT, [IPV6]:PORT, or a host alone (gpsd's port, 2947)")
         }
+        if let chip = parking.ignition.chip, parking.ignition.line == nil {
+            throw .missingKey("parking.ignition.line", reason: "parking.ignition.chip is '\(chip)'; set the ignition's line on it (an offset or a name)")
+        }
+        if let line = parking.ignition.line {
+            if line.isEmpty { throw .invalidOption("parking.ignition.line", line, "a line offset, a line name, or the path of a GPIO value file") }
+            if let offset = Int(line), offset < 0 {
+                throw .invalidOption("parking.ignition.line", line, "a line offset, 0 or more, a line name such as `ignition`, or the path of a GPIO value file")
+            }
+        }
     }
 }
 
