@@ -17,6 +17,7 @@ let targets = [
     FuzzTarget(name: "segments", run: Segments.run),
     FuzzTarget(name: "pairing", run: Pairing.run),
     FuzzTarget(name: "gpsd", run: Gpsd.run),
+    FuzzTarget(name: "iio", run: IIO.run),
 ]
 
 /// Stops the run, so that libFuzzer keeps the input, when what the code promises does not hold.

@@ -88,7 +88,7 @@ public struct IncidentService: Service {
     }
 
     enum Event: Sendable {
-        case opened(String)
+        case opened(String, mode: String)
         case reading(Acceleration)
         case failed(AccelerometerError)
     }
@@ -116,8 +116,8 @@ public struct IncidentService: Service {
         for await event in events.cancelOnGracefulShutdown() {
             var actions: [IncidentDetector.Action] = []
             switch event {
-            case .opened(let name):
-                logger.info("g-sensor: reading \(name) at \(settings.hz) Hz, sensitivity \(settings.detector.sensitivity.rawValue)")
+            case .opened(let name, let mode):
+                logger.info("g-sensor: reading \(name) at \(settings.hz) Hz (\(mode)), sensitivity \(settings.detector.sensitivity.rawValue)")
                 board.update {
                     $0.incidents?.sensor = name
                     $0.incidents?.state = "watching"
@@ -169,9 +169,11 @@ public struct IncidentService: Service {
                 if sensor == nil {
                     let opened = try open()
                     sensor = opened
-                    sink.yield(.opened(opened.name))
+                    sink.yield(.opened(opened.name, mode: opened.mode))
                 }
-                if let sensor { sink.yield(.reading(try sensor.read())) }
+                if let sensor {
+                    for reading in try sensor.readings() { sink.yield(.reading(reading)) }
+                }
                 next += period
                 let now = MonotonicClock.now()
                 // Behind by more than a reading (a slow bus): start the pace again from now.

@@ -23,7 +23,17 @@ public struct Acceleration: Sendable, Equatable {
 public protocol Accelerometer: Sendable {
     /// What the logs and `status` call it, e.g. `lis3dh (iio:device0)`.
     var name: String { get }
+    /// How it is read, for the log: `polled`, or `buffered (trigger lis3dh-trigger)`.
+    var mode: String { get }
     func read() throws(AccelerometerError) -> Acceleration
+    /// Every reading since the last call, oldest first: a buffered device hands over each sample
+    /// the chip took; one that is polled, the one it reads now.
+    func readings() throws(AccelerometerError) -> [Acceleration]
+}
+
+extension Accelerometer {
+    public var mode: String { "polled" }
+    public func readings() throws(AccelerometerError) -> [Acceleration] { [try read()] }
 }
 
 /// Why the G-sensor cannot be found or read.
