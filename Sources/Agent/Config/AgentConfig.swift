@@ -413,7 +413,7 @@ extension AgentConfig {
             "The G-sensor, a Linux IIO accelerometer: its driver's device name (`lis3dh`), `iio:deviceN`, its sysfs folder or `/dev/iio:deviceN`; unset means no G-sensor (no incidents)."),
         .int(
             "sensors.accel.hz", \.sensors.accel.hz, 1...400,
-            "Readings a second taken from the G-sensor; the chip itself is set to the fastest rate it offers."),
+            "Readings a second taken from the G-sensor. Polled through sysfs, the chip is set to the fastest rate it offers; read from its buffer (a driver with a trigger), to the slowest rate not below this."),
         .optionalString(
             "sensors.gps.gpsd", \.sensors.gps.gpsd, type: "host:port",
             "gpsd to read the GPS from (`127.0.0.1:2947`; a host alone means port 2947): a point a second goes into each segment's JSON line and header, a GPX file beside each MP4, the first fix into the MP4's location; unset means no GPS."),
