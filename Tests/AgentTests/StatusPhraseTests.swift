@@ -166,4 +166,11 @@ private func kind(_ phrase: StatusPhrase) -> String {
     func japaneseMinutes(minutes: Int, kana: String) {
         #expect(Phrasebook.Japanese.minutes(minutes) == kana)
     }
+
+    @Test(arguments: [(1, "いっけん"), (2, "にけん"), (3, "さんけん"), (6, "ろっけん"), (8, "はっけん"), (10, "じゅっけん"),
+                      (11, "じゅういっけん"), (100, "ひゃっけん"), (1000, "せんけん")])
+    func japaneseEvents(count: Int, kana: String) {
+        #expect(Phrasebook.Japanese.events(count) == kana)
+        #expect(StatusPhrase.parkingEvents(count).text(language: "ja").contains(kana))
+    }
 }

@@ -49,6 +49,8 @@ extension CaptureLoop {
         var watch = ParkingWatch(settings: parked.watch)
         var motion = parked.motion.map(MotionDetector.init(settings:))
         var preRoll: [FrameCopy] = []
+        /// Twice the frames the pre-roll should hold at the parked rate, and one more.
+        let maxHeld = 2 * parked.fps * Int(parked.watch.preRollNs / 1_000_000_000) + 1
         var clip: Clip?
         var ended = false
 
@@ -98,6 +100,8 @@ extension CaptureLoop {
             case .hold(let dropBefore):
                 preRoll.removeAll { $0.frame.timestamp < dropBefore }
                 if let copy = FrameCopy(frame) { preRoll.append(copy) }
+                // Bounded by count too: a camera whose times stand still must not fill the memory.
+                if preRoll.count > maxHeld { preRoll.removeFirst(preRoll.count - maxHeld) }
             case .start(let trigger):
                 logger.notice("parked: \(trigger.rawValue); recording a clip with \(preRoll.count) frames before it")
                 let segmentSeconds = parked.watch.clipSegmentSeconds

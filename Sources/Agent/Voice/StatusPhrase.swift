@@ -211,7 +211,7 @@ extension Phrasebook {
             pairingCode: { "この くるまを つなぐには、コード \($0) を にゅうりょく して ください。もう いちど、\($0)。" },
             paired: { "\($0) の アカウントと つながりました。" },
             incidentSaved: "じこの えいぞうを ほぞん しました。",
-            parkingEvents: { $0 == 0 ? "ちゅうしゃちゅうの イベントは ありませんでした。" : "ちゅうしゃちゅうの イベントを \(japaneseNumber($0))けん ほぞん しました。" },
+            parkingEvents: { $0 == 0 ? "ちゅうしゃちゅうの イベントは ありませんでした。" : "ちゅうしゃちゅうの イベントを \(events($0)) ほぞん しました。" },
             digits: ["ぜろ", "いち", "に", "さん", "よん", "ご", "ろく", "なな", "はち", "きゅう"],
             comma: "、"
         )
@@ -225,6 +225,17 @@ extension Phrasebook {
                 return String(number.dropLast()) + "っぷん"  // じゅう, いち, はち, ろく, ひゃく
             }
             return number + (number.hasSuffix("ん") ? "ぷん" : "ふん")
+        }
+
+        /// `n` things counted with 件 in hiragana, with the counter's sound changes: いっけん,
+        /// にけん, ろっけん, はっけん, じゅっけん, ひゃっけん. From 100,000,000 on, digits.
+        static func events(_ n: Int) -> String {
+            guard n < 100_000_000 else { return "\(n)けん" }
+            let number = japaneseNumber(n)
+            if number.hasSuffix("じゅう") || number.hasSuffix("ち") || number.hasSuffix("く") {
+                return String(number.dropLast()) + "っけん"
+            }
+            return number + "けん"
         }
 
         /// `n` (0 ..< 100,000,000) in hiragana: 43 → よんじゅうさん, 10,000 → いちまん.
