@@ -29,9 +29,10 @@ struct cgpiod_chip {
     unsigned int num_lines;
 };
 
-struct cgpiod_output {
+/* A requested line, whichever API holds it. */
+struct held {
 #if CGPIOD_V1
-    struct gpiod_chip *chip;
+    struct gpiod_chip *chip; /* 1.x: the line lives as long as its chip */
     struct gpiod_line *line;
 #else
     struct gpiod_line_request *request;
@@ -39,14 +40,14 @@ struct cgpiod_output {
 #endif
 };
 
+struct cgpiod_output {
+    struct held held;
+};
+
 struct cgpiod_input {
-#if CGPIOD_V1
-    struct gpiod_chip *chip;
-    struct gpiod_line *line;
-#else
-    struct gpiod_line_request *request;
+    struct held held;
+#if !CGPIOD_V1
     struct gpiod_edge_event_buffer *events;
-    unsigned int offset;
 #endif
 };
 
@@ -184,65 +185,95 @@ int cgpiod_chip_line_info(cgpiod_chip *chip, unsigned int offset, char *name, si
     return used ? 1 : 0;
 }
 
-cgpiod_output *cgpiod_output_request(cgpiod_chip *chip, unsigned int offset, bool active_low,
-                                     const char *consumer)
+/*
+ * Requests the line at offset into held: an output driven inactive, or an input with edge events
+ * on both edges (no bias: the board's pull stays). 0, or -1 with errno set.
+ */
+static int request_line(cgpiod_chip *chip, unsigned int offset, bool input, bool active_low, const char *consumer,
+                        struct held *held)
 {
-    cgpiod_output *out;
-    int e = ENOMEM;
+    int e;
+#if CGPIOD_V1
+    int flags = active_low ? GPIOD_LINE_REQUEST_FLAG_ACTIVE_LOW : 0;
+
+    held->chip = gpiod_chip_open(chip->path);
+    if (held->chip == NULL)
+        return -1;
+    held->line = gpiod_chip_get_line(held->chip, offset);
+    if (held->line != NULL &&
+        (input ? gpiod_line_request_both_edges_events_flags(held->line, consumer, flags)
+               : gpiod_line_request_output_flags(held->line, consumer, flags, 0)) == 0)
+        return 0;
+    e = errno;
+    gpiod_chip_close(held->chip);
+    held->chip = NULL;
+    held->line = NULL;
+#else
+    struct gpiod_line_settings *settings = gpiod_line_settings_new();
+    struct gpiod_line_config *line_cfg = gpiod_line_config_new();
+    struct gpiod_request_config *req_cfg = gpiod_request_config_new();
+
+    e = ENOMEM;
+    if (settings != NULL && line_cfg != NULL && req_cfg != NULL &&
+        gpiod_line_settings_set_direction(settings, input ? GPIOD_LINE_DIRECTION_INPUT : GPIOD_LINE_DIRECTION_OUTPUT) == 0 &&
+        (input ? gpiod_line_settings_set_edge_detection(settings, GPIOD_LINE_EDGE_BOTH)
+               : gpiod_line_settings_set_output_value(settings, GPIOD_LINE_VALUE_INACTIVE)) == 0) {
+        gpiod_line_settings_set_active_low(settings, active_low);
+        gpiod_request_config_set_consumer(req_cfg, consumer);
+        if (gpiod_line_config_add_line_settings(line_cfg, &offset, 1, settings) == 0)
+            held->request = gpiod_chip_request_lines(chip->chip, req_cfg, line_cfg);
+        e = errno;
+    }
+    if (req_cfg != NULL)
+        gpiod_request_config_free(req_cfg);
+    if (line_cfg != NULL)
+        gpiod_line_config_free(line_cfg);
+    if (settings != NULL)
+        gpiod_line_settings_free(settings);
+    held->offset = offset;
+    if (held->request != NULL)
+        return 0;
+#endif
+    errno = e;
+    return -1;
+}
+
+static void release_line(struct held *held)
+{
+#if CGPIOD_V1
+    gpiod_line_release(held->line);
+    gpiod_chip_close(held->chip);
+#else
+    gpiod_line_request_release(held->request);
+#endif
+}
+
+/* calloc'd room for a handle of size bytes, after checking the chip; NULL with errno set. */
+static void *new_handle(const cgpiod_chip *chip, size_t size)
+{
+    void *handle;
 
     if (chip == NULL) {
         errno = EINVAL;
         return NULL;
     }
-    if (consumer == NULL)
-        consumer = "";
-    out = calloc(1, sizeof *out);
-    if (out == NULL) {
+    handle = calloc(1, size);
+    if (handle == NULL)
         errno = ENOMEM;
-        return NULL;
-    }
-#if CGPIOD_V1
-    out->chip = gpiod_chip_open(chip->path);
-    if (out->chip == NULL)
-        goto fail;
-    out->line = gpiod_chip_get_line(out->chip, offset);
-    if (out->line == NULL ||
-        gpiod_line_request_output_flags(out->line, consumer, active_low ? GPIOD_LINE_REQUEST_FLAG_ACTIVE_LOW : 0,
-                                        0) < 0) {
-        out->line = NULL;
-        goto fail;
-    }
-    return out;
-fail:
-    e = errno;
-    if (out->chip != NULL)
-        gpiod_chip_close(out->chip);
-#else
-    {
-        struct gpiod_line_settings *settings = gpiod_line_settings_new();
-        struct gpiod_line_config *line_cfg = gpiod_line_config_new();
-        struct gpiod_request_config *req_cfg = gpiod_request_config_new();
+    return handle;
+}
 
-        if (settings != NULL && line_cfg != NULL && req_cfg != NULL &&
-            gpiod_line_settings_set_direction(settings, GPIOD_LINE_DIRECTION_OUTPUT) == 0 &&
-            gpiod_line_settings_set_output_value(settings, GPIOD_LINE_VALUE_INACTIVE) == 0) {
-            gpiod_line_settings_set_active_low(settings, active_low);
-            gpiod_request_config_set_consumer(req_cfg, consumer);
-            if (gpiod_line_config_add_line_settings(line_cfg, &offset, 1, settings) == 0)
-                out->request = gpiod_chip_request_lines(chip->chip, req_cfg, line_cfg);
-            e = errno;
-        }
-        if (req_cfg != NULL)
-            gpiod_request_config_free(req_cfg);
-        if (line_cfg != NULL)
-            gpiod_line_config_free(line_cfg);
-        if (settings != NULL)
-            gpiod_line_settings_free(settings);
-        out->offset = offset;
-        if (out->request != NULL)
-            return out;
-    }
-#endif
+cgpiod_output *cgpiod_output_request(cgpiod_chip *chip, unsigned int offset, bool active_low,
+                                     const char *consumer)
+{
+    cgpiod_output *out = new_handle(chip, sizeof *out);
+    int e;
+
+    if (out == NULL)
+        return NULL;
+    if (request_line(chip, offset, false, active_low, consumer != NULL ? consumer : "", &out->held) == 0)
+        return out;
+    e = errno;
     free(out);
     errno = e;
     return NULL;
@@ -255,9 +286,9 @@ int cgpiod_output_set(cgpiod_output *out, bool active)
         return -1;
     }
 #if CGPIOD_V1
-    return gpiod_line_set_value(out->line, active ? 1 : 0);
+    return gpiod_line_set_value(out->held.line, active ? 1 : 0);
 #else
-    return gpiod_line_request_set_value(out->request, out->offset,
+    return gpiod_line_request_set_value(out->held.request, out->held.offset,
                                         active ? GPIOD_LINE_VALUE_ACTIVE : GPIOD_LINE_VALUE_INACTIVE);
 #endif
 }
@@ -266,78 +297,32 @@ void cgpiod_output_release(cgpiod_output *out)
 {
     if (out == NULL)
         return;
-#if CGPIOD_V1
-    gpiod_line_set_value(out->line, 0);
-    gpiod_line_release(out->line);
-    gpiod_chip_close(out->chip);
-#else
-    gpiod_line_request_set_value(out->request, out->offset, GPIOD_LINE_VALUE_INACTIVE);
-    gpiod_line_request_release(out->request);
-#endif
+    cgpiod_output_set(out, false);
+    release_line(&out->held);
     free(out);
 }
 
 cgpiod_input *cgpiod_input_request(cgpiod_chip *chip, unsigned int offset, bool active_low,
                                    const char *consumer)
 {
-    cgpiod_input *in;
-    int e = ENOMEM;
+    cgpiod_input *in = new_handle(chip, sizeof *in);
+    int e;
 
-    if (chip == NULL) {
-        errno = EINVAL;
+    if (in == NULL)
         return NULL;
-    }
-    if (consumer == NULL)
-        consumer = "";
-    in = calloc(1, sizeof *in);
-    if (in == NULL) {
+#if !CGPIOD_V1
+    in->events = gpiod_edge_event_buffer_new(16);
+    if (in->events == NULL) {
+        free(in);
         errno = ENOMEM;
         return NULL;
     }
-#if CGPIOD_V1
-    in->chip = gpiod_chip_open(chip->path);
-    if (in->chip == NULL)
-        goto fail;
-    in->line = gpiod_chip_get_line(in->chip, offset);
-    if (in->line == NULL ||
-        gpiod_line_request_both_edges_events_flags(in->line, consumer,
-                                                   active_low ? GPIOD_LINE_REQUEST_FLAG_ACTIVE_LOW : 0) < 0) {
-        in->line = NULL;
-        goto fail;
-    }
-    return in;
-fail:
+#endif
+    if (request_line(chip, offset, true, active_low, consumer != NULL ? consumer : "", &in->held) == 0)
+        return in;
     e = errno;
-    if (in->chip != NULL)
-        gpiod_chip_close(in->chip);
-#else
-    {
-        struct gpiod_line_settings *settings = gpiod_line_settings_new();
-        struct gpiod_line_config *line_cfg = gpiod_line_config_new();
-        struct gpiod_request_config *req_cfg = gpiod_request_config_new();
-
-        in->events = gpiod_edge_event_buffer_new(16);
-        if (settings != NULL && line_cfg != NULL && req_cfg != NULL && in->events != NULL &&
-            gpiod_line_settings_set_direction(settings, GPIOD_LINE_DIRECTION_INPUT) == 0 &&
-            gpiod_line_settings_set_edge_detection(settings, GPIOD_LINE_EDGE_BOTH) == 0) {
-            gpiod_line_settings_set_active_low(settings, active_low);
-            gpiod_request_config_set_consumer(req_cfg, consumer);
-            if (gpiod_line_config_add_line_settings(line_cfg, &offset, 1, settings) == 0)
-                in->request = gpiod_chip_request_lines(chip->chip, req_cfg, line_cfg);
-            e = errno;
-        }
-        if (req_cfg != NULL)
-            gpiod_request_config_free(req_cfg);
-        if (line_cfg != NULL)
-            gpiod_line_config_free(line_cfg);
-        if (settings != NULL)
-            gpiod_line_settings_free(settings);
-        in->offset = offset;
-        if (in->request != NULL)
-            return in;
-        if (in->events != NULL)
-            gpiod_edge_event_buffer_free(in->events);
-    }
+#if !CGPIOD_V1
+    gpiod_edge_event_buffer_free(in->events);
 #endif
     free(in);
     errno = e;
@@ -346,6 +331,8 @@ fail:
 
 int cgpiod_input_wait(cgpiod_input *in, long long timeout_ns)
 {
+    int ready;
+
     if (in == NULL || timeout_ns < 0) {
         errno = EINVAL;
         return -1;
@@ -354,23 +341,17 @@ int cgpiod_input_wait(cgpiod_input *in, long long timeout_ns)
     {
         struct timespec ts = { .tv_sec = timeout_ns / 1000000000LL, .tv_nsec = timeout_ns % 1000000000LL };
         struct gpiod_line_event events[16];
-        int ready = gpiod_line_event_wait(in->line, &ts);
-        if (ready <= 0)
-            return ready;
-        if (gpiod_line_event_read_multiple(in->line, events, 16) < 0)
+
+        ready = gpiod_line_event_wait(in->held.line, &ts);
+        if (ready > 0 && gpiod_line_event_read_multiple(in->held.line, events, 16) < 0)
             return -1;
-        return 1;
     }
 #else
-    {
-        int ready = gpiod_line_request_wait_edge_events(in->request, timeout_ns);
-        if (ready <= 0)
-            return ready;
-        if (gpiod_line_request_read_edge_events(in->request, in->events, 16) < 0)
-            return -1;
-        return 1;
-    }
+    ready = gpiod_line_request_wait_edge_events(in->held.request, timeout_ns);
+    if (ready > 0 && gpiod_line_request_read_edge_events(in->held.request, in->events, 16) < 0)
+        return -1;
 #endif
+    return ready > 0 ? 1 : ready;
 }
 
 int cgpiod_input_get(cgpiod_input *in)
@@ -380,10 +361,10 @@ int cgpiod_input_get(cgpiod_input *in)
         return -1;
     }
 #if CGPIOD_V1
-    return gpiod_line_get_value(in->line);
+    return gpiod_line_get_value(in->held.line);
 #else
     {
-        enum gpiod_line_value value = gpiod_line_request_get_value(in->request, in->offset);
+        enum gpiod_line_value value = gpiod_line_request_get_value(in->held.request, in->held.offset);
         return value == GPIOD_LINE_VALUE_ERROR ? -1 : (value == GPIOD_LINE_VALUE_ACTIVE ? 1 : 0);
     }
 #endif
@@ -393,11 +374,8 @@ void cgpiod_input_release(cgpiod_input *in)
 {
     if (in == NULL)
         return;
-#if CGPIOD_V1
-    gpiod_line_release(in->line);
-    gpiod_chip_close(in->chip);
-#else
-    gpiod_line_request_release(in->request);
+    release_line(&in->held);
+#if !CGPIOD_V1
     gpiod_edge_event_buffer_free(in->events);
 #endif
     free(in);

@@ -21,9 +21,7 @@ public final class GPIOInputLine: InputLine {
     /// - Throws: ``GPIOError`` naming the chip and the line.
     public init(chip: String?, line: GPIOLine.Selector, activeLow: Bool = false,
                 consumer: String = GPIOLine.defaultConsumer) throws(GPIOError) {
-        let (found, offset) = try GPIOLine.find(chip: chip ?? "", line: line)
-        let name = found.lineInfo(offset)?.name ?? ""
-        let resolved = name.isEmpty ? "line \(offset)" : "line \(offset) \"\(name)\""
+        let (found, offset, resolved) = try GPIOLine.locate(chip: chip, line: line)
         let requested: OpaquePointer
         do {
             requested = try found.requestInput(offset: offset, activeLow: activeLow, consumer: consumer)

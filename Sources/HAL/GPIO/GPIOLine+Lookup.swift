@@ -32,6 +32,13 @@ extension GPIOLine {
         }
     }
 
+    /// The chip and offset `line` names, with the line as messages call it: `line 5 "haptic"`.
+    static func locate(chip: String?, line: Selector) throws(GPIOError) -> (chip: GPIOChip, offset: Int, resolved: String) {
+        let (found, offset) = try find(chip: chip ?? "", line: line)
+        let name = found.lineInfo(offset)?.name ?? ""
+        return (found, offset, name.isEmpty ? "line \(offset)" : "line \(offset) \"\(name)\"")
+    }
+
     /// Why the kernel refused the request, with who holds the line if it is busy.
     static func requestError(_ code: Int32, line: String, chip: GPIOChip, offset: Int, as direction: String = "output") -> GPIOError {
         let place = "GPIO chip \(chip) \(line)"

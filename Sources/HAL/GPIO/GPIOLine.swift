@@ -48,9 +48,7 @@ public final class GPIOLine: HapticLine {
     ///   kernel tells).
     public init(chip: String?, line: Selector, activeLow: Bool = false,
                 consumer: String = GPIOLine.defaultConsumer) throws(GPIOError) {
-        let (found, offset) = try Self.find(chip: chip ?? "", line: line)
-        let name = found.lineInfo(offset)?.name ?? ""
-        let resolved = name.isEmpty ? "line \(offset)" : "line \(offset) \"\(name)\""
+        let (found, offset, resolved) = try Self.locate(chip: chip, line: line)
         let requested: OpaquePointer
         do {
             requested = try found.requestOutput(offset: offset, activeLow: activeLow, consumer: consumer)
