@@ -27,9 +27,9 @@ import urllib.error
 import urllib.request
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 FAILURES = []
@@ -52,11 +52,28 @@ def wait_for(what, predicate, limit=90):
     raise SystemExit(f"FAIL  {what}: not within {limit} s")
 
 
+def gone(element):
+    """The element left the document: the page it was on has been replaced. Chromium reports an
+    element of a page being torn down either as stale or, in the instant between, as a node that
+    "does not belong to the document": both mean gone."""
+    def predicate(_driver):
+        try:
+            element.is_enabled()
+            return False
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error):
+                return True
+            raise
+    return predicate
+
+
 def submit(driver, selector):
     """Clicks a form's button and waits for the page it leads to (the old one goes stale)."""
     old = driver.find_element(By.TAG_NAME, "html")
     driver.find_element(By.CSS_SELECTOR, selector).click()
-    WebDriverWait(driver, 90).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 90).until(gone(old))
 
 
 def read(path):
