@@ -37,15 +37,8 @@ extension AgentConfig {
     public func openIgnition() throws -> any InputLine {
         guard let line = parking.ignition.line else { throw ConfigError.invalidOption("parking.ignition.line", "", "a line offset, a line name or a value file's path") }
         if line.hasPrefix("/") { return try ValueFileInputLine(path: line, activeLow: parking.ignition.activeLow) }
-        let selector: GPIOLine.Selector
-        if let offset = Int(line) {
-            guard offset >= 0 else {
-                throw ConfigError.invalidOption("parking.ignition.line", line, "a line offset, 0 or more, a line name such as `ignition`, or a value file's path")
-            }
-            selector = .offset(offset)
-        } else {
-            selector = .name(line)
-        }
+        // A negative offset was refused by `validate()` when the config was loaded.
+        let selector: GPIOLine.Selector = Int(line).map { .offset($0) } ?? .name(line)
         return try GPIOInputLine(chip: parking.ignition.chip, line: selector, activeLow: parking.ignition.activeLow)
     }
 

@@ -141,8 +141,7 @@ public struct ParkingService: Service {
                 sink.yield(.level(try line.isActive(), at: MonotonicClock.now()))
                 let now = MonotonicClock.now()
                 var wait: UInt64 = 1_000_000_000
-                if let deadline = nextDeadline(), deadline > now { wait = min(wait, deadline - now) }
-                if let deadline = nextDeadline(), deadline <= now { wait = 1_000_000 }
+                if let deadline = nextDeadline() { wait = deadline > now ? min(wait, deadline - now) : 1_000_000 }
                 _ = try line.waitForChange(timeoutNs: Int64(wait))
                 sink.yield(.tick(MonotonicClock.now()))
             } catch {
