@@ -9,7 +9,7 @@ PACKAGES=(
     libavcodec-dev libavformat-dev libswscale-dev libavutil-dev   # HEVC encoding, MP4, decoding
     libv4l-dev v4l-utils                                          # camera
     libgpiod-dev libespeak-ng-dev espeak-ng-data libasound2-dev   # haptics, speech, sound
-    sox                                                           # checks speech audio
+    sox espeak-ng                                                 # check speech audio: sox, and eSpeak-ng's own program for each phrase's length
     nginx openssl iproute2 curl                                   # the reverse proxy, its test certificates, network namespaces, upgrade checks
     ffmpeg                                                        # ffprobe checks every segment
     systemd                                                       # systemd-analyze checks the unit

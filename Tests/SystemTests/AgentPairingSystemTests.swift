@@ -50,14 +50,14 @@ import Testing
         #expect(pair.status == 0 && pair.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "\(match.1) \(match.2) \(match.3)",
                 "\(pair.stdout) \(pair.stderr)")
         try #require(await agent.wait(for: .seconds(30)) { _ in Self.wavFiles(files).count >= 2 })
-        let synthesizer = try EspeakSynthesizer(logger: Logger(label: "pairing-test"))
         // The phrase may be said together with another due at the same moment ("Dashcam ready."):
         // an utterance is a whole logged line. It is said more than once, and one saying may be
         // replaced by the next while it waits (a busy machine): any of them heard whole counts.
         let utterances = Set(agent.stderr.split(separator: "\n").filter { $0.contains("status: ") && $0.contains(phrase) }
             .compactMap { $0.components(separatedBy: "status: ").last })
         try #require(!utterances.isEmpty)
-        let expected = try utterances.map { LocalGuidanceSystemTests.voiced(try synthesizer.render(text: $0, voice: "en-us").samples).count }
+        var expected: [Int] = []
+        for utterance in utterances { expected.append(try await LocalGuidanceSystemTests.reference(utterance, voice: "en-us")) }
         let heard = try Self.wavFiles(files).map { try LocalGuidanceSystemTests.samples(files.path("speech/\($0)")).count }
         #expect(heard.contains { count in expected.contains { abs(count - $0) * 200 <= $0 } }, "a WAV of \(expected) samples among \(heard)")
 
