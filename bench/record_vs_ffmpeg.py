@@ -165,7 +165,7 @@ def main():
                     results[tool].append(run_measured(commands[tool]))
                     # The agent files segments by day: count files, not folder entries.
                     out = "ffmpeg-out" if tool == "ffmpeg" else "agent-out"
-                    produced = sum(len(files) for _, _, files in os.walk(os.path.join(folder, out)))
+                    produced = sum(name.endswith(".mp4") for _, _, files in os.walk(os.path.join(folder, out)) for name in files)
                     if produced != seconds // 5:
                         sys.exit(f"{tool} wrote {produced} segments for {label}, expected {seconds // 5}")
             medians = {}
