@@ -4,10 +4,12 @@ every 5 s, against one instance on loopback (SQLite ledger), or against several 
 nginx (the shipped site's /v1/stream location, round robin) sharing one PostgreSQL database.
 
 Reports sessions held (and closes by code), segments acknowledged, ack latency (last chunk
-written -> ack read) p50/p99/max, over the whole run and in the steady state (segments written
-from 10 s on, once every device has connected: the starts are spread over the first 5 s, and each
-device then sends every 5 s at its own phase), the server's own view of it (bucket bounds of its
-/metrics histograms: last message read -> ack written, and the ledger's charge), server RSS per session (half way through, with every session
+written -> ack read) p50/p99/max, over the whole run, at the start and in the steady state (the
+starts are spread over `--ramp` seconds, 5 by default, and each device then sends every 5 s at its
+own phase; the start is the segments written before ramp + 5 s, the steady state those after), the
+server's own view of it (bucket bounds of its /metrics histograms: last message read -> ack
+written, and the ledger's charge; for the start, as read when it ends, with how long /metrics took
+to answer then), the server's and the generator's CPU at the start, server RSS per session (half way through, with every session
 open: (that - idle) / sessions, summed over instances; and at the end, once they have closed),
 server CPU per acknowledged segment (instances summed; nginx and PostgreSQL apart), the load
 generator's own CPU, and the machine's load during the run (/proc/loadavg, and the CPU that
@@ -23,6 +25,7 @@ the unit's `Environment=` lines are read from the unit and set for the server he
     pip install websockets
     python3 bench/server_load.py [--devices 200] [--seconds 60] [--bin .build/release] [--json]
     python3 bench/server_load.py --devices 5000         # needs `ulimit -n` above the device count
+    python3 bench/server_load.py --devices 5000 --ramp 20   # the devices connect over 20 s, not 5
     python3 bench/server_load.py --instances 2          # nginx + PostgreSQL (Debian's), on loopback
     python3 bench/server_load.py --ledger postgres      # one instance, PostgreSQL, no proxy
     python3 bench/server_load.py --hostile 1            # and one more device that sends only abuse
@@ -302,6 +305,8 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
                             stats["latency"].append(time.perf_counter() - written)
                             if written >= stats["steady_from"]:
                                 stats["steady_latency"].append(time.perf_counter() - written)
+                            else:
+                                stats["start_latency"].append(time.perf_counter() - written)
                             stats["acked"] += 1
                         elif body.get("type") == "guidance":
                             stats["guidance"] += 1
@@ -398,10 +403,10 @@ def percentile(values, p):
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def scrape(port):
+def scrape(port, timeout=30):
     """The server's /metrics, Prometheus text."""
     import urllib.request
-    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout).read().decode()
 
 
 def sessions_gauge(port):
@@ -442,6 +447,7 @@ def main():
     parser.add_argument("--server-cpus", help="cores of the servers, as taskset lists them (default: the last core)")
     parser.add_argument("--generator-cpus", help="cores of the load generator (default: every other core)")
     parser.add_argument("--no-pin", action="store_true", help="servers and generator share every core")
+    parser.add_argument("--ramp", type=float, default=5.0, help="seconds over which the devices connect (default: one segment period)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     all_cpus = os.sched_getaffinity(0)
@@ -491,11 +497,25 @@ def main():
         # Steady state: segments written once every device has connected and sent its first (the
         # starts are spread over 5 s) and a period more has passed.
         stats = {"sessions": 0, "held": 0, "sent": 0, "acked": 0, "guidance": 0, "latency": [], "closes": {}, "errors": {},
-                 "steady_from": time.perf_counter() + 10.0, "steady_latency": [],
+                 "steady_from": time.perf_counter() + args.ramp + 5.0, "steady_latency": [], "start_latency": [],
                  "hostile_sessions": 0, "hostile_sent": 0, "hostile_closes": {}, "hostile_errors": {}}
         # Starts spread over the first segment period, so segments arrive evenly.
-        delays = [5.0 * i / args.devices for i in range(args.devices)]
+        delays = [args.ramp * i / args.devices for i in range(args.devices)]
         sampled = {}
+
+        async def storm():
+            # The first ramp + 5 s, while every device connects: the server's histograms and the
+            # generator's CPU as that window ends, so the start and the steady state can be told apart.
+            await asyncio.sleep(max(0.0, stats["steady_from"] - time.perf_counter()))
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            sampled["storm_generator_cpu"] = (used.ru_utime - own_before.ru_utime) + (used.ru_stime - own_before.ru_stime)
+            sampled["storm_server_cpu"] = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
+            asked = time.perf_counter()
+            try:
+                sampled["storm_histograms"] = await asyncio.to_thread(lambda: [histograms(p, names) for _, p in servers])
+            except OSError as error:
+                print(f"note: /metrics did not answer as the start ended: {error}", file=sys.stderr)
+            sampled["storm_scrape_s"] = time.perf_counter() - asked
 
         async def sample():
             # Half way through, every session open: sessions per instance (their /metrics) and the
@@ -511,19 +531,25 @@ def main():
 
         async def run():
             sampler = asyncio.create_task(sample())
+            starting = asyncio.create_task(storm())
             await asyncio.gather(*(device(port, tokens[i], segment, sha, args.seconds, delays[i], stats) for i in range(args.devices)),
                                  *(hostile(port, tokens[args.devices + i], segment, args.seconds, stats) for i in range(args.hostile)))
             await sampler
+            await starting
             return sum(proc_rss_kib(s.pid) for s, _ in servers)
 
-        end_rss = asyncio.run(run())
         names = ["guidance_segment_ack_duration_seconds", "guidance_ledger_charge_duration_seconds"]
+        end_rss = asyncio.run(run())
         buckets = {name: {} for name in names}
         for _, p in servers:
             for name, counts in histograms(p, names).items():
                 for le, n in counts.items():
                     buckets[name][le] = buckets[name].get(le, 0) + n
         ack_buckets, charge_buckets = (buckets[name] for name in names)
+        storm_ack = {}
+        for counts in sampled.get("storm_histograms") or []:
+            for le, n in counts[names[0]].items():
+                storm_ack[le] = storm_ack.get(le, 0) + n
         cpu = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
         machine_after = machine_cpu()
         server_cores_after = machine_cpu(server_cpus) if server_cpus else None
@@ -535,6 +561,7 @@ def main():
         own_cpu = (own.ru_utime - own_before.ru_utime) + (own.ru_stime - own_before.ru_stime)
         latency_ms = [x * 1000 for x in stats["latency"]]
         steady_ms = [x * 1000 for x in stats["steady_latency"]]
+        start_ms = [x * 1000 for x in stats["start_latency"]]
         machine_busy = machine_after[0] - machine_before[0]
         machine_total = machine_after[1] - machine_before[1]
         held_mid = sum(n or 0 for n in sampled.get("sessions") or [0])
@@ -548,6 +575,12 @@ def main():
             "ack_ms_p50": percentile(latency_ms, 50), "ack_ms_p99": percentile(latency_ms, 99), "ack_ms_max": max(latency_ms, default=None),
             "steady_acks": len(steady_ms), "steady_ack_ms_p50": percentile(steady_ms, 50), "steady_ack_ms_p99": percentile(steady_ms, 99),
             "steady_ack_ms_max": max(steady_ms, default=None),
+            # The start, while the devices connect (segments written before the steady state).
+            "start_acks": len(start_ms), "start_ack_ms_p50": percentile(start_ms, 50), "start_ack_ms_p99": percentile(start_ms, 99),
+            "start_server_ack_ms_p99_at_most": bucket_quantile(storm_ack, 99),
+            "start_generator_cpu_cores": (sampled["storm_generator_cpu"] / (args.ramp + 5.0)) if "storm_generator_cpu" in sampled else None,
+            "start_server_cpu_cores": (sampled["storm_server_cpu"] / (args.ramp + 5.0)) if "storm_server_cpu" in sampled else None,
+            "start_metrics_answer_s": sampled.get("storm_scrape_s"),
             # The server's side of the same (its histogram's bucket bounds): what of the latency
             # the server itself adds, from the segment's last message read to the ack written.
             "server_ack_ms_p50_at_most": bucket_quantile(ack_buckets, 50), "server_ack_ms_p99_at_most": bucket_quantile(ack_buckets, 99),
