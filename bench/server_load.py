@@ -415,13 +415,18 @@ def sessions_gauge(port):
     return int(float(match.group(1))) if match else None
 
 
-def histograms(port, names):
-    """The server's own histograms, {name: {upper bound in seconds: cumulative count}}:
-    guidance_segment_ack_duration_seconds (a segment's last message read -> its ack written) and
-    guidance_ledger_charge_duration_seconds (the session's call to the ledger -> its answer)."""
-    body = scrape(port)
-    return {name: {float(le): float(n) for le, n in re.findall(rf'^{name}_bucket\{{le="([^"]+)"\}} ([0-9.e+]+)$', body, re.M)}
-            for name in names}
+def histograms(ports, names):
+    """The servers' own histograms, summed over the instances, {name: {upper bound in seconds:
+    cumulative count}}: guidance_segment_ack_duration_seconds (a segment's last message read -> its
+    ack written) and guidance_ledger_charge_duration_seconds (the session's call to the ledger ->
+    its answer)."""
+    summed = {name: {} for name in names}
+    for port in ports:
+        body = scrape(port)
+        for name in names:
+            for le, n in re.findall(rf'^{name}_bucket\{{le="([^"]+)"\}} ([0-9.e+]+)$', body, re.M):
+                summed[name][float(le)] = summed[name].get(float(le), 0) + float(n)
+    return summed
 
 
 def bucket_quantile(buckets, p):
@@ -512,7 +517,7 @@ def main():
             sampled["storm_server_cpu"] = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
             asked = time.perf_counter()
             try:
-                sampled["storm_histograms"] = await asyncio.to_thread(lambda: [histograms(p, names) for _, p in servers])
+                sampled["storm_histograms"] = await asyncio.to_thread(histograms, [p for _, p in servers], names)
             except OSError as error:
                 print(f"note: /metrics did not answer as the start ended: {error}", file=sys.stderr)
             sampled["storm_scrape_s"] = time.perf_counter() - asked
@@ -540,16 +545,9 @@ def main():
 
         names = ["guidance_segment_ack_duration_seconds", "guidance_ledger_charge_duration_seconds"]
         end_rss = asyncio.run(run())
-        buckets = {name: {} for name in names}
-        for _, p in servers:
-            for name, counts in histograms(p, names).items():
-                for le, n in counts.items():
-                    buckets[name][le] = buckets[name].get(le, 0) + n
+        buckets = histograms([p for _, p in servers], names)
         ack_buckets, charge_buckets = (buckets[name] for name in names)
-        storm_ack = {}
-        for counts in sampled.get("storm_histograms") or []:
-            for le, n in counts[names[0]].items():
-                storm_ack[le] = storm_ack.get(le, 0) + n
+        storm_ack = (sampled.get("storm_histograms") or {}).get(names[0], {})
         cpu = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
         machine_after = machine_cpu()
         server_cores_after = machine_cpu(server_cpus) if server_cpus else None

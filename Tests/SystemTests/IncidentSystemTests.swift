@@ -2,8 +2,6 @@
 import Foundation
 import Glibc
 import GuidanceProtocol
-import HAL
-import Logging
 import Testing
 import TestSupport
 

@@ -1,8 +1,6 @@
 import Agent
 import Foundation
 import Glibc
-import HAL
-import Logging
 import RoadScene
 import Testing
 import TestSupport
