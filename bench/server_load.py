@@ -6,7 +6,9 @@ nginx (the shipped site's /v1/stream location, round robin) sharing one PostgreS
 Reports sessions held (and closes by code), segments acknowledged, ack latency (last chunk
 written -> ack read) p50/p99/max, over the whole run, at the start and in the steady state (the
 starts are spread over `--ramp` seconds, 5 by default, and each device then sends every 5 s at its
-own phase; the start is the segments written before ramp + 5 s, the steady state those after), the
+own phase; the start is the segments written before ramp + 5 s, the steady state those after; an
+upgrade refused with 503 or 429 is tried again after its Retry-After, as the agent does, and a
+device whose session opened late sends the segments it kept, up to 3, at once), the
 server's own view of it (bucket bounds of its /metrics histograms: last message read -> ack
 written, and the ledger's charge; for the start, as read when it ends, with how long /metrics took
 to answer then), the server's and the generator's CPU at the start, server RSS per session (half way through, with every session
@@ -64,6 +66,7 @@ except ImportError:
 
 CHUNK = 65536
 SEGMENT_SECONDS = 5.0  # what the agent records per segment, and so how often each device sends
+QUEUED_SEGMENTS = 3  # the agent's uplink.queueSegments: what a device that waited to connect sends at once
 
 
 def make_segment(folder):
@@ -277,6 +280,25 @@ def nginx_pids(master):
     return [master, *map(int, children)]
 
 
+async def connect_admitted(port, token, stats):
+    """Opens the device's stream as the agent does: a 503 or 429 at the upgrade is waited out for
+    its Retry-After (the agent waits at least that long), then tried again."""
+    while True:
+        try:
+            return await websockets.connect(f"ws://127.0.0.1:{port}/v1/stream", additional_headers={"Authorization": f"Bearer {token}"},
+                                            max_size=2 ** 20, open_timeout=30)
+        except websockets.exceptions.InvalidStatus as refused:
+            status = refused.response.status_code
+            if status not in (429, 503):
+                raise
+            stats["refusals"][str(status)] = stats["refusals"].get(str(status), 0) + 1
+            try:
+                wait = float(refused.response.headers.get("Retry-After", "1"))
+            except ValueError:
+                wait = 1.0
+            await asyncio.sleep(max(1.0, wait))
+
+
 async def device(port, token, segment, sha, seconds, start_delay, stats):
     # A camera records in real time from its own start: a segment is due every 5 s at its own
     # phase, however long its connection took to open. (Sending "5 s after the last send" instead
@@ -290,11 +312,11 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
     chunks = [segment[i:i + CHUNK] for i in range(0, len(segment), CHUNK)]
     sent = {}
     try:
-        async with websockets.connect(f"ws://127.0.0.1:{port}/v1/stream", additional_headers={"Authorization": f"Bearer {token}"},
-                                      max_size=2 ** 20, open_timeout=30) as ws:
+        async with await connect_admitted(port, token, stats) as ws:
             await ws.send(json.dumps(hello))
             await ws.recv()
             stats["sessions"] += 1
+            stats["admitted_after"].append(time.monotonic() - start - start_delay)
 
             async def reader():
                 try:
@@ -314,14 +336,21 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
                     pass  # counted by the sender, which sees the same close
 
             reading = asyncio.create_task(reader())
-            # A slot missed while connecting is sent at once (the agent kept that segment); the
-            # ones after keep the device's phase.
+            # Slots missed while connecting are sent at once, one after another, as the agent sends
+            # what it kept: at most QUEUED_SEGMENTS of them (its uplink.queueSegments); the ones
+            # after keep the device's phase.
+            missed = 0
             while due + SEGMENT_SECONDS < time.monotonic():
                 due += SEGMENT_SECONDS
+                missed += 1
+            backlog = min(missed, QUEUED_SEGMENTS - 1)
             seq = 0
             while due < end:
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
-                due += SEGMENT_SECONDS
+                if backlog > 0:
+                    backlog -= 1
+                else:
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                    due += SEGMENT_SECONDS
                 captured = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
                 await ws.send(json.dumps({"type": "segment", "seq": seq, "capturedAt": captured, "durationMs": 5000, "frames": 50,
                                           "bytes": len(segment), "sha256": sha, "chunks": len(chunks)}))
@@ -502,6 +531,7 @@ def main():
         # Steady state: segments written once every device has connected and sent its first (the
         # starts are spread over 5 s) and a period more has passed.
         stats = {"sessions": 0, "held": 0, "sent": 0, "acked": 0, "guidance": 0, "latency": [], "closes": {}, "errors": {},
+                 "refusals": {}, "admitted_after": [],
                  "steady_from": time.perf_counter() + args.ramp + 5.0, "steady_latency": [], "start_latency": [],
                  "hostile_sessions": 0, "hostile_sent": 0, "hostile_closes": {}, "hostile_errors": {}}
         # Starts spread over the first segment period, so segments arrive evenly.
@@ -569,6 +599,11 @@ def main():
             "proxy": "nginx" if proxy else None, "segment_bytes": len(segment),
             "sessions_opened": stats["sessions"], "sessions_held": stats["held"], "sessions_per_instance": sampled.get("sessions"),
             "closes": stats["closes"], "errors": stats["errors"],
+            # Upgrades refused (503: server.maxConnections; 429: one device's connections), each
+            # waited out for its Retry-After; and how long after its first try each session opened.
+            "refusals": stats["refusals"],
+            "admitted_after_s_p50": percentile(stats["admitted_after"], 50),
+            "admitted_after_s_max": max(stats["admitted_after"], default=None),
             "segments_sent": stats["sent"], "segments_acked": stats["acked"], "guidance": stats["guidance"],
             "ack_ms_p50": percentile(latency_ms, 50), "ack_ms_p99": percentile(latency_ms, 99), "ack_ms_max": max(latency_ms, default=None),
             "steady_acks": len(steady_ms), "steady_ack_ms_p50": percentile(steady_ms, 50), "steady_ack_ms_p99": percentile(steady_ms, 99),
