@@ -31,6 +31,22 @@ import Testing
         #expect(try Self.read("# comment\n{}\n", allowEmpty: true).isEmpty)
     }
 
+    /// The sessions' checks read the file once a tick (`refresh`), then look every session up
+    /// in what was read (`knownDevice`), which never looks at the file itself.
+    @Test func knownDeviceLooksUpWhatWasReadAndRefreshReadsTheChange() throws {
+        try Self.withFile("tok-a: car-a\ntok-b: car-b\n") { file in
+            let tokens = try DeviceTokens(file: file)
+            #expect(tokens.knownDevice(authorization: "Bearer tok-a") == "car-a")
+            // car-a's token removed: the file written again in place (its mode stays 0600).
+            try Data("tok-b: car-b\n".utf8).write(to: URL(fileURLWithPath: file))
+            #expect(tokens.knownDevice(authorization: "Bearer tok-a") == "car-a", "not read again until a refresh")
+            tokens.refresh()
+            #expect(tokens.knownDevice(authorization: "Bearer tok-a") == nil)
+            #expect(tokens.knownDevice(authorization: "Bearer tok-b") == "car-b")
+            #expect(tokens.knownDevice(authorization: "tok-b") == nil)
+        }
+    }
+
     private static func read(_ text: String) throws -> DeviceTokens {
         try withFile(text) { try DeviceTokens(file: $0) }
     }

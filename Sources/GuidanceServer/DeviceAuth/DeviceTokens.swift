@@ -38,6 +38,20 @@ public struct DeviceTokens: Sendable {
         return devices[token]
     }
 
+    /// ``device(authorization:)`` in the mapping as last read, without looking at the file: for
+    /// checks made of every open session at once, after one ``refresh()``.
+    public func knownDevice(authorization: String?) -> String? {
+        guard let authorization, authorization.hasPrefix("Bearer ") else { return nil }
+        let token = String(authorization.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)
+        switch source {
+        case .fixed(let devices): return devices[token]
+        case .file(let watched): return watched.lastRead[token]
+        }
+    }
+
+    /// Reads the file again if it changed, as every ``device(authorization:)`` does first.
+    public func refresh() { _ = devices }
+
     /// The mapping in force now (read again first if the file changed).
     var devices: [String: String] {
         switch source {
@@ -83,6 +97,8 @@ public struct DeviceTokens: Sendable {
             self.logger = logger
             state = Mutex((devices, stamp))
         }
+
+        var lastRead: [String: String] { state.withLock { $0.devices } }
 
         func current() -> [String: String] {
             let now = FileStamp(file)

@@ -148,8 +148,10 @@ public struct StreamServer: Sendable {
             let window = AuthWindow(expiresAt: byStaticToken ? Int64.max : accessClaims(authorization)?.exp ?? 0)
             let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
                                         analyzer: analyzer, metrics: metrics, activity: activity,
+                                        // Asked of every session on each of SessionChecks' ticks, which reads
+                                        // the tokens file first (once, not once a session).
                                         stillAuthorized: {
-                                            byStaticToken ? tokens.device(authorization: authorization) == device
+                                            byStaticToken ? tokens.knownDevice(authorization: authorization) == device
                                                 : unpaired?.contains(device) != true && (clock?() ?? 0) / 1000 < window.expiresAt
                                         },
                                         observer: byStaticToken ? nil : owners.map { owners in
@@ -210,7 +212,7 @@ public struct StreamServer: Sendable {
         return Application(
             router: router, server: server,
             configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "guidance-server"),
-            services: services + [SupersedeService(leases: leases, sessions: sessions, logger: logger)]
+            services: services + [SupersedeService(leases: leases, sessions: sessions, logger: logger), SessionChecks(sessions: sessions, beforeEach: { tokens.refresh() })]
                 + (pairing.flatMap { pairing in
                     pairing.owners.map { owners in
                         [UnpairWatch(store: owners, unpaired: pairing.unpaired, lookBackMs: pairing.tokens.lifetimeSeconds * 1000,

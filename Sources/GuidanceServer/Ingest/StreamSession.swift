@@ -333,23 +333,34 @@ public struct StreamSession: Sendable {
         }
     }
 
-    /// Every ``usagePoll``, two questions to what an operator may have changed:
+    /// Every ``usagePoll`` (on ``SessionChecks``' tick, one timer for all sessions), two questions
+    /// to what an operator may have changed:
     /// - Is the device's token still in the tokens file (`guidance-server token remove`)? Once it
     ///   is gone, the session is told (`unauthorized`) and closed with 4401, and the returning
     ///   ends it.
     /// - While the device has no usage left: has it been credited (`guidance-server credit`, from
     ///   any instance)? Then the agent is told with a `usage` message and resumes.
     ///
-    /// One loop, not one task each: with thousands of sessions, each wake-up is CPU the segments
-    /// need.
+    /// The tick only looks; this task wakes only when there is something to do. With thousands of
+    /// sessions, a timer each was CPU the segments need.
     private func watchTokenAndUsage(lease: Lease, outbound: WebSocketOutboundWriter) async throws {
-        while stillAuthorized() {
-            try await Task.sleep(for: Self.usagePoll)
-            guard lease.paused, settings.usageSeconds != nil, stillAuthorized() else { continue }
-            guard let left = try? await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left > 0 else { continue }
-            lease.paused = false
-            logger.info("session \(id): usage credited, \(left) s left", metadata: ["device": "\(device)"])
-            try await outbound.write(.text(ServerMessage.usage(remainingSeconds: left).encoded()))
+        let (ticks, tick) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let stillAuthorized = self.stillAuthorized
+        await sessions.watch(id) {
+            if lease.paused || !stillAuthorized() { tick.yield() }
+        }
+        defer { tick.finish() }
+        if stillAuthorized() {
+            for await _ in ticks {
+                guard stillAuthorized() else { break }
+                guard lease.paused, settings.usageSeconds != nil else { continue }
+                guard let left = try? await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left > 0 else { continue }
+                lease.paused = false
+                logger.info("session \(id): usage credited, \(left) s left", metadata: ["device": "\(device)"])
+                try await outbound.write(.text(ServerMessage.usage(remainingSeconds: left).encoded()))
+            }
+            // The ticks end only when the session is ending (cancelled): nothing more to say then.
+            try Task.checkCancellation()
         }
         logger.notice("session \(id): the device is no longer authorized (token removed, access token run out, or unpaired); closing",
                       metadata: ["device": "\(device)"])
