@@ -40,7 +40,7 @@ actor LiveSessions {
 }
 
 /// One timer for every session's checks, not one per session: with thousands of sessions, a
-/// wake-up each every 2 s was a sixth of the server's CPU (BENCHMARKS.md, "One timer for the
+/// wake-up each every 2 s cost 13–15 % of the server's CPU (BENCHMARKS.md, "One timer for the
 /// sessions' checks"). Each tick reads the tokens file if it changed, then only looks (a
 /// dictionary read, a lock) and wakes the sessions that have something to do: a token gone, or
 /// usage to ask the ledger about.
