@@ -98,6 +98,11 @@ import TestSupport
             let (client, _) = try ServerHardeningTests.session(port: server.port)
             var timeout = timeval(tv_sec: 2, tv_usec: 0)
             setsockopt(client.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            // A small receive buffer, so the server's answers back up after a few kilobytes however
+            // slowly a busy machine lets it answer (with the buffers a kernel grows by itself, that
+            // took tens of megabytes: more than 30 s of answers on a busy CI machine).
+            var small: Int32 = 4096
+            setsockopt(client.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
             // 1000 `{}` text frames at a time, masked with a zero key; sends stop (time out) once
             // every buffer on the way is full.
             let frame: [UInt8] = [0x81, 0x82, 0, 0, 0, 0, UInt8(ascii: "{"), UInt8(ascii: "}")]
@@ -107,7 +112,9 @@ import TestSupport
             }
             return client
         }
-        #expect(await eventually(within: .seconds(30), every: .milliseconds(250)) {
+        // The bound only keeps a broken server from hanging the run: the session ends about 2 s
+        // (the idle timeout) after the server stopped reading.
+        #expect(await eventually(within: .seconds(120), every: .milliseconds(250)) {
             let scraped = try? await Command.executeAsync("/usr/bin/curl", ["-sS", "http://127.0.0.1:\(server.port)/metrics"]).stdout
             let gauge = scraped?.split(separator: "\n").first { $0.hasPrefix("guidance_sessions ") }
             return gauge.flatMap { Double($0.split(separator: " ").last ?? "") } == 0
