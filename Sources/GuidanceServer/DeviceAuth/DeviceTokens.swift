@@ -33,20 +33,23 @@ public struct DeviceTokens: Sendable {
 
     /// The device for an `Authorization` header value, if it is `Bearer <known token>`.
     public func device(authorization: String?) -> String? {
-        guard let authorization, authorization.hasPrefix("Bearer ") else { return nil }
-        let token = String(authorization.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)
-        return devices[token]
+        Self.token(authorization).flatMap { devices[$0] }
     }
 
     /// ``device(authorization:)`` in the mapping as last read, without looking at the file: for
     /// checks made of every open session at once, after one ``refresh()``.
     public func knownDevice(authorization: String?) -> String? {
-        guard let authorization, authorization.hasPrefix("Bearer ") else { return nil }
-        let token = String(authorization.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)
+        guard let token = Self.token(authorization) else { return nil }
         switch source {
         case .fixed(let devices): return devices[token]
         case .file(let watched): return watched.lastRead[token]
         }
+    }
+
+    /// The token of `Bearer <token>`, if the header is that.
+    private static func token(_ authorization: String?) -> String? {
+        guard let authorization, authorization.hasPrefix("Bearer ") else { return nil }
+        return String(authorization.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)
     }
 
     /// Reads the file again if it changed, as every ``device(authorization:)`` does first.
