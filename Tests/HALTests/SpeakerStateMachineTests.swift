@@ -74,6 +74,92 @@ import Testing
         #expect(machine.isIdle)
     }
 
+    @Test func aKeptMessageIsNeverReplacedAndWaitsForTheGuidanceThatCameAfterIt() {
+        var machine = Machine()
+        _ = machine.say("A", urgent: false)
+        _ = machine.start()
+        let status = machine.say("Incident saved.", urgent: false, keep: true)
+        #expect(status == .init(id: 2))
+        let guidance = machine.say("G1", urgent: false)
+        #expect(guidance == .init(id: 3), "the status still waits: nothing replaced")
+        let newer = machine.say("G2", urgent: false)
+        #expect(newer == .init(id: 4, replaced: 3), "guidance replaces guidance only")
+        #expect(machine.kept.map(\.message) == ["Incident saved."])
+        let k1 = machine.finished(.spoken)
+        #expect(!k1)
+        let k2 = machine.start()
+        #expect(k2?.message == "G2", "the road first")
+        let k3 = machine.finished(.spoken)
+        #expect(!k3, "the status still waits")
+        let k4 = machine.start()
+        #expect(k4?.message == "Incident saved.")
+        let k5 = machine.finished(.spoken)
+        #expect(k5)
+        #expect(machine.isIdle)
+        #expect(machine.stats.spoken == 3 && machine.stats.replaced == 1)
+    }
+
+    @Test func keptMessagesWaitInOrderAndPastTheLimitTheOldestIsDropped() {
+        var machine = Machine()
+        _ = machine.say("A", urgent: false)
+        _ = machine.start()
+        let limit = Machine.keptLimit
+        var said: [Machine.Said] = []
+        for index in 1...(limit + 1) { said.append(machine.say("K\(index)", urgent: false, keep: true)) }
+        #expect(said.dropLast().allSatisfy { $0.replaced == nil })
+        #expect(said.last == .init(id: limit + 2, replaced: 2), "K1, the oldest, is dropped")
+        _ = machine.finished(.spoken)
+        var spoken: [String] = []
+        while let entry = machine.start() {
+            spoken.append(entry.message)
+            if machine.finished(.spoken) { break }
+        }
+        #expect(spoken == (2...(limit + 1)).map { "K\($0)" })
+        #expect(machine.isIdle)
+        #expect(machine.stats.spoken == limit + 1 && machine.stats.replaced == 1)
+    }
+
+    @Test func aKeptMessageCutOffByAnUrgentOneIsSpokenAgainWholeOnce() {
+        var machine = Machine()
+        _ = machine.say("Incident saved.", urgent: false, keep: true)
+        let k6 = machine.start()
+        #expect(k6?.message == "Incident saved.")
+        let urgent = machine.say("U1", urgent: true)
+        #expect(urgent == .init(id: 2, cut: 1))
+        let k7 = machine.finished(.cutOff)
+        #expect(!k7, "cut off, it waits again")
+        let k8 = machine.start()
+        #expect(k8?.message == "U1")
+        let k9 = machine.finished(.spoken)
+        #expect(!k9)
+        let again = machine.start()
+        #expect(again?.message == "Incident saved." && again?.again == true)
+        // Cut off a second time, it is not tried a third.
+        _ = machine.say("U2", urgent: true)
+        let k10 = machine.finished(.cutOff)
+        #expect(!k10)
+        let k11 = machine.start()
+        #expect(k11?.message == "U2")
+        let k12 = machine.finished(.spoken)
+        #expect(k12)
+        #expect(machine.isIdle)
+        #expect(machine.stats == { var stats = Speaker.Stats(); stats.spoken = 2; stats.cutOff = 1; return stats }())
+    }
+
+    @Test func shuttingDownDropsTheKeptMessagesToo() {
+        var machine = Machine()
+        _ = machine.say("A", urgent: false)
+        _ = machine.start()
+        _ = machine.say("K", urgent: false, keep: true)
+        #expect(machine.hasWork)
+        let k13 = machine.shutDown()
+        #expect(k13)
+        #expect(machine.kept.isEmpty)
+        let k14 = machine.start()
+        #expect(k14 == nil)
+        #expect(machine.isIdle)
+    }
+
     @Test func failuresAndFallbackVoicesAreCounted() {
         var machine = Machine()
         _ = machine.say("A", urgent: false)

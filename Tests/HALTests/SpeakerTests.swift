@@ -277,6 +277,24 @@ final class FakeSink: AudioSink, @unchecked Sendable {
         #expect(speaker.stats.replaced == 1)
     }
 
+    @Test func aStatusToKeepIsSpokenAfterTheGuidanceThatCameWhileItWaited() async throws {
+        let sink = FakeSink()
+        let speaker = try Speaker(synthesizer: FakeSynthesizer(), sink: sink, logger: logger)
+        sink.hold()
+        speaker.say(text: "A/600", voice: "en")
+        #expect(await eventually { sink.isHeld })
+        speaker.say(text: "S/200", voice: "en", keep: true)
+        speaker.say(text: "B/200", voice: "en")
+        speaker.say(text: "C/200", voice: "en")
+        sink.release()
+        await speaker.waitUntilIdle()
+
+        #expect(sink.script == ["begin en", "write A", "drain", "begin en", "write C", "drain", "begin en", "write S", "drain"])
+        #expect(sink.samplesWritten(of: "S") == FakeSynthesizer.samples(ms: 200))
+        #expect(speaker.stats.spoken == 3)
+        #expect(speaker.stats.replaced == 1, "B only")
+    }
+
     @Test func utterancesNeverInterleaveAndNewerOnesComeLater() async throws {
         let sink = FakeSink()
         let speaker = try Speaker(synthesizer: FakeSynthesizer(), sink: sink, logger: logger)

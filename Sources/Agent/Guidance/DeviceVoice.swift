@@ -30,23 +30,25 @@ public final class DeviceVoice: Sendable {
         self.logger = logger
     }
 
-    /// Speaks `text` in `locale` (the device's when nil). Returns at once.
-    public func say(_ text: String, locale: String?, urgent: Bool, receivedAt: ContinuousClock.Instant = .now) {
+    /// Speaks `text` in `locale` (the device's when nil). Returns at once. Guidance: a newer message
+    /// replaces it if it is still waiting to start; `keep` (status) waits its turn instead.
+    public func say(_ text: String, locale: String?, urgent: Bool, keep: Bool = false,
+                    receivedAt: ContinuousClock.Instant = .now) {
         let choice = voice(for: locale ?? deviceLocale)
         guard let speaker else {
             logger.notice("speech (no sound output): \(text)", metadata: ["voice": "\(choice.voice)"])
             return
         }
-        speaker.say(text: text, voice: choice.voice, urgent: urgent, receivedAt: receivedAt)
+        speaker.say(text: text, voice: choice.voice, urgent: urgent, keep: keep, receivedAt: receivedAt)
     }
 
-    /// Speaks status phrases, as one utterance, in the device's language. (As separate utterances
-    /// each would replace the one before it while waiting.)
+    /// Speaks status phrases, as one utterance, in the device's language. Kept: guidance that comes
+    /// while it waits goes first, but does not replace it ("Incident saved." is heard).
     public func announce(_ phrases: [StatusPhrase]) {
         guard !phrases.isEmpty else { return }
         let text = statusText(phrases)
         logger.info("status: \(text)")
-        say(text, locale: deviceLocale, urgent: false)
+        say(text, locale: deviceLocale, urgent: false, keep: true)
     }
 
     /// `phrases` as one text in the language of the device's voice: English when no voice speaks

@@ -14,7 +14,8 @@
 /// - `guidance is now local` and `guidance from the server is back` when the local guidance says.
 ///
 /// Phrases due within `gather` of each other are spoken as one utterance ("connected, 43
-/// minutes left"): one after the other, each would replace the one waiting before it.
+/// minutes left"), not as several in a row. Each utterance is kept by the speaker: guidance that
+/// comes while it waits goes first, but does not replace it.
 ///
 /// The rules are ``StateMachine``'s (pure, tested with time passed in); this actor feeds it the
 /// clock and keeps one timer for its ``StateMachine/deadline``.

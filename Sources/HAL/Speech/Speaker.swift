@@ -12,7 +12,10 @@ public import Logging
 /// - An urgent message cuts off whatever is being spoken: the sink is stopped, dropping the audio
 ///   it holds, and the urgent message is spoken next.
 /// - A normal message lets the current utterance finish, but replaces a message waiting to start.
-///   At most one message waits.
+///   At most one such message waits.
+/// - A message to keep (`keep`: the device's status phrases) is never replaced: it waits its turn
+///   after the waiting guidance, in order with the others kept (at most four), and if an urgent
+///   message cuts it off it is spoken again, whole.
 ///
 /// Synthesis streams: the first block the synthesizer makes goes to the sink while the rest of
 /// the sentence is still being made (by ``EspeakSynthesizer``'s own thread), so an utterance
@@ -50,7 +53,8 @@ public final class Speaker: Sendable {
         public var spoken = 0
         /// Cut off by an urgent message, while playing or before they started.
         public var cutOff = 0
-        /// Replaced by a newer message before they started.
+        /// Replaced by a newer message before they started (a kept one: dropped as the oldest of
+        /// more than four waiting).
         public var replaced = 0
         /// Not spoken because synthesis or the sink failed.
         public var failures = 0
@@ -74,10 +78,11 @@ public final class Speaker: Sendable {
 
     /// Queues `text` to be spoken with `voice` (a name for the synthesizer, `en`, `ko`) and returns
     /// at once. `receivedAt` is when the message reached the agent, the start of its latency.
-    /// Empty (or blank) text is ignored.
-    public func say(text: String, voice: String, urgent: Bool = false,
+    /// `keep`: no newer message replaces this one (see the rules above). Empty (or blank) text is
+    /// ignored.
+    public func say(text: String, voice: String, urgent: Bool = false, keep: Bool = false,
                     receivedAt: ContinuousClock.Instant = .now) {
-        worker.say(text: text, voice: voice, urgent: urgent, receivedAt: receivedAt)
+        worker.say(text: text, voice: voice, urgent: urgent, keep: keep, receivedAt: receivedAt)
     }
 
     public var stats: Stats { worker.stats }
@@ -144,10 +149,10 @@ private final class SpeakerWorker: @unchecked Sendable {
         logger.debug("speech: speaking to \(sink.name) at \(synthesizer.sampleRate) Hz")
     }
 
-    func say(text: String, voice: String, urgent: Bool, receivedAt: ContinuousClock.Instant) {
+    func say(text: String, voice: String, urgent: Bool, keep: Bool, receivedAt: ContinuousClock.Instant) {
         guard text.contains(where: { !$0.isWhitespace }) else { return }
         let said = lock.update { state in
-            state.machine.say(Message(text: text, voice: voice, receivedAt: receivedAt), urgent: urgent)
+            state.machine.say(Message(text: text, voice: voice, receivedAt: receivedAt), urgent: urgent, keep: keep)
         }
         guard said.id > 0 else { return }
         if let replaced = said.replaced { logger.debug("speech: #\(said.id) replaces #\(replaced), which had not started") }
