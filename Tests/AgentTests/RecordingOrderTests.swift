@@ -41,6 +41,52 @@ import Testing
         #expect(after.deleted.map(\.seq) == [4], "\(after.deleted.map(\.path))")
     }
 
+    /// A kill or a power cut right after a segment's rename, before the store had done anything
+    /// else: the segment is on the disk, whole, and is still the newest after a restart.
+    @Test func aSegmentWholeOnTheDiskIsLoggedEvenIfNothingAfterItsRenameRan() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("order-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        // Room for three segments.
+        let retention = Retention(maxBytes: 3000, protectedMaxBytes: 1 << 30, minFreeBytes: 0)
+        let base = Date(timeIntervalSince1970: 1_795_700_000)
+        let store = try RecordingStore(directory: root.path, retention: retention, segmentSeconds: 5)
+        for seq in 0..<2 { _ = store.record(Self.segment(seq: seq, at: base.addingTimeInterval(Double(seq) * 5))) }
+        // The third is renamed into place; then the process is gone. (Here: the write "fails"
+        // after the rename, so nothing that follows a write runs.)
+        let cut = try RecordingStore(directory: root.path, retention: retention, segmentSeconds: 5) { bytes, file throws(OutputError) in
+            try DurableFile.write(bytes, to: file)
+            throw OutputError(path: file.path, reason: "the power went")
+        }
+        #expect(cut.record(Self.segment(seq: 2, at: base.addingTimeInterval(10))).error != nil)
+        #expect(StoredSegment.all(in: root).map(\.seq).sorted() == [0, 1, 2], "whole on the disk")
+
+        // After the restart the loop deletes the oldest recorded, not the one the power cut caught.
+        let restarted = try RecordingStore(directory: root.path, retention: retention, segmentSeconds: 5)
+        let next = restarted.record(Self.segment(seq: 3, at: base.addingTimeInterval(15)))
+        #expect(next.deleted.map(\.seq) == [0], "\(next.deleted.map(\.path))")
+        #expect(StoredSegment.all(in: root).map(\.seq).sorted() == [1, 2, 3])
+    }
+
+    @Test func aNameAfterALineCutShortStartsALineOfItsOwn() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("order-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let retention = Retention(maxBytes: nil, protectedMaxBytes: 1 << 30, minFreeBytes: 0)
+        let base = Date(timeIntervalSince1970: 1_795_700_000)
+        var store = try RecordingStore(directory: root.path, retention: retention, segmentSeconds: 5)
+        // Names whose times say the opposite of the order they were recorded in.
+        for seq in 0..<2 { _ = store.record(Self.segment(seq: seq, at: base.addingTimeInterval(Double(-seq) * 60))) }
+        let log = root.appendingPathComponent(RecordingOrder.fileName)
+        let handle = try FileHandle(forWritingTo: log)
+        handle.seekToEndOfFile()
+        handle.write(Data("000099-2026".utf8))
+        try handle.close()
+        store = try RecordingStore(directory: root.path, retention: retention, segmentSeconds: 5)
+        _ = store.record(Self.segment(seq: 2, at: base.addingTimeInterval(-180)))
+        let lines = try String(contentsOf: log, encoding: .utf8).split(separator: "\n")
+        #expect(lines.last?.hasPrefix("000002-") == true, "\(lines)")
+        #expect(RecordingOrder(root: root).sorted(StoredSegment.all(in: root)).map(\.seq) == [0, 1, 2])
+    }
+
     @Test func aLogCutShortOrGrownLongStillOrders() throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("order-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }

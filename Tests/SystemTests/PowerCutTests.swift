@@ -58,8 +58,12 @@ import Testing
         // (The log of the order segments were recorded in is the one hidden file that stays.)
         let left = files(under: folder).filter { $0.split(separator: "/").last?.hasPrefix(".") == true && $0 != ".recording-order" }
         #expect(left.isEmpty, "temporary files after a clean start: \(left)")
-        // (A kill between a segment's rename and its line in that log leaves it unlogged: it then
-        // counts as older than the logged ones, RecordingOrder's rule, and is never lost.)
+        // Every segment on the disk is named in that log, wherever a kill caught it: it is logged
+        // before its file is written, so none ends up "older than every logged one" and first to go.
+        let logged = Set(try String(contentsOf: folder.appendingPathComponent(".recording-order"), encoding: .utf8)
+            .split(separator: "\n").map(String.init))
+        let unlogged = files(under: folder).filter { $0.hasSuffix(".mp4") }.filter { !logged.contains(String($0.split(separator: "/").last ?? "")) }
+        #expect(unlogged.isEmpty, "segments the recording order does not name: \(unlogged)")
         #expect(again.stderr.contains("removed \(hidden.count) temporary file(s) an interrupted run left"), "\(hidden) \(again.stderr)")
         print("power cuts: 20 kills, \(segments.count) whole segments, \(interruptedWrites) kills caught a write in progress")
     }

@@ -103,6 +103,10 @@ public final class RecordingStore: Sendable {
                 of: state.index, freeBytes: freeBytes(), incoming: Int64(segment.data.count), incomingProtected: protected), from: &state.index)
             let path = StoredSegment.path(for: segment.metadata, protected: protected)
             state.writing[path] = Writing(seq: segment.metadata.seq, capturedAt: start, length: length)
+            // Logged before its file is there: a kill or a power cut after the rename cannot leave
+            // the newest segment unlogged, and so first to go. A name whose file never came is
+            // passed over.
+            state.order.append(StoredSegment(path: path, seq: segment.metadata.seq, capturedAt: start, bytes: 0).name)
             return (path, deleted)
         }
         // Outside it: the write, its flush and rename.
@@ -135,9 +139,8 @@ public final class RecordingStore: Sendable {
                     return Recorded(path: path, error: error, deleted: deleted)
                 }
             }
-            // The newest recorded, whatever the clock said of it.
+            // The newest recorded, whatever the clock said of it (logged before it was written).
             state.index.append(stored)
-            state.order.append(stored.name)
             return Recorded(path: stored.path, error: nil, deleted: deleted)
         }
     }
