@@ -14,6 +14,16 @@ import Testing
             data: [UInt8](repeating: UInt8(seq % 256), count: bytes))
     }
 
+    /// Appends half a name to the folder's log, as a power cut in the middle of an append leaves it.
+    static func cutLastLineShort(in root: URL) throws -> URL {
+        let log = root.appendingPathComponent(RecordingOrder.fileName)
+        let handle = try FileHandle(forWritingTo: log)
+        handle.seekToEndOfFile()
+        handle.write(Data("000099-2026".utf8))
+        try handle.close()
+        return log
+    }
+
     @Test func aClockSteppedBackDoesNotMakeFreshFootageGoFirst() throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("order-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }
@@ -75,11 +85,7 @@ import Testing
         var store = try RecordingStore(directory: root.path, retention: retention, segmentSeconds: 5)
         // Names whose times say the opposite of the order they were recorded in.
         for seq in 0..<2 { _ = store.record(Self.segment(seq: seq, at: base.addingTimeInterval(Double(-seq) * 60))) }
-        let log = root.appendingPathComponent(RecordingOrder.fileName)
-        let handle = try FileHandle(forWritingTo: log)
-        handle.seekToEndOfFile()
-        handle.write(Data("000099-2026".utf8))
-        try handle.close()
+        let log = try Self.cutLastLineShort(in: root)
         store = try RecordingStore(directory: root.path, retention: retention, segmentSeconds: 5)
         _ = store.record(Self.segment(seq: 2, at: base.addingTimeInterval(-180)))
         let lines = try String(contentsOf: log, encoding: .utf8).split(separator: "\n")
@@ -94,12 +100,8 @@ import Testing
         let store = try RecordingStore(directory: root.path, retention: retention, segmentSeconds: 5)
         let base = Date(timeIntervalSince1970: 1_795_700_000)
         for seq in 0..<3 { _ = store.record(Self.segment(seq: seq, at: base.addingTimeInterval(Double(-seq) * 60))) }
-        let log = root.appendingPathComponent(RecordingOrder.fileName)
         // A power cut in the middle of an append, and names of files long gone.
-        let handle = try FileHandle(forWritingTo: log)
-        handle.seekToEndOfFile()
-        handle.write(Data("000099-2026".utf8))
-        try handle.close()
+        let log = try Self.cutLastLineShort(in: root)
         let order = RecordingOrder(root: root)
         #expect(order.sorted(StoredSegment.all(in: root)).map(\.seq) == [0, 1, 2], "recording order, not the names' times")
         var long = RecordingOrder(root: root)
