@@ -254,6 +254,8 @@ private final class SpeakerWorker: @unchecked Sendable {
     }
 
     private func firstSample(of request: Request) {
+        // A kept message said again after a cut-off had its first sample the first time.
+        guard !request.again else { return }
         let latency = request.message.receivedAt.duration(to: .now)
         lock.withLock { state in
             state.latencies.append(latency)
