@@ -106,7 +106,7 @@ public final class RecordingStore: Sendable {
             // Logged before its file is there: a kill or a power cut after the rename cannot leave
             // the newest segment unlogged, and so first to go. A name whose file never came is
             // passed over.
-            state.order.append(StoredSegment(path: path, seq: segment.metadata.seq, capturedAt: start, bytes: 0).name)
+            state.order.append(StoredSegment.fileName(for: segment.metadata))
             return (path, deleted)
         }
         // Outside it: the write, its flush and rename.
