@@ -8,12 +8,14 @@
 #     bash Tests/HIL/run.sh --prepare     only install and build what the host needs for it
 #
 # Environment:
-#   AGENT_BIN         agent to test (default <repo>/.build/debug/dashcam-agent)
+#   AGENT_BIN         agent to test (default <repo>/.build/debug/dashcam-agent; the test command
+#                     gives the release build the package ships)
+#   SERVER_BIN        guidance-server for case 30 (default: the one beside AGENT_BIN)
 #   HIL_CASES         only these cases (names or globs, e.g. "20-*"); default all cases/*.sh
 #   HIL_KERNEL        a kernel version under /boot to use instead of the newest *-amd64
 #   HIL_MODULES       kernel pieces to load in the VM (default "vivid gpio-sim snd-aloop lis3dh")
 #   HIL_VM_MEMORY     guest memory (default 2G)
-#   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 1080)
+#   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 1800)
 #   HIL_SKIP_INSTALL  1 = don't check/install packages (build-gpio-sim.sh: no apt-get either)
 #   HIL_ROOT          a Debian root folder to boot as the VM's userspace instead of the host's
 #                     (scripts/debian13.sh passes its Debian 13 root): the cases then run that
@@ -115,6 +117,11 @@ find_agent() {
       build it:  (cd \"$REPO_ROOT\" && swift build --product dashcam-agent)   or set AGENT_BIN"
     fi
     say "agent: $AGENT_BIN"
+    if [ -n "${SERVER_BIN:-}" ]; then
+        SERVER_BIN=$(readlink -f "$SERVER_BIN")
+        [ -x "$SERVER_BIN" ] || die "SERVER_BIN is not an executable: $SERVER_BIN"
+        say "server (case 30): $SERVER_BIN"
+    fi
 }
 
 # ------------------------------------------------------------------ main
@@ -177,7 +184,7 @@ if [ -n "${HIL_ROOT:-}" ]; then
     say "userspace: $HIL_ROOT (Debian $(cat "$HIL_ROOT/etc/debian_version"))"
     VNG_ARGS+=(--root "$HIL_ROOT" --rwdir "$WORK=$WORK")
     # shellcheck disable=SC2086  # HIL_RODIRS is a list
-    for d in "$REPO_ROOT/Tests" "$REPO_ROOT/device-config" "$(dirname "$AGENT_BIN")" "/lib/modules/$KVER" ${HIL_RODIRS:-}; do
+    for d in "$REPO_ROOT/Tests" "$REPO_ROOT/device-config" "$(dirname "$AGENT_BIN")" ${SERVER_BIN:+"$(dirname "$SERVER_BIN")"} "/lib/modules/$KVER" ${HIL_RODIRS:-}; do
         d=$(readlink -f "$d")
         mkdir -p "$HIL_ROOT$d"
         VNG_ARGS+=(--rodir "$d=$d")
@@ -188,7 +195,7 @@ else
 fi
 "$VNG" --help 2>/dev/null | grep -q -- '--cpus' && VNG_ARGS+=(--cpus 2)
 VM_ENV=("HIL_WORK=$WORK" "AGENT_BIN=$AGENT_BIN")
-for v in HIL_CASES HIL_MODULES HIL_CASE_TIMEOUT HIL_TERM_WITHIN HIL_VOICE_TOUCH_ROUNDS HIL_SEGMENT_SECONDS HIL_PARKING_STILL_SECONDS HIL_PARKING_SHORT; do
+for v in SERVER_BIN HIL_CASES HIL_MODULES HIL_CASE_TIMEOUT HIL_TERM_WITHIN HIL_VOICE_TOUCH_ROUNDS HIL_SEGMENT_SECONDS HIL_PARKING_STILL_SECONDS HIL_PARKING_SHORT; do
     [ -n "${!v:-}" ] && VM_ENV+=("$v=${!v}")
 done
 VM_CMD=$(printf '%q ' env "${VM_ENV[@]}" bash "$HIL_DIR/in-vm.sh")
@@ -196,7 +203,7 @@ VM_CMD=$(printf '%q ' env "${VM_ENV[@]}" bash "$HIL_DIR/in-vm.sh")
 start=$(date +%s)
 say "booting the VM (QEMU TCG; about 20 s before the first case)"
 set +e
-(cd "$WORK" && timeout -k 20 "${HIL_VM_TIMEOUT:-1080}" "$VNG" "${VNG_ARGS[@]}" --exec "$VM_CMD" \
+(cd "$WORK" && timeout -k 20 "${HIL_VM_TIMEOUT:-1800}" "$VNG" "${VNG_ARGS[@]}" --exec "$VM_CMD" \
     < /dev/null 2>&1) | tee "$WORK/vm-console.log"
 vm_rc=${PIPESTATUS[0]}
 set -e
