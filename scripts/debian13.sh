@@ -8,7 +8,7 @@
 #     bash scripts/debian13.sh run CMD...   run CMD in the root, in the repository's folder
 #     bash scripts/debian13.sh test         the test command's steps for Debian 13 (below)
 #     bash scripts/debian13.sh build|tests|release|boot|hil
-#                                           one part of them (scripts/test.sh runs them so)
+#                                           one part of them
 #
 # `test` runs, each against trixie's packages: the libgpiod shim's C checks (its libgpiod v2
 # branch), the Swift build and tests, the release .deb checked by trixie's lintian, and the
@@ -139,8 +139,7 @@ build_tests() {
     fi
 }
 
-# The parts, each a step: scripts/test.sh runs them in its two lanes (the builds and tests in
-# one, the VM suites in the other, each suite once what it boots is built); `test` runs them in a row.
+# The parts, each a step or a few; `test` runs them in a row.
 build_part() {
     step "Debian 13: root (debootstrap, packages)" make_root
     step "Debian 13: libgpiod shim checks (C)" run_in_root bash Tests/CGPIODShim/run.sh "$DIR/shim"
@@ -163,9 +162,9 @@ boot_part() {
     step "Debian 13: the .deb booted with systemd (VM)" env BOOT_RELEASE=trixie bash "$REPO/Tests/Boot/run.sh" "$(tail -1 "$DIR/deb.path")"
 }
 # The agent the package ships (the debug one with PACKAGE=0), with this root as the VM's userspace.
-# The cases whose difference between the releases is their userspace: 60-gsensor (sysfs and the
-# IIO buffer, read by the agent's own code) and 70-clock-step (the kernel's clocks) run the same
-# kernel and code as on Debian 12, so they run there only (HIL_CASES picks others).
+# The kernel is the host's on both releases: 60-gsensor (sysfs and the IIO buffer, read by the
+# agent's own code) and 70-clock-step (the kernel's clocks) exercise nothing Debian 13 changes,
+# so they run on Debian 12 only (HIL_CASES picks others).
 HIL13_CASES="05-devices 07-gpio-shim 10-vivid-record 20-vivid-unplug 30-voice-touch 40-vivid-dark 50-doctor 80-parking"
 hil_part() {
     local agent="$DIR/build/debug/dashcam-agent"

@@ -3,14 +3,9 @@
 # printed at the end. Progress goes to stderr, so a step's stdout can be redirected alone.
 STEP_TIMES=()
 
-# step NAME CMD...: prints "=== NAME", runs CMD, notes how long it took. When the file
-# STEP_STOP_FILE names exists (scripts/test.sh: its other lane failed), it stops the run instead.
+# step NAME CMD...: prints "=== NAME", runs CMD, notes how long it took.
 step() {
     local name=$1 start=$SECONDS; shift
-    if [ -n "${STEP_STOP_FILE:-}" ] && [ -e "$STEP_STOP_FILE" ]; then
-        echo "=== $name: not run, a step beside it failed (see above)" >&2
-        exit 1
-    fi
     echo "=== $name" >&2
     "$@"
     STEP_TIMES+=("$(printf '%-48s %5d s' "$name" $((SECONDS - start)))")
