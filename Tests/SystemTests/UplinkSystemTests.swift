@@ -49,11 +49,14 @@ import Testing
         let early = agent.resources
         try await Task.sleep(for: .seconds(40))
         let late = agent.resources
+        // More segments than the queue holds (3), many times over: waited for, not expected of a
+        // minute (an idle machine here made 199 in it, a busy CI machine with slower cores 26, one
+        // whose cores a VM held 10).
+        try #require(await agent.wait(for: .seconds(600)) { $0.stdout.split(separator: "\n").count > 10 }, "\(agent.stderr.suffix(2000))")
         // This server never acknowledges: every recorded segment is only on disk.
         let json = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
                                                   ["status", "--json", "--socket", files.path("status.sock")])
         let status = try JSONDecoder().decode(AgentStatus.self, from: Data(json.stdout.utf8))
-        // More segments than the queue holds (3), many times over, whatever the machine's speed.
         #expect(status.uplink.acked == 0 && status.uplink.notSent == status.camera.segments && status.camera.segments > 10,
                 "\(json.stdout)")
         #expect(agent.stop() == 0)
@@ -66,9 +69,6 @@ import Testing
             return Int(summary[range.upperBound...].prefix { $0.isNumber }) ?? -1
         }
         let acked = number(after: "acked"), dropped = number(after: "dropped"), sessions = number(after: "sessions")
-        // Far more than the 3 the queue holds (a busy machine here made 81 in the minute, an idle one
-        // 199, a busy CI machine with slower cores 26).
-        #expect(produced > 10, "the test pattern at full speed makes many segments a minute")
         #expect(dropped > 0)
         // Nothing is acknowledged, so every segment is dropped and counted, or still held (at most
         // uplink.queueSegments, 3) when the agent stops: sent is not enough to let one go.
