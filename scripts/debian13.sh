@@ -164,12 +164,13 @@ boot_part() {
 # The agent the package ships (the debug one with PACKAGE=0), with this root as the VM's userspace.
 # The kernel is the host's on both releases: 60-gsensor (sysfs and the IIO buffer, read by the
 # agent's own code) and 70-clock-step (the kernel's clocks) exercise nothing Debian 13 changes,
-# so they run on Debian 12 only (HIL_CASES picks others).
+# so they run on Debian 12 only (HIL_CASES picks others). The VM sees this folder whole (the
+# agent's and the server's builds are in it; the root itself is the VM's /).
 HIL13_CASES="05-devices 07-gpio-shim 10-vivid-record 20-vivid-unplug 30-voice-touch 40-vivid-dark 50-doctor 80-parking"
 hil_part() {
     local agent="$DIR/build/debug/dashcam-agent"
     [ "${PACKAGE:-1}" = 0 ] || agent="$DIR/release/release/dashcam-agent"
-    step "Debian 13: hardware-in-the-loop (VM)" env HIL_ROOT="$ROOT" HIL_RODIRS="$TOOLCHAIN/usr/lib/swift/linux" \
+    step "Debian 13: hardware-in-the-loop (VM)" env HIL_ROOT="$ROOT" HIL_RODIRS="$TOOLCHAIN/usr/lib/swift/linux $DIR" \
         HIL_SHIM_CHECK="$DIR/shim/shim_check" AGENT_BIN="$agent" SERVER_BIN="$DIR/build/debug/guidance-server" \
         HIL_PARKING_SHORT=1 HIL_CASES="${HIL_CASES:-$HIL13_CASES}" bash "$REPO/Tests/HIL/run.sh"
 }

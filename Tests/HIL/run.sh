@@ -183,9 +183,18 @@ if [ -n "${HIL_ROOT:-}" ]; then
     [ -x "$HIL_ROOT/usr/bin/bash" ] || die "HIL_ROOT=$HIL_ROOT is not a root folder"
     say "userspace: $HIL_ROOT (Debian $(cat "$HIL_ROOT/etc/debian_version"))"
     VNG_ARGS+=(--root "$HIL_ROOT" --rwdir "$WORK=$WORK")
+    # Each folder once, and none inside another already given: virtme-ng passes the mounts on the
+    # kernel's command line, which has room for about 2 KB (a seventh one, the server's folder,
+    # left the VM unable to start).
+    dirs=()
     # shellcheck disable=SC2086  # HIL_RODIRS is a list
-    for d in "$REPO_ROOT/Tests" "$REPO_ROOT/device-config" "$(dirname "$AGENT_BIN")" ${SERVER_BIN:+"$(dirname "$SERVER_BIN")"} "/lib/modules/$KVER" ${HIL_RODIRS:-}; do
+    for d in ${HIL_RODIRS:-} "$REPO_ROOT/Tests" "$REPO_ROOT/device-config" "$(dirname "$AGENT_BIN")" ${SERVER_BIN:+"$(dirname "$SERVER_BIN")"} "/lib/modules/$KVER"; do
         d=$(readlink -f "$d")
+        inside=0
+        for e in "${dirs[@]}"; do [[ $d == "$e" || $d == "$e"/* ]] && inside=1; done
+        [ "$inside" = 1 ] || dirs+=("$d")
+    done
+    for d in "${dirs[@]}"; do
         mkdir -p "$HIL_ROOT$d"
         VNG_ARGS+=(--rodir "$d=$d")
     done
