@@ -184,8 +184,8 @@ if [ -n "${HIL_ROOT:-}" ]; then
     say "userspace: $HIL_ROOT (Debian $(cat "$HIL_ROOT/etc/debian_version"))"
     VNG_ARGS+=(--root "$HIL_ROOT" --rwdir "$WORK=$WORK")
     # Each folder once, and none inside another already given: virtme-ng passes the mounts on the
-    # kernel's command line, which has room for about 2 KB (a seventh one, the server's folder,
-    # left the VM unable to start).
+    # kernel's command line, and past its 2 KB it starts another root through a script of its
+    # own, which did not start here (a seventh folder, the server's, took it past).
     dirs=()
     # shellcheck disable=SC2086  # HIL_RODIRS is a list
     for d in ${HIL_RODIRS:-} "$REPO_ROOT/Tests" "$REPO_ROOT/device-config" "$(dirname "$AGENT_BIN")" ${SERVER_BIN:+"$(dirname "$SERVER_BIN")"} "/lib/modules/$KVER"; do
