@@ -139,9 +139,10 @@ build_tests() {
     fi
 }
 
-# The parts, each a step or a few; `test` runs them in a row.
+# The parts, each a step or a few, in the root made (or checked) once before them; `test` runs
+# them in a row.
+root_step() { step "Debian 13: root (debootstrap, packages)" make_root; }
 build_part() {
-    step "Debian 13: root (debootstrap, packages)" make_root
     step "Debian 13: libgpiod shim checks (C)" run_in_root bash Tests/CGPIODShim/run.sh "$DIR/shim"
     step "Debian 13: resolve dependencies (host)" resolve "$DIR/build"
     step "Debian 13: swift build --build-tests" build_tests
@@ -152,7 +153,6 @@ tests_part() {
     done
 }
 release_part() {
-    step "Debian 13: root (debootstrap, packages)" make_root
     step "Debian 13: resolve dependencies (release)" resolve "$DIR/release"
     step "Debian 13: release .deb" run_in_root env DEB_SCRATCH="$DIR/release" DEB_OUT="$DIR/deb" bash deploy/build-deb.sh > "$DIR/deb.path"
     step "Debian 13: dpkg-deb, lintian" run_in_root bash deploy/check-deb.sh "$(tail -1 "$DIR/deb.path")"
@@ -176,6 +176,7 @@ hil_part() {
 }
 
 test_all() {
+    root_step
     build_part
     tests_part
     if [ "${PACKAGE:-1}" != 0 ]; then
@@ -192,6 +193,6 @@ case "${1:-}" in
     root) make_root ;;
     run) shift; [ "$#" -gt 0 ] || die "run what?"; run_in_root "$@" ;;
     test) test_all ;;
-    build | tests | release | boot | hil) "${1}_part"; step_times "Debian 13 ($1) passed; times:" ;;
+    build | tests | release | boot | hil) root_step; "${1}_part"; step_times "Debian 13 ($1) passed; times:" ;;
     *) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 64 ;;
 esac
