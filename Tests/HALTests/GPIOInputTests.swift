@@ -28,6 +28,11 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: path) }
         let line = try ValueFileInputLine(path: path, intervalNs: 10_000_000)
         #expect(try !line.waitForChange(timeoutNs: 50_000_000))
+        // Emptied, as a program that rewrites it leaves it for a moment: no change, no error.
+        try Data().write(to: URL(fileURLWithPath: path))
+        #expect(try !line.waitForChange(timeoutNs: 50_000_000))
+        // The writer below empties the file too before it writes: that moment is passed over.
+        try Data("0\n".utf8).write(to: URL(fileURLWithPath: path))
         let writer = Task.detached {
             try await Task.sleep(for: .milliseconds(50))
             try Data("1\n".utf8).write(to: URL(fileURLWithPath: path))

@@ -18,24 +18,34 @@ public final class ValueFileInputLine: InputLine {
     }
 
     public func isActive() throws(GPIOError) -> Bool {
+        guard let active = try read() else { throw .invalidRequest("GPIO value file \(path): holds \"\", not 0 or 1") }
+        return active
+    }
+
+    /// True once the level read differs from the first one. A program that rewrites the file
+    /// empties it before it writes the new level: an empty file is no reading, not an error, and
+    /// after one the first level read counts as a change.
+    public func waitForChange(timeoutNs: Int64) throws -> Bool {
+        let before = try read()
+        let deadline = MonotonicClock.now() + UInt64(max(0, timeoutNs))
+        while MonotonicClock.now() < deadline {
+            MonotonicClock.sleep(until: min(deadline, MonotonicClock.now() + UInt64(interval)))
+            if let now = try read(), now != before { return true }
+        }
+        return false
+    }
+
+    /// The level, or nil when the file is empty.
+    private func read() throws(GPIOError) -> Bool? {
         guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
             throw .lineNotFound("GPIO value file \(path): cannot be read", code: nil)
         }
         switch text.trimmingCharacters(in: .whitespacesAndNewlines) {
         case "1": return !activeLow
         case "0": return activeLow
+        case "": return nil
         case let other: throw .invalidRequest("GPIO value file \(path): holds \"\(other.prefix(16))\", not 0 or 1")
         }
-    }
-
-    public func waitForChange(timeoutNs: Int64) throws -> Bool {
-        let before = try isActive()
-        let deadline = MonotonicClock.now() + UInt64(max(0, timeoutNs))
-        while MonotonicClock.now() < deadline {
-            MonotonicClock.sleep(until: min(deadline, MonotonicClock.now() + UInt64(interval)))
-            if try isActive() != before { return true }
-        }
-        return false
     }
 
     public func release() {}
