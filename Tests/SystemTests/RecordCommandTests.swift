@@ -189,8 +189,10 @@ import Testing
             try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         })
         #expect(line["endReason"] as? String == "shutdown")
+        // The segment in progress: cut short by the stop, with what 2.5 s gave (at most 25 frames
+        // at 10 a second; a busy machine gives fewer, so only one is asked for).
         let frames = try #require(line["frames"] as? Int)
-        #expect((10...30).contains(frames))
+        #expect((1...30).contains(frames), "\(frames) frames")
         try checkSegment(folder.appendingPathComponent(try #require(line["file"] as? String)), frames: frames)
     }
 
