@@ -75,8 +75,8 @@ import TestSupport
             #expect(probe.stdout.trimmingCharacters(in: .whitespacesAndNewlines).hasPrefix("+37.5665+126.9780"), "\(probe.stdout) \(probe.stderr)")
 
             // The model was told the speed and heading (27 knots = 50 km/h; 91.5° → 92). Waited
-            // for, not timed: with every suite's agents and servers on two busy cores, one
-            // segment's way through the agent, the server and the stand-in took over a minute.
+            // for, not timed: with every suite's agents and servers and two CPU hogs on two cores,
+            // that prompt had not come after a minute.
             #expect(await agent.wait(for: .seconds(600)) { _ in
                 standIn.requests.contains { Self.prompt($0).contains("moving at 50 km/h, heading 92 degrees from north") }
             }, "\(standIn.requests.map(Self.prompt))")
