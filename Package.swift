@@ -240,6 +240,22 @@ let package = Package(
             linkerSettings: fuzzing ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : []
         ),
 
+        // The devices of bench/server_load.py as a compiled program: the load on the server costs
+        // little CPU beside it. A bench tool, so it lives under bench/.
+        .executableTarget(
+            name: "server-load",
+            dependencies: [
+                "GuidanceProtocol",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            path: "bench/ServerLoad",
+            swiftSettings: upcoming
+        ),
+
         // Prints one JSON line per network change; run by HALTests inside network namespaces.
         // A test tool, so it lives under Tests/; SwiftPM still builds it beside the test bundle.
         .executableTarget(

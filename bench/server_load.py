@@ -23,7 +23,7 @@ and PostgreSQL are not pinned. `--server-cpus`/`--generator-cpus` choose other c
 lets everything share. The server runs the way deploy/server/guidance-server.service runs it:
 the unit's `Environment=` lines are read from the unit and set for the server here too.
 
-    swift build -c release --product guidance-server
+    swift build -c release --product guidance-server --product server-load
     pip install websockets
     python3 bench/server_load.py [--devices 200] [--seconds 60] [--bin .build/release] [--json]
     python3 bench/server_load.py --devices 5000         # needs `ulimit -n` above the device count
@@ -31,6 +31,11 @@ the unit's `Environment=` lines are read from the unit and set for the server he
     python3 bench/server_load.py --instances 2          # nginx + PostgreSQL (Debian's), on loopback
     python3 bench/server_load.py --ledger postgres      # one instance, PostgreSQL, no proxy
     python3 bench/server_load.py --hostile 1            # and one more device that sends only abuse
+
+The devices are `server-load` (bench/ServerLoad, built beside the server): a compiled program on one
+event loop, so that the load costs little CPU. `--generator python` runs them here instead, on
+asyncio and `websockets`, as the figures before the compiled one were measured; both do the same
+(the agent's schedule, refusals waited out, acks timed from the last chunk written).
 
 A hostile device has a token of its own and, for the whole run, sends what no agent would: frame
 counts no clip has, a real segment under a header whose frames and duration lie, random bytes
@@ -156,7 +161,7 @@ def write_tokens(folder, devices):
     os.chmod(tokens_file, 0o600)
     with open(os.path.join(folder, "script.yaml"), "w") as f:
         f.write('- text: "slow down"\n  lang: en-US\n- clear: true\n')
-    return tokens_file, list(tokens)
+    return tokens_file, list(tokens), tokens
 
 
 def start_server(binary, folder, name, tokens_file, devices, ledger, cpus, environment):
@@ -299,7 +304,7 @@ async def connect_admitted(port, token, stats):
             await asyncio.sleep(max(1.0, wait))
 
 
-async def device(port, token, segment, sha, seconds, start_delay, stats):
+async def device(port, token, device_id, segment, sha, seconds, start_delay, stats):
     # A camera records in real time from its own start: a segment is due every 5 s at its own
     # phase, however long its connection took to open. (Sending "5 s after the last send" instead
     # kept every device whose handshake finished in the same crowded moment in step for the whole
@@ -307,7 +312,7 @@ async def device(port, token, segment, sha, seconds, start_delay, stats):
     start = time.monotonic()
     due, end = start + start_delay, start + seconds
     await asyncio.sleep(start_delay)
-    hello = {"type": "hello", "protocol": 1, "device": token, "locale": "en-US", "agent": "load", "stream": str(uuid.uuid4()),
+    hello = {"type": "hello", "protocol": 1, "device": device_id, "locale": "en-US", "agent": "load", "stream": str(uuid.uuid4()),
              "video": {"codec": "hevc", "container": "mp4", "width": 640, "height": 360, "fps": 10, "segmentMs": 5000}}
     chunks = [segment[i:i + CHUNK] for i in range(0, len(segment), CHUNK)]
     sent = {}
@@ -482,8 +487,14 @@ def main():
     parser.add_argument("--generator-cpus", help="cores of the load generator (default: every other core)")
     parser.add_argument("--no-pin", action="store_true", help="servers and generator share every core")
     parser.add_argument("--ramp", type=float, default=5.0, help="seconds over which the devices connect (default: one segment period)")
+    parser.add_argument("--generator", choices=["compiled", "python"], default="compiled",
+                        help="the devices: server-load (from --bin), or asyncio here (default: compiled)")
+    parser.add_argument("--sessions-only", action="store_true",
+                        help="the devices open their sessions and send no segment (compiled generator): what starts cost")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.sessions_only and args.generator != "compiled":
+        parser.error("--sessions-only needs the compiled generator")
     all_cpus = os.sched_getaffinity(0)
     server_cpus, generator_cpus = None, None
     if not args.no_pin:
@@ -507,7 +518,7 @@ def main():
         segment_path = args.segment or make_segment(folder)
         segment = open(segment_path, "rb").read()
         sha = hashlib.sha256(segment).hexdigest()
-        tokens_file, tokens = write_tokens(folder, args.devices + args.hostile)
+        tokens_file, tokens, device_of = write_tokens(folder, args.devices + args.hostile)
         environment = unit_environment()
         if ledger_kind == "postgres":
             postgres = Postgres(folder)
@@ -520,6 +531,11 @@ def main():
         if generator_cpus:
             os.sched_setaffinity(0, generator_cpus)
         time.sleep(1)
+        compiled = None
+        if args.generator == "compiled":
+            device_tokens = os.path.join(folder, "device-tokens")
+            with open(device_tokens, "w") as f:
+                f.writelines(f"{t} {device_of[t]}\n" for t in tokens[:args.devices])
         idle_rss = sum(proc_rss_kib(s.pid) for s, _ in servers)
         machine_before = machine_cpu()
         server_cores_before = machine_cpu(server_cpus) if server_cpus else None
@@ -528,6 +544,15 @@ def main():
         proxy_before = tree_cpu(nginx_pids(proxy.pid)) if proxy else 0.0
         postgres_before = tree_cpu(postgres.pids()) if postgres else 0.0
         own_before = resource.getrusage(resource.RUSAGE_SELF)
+        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if args.generator == "compiled":
+            # Inherits this process's cores. Starts its devices as it prints "ready".
+            compiled = subprocess.Popen([os.path.join(args.bin, "server-load"), "--port", str(port), "--tokens", device_tokens,
+                                         "--segment", segment_path, "--seconds", str(args.seconds), "--ramp", str(args.ramp)]
+                                        + (["--sessions-only"] if args.sessions_only else []),
+                                        stdout=subprocess.PIPE, text=True)
+            if compiled.stdout.readline().strip() != "ready":
+                raise SystemExit("server-load did not start")
         # Steady state: segments written once every device has connected and sent its first (the
         # starts are spread over 5 s) and a period more has passed.
         stats = {"sessions": 0, "held": 0, "sent": 0, "acked": 0, "guidance": 0, "latency": [], "closes": {}, "errors": {},
@@ -543,7 +568,8 @@ def main():
             # generator's CPU as that window ends, so the start and the steady state can be told apart.
             await asyncio.sleep(max(0.0, stats["steady_from"] - time.perf_counter()))
             used = resource.getrusage(resource.RUSAGE_SELF)
-            sampled["storm_generator_cpu"] = (used.ru_utime - own_before.ru_utime) + (used.ru_stime - own_before.ru_stime)
+            sampled["storm_generator_cpu"] = ((used.ru_utime - own_before.ru_utime) + (used.ru_stime - own_before.ru_stime)
+                                              + (proc_stat(compiled.pid) if compiled else 0.0))
             sampled["storm_server_cpu"] = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
             asked = time.perf_counter()
             try:
@@ -567,10 +593,23 @@ def main():
         async def run():
             sampler = asyncio.create_task(sample())
             starting = asyncio.create_task(storm())
-            await asyncio.gather(*(device(port, tokens[i], segment, sha, args.seconds, delays[i], stats) for i in range(args.devices)),
-                                 *(hostile(port, tokens[args.devices + i], segment, args.seconds, stats) for i in range(args.hostile)))
+            if compiled:
+                devices = asyncio.to_thread(compiled.communicate)
+            else:
+                devices = asyncio.gather(*(device(port, tokens[i], device_of[tokens[i]], segment, sha, args.seconds, delays[i], stats) for i in range(args.devices)))
+            done, *_ = await asyncio.gather(devices, *(hostile(port, tokens[args.devices + i], segment, args.seconds, stats) for i in range(args.hostile)))
             await sampler
             await starting
+            if compiled:
+                if compiled.returncode != 0:
+                    raise SystemExit(f"server-load failed ({compiled.returncode})")
+                seen = json.loads(done[0])
+                for key in ("sessions", "held", "sent", "acked", "guidance", "closes", "errors", "refusals"):
+                    stats[key] = seen[key]
+                stats["admitted_after"] = seen["admittedAfter"]
+                stats["written_at"] = seen["writtenAtS"]
+                for key, name in (("latency", "latencyMs"), ("start_latency", "startLatencyMs"), ("steady_latency", "steadyLatencyMs")):
+                    stats[key] = [ms / 1000 for ms in seen[name]]
             return sum(proc_rss_kib(s.pid) for s, _ in servers)
 
         names = ["guidance_segment_ack_duration_seconds", "guidance_ledger_charge_duration_seconds"]
@@ -586,7 +625,10 @@ def main():
         proxy_cpu = tree_cpu(nginx_pids(proxy.pid)) - proxy_before if proxy else None
         postgres_cpu = tree_cpu(postgres.pids()) - postgres_before if postgres else None
         own = resource.getrusage(resource.RUSAGE_SELF)
-        own_cpu = (own.ru_utime - own_before.ru_utime) + (own.ru_stime - own_before.ru_stime)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # The generator: this process, and server-load (waited for, so a child that counts).
+        own_cpu = ((own.ru_utime - own_before.ru_utime) + (own.ru_stime - own_before.ru_stime)
+                   + (children.ru_utime - children_before.ru_utime) + (children.ru_stime - children_before.ru_stime))
         latency_ms = [x * 1000 for x in stats["latency"]]
         steady_ms = [x * 1000 for x in stats["steady_latency"]]
         start_ms = [x * 1000 for x in stats["start_latency"]]
@@ -625,7 +667,7 @@ def main():
             "server_cpu_s": cpu, "server_cpu_ms_per_segment": 1000 * cpu / max(1, stats["acked"]),
             "server_cpu_cores": cpu / args.seconds,
             "nginx_cpu_s": proxy_cpu, "postgres_cpu_s": postgres_cpu,
-            "generator_cpu_s": own_cpu, "generator_cpu_cores": own_cpu / args.seconds,
+            "generator": args.generator, "generator_cpu_s": own_cpu, "generator_cpu_cores": own_cpu / args.seconds,
             "server_cpus": ",".join(map(str, sorted(server_cpus))) if server_cpus else "any",
             "generator_cpus": ",".join(map(str, sorted(generator_cpus))) if generator_cpus else "any",
             "server_environment": " ".join(f"{k}={v}" for k, v in environment.items()) or None,
@@ -636,6 +678,12 @@ def main():
             "loadavg_before": load_before, "loadavg_end": load_after,
             "loadavg_1min_max": max(sampled.get("loads") or [load_after[0]]),
         }
+        if stats.get("written_at"):
+            # The ack p99 of each second of the run (by when the segment was written): where the slow ones are.
+            seconds = {}
+            for at, ms in zip(stats["written_at"], latency_ms):
+                seconds.setdefault(int(at), []).append(ms)
+            result["ack_ms_p99_by_second"] = [round(percentile(seconds.get(n, []), 99) or 0) for n in range(max(seconds) + 1)]
         if args.hostile:
             result.update({"hostile_devices": args.hostile, "hostile_sessions": stats["hostile_sessions"],
                            "hostile_messages": stats["hostile_sent"], "hostile_closes": stats["hostile_closes"],

@@ -211,7 +211,11 @@ public struct StreamServer: Sendable {
         }
         return Application(
             router: router, server: server,
-            configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "guidance-server"),
+            // A fleet reconnecting at once (a server restart, a cell tower back) is thousands of
+            // connections in a second: with Hummingbird's 256 the accept queue overflows and the
+            // kernel drops handshakes, which the cars retry a second or more later. 4096 is what
+            // Linux allows by default (net.core.somaxconn caps it).
+            configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "guidance-server", backlog: 4096),
             services: services + [SupersedeService(leases: leases, sessions: sessions, logger: logger), SessionChecks(sessions: sessions, beforeEach: { tokens.refresh() })]
                 + (pairing.flatMap { pairing in
                     pairing.owners.map { owners in
