@@ -18,6 +18,13 @@ import Testing
         #expect(tokens.device(authorization: "Bearer tok-2999") == "car-2999")
         #expect(tokens.device(authorization: "Bearer tok-3000") == nil)
         #expect(tokens.device(authorization: "tok-0") == nil)
+        // Spaces and tabs around the token are not part of it; anything else is.
+        #expect(tokens.device(authorization: "Bearer  tok-0 \t") == "car-0")
+        #expect(tokens.device(authorization: "Bearer \ttok-1") == "car-1")
+        #expect(tokens.device(authorization: "Bearer tok-0x") == nil)
+        #expect(tokens.device(authorization: "Bearer tok 0") == nil)
+        #expect(tokens.device(authorization: "Bearer ") == nil)
+        #expect(tokens.device(authorization: "bearer tok-0") == nil)
     }
 
     @Test(arguments: ["a: [x]\n", "- a\n", "a: b\na: c\n", "a: {b: c}\n", "just text\n", "{}\n", "\"\": car\n", "tok: \"\"\n"])
