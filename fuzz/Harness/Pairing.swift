@@ -6,7 +6,8 @@ import GuidanceServer
 /// picks the parser, the rest is what a peer sent.
 /// - 0: a form body (the OAuth endpoints, the owners' forms);
 /// - 1: a payment webhook, `SIGNATURE-HEADER\nBODY`, against the simulated provider's secret;
-/// - 2: an access token at the upgrade or in an `auth` message;
+/// - 2: an access token at the upgrade or in an `auth` message, and the same text as a device's
+///   static token in an `Authorization` header;
 /// - 3: a typed pairing code;
 /// - 4: a product in the config (`NAME=SECONDS=PRICE`).
 enum Pairing {
@@ -14,6 +15,7 @@ enum Pairing {
     static let provider = SimulatedProvider(secret: secret)
     static let tokens = AccessTokens(key: secret)
     static let now: Int64 = 1_780_000_000
+    static let deviceTokens = DeviceTokens(["tok-0": "car-0", "\u{00A0}tok-1": "car-1"])
 
     static func run(_ input: UnsafeRawBufferPointer) {
         guard let kind = input.first else { return }
@@ -37,6 +39,16 @@ enum Pairing {
                         "an event id or payment id out of bounds")
             }
         case 2:
+            // Spaces and tabs around a static token are trimmed, and nothing else is: a device only
+            // for a header whose token is exactly one in the file.
+            for header in ["Bearer " + text, text] {
+                if let device = deviceTokens.device(authorization: header) {
+                    let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: CharacterSet(charactersIn: " \t"))
+                    require(header.hasPrefix("Bearer ") && deviceTokens.knownDevice(authorization: "Bearer " + token) == device
+                                && ["tok-0": "car-0", "\u{00A0}tok-1": "car-1"][token] == device,
+                            "a device for a header whose token is not in the file: \(header.debugDescription)")
+                }
+            }
             if let claims = tokens.verify(text, nowSeconds: now) {
                 require(claims.exp > now && !claims.sub.isEmpty, "an expired or empty token accepted")
                 let (again, _) = tokens.issue(device: claims.sub, owner: claims.owner, nowSeconds: claims.iat)
