@@ -1,5 +1,6 @@
 import ConfigSupport
 import Foundation
+import Glibc
 @testable import GuidanceServer
 import Testing
 
@@ -52,6 +53,30 @@ import Testing
             #expect(tokens.knownDevice(authorization: "Bearer tok-b") == "car-b")
             #expect(tokens.knownDevice(authorization: "tok-b") == nil)
         }
+    }
+
+    /// A token moved to another device by a rewrite in place: same inode, same size, the same
+    /// second. The modification time's nanoseconds tell it (set here, so the test does not
+    /// depend on the file system's clock granularity).
+    @Test func aRewriteOfTheSameSizeInTheSameSecondIsSeen() throws {
+        try Self.withFile("tok-a: car-a\n") { file in
+            try Self.setModified(file, seconds: 1_780_000_000, nanoseconds: 100)
+            let tokens = try DeviceTokens(file: file)
+            #expect(tokens.device(authorization: "Bearer tok-a") == "car-a")
+            let handle = try #require(FileHandle(forWritingAtPath: file))
+            try handle.write(contentsOf: Data("tok-a: car-b\n".utf8))
+            try handle.close()
+            try Self.setModified(file, seconds: 1_780_000_000, nanoseconds: 100)
+            #expect(tokens.device(authorization: "Bearer tok-a") == "car-a", "inode, size and time as before: not read again")
+            // 10 ns later: as seconds in a Double (Foundation's dates) the two times are one.
+            try Self.setModified(file, seconds: 1_780_000_000, nanoseconds: 110)
+            #expect(tokens.device(authorization: "Bearer tok-a") == "car-b")
+        }
+    }
+
+    private static func setModified(_ file: String, seconds: Int, nanoseconds: Int) throws {
+        var times = [timespec(tv_sec: seconds, tv_nsec: nanoseconds), timespec(tv_sec: seconds, tv_nsec: nanoseconds)]
+        guard utimensat(AT_FDCWD, file, &times, 0) == 0 else { throw CocoaError(.fileWriteUnknown) }
     }
 
     private static func read(_ text: String) throws -> DeviceTokens {
