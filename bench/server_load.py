@@ -563,13 +563,24 @@ def main():
         delays = [args.ramp * i / args.devices for i in range(args.devices)]
         sampled = {}
 
+        def compiled_cpu():
+            """server-load's CPU so far: from /proc while it runs, from this process's children once
+            it has ended and been waited for (a run shorter than the start)."""
+            if not compiled:
+                return 0.0
+            try:
+                return proc_stat(compiled.pid)
+            except FileNotFoundError:
+                ended = resource.getrusage(resource.RUSAGE_CHILDREN)
+                return (ended.ru_utime - children_before.ru_utime) + (ended.ru_stime - children_before.ru_stime)
+
         async def storm():
             # The first ramp + 5 s, while every device connects: the server's histograms and the
             # generator's CPU as that window ends, so the start and the steady state can be told apart.
             await asyncio.sleep(max(0.0, stats["steady_from"] - time.perf_counter()))
             used = resource.getrusage(resource.RUSAGE_SELF)
             sampled["storm_generator_cpu"] = ((used.ru_utime - own_before.ru_utime) + (used.ru_stime - own_before.ru_stime)
-                                              + (proc_stat(compiled.pid) if compiled else 0.0))
+                                              + compiled_cpu())
             sampled["storm_server_cpu"] = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
             asked = time.perf_counter()
             try:

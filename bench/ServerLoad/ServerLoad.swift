@@ -46,26 +46,26 @@ struct ServerLoad: ParsableCommand {
         let mp4 = try Data(contentsOf: URL(fileURLWithPath: segment))
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
         defer { try? group.syncShutdownGracefully() }
-        let plan = Plan(port: port, mp4: [UInt8](mp4), seconds: seconds, ramp: ramp, sessionsOnly: sessionsOnly)
+        let plan = Plan(port: port, mp4: [UInt8](mp4), sessionsOnly: sessionsOnly)
 
         FileHandle.standardOutput.write(Data("ready\n".utf8))
         let start = NIODeadline.now()
-        let steadyFrom = start + .nanoseconds(Int64((ramp + Plan.segmentSeconds) * 1e9))
+        let steadyFrom = start + duration(ramp) + Plan.period
+        let end = start + duration(seconds)
         let loops = (0..<threads).map { _ in group.next() }
         let tallies = try loops.enumerated().map { index, loop in
             try loop.submit { () -> NIOLoopBound<Tally> in
                 let tally = Tally(start: start, steadyFrom: steadyFrom)
                 for (n, named) in devices.enumerated() where n % loops.count == index {
-                    let delay = ramp * Double(n) / Double(devices.count)
-                    let device = Device(token: named.token, id: named.id, plan: plan, tally: tally, loop: loop, start: start, delay: delay)
+                    let phase = start + duration(ramp * Double(n) / Double(devices.count))
+                    let device = Device(token: named.token, id: named.id, plan: plan, tally: tally, loop: loop, phase: phase, end: end)
                     device.begin()
                 }
                 return NIOLoopBound(tally, eventLoop: loop)
             }.wait()
         }
         // Every device ends at the run's end plus a second (for the last acks), as in the Python devices.
-        let end = start + .nanoseconds(Int64((seconds + 1.5) * 1e9))
-        while NIODeadline.now() < end { usleep(100_000) }
+        while NIODeadline.now() < end + .milliseconds(1500) { usleep(100_000) }
         let reports = try zip(loops, tallies).map { loop, tally in try loop.submit { tally.value.report() }.wait() }
         let merged = reports.dropFirst().reduce(into: reports[0]) { $0.merge($1) }
         let json = try JSONEncoder().encode(merged)
@@ -74,9 +74,13 @@ struct ServerLoad: ParsableCommand {
     }
 }
 
+/// Seconds as NIO's time.
+func duration(_ seconds: Double) -> TimeAmount { .nanoseconds(Int64(seconds * 1e9)) }
+
 /// What every device sends, built once: the segment's chunks as masked binary frames.
 struct Plan: Sendable {
-    static let segmentSeconds = 5.0
+    /// How often a device sends: what the agent records per segment.
+    static let period = TimeAmount.seconds(5)
     static let queuedSegments = 3
     static let key = WebSocketMaskingKey.random()
 
@@ -85,15 +89,11 @@ struct Plan: Sendable {
     let bytes: Int
     let chunks: Int
     let sha256: String
-    let seconds: Double
-    let ramp: Double
     let sessionsOnly: Bool
 
-    init(port: Int, mp4: [UInt8], seconds: Double, ramp: Double, sessionsOnly: Bool) {
+    init(port: Int, mp4: [UInt8], sessionsOnly: Bool) {
         self.port = port
         self.sessionsOnly = sessionsOnly
-        self.seconds = seconds
-        self.ramp = ramp
         bytes = mp4.count
         let size = GuidanceProtocol.maxMessageBytes
         chunks = (mp4.count + size - 1) / size
@@ -186,8 +186,9 @@ final class Device {
     let plan: Plan
     let tally: Tally
     let loop: any EventLoop
-    let start: NIODeadline
-    let delay: Double
+    /// When its first segment is due (its place in the ramp), and when it stops sending.
+    let phase: NIODeadline
+    let end: NIODeadline
     var channel: (any Channel)?
     var opened = false
     var finished = false
@@ -195,18 +196,16 @@ final class Device {
     var seq = 0
     var written: [Int: NIODeadline] = [:]
 
-    init(token: String, id: String, plan: Plan, tally: Tally, loop: any EventLoop, start: NIODeadline, delay: Double) {
+    init(token: String, id: String, plan: Plan, tally: Tally, loop: any EventLoop, phase: NIODeadline, end: NIODeadline) {
         self.token = token
         self.id = id
         self.plan = plan
         self.tally = tally
         self.loop = loop
-        self.start = start
-        self.delay = delay
-        due = start + .nanoseconds(Int64(delay * 1e9))
+        self.phase = phase
+        self.end = end
+        due = phase
     }
-
-    var end: NIODeadline { start + .nanoseconds(Int64(plan.seconds * 1e9)) }
 
     func begin() {
         let loop = self.loop.assumeIsolated()
@@ -239,7 +238,7 @@ final class Device {
         tally.counts.refusals[String(status), default: 0] += 1
         channel?.close(promise: nil)
         channel = nil
-        loop.assumeIsolated().scheduleTask(in: .nanoseconds(Int64(max(1, retryAfter ?? 1) * 1e9))) { self.connect() }
+        loop.assumeIsolated().scheduleTask(in: duration(max(1, retryAfter ?? 1))) { self.connect() }
     }
 
     func upgraded(_ channel: any Channel) {
@@ -252,12 +251,12 @@ final class Device {
         if !opened {
             opened = true
             tally.counts.sessions += 1
-            tally.counts.admittedAfter.append(Double((now - (start + .nanoseconds(Int64(delay * 1e9)))).nanoseconds) / 1e9)
+            tally.counts.admittedAfter.append(Double((now - phase).nanoseconds) / 1e9)
             // Slots missed while connecting are sent at once, one after another, as the agent sends
             // what it kept: at most 3 of them; the ones after keep the device's phase.
             var missed = 0
-            while due + .nanoseconds(Int64(Plan.segmentSeconds * 1e9)) < now {
-                due = due + .nanoseconds(Int64(Plan.segmentSeconds * 1e9))
+            while due + Plan.period < now {
+                due = due + Plan.period
                 missed += 1
             }
             sendSegments(backlog: min(missed, Plan.queuedSegments - 1))
@@ -293,7 +292,7 @@ final class Device {
             send()
         } else {
             let at = due
-            due = due + .nanoseconds(Int64(Plan.segmentSeconds * 1e9))
+            due = due + Plan.period
             loop.assumeIsolated().scheduleTask(deadline: at) { send() }
         }
     }

@@ -15,7 +15,8 @@ enum Pairing {
     static let provider = SimulatedProvider(secret: secret)
     static let tokens = AccessTokens(key: secret)
     static let now: Int64 = 1_780_000_000
-    static let deviceTokens = DeviceTokens(["tok-0": "car-0", "\u{00A0}tok-1": "car-1"])
+    static let staticTokens = ["tok-0": "car-0", "\u{00A0}tok-1": "car-1"]
+    static let deviceTokens = DeviceTokens(staticTokens)
 
     static func run(_ input: UnsafeRawBufferPointer) {
         guard let kind = input.first else { return }
@@ -45,7 +46,7 @@ enum Pairing {
                 if let device = deviceTokens.device(authorization: header) {
                     let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: CharacterSet(charactersIn: " \t"))
                     require(header.hasPrefix("Bearer ") && deviceTokens.knownDevice(authorization: "Bearer " + token) == device
-                                && ["tok-0": "car-0", "\u{00A0}tok-1": "car-1"][token] == device,
+                                && staticTokens[token] == device,
                             "a device for a header whose token is not in the file: \(header.debugDescription)")
                 }
             }

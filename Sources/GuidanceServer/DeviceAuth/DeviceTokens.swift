@@ -1,7 +1,6 @@
 public import ConfigSupport
 import Foundation
 import CDispatch  // where Swift finds `timespec` (st_mtim) on Linux
-import Glibc
 public import Logging
 import Synchronization
 import Yams

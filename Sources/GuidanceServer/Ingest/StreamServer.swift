@@ -136,13 +136,15 @@ public struct StreamServer: Sendable {
             // never answers the close (or stopped reading) cannot keep its connection slot.
             guard let channel = context.requestContext.channel else { return }
             defer { channel.eventLoop.scheduleTask(in: .milliseconds(Int64(settings.closeTimeoutMs))) { channel.close(promise: nil) } }
-            guard let device = resolveDevice(context.request.headers[.authorization]) else { return }
+            let authorization = context.request.headers[.authorization]
+            // One look at the tokens file for both questions (each look is a `stat`).
+            let staticDevice = tokens.device(authorization: authorization)
+            guard let device = staticDevice ?? accessClaims(authorization)?.sub else { return }
             let activity = try await ReadActivity.activity(of: channel)
             try await FrameUnmasker.install(on: channel)
-            let authorization = context.request.headers[.authorization]
             // A static token stops working when it leaves the tokens file; a paired device's
             // session lasts while the stream does (its access token was checked at the upgrade).
-            let byStaticToken = tokens.device(authorization: authorization) != nil
+            let byStaticToken = staticDevice != nil
             // Until when a paired device's session is authorized: its access token's expiry,
             // moved on by each `auth` message with a newer token of the same device.
             let window = AuthWindow(expiresAt: byStaticToken ? Int64.max : accessClaims(authorization)?.exp ?? 0)
