@@ -59,7 +59,10 @@ import Testing
         var expected: [Int] = []
         for utterance in utterances { expected.append(try await LocalGuidanceSystemTests.reference(utterance, voice: "en-us")) }
         let heard = try Self.wavFiles(files).map { try LocalGuidanceSystemTests.samples(files.path("speech/\($0)")).count }
-        #expect(heard.contains { count in expected.contains { abs(count - $0) * 200 <= $0 } }, "a WAV of \(expected) samples among \(heard)")
+        // Within 3 %: eSpeak-ng's rendering depends on what it said before in the same process,
+        // so the agent's saying of the phrase alone after "Dashcam ready. …" came out 1.3 % longer
+        // than espeak-ng's own in one run (0.0–0.2 % in others). The other utterances differ by far more.
+        #expect(heard.contains { count in expected.contains { abs(count - $0) * 100 <= $0 * 3 } }, "a WAV of \(expected) samples among \(heard)")
 
         // The owner's side: an account, the code typed in lower case with spaces, approved.
         let store = try await SQLitePairingStore.open(path: files.path("usage.sqlite"), logger: Logger(label: "owner-side"))
