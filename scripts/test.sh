@@ -32,9 +32,18 @@ prepare_roots() {
         fi
         if [ "${HIL:-1}" != 0 ]; then bash Tests/HIL/run.sh --prepare || failed=1; fi
         exit "$failed"
-    ) > "$ROOTS_LOG" 2>&1 &
+    ) > "$ROOTS_LOG" 2>&1 < /dev/null &
     ROOTS_PID=$!
 }
+# A run that ends early (a step failed) leaves nothing of that work running after it: the half-made
+# roots are made again by the next run.
+stop_tree() {
+    local child
+    for child in $(pgrep -P "$1"); do stop_tree "$child"; done
+    kill -TERM "$1" 2>/dev/null || true
+}
+stop_roots() { [ -z "$ROOTS_PID" ] || stop_tree "$ROOTS_PID"; }
+trap stop_roots EXIT
 # Waited for before the first step that boots a VM or uses a root. The Swift tests and the release
 # build run beside the downloads: no test depends on the machine's pace (scripts/stress-tests.sh).
 wait_roots() {
