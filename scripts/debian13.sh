@@ -216,7 +216,7 @@ case "${1:-}" in
     root) make_root ;;
     run) shift; [ "$#" -gt 0 ] || die "run what?"; run_in_root "$@" ;;
     test) test_all ;;
-    build) root_step; shim_part; build_part; step_times "Debian 13 (build) passed; times:" ;;
-    tests | release | boot | hil) root_step; "${1}_part"; step_times "Debian 13 ($1) passed; times:" ;;
+    build | hil) root_step; shim_part; "${1}_part"; step_times "Debian 13 ($1) passed; times:" ;;
+    tests | release | boot) root_step; "${1}_part"; step_times "Debian 13 ($1) passed; times:" ;;
     *) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 64 ;;
 esac
