@@ -218,5 +218,5 @@ case "${1:-}" in
     test) test_all ;;
     build | hil) root_step; shim_part; "${1}_part"; step_times "Debian 13 ($1) passed; times:" ;;
     tests | release | boot) root_step; "${1}_part"; step_times "Debian 13 ($1) passed; times:" ;;
-    *) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 64 ;;
+    *) sed -n '2,/^set -euo/{/^set -euo/!p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 64 ;;
 esac

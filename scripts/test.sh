@@ -2,9 +2,11 @@
 # The project's test command, on both Debian releases the agent supports: on this machine
 # (Debian 12) unit and integration tests, the release .deb through lintian and the
 # hardware-in-the-loop suite (a real kernel with the vivid camera under QEMU), and the .deb
-# installed with apt on a Debian 12 root that boots with systemd under QEMU; then the same on
-# Debian 13, in a root scripts/debian13.sh makes (its package booted on a trixie root). HIL=0 skips the VM suites,
-# PACKAGE=0 the release packages, BOOT=0 the boot, DEBIAN13=0 the Debian 13 half, for a quick loop.
+# installed with apt on a Debian 12 root that boots with systemd under QEMU; then on Debian 13, in
+# a root scripts/debian13.sh makes, what that release changes: its .deb through its lintian and
+# booted on a trixie root, and the VM cases its libraries touch (DEBIAN13_TESTS=1 adds the Swift
+# build and tests there). HIL=0 skips the VM suites, PACKAGE=0 the release packages, BOOT=0 the
+# boot, DEBIAN13=0 the Debian 13 half, for a quick loop.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
