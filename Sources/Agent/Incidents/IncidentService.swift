@@ -109,6 +109,7 @@ public struct IncidentService: Service {
             reader.join()
         }
         var detector = IncidentDetector(settings: settings.detector)
+        var firstImpacts = FirstImpacts(wallClock: Self.wallClock)
         var parkedDetector = parked.map { IncidentDetector(settings: $0.detector) }
         var failures = RateLimit(interval: .seconds(60))
         let listing = Listing(saved)
@@ -146,16 +147,17 @@ public struct IncidentService: Service {
                 actions = detector.tick(now: MonotonicClock.now())
             }
             for action in actions {
-                await perform(action, listing: listing)
+                let at = firstImpacts.time(of: action)
+                await perform(action, at: at, listing: listing)
                 // Its last segment is written up to a segment's time later: the readings go on meanwhile.
-                if case .closed(let incident) = action { group.addTask { await finish(incident, listing: listing) } }
+                if case .closed(let incident) = action { group.addTask { await finish(incident, at: at, listing: listing) } }
             }
         }
         // Stopping: the recording stops too, so an incident waiting for its last segment waits no more.
         group.cancelAll()
         }
         // Stopping: an incident still open keeps what has been protected so far.
-        if let open = detector.open { await finish(open, listing: listing, stopping: true) }
+        if let open = detector.open { await finish(open, at: firstImpacts.time(of: .extended(open)), listing: listing, stopping: true) }
     }
 
     /// The reading loop, on its own thread: a reading every 1/hz s, each on the monotonic clock.
@@ -194,14 +196,14 @@ public struct IncidentService: Service {
     // MARK: - Performing the detector's actions
 
     /// An incident opened or grew: its window protected, listed, and told to the server.
-    private func perform(_ action: IncidentDetector.Action, listing: Listing) async {
+    private func perform(_ action: IncidentDetector.Action, at: Date, listing: Listing) async {
         switch action {
         case .opened(let incident):
             logger.notice("g-sensor: incident: \(Self.g(incident.peakG)) g; protecting from \(settings.detector.before) before to \(settings.detector.after) after")
-            await record(incident, state: "open", listing: listing)
+            await record(incident, at: at, state: "open", listing: listing)
         case .extended(let incident):
             logger.info("g-sensor: incident goes on: \(incident.impacts) impact(s), peak \(Self.g(incident.peakG)) g")
-            await record(incident, state: "open", listing: listing)
+            await record(incident, at: at, state: "open", listing: listing)
         case .closed(let incident):
             await protect(incident)
         }
@@ -209,10 +211,10 @@ public struct IncidentService: Service {
 
     /// An incident is over: once its last segment is written, listed as saved, told to the
     /// server, and to the driver ("Incident saved." and the pattern) unless the agent is stopping.
-    private func finish(_ incident: IncidentDetector.Incident, listing: Listing, stopping: Bool = false) async {
+    private func finish(_ incident: IncidentDetector.Incident, at: Date, listing: Listing, stopping: Bool = false) async {
         // (`record` protects the final window, stopping or not.)
         if !stopping { await waitForSegments(until: Self.wallClock(incident.end)) }
-        let entry = await record(incident, state: "saved", listing: listing)
+        let entry = await record(incident, at: at, state: "saved", listing: listing)
         logger.notice("g-sensor: incident saved: \(incident.impacts) impact(s), peak \(Self.g(incident.peakG)) g, \(entry.files.count) segment(s) from \(entry.from) to \(entry.to)")
         guard !stopping, !Task.isCancelled else { return }
         await announce(.incidentSaved)
@@ -231,11 +233,11 @@ public struct IncidentService: Service {
     }
 
     /// Protects the window (again: it may have grown), lists it with its protected files, keeps
-    /// the list on disk and tells the server.
+    /// the list on disk and tells the server. `at`, its first impact's wall-clock time, is its id.
     @discardableResult
-    private func record(_ incident: IncidentDetector.Incident, state: String, listing: Listing) async -> AgentStatus.Incidents.Incident {
+    private func record(_ incident: IncidentDetector.Incident, at: Date, state: String, listing: Listing) async -> AgentStatus.Incidents.Incident {
         await protect(incident)
-        let from = Self.wallClock(incident.start), to = Self.wallClock(incident.end), at = Self.wallClock(incident.firstImpact)
+        let from = Self.wallClock(incident.start), to = Self.wallClock(incident.end)
         let segments = store.segments(overlapping: from...to).filter(\.isProtected)
         let entry = AgentStatus.Incidents.Incident(
             id: UTCTime(at).basic, at: UTCTime(at).rfc3339, peakG: (incident.peakG * 100).rounded() / 100, impacts: incident.impacts,
@@ -286,6 +288,31 @@ public struct IncidentService: Service {
               let list = try? JSONDecoder().decode([AgentStatus.Incidents.Incident].self, from: data) else { return [] }
         return list.prefix(listed).filter { incident in
             incident.files.contains { FileManager.default.fileExists(atPath: root.appendingPathComponent($0).path) }
+        }
+    }
+
+    /// The wall-clock time of each incident's first impact, read once, when it opened: the
+    /// incident's id and `at` in the list, in `incidents.json` and on the server. Read again at
+    /// each record it came out a millisecond later on a busy board (the monotonic clock and the
+    /// wall clock are read one after the other), and the list had the incident twice: once
+    /// saved, once open for ever.
+    struct FirstImpacts {
+        let wallClock: (UInt64) -> Date
+        private var times: [Int: Date] = [:]
+
+        init(wallClock: @escaping (UInt64) -> Date) { self.wallClock = wallClock }
+
+        /// The time of the incident the action is about; a closed one is forgotten.
+        mutating func time(of action: IncidentDetector.Action) -> Date {
+            switch action {
+            case .opened(let incident), .extended(let incident):
+                if let at = times[incident.number] { return at }
+                let at = wallClock(incident.firstImpact)
+                times[incident.number] = at
+                return at
+            case .closed(let incident):
+                return times.removeValue(forKey: incident.number) ?? wallClock(incident.firstImpact)
+            }
         }
     }
 
