@@ -177,12 +177,13 @@ boot_part() {
 # The agent the package ships (the debug one with PACKAGE=0), with this root as the VM's userspace.
 # The cases that touch what Debian 13 changes: its libgpiod tools and snd-aloop (05), libgpiod 2
 # under the shim (07), libv4l 1.30 and FFmpeg 7.1 recording vivid (10), OpenCV 4.10 and espeak-ng
-# 1.52 heard back from the sound card (40), and all of them with `doctor` (50). The others exercise
-# the agent's own code on the host's kernel, the same on both releases, and run on Debian 12 only:
-# 20-vivid-unplug, 30-voice-touch (the server's loop; it needs Debian 13's debug build),
-# 60-gsensor, 70-clock-step, 80-parking. HIL_CASES picks others. The VM sees this folder whole
-# (the agent's builds are in it; the root itself is the VM's /).
-HIL13_CASES="05-devices 07-gpio-shim 10-vivid-record 40-vivid-dark 50-doctor"
+# 1.52 heard back from the sound card (40), all of them with `doctor` (50), and libgpiod 2's input
+# request for the ignition line (80, in its short form). The others exercise the agent's own code
+# on the host's kernel, the same on both releases, and run on Debian 12 only: 20-vivid-unplug,
+# 30-voice-touch (the server's loop; it needs Debian 13's debug build), 60-gsensor, 70-clock-step.
+# HIL_CASES picks others. The VM sees this folder whole (the agent's builds are in it; the root
+# itself is the VM's /).
+HIL13_CASES="05-devices 07-gpio-shim 10-vivid-record 40-vivid-dark 50-doctor 80-parking"
 hil_part() {
     local agent="$DIR/build/debug/dashcam-agent"
     [ "${PACKAGE:-1}" = 0 ] || agent="$DIR/release/release/dashcam-agent"
