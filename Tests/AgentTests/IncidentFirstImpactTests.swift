@@ -16,7 +16,7 @@ struct IncidentFirstImpactTests {
         }
     }
 
-    @Test func anIncidentKeepsItsFirstImpactsTimeFromOpenedToClosed() {
+    @Test func anIncidentKeepsItsFirstImpactsTimeFromOpenedToClosed() throws {
         // Two shocks 2 s apart (one incident, extended), then, once it has closed, a third.
         let readings = IncidentDetectorTests.readings(hz: 10, seconds: 24) { t in
             (3..<4).contains(t) || (6..<7).contains(t) || (18..<19).contains(t) ? (0, 2, 0) : (0, 0, 0)
@@ -45,7 +45,7 @@ struct IncidentFirstImpactTests {
         #expect(times[1]?.count == 1 && times[2]?.count == 1, "\(times)")
         #expect(times[1] != times[2])
         // Read again instead, the same incident's time moves: what listed it twice.
-        let first = try! #require(actions.first.flatMap { if case .opened(let i) = $0 { i } else { nil } })
+        let first = try #require(actions.first.flatMap { if case .opened(let i) = $0 { i } else { nil } })
         #expect(clock.wall(first.firstImpact) != clock.wall(first.firstImpact))
     }
 }

@@ -157,7 +157,7 @@ public struct IncidentService: Service {
         group.cancelAll()
         }
         // Stopping: an incident still open keeps what has been protected so far.
-        if let open = detector.open { await finish(open, at: firstImpacts.time(of: .extended(open)), listing: listing, stopping: true) }
+        if let open = detector.open { await finish(open, at: firstImpacts.time(of: open), listing: listing, stopping: true) }
     }
 
     /// The reading loop, on its own thread: a reading every 1/hz s, each on the monotonic clock.
@@ -306,13 +306,18 @@ public struct IncidentService: Service {
         mutating func time(of action: IncidentDetector.Action) -> Date {
             switch action {
             case .opened(let incident), .extended(let incident):
-                if let at = times[incident.number] { return at }
-                let at = wallClock(incident.firstImpact)
-                times[incident.number] = at
-                return at
+                return time(of: incident)
             case .closed(let incident):
                 return times.removeValue(forKey: incident.number) ?? wallClock(incident.firstImpact)
             }
+        }
+
+        /// The time of an incident still open: read now if it is new.
+        mutating func time(of incident: IncidentDetector.Incident) -> Date {
+            if let at = times[incident.number] { return at }
+            let at = wallClock(incident.firstImpact)
+            times[incident.number] = at
+            return at
         }
     }
 
