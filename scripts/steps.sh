@@ -24,10 +24,38 @@ TEST_TARGETS=(HALTests AgentTests GuidanceServerTests SystemTests)
 # swift_tests TARGET [SWIFT TEST OPTIONS...]: one target's tests from the build already made.
 # A target that has not ended after TEST_TIMEOUT seconds (1200; SystemTests takes 2.5–3 minutes)
 # is stopped (TERM, KILL 30 s later) and the step fails: a test that hangs fails the run instead
-# of holding it until CI gives up.
+# of holding it until CI gives up. Then, or when the target fails, it prints the tests that
+# started and never ended, and a minute before the limit the processes still running under it
+# (which of this package's programs a hung test is waiting on, with their arguments).
 swift_tests() {
-    local target=$1; shift
-    timeout -k 30 "${TEST_TIMEOUT:-1200}" swift test --skip-build "$@" --filter "^$target\."
+    local target=$1 limit=${TEST_TIMEOUT:-1200} log rc=0 watch; shift
+    log=$(mktemp)
+    (
+        trap 'kill $! 2>/dev/null; exit 0' TERM
+        sleep "$((limit > 120 ? limit - 60 : limit / 2))" & wait $!
+        echo "=== $target still running; its processes:" >&2
+        ps -e --forest -o pid=,etimes=,args= | awk '/ timeout -k / {on=1} on && !/ awk | cut -c/' | cut -c1-300 >&2
+    ) &
+    watch=$!
+    # The status is swift test's (timeout's 124 when stopped), whatever pipefail says.
+    timeout -k 30 "$limit" swift test --skip-build "$@" --filter "^$target\." 2>&1 | tee "$log" && rc=${PIPESTATUS[0]} || rc=${PIPESTATUS[0]}
+    kill "$watch" 2>/dev/null || true
+    wait "$watch" 2>/dev/null || true
+    if [ "$rc" != 0 ]; then
+        [ "$rc" != 124 ] || echo "=== $target: stopped after $limit s" >&2
+        echo "=== $target: tests started and not ended:" >&2
+        python3 - "$log" >&2 <<'PY'
+import re, sys
+started, ended = [], set()
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    m = re.search(r"Test (\S+?\(.*?\))(?: with \d+ test cases?)? (started|passed|failed|skipped)", line)
+    if m:
+        (started.append if m.group(2) == "started" else ended.add)(m.group(1))
+print("\n".join("  " + name for name in started if name not in ended) or "  none")
+PY
+    fi
+    rm -f "$log"
+    return "$rc"
 }
 
 # Every build of the test command takes the versions in the committed Package.resolved and fails

@@ -1,4 +1,6 @@
 public import Foundation
+import Glibc
+import Synchronization
 
 /// Runs a program found on `PATH` and collects its output.
 public enum Command {
@@ -30,25 +32,43 @@ public enum Command {
         }
     }
 
-    /// Runs to completion; stderr goes through a file so neither pipe can fill up and stall it.
-    public static func execute(_ tool: String, _ arguments: [String], environment: [String: String]? = nil) throws -> Result {
+    /// Runs to completion. Both outputs go through files: neither can fill up and stall the
+    /// program, and a process it leaves behind (a daemon it started) cannot hold the call open.
+    /// A program still running after `limit` (far beyond any this package's tests run) is killed,
+    /// and the call throws, naming it with its arguments and the end of its stderr: a hang ends
+    /// the test, not the run.
+    public static func execute(_ tool: String, _ arguments: [String], environment: [String: String]? = nil,
+                               limit: Duration = .seconds(600)) throws -> Result {
         let process = Process()
         process.executableURL = tool.hasPrefix("/") ? URL(fileURLWithPath: tool) : URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = tool.hasPrefix("/") ? arguments : [tool] + arguments
         if let environment { process.environment = environment }
-        let errorFile = FileManager.default.temporaryDirectory.appendingPathComponent("cmd-\(UUID().uuidString).err")
-        _ = FileManager.default.createFile(atPath: errorFile.path, contents: nil)
-        defer { try? FileManager.default.removeItem(at: errorFile) }
-        let errorHandle = try FileHandle(forWritingTo: errorFile)
-        let out = Pipe()
-        process.standardOutput = out
+        let stem = FileManager.default.temporaryDirectory.appendingPathComponent("cmd-\(UUID().uuidString)").path
+        let (outputFile, errorFile) = (URL(fileURLWithPath: stem + ".out"), URL(fileURLWithPath: stem + ".err"))
+        for file in [outputFile, errorFile] { _ = FileManager.default.createFile(atPath: file.path, contents: nil) }
+        defer { for file in [outputFile, errorFile] { try? FileManager.default.removeItem(at: file) } }
+        let (outputHandle, errorHandle) = (try FileHandle(forWritingTo: outputFile), try FileHandle(forWritingTo: errorFile))
+        defer { try? outputHandle.close(); try? errorHandle.close() }
+        process.standardOutput = outputHandle
         process.standardError = errorHandle
         try process.run()
-        let stdout = try out.fileHandleForReading.readToEnd() ?? Data()
+        let overdue = Mutex(false)
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(deadline: .now() + .milliseconds(Int(limit / .milliseconds(1))))
+        timer.setEventHandler {
+            guard process.isRunning else { return }
+            overdue.withLock { $0 = true }
+            kill(process.processIdentifier, SIGKILL)
+        }
+        timer.resume()
+        defer { timer.cancel() }
         process.waitUntilExit()
-        try errorHandle.close()
-        let stderr = try Data(contentsOf: errorFile)
+        if overdue.withLock({ $0 }) {
+            let stderr = String(decoding: (try? Data(contentsOf: errorFile)) ?? Data(), as: UTF8.self)
+            throw Failure(description: "\(tool) \(arguments.joined(separator: " ")) was still running after \(limit); killed. Its stderr ends: \(stderr.suffix(3000))")
+        }
         return Result(status: process.terminationStatus,
-                      stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+                      stdout: String(decoding: try Data(contentsOf: outputFile), as: UTF8.self),
+                      stderr: String(decoding: try Data(contentsOf: errorFile), as: UTF8.self))
     }
 }

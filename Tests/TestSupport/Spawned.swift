@@ -1,5 +1,6 @@
 public import Foundation
 public import Glibc
+import Testing
 
 /// A program of this package (beside the test bundle) running in the background, its output
 /// going to files the test reads while it runs.
@@ -9,14 +10,17 @@ public final class Spawned {
     public let process = Process()
     public let stdoutFile: URL
     public let stderrFile: URL
+    /// The program's name and the arguments, for messages.
+    public let name: String
 
     /// `prefix` runs first (e.g. `ip netns exec NAME`), with the program's path after it.
     /// `absolute`: `program` is a path, not one of this package's programs.
     public init(_ program: String, _ arguments: [String], prefix: [String] = [], folder: URL, absolute: Bool = false) throws {
         let path = absolute ? program : Self.buildFolder.appendingPathComponent(program).path
-        let name = "\(URL(fileURLWithPath: program).lastPathComponent)-\(UUID().uuidString.prefix(8))"
-        stdoutFile = folder.appendingPathComponent("\(name).out")
-        stderrFile = folder.appendingPathComponent("\(name).err")
+        let stem = "\(URL(fileURLWithPath: program).lastPathComponent)-\(UUID().uuidString.prefix(8))"
+        stdoutFile = folder.appendingPathComponent("\(stem).out")
+        stderrFile = folder.appendingPathComponent("\(stem).err")
+        self.name = ([URL(fileURLWithPath: program).lastPathComponent] + arguments).joined(separator: " ")
         _ = FileManager.default.createFile(atPath: stdoutFile.path, contents: nil)
         _ = FileManager.default.createFile(atPath: stderrFile.path, contents: nil)
         if let first = prefix.first {
@@ -52,10 +56,18 @@ public final class Spawned {
         return condition(self)
     }
 
-    /// Sends `signal` and waits for the exit; the exit status.
+    /// Sends `signal` and waits for the exit; the exit status. A program still running `limit`
+    /// after the signal is a failure of the test that stops it: recorded with the end of its
+    /// stderr, then killed, so the test ends instead of waiting for ever.
     @discardableResult
-    public func stop(_ signal: Int32 = SIGTERM) -> Int32 {
+    public func stop(_ signal: Int32 = SIGTERM, limit: Duration = .seconds(120)) -> Int32 {
         if process.isRunning { kill(pid, signal) }
+        let deadline = ContinuousClock.now + limit
+        while process.isRunning, ContinuousClock.now < deadline { usleep(10_000) }
+        if process.isRunning {
+            Issue.record("\(name) (pid \(pid)) was still running \(limit) after signal \(signal); killed. Its stderr ends: \(stderr.suffix(3000))")
+            kill(pid, SIGKILL)
+        }
         process.waitUntilExit()
         return process.terminationStatus
     }
