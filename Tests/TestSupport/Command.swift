@@ -1,6 +1,5 @@
 public import Foundation
 import Glibc
-import Synchronization
 
 /// Runs a program found on `PATH` and collects its output.
 public enum Command {
@@ -52,23 +51,24 @@ public enum Command {
         process.standardOutput = outputHandle
         process.standardError = errorHandle
         try process.run()
-        let overdue = Mutex(false)
-        let timer = DispatchSource.makeTimerSource(queue: .global())
-        timer.schedule(deadline: .now() + .milliseconds(Int(limit / .milliseconds(1))))
-        timer.setEventHandler {
-            guard process.isRunning else { return }
-            overdue.withLock { $0 = true }
+        guard process.exits(within: limit) else {
             kill(process.processIdentifier, SIGKILL)
-        }
-        timer.resume()
-        defer { timer.cancel() }
-        process.waitUntilExit()
-        if overdue.withLock({ $0 }) {
+            process.waitUntilExit()
             let stderr = String(decoding: (try? Data(contentsOf: errorFile)) ?? Data(), as: UTF8.self)
             throw Failure(description: "\(tool) \(arguments.joined(separator: " ")) was still running after \(limit); killed. Its stderr ends: \(stderr.suffix(3000))")
         }
         return Result(status: process.terminationStatus,
                       stdout: String(decoding: try Data(contentsOf: outputFile), as: UTF8.self),
                       stderr: String(decoding: try Data(contentsOf: errorFile), as: UTF8.self))
+    }
+}
+
+extension Process {
+    /// Waits for the exit, at most `limit`; false if the program is still running then.
+    /// Polls without a run loop, on whichever thread calls it.
+    public func exits(within limit: Duration) -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while isRunning, ContinuousClock.now < deadline { usleep(10_000) }
+        return !isRunning
     }
 }

@@ -62,9 +62,7 @@ public final class Spawned {
     @discardableResult
     public func stop(_ signal: Int32 = SIGTERM, limit: Duration = .seconds(120)) -> Int32 {
         if process.isRunning { kill(pid, signal) }
-        let deadline = ContinuousClock.now + limit
-        while process.isRunning, ContinuousClock.now < deadline { usleep(10_000) }
-        if process.isRunning {
+        if !process.exits(within: limit) {
             Issue.record("\(name) (pid \(pid)) was still running \(limit) after signal \(signal); killed. Its stderr ends: \(stderr.suffix(3000))")
             kill(pid, SIGKILL)
         }

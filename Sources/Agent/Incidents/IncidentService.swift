@@ -298,7 +298,8 @@ public struct IncidentService: Service {
     /// saved, once open for ever.
     struct FirstImpacts {
         let wallClock: (UInt64) -> Date
-        private var times: [Int: Date] = [:]
+        /// The detector's one open incident, by number, and its time.
+        private var open: (number: Int, at: Date)?
 
         init(wallClock: @escaping (UInt64) -> Date) { self.wallClock = wallClock }
 
@@ -308,15 +309,17 @@ public struct IncidentService: Service {
             case .opened(let incident), .extended(let incident):
                 return time(of: incident)
             case .closed(let incident):
-                return times.removeValue(forKey: incident.number) ?? wallClock(incident.firstImpact)
+                let at = time(of: incident)
+                open = nil
+                return at
             }
         }
 
         /// The time of an incident still open: read now if it is new.
         mutating func time(of incident: IncidentDetector.Incident) -> Date {
-            if let at = times[incident.number] { return at }
+            if let open, open.number == incident.number { return open.at }
             let at = wallClock(incident.firstImpact)
-            times[incident.number] = at
+            open = (incident.number, at)
             return at
         }
     }
