@@ -27,7 +27,7 @@ prepare_roots() {
     (
         # At the lowest priority for the CPU and the disk: the tests beside it come first. The
         # system tests that encode dozens of segments slow down with every process beside them
-        # (one took over ten minutes with four CPU hogs beside the whole target).
+        # (one took over ten minutes with four CPU hogs and another encoder beside the target).
         renice -n 19 -p "$BASHPID" >/dev/null || true
         ionice -c 2 -n 7 -p "$BASHPID" || true
         # Each on its own: one that fails leaves the others to do.
