@@ -209,6 +209,7 @@ let package = Package(
                 "GuidanceServer", "GuidanceProtocol",
                 "ConfigSupport", "FFmpegLog",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: upcoming

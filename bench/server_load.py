@@ -28,6 +28,8 @@ the unit's `Environment=` lines are read from the unit and set for the server he
     python3 bench/server_load.py [--devices 200] [--seconds 60] [--bin .build/release] [--json]
     python3 bench/server_load.py --devices 5000         # needs `ulimit -n` above the device count
     python3 bench/server_load.py --devices 5000 --ramp 20   # the devices connect over 20 s, not 5
+    python3 bench/server_load.py --devices 5000 --ramp 0.25 --phases 5   # a fleet back at once, each car
+                                                            # sending at its own phase (a server restart)
     python3 bench/server_load.py --instances 2          # nginx + PostgreSQL (Debian's), on loopback
     python3 bench/server_load.py --ledger postgres      # one instance, PostgreSQL, no proxy
     python3 bench/server_load.py --hostile 1            # and one more device that sends only abuse
@@ -487,12 +489,17 @@ def main():
     parser.add_argument("--generator-cpus", help="cores of the load generator (default: every other core)")
     parser.add_argument("--no-pin", action="store_true", help="servers and generator share every core")
     parser.add_argument("--ramp", type=float, default=5.0, help="seconds over which the devices connect (default: one segment period)")
+    parser.add_argument("--phases", type=float, default=None,
+                        help="seconds over which the devices' segments fall due, apart from when they connect (compiled generator only; "
+                             "default: each device's phase is its place in the ramp)")
     parser.add_argument("--generator", choices=["compiled", "python"], default="compiled",
                         help="the devices: server-load (from --bin), or asyncio here (default: compiled)")
     parser.add_argument("--sessions-only", action="store_true",
                         help="the devices open their sessions and send no segment (compiled generator): what starts cost")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.phases is not None and args.generator != "compiled":
+        parser.error("--phases needs the compiled generator")
     if args.sessions_only and args.generator != "compiled":
         parser.error("--sessions-only needs the compiled generator")
     all_cpus = os.sched_getaffinity(0)
@@ -549,6 +556,7 @@ def main():
             # Inherits this process's cores. Starts its devices as it prints "ready".
             compiled = subprocess.Popen([os.path.join(args.bin, "server-load"), "--port", str(port), "--tokens", device_tokens,
                                          "--segment", segment_path, "--seconds", str(args.seconds), "--ramp", str(args.ramp)]
+                                         + (["--phases", str(args.phases)] if args.phases is not None else [])
                                         + (["--sessions-only"] if args.sessions_only else []),
                                         stdout=subprocess.PIPE, text=True)
             if compiled.stdout.readline().strip() != "ready":
@@ -648,7 +656,7 @@ def main():
         held_mid = sum(n or 0 for n in sampled.get("sessions") or [0])
         mid_rss = sampled.get("rss", end_rss)
         result = {
-            "devices": args.devices, "seconds": args.seconds, "instances": args.instances, "ledger": ledger_kind,
+            "devices": args.devices, "ramp_s": args.ramp, "phases_s": args.phases, "seconds": args.seconds, "instances": args.instances, "ledger": ledger_kind,
             "proxy": "nginx" if proxy else None, "segment_bytes": len(segment),
             "sessions_opened": stats["sessions"], "sessions_held": stats["held"], "sessions_per_instance": sampled.get("sessions"),
             "closes": stats["closes"], "errors": stats["errors"],

@@ -214,6 +214,8 @@ public enum GuidanceProtocol {
 public enum CloseCode: UInt16, Sendable {
     case normal = 1000
     case goingAway = 1001
+    /// The server is restarting (a deploy, `systemctl restart`): come back, but not all at once.
+    case serviceRestart = 1012
     case superseded = 4000
     case idle = 4001
     case unauthorized = 4401

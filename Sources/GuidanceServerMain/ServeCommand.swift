@@ -4,6 +4,8 @@ import FFmpegLog
 import GuidanceServer
 import Hummingbird
 import Logging
+import ServiceLifecycle
+import UnixSignals
 
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -29,15 +31,20 @@ struct ServeCommand: AsyncParsableCommand {
         let pairing: Pairing?
         do { pairing = try await config.openPairing(logger: logger, ledger: ledger) } catch let error as ConfigError { fail("\(error)", exit: 78) }
         let app: any ApplicationProtocol
+        let server: StreamServer
         do {
-            app = try config.makeServer(logger: logger, ledger: ledger, leases: leases, services: services, pairing: pairing).application { port in
+            server = try config.makeServer(logger: logger, ledger: ledger, leases: leases, services: services, pairing: pairing)
+            app = try server.application { port in
                 logger.notice("listening on \(config.server.host):\(port)\(config.server.usesTLS ? " (TLS)" : "")")
             }
         } catch {
             // Tokens, script and TLS files are configuration too: EX_CONFIG.
             fail("\(error)", exit: 78)
         }
-        try await app.runService()
+        // A graceful shutdown goes through the services last to first: the sessions are told the
+        // server is restarting (1012) before the listener closes.
+        try await ServiceGroup(configuration: .init(
+            services: [app, server.restartNotice], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
         try? await pairing?.store.shutdown()
         try? await ledger.shutdown()
     }

@@ -139,6 +139,35 @@ import Testing
         #expect(m.drive(now: Self.t0 + 3601 * Self.second).isEmpty)
     }
 
+    /// Close 1012: the server is restarting, and every car it had heard it at the same moment. The
+    /// reconnect waits a random part of `restartSpread` (here half of 10 s), not the backoff's
+    /// 250 ms; the backoff after it starts again from its base.
+    @Test func aServerRestartIsWaitedOutForARandomPartOfTheSpread() {
+        var m = Self.machine(random: { $0.lowerBound + ($0.upperBound - $0.lowerBound) / 2 })
+        _ = m.start(now: Self.t0)
+        // Three failed attempts first: without a reset the next backoff would be up to 2 s.
+        for n in 1...3 {
+            _ = m.connectFailed(SessionID(n), .unreachable("refused"), now: Self.t0)
+            #expect(m.tick(now: Self.t0 + 10 * Self.second).contains(.connect(SessionID(n + 1))))
+        }
+        let opened = Self.t0 + 10 * Self.second
+        _ = m.opened(SessionID(4), now: opened)
+        _ = m.received(.welcome(session: "s4", remainingSeconds: nil), on: SessionID(4), now: opened)
+
+        let closed = opened + Self.second
+        let restart = m.ended(SessionID(4), code: CloseCode.serviceRestart.rawValue, now: closed)
+        #expect(restart.last == .report(.disconnected(retryIn: .seconds(5))))
+        #expect(restart.contains { if case .log(.notice, let text) = $0 { text.contains("1012") } else { false } })
+        #expect(!m.tick(now: closed + 4 * Self.second).contains { if case .connect = $0 { true } else { false } })
+        #expect(m.tick(now: closed + 5 * Self.second).contains(.connect(SessionID(5))))
+        // The server is not up yet: the backoff from its base, half of 250 ms.
+        let failed = m.connectFailed(SessionID(5), .unreachable("refused"), now: closed + 5 * Self.second)
+        #expect(failed.last == .report(.disconnected(retryIn: .milliseconds(125))))
+        // A drop without a close code is the ordinary backoff, as before.
+        var other = Self.connected()
+        #expect(other.ended(SessionID(1), code: nil, now: Self.t0 + Self.second).last == .report(.disconnected(retryIn: .milliseconds(250))))
+    }
+
     @Test func aParkedCarStillShutsDown() {
         var m = Self.connected()
         _ = m.park(now: Self.t0)

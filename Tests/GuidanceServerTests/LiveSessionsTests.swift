@@ -23,11 +23,29 @@ import Testing
     @Test func removingASessionEndsItsSupersedeToo() async {
         let sessions = LiveSessions()
         let superseded = Mutex(0)
-        await sessions.add("s1") { superseded.withLock { $0 += 1 } }
+        await sessions.add("s1") { _ in superseded.withLock { $0 += 1 } }
         await sessions.watch("s1") {}
         await sessions.remove("s1")
         await sessions.supersede("s1")
         #expect(superseded.withLock { $0 } == 0)
         #expect(await sessions.count == 0)
+    }
+
+    /// A restart tells every open session, and a session that opens while the server goes down
+    /// is told as it opens; one that ended is not told.
+    @Test func aRestartTellsEveryOpenSessionAndEachThatOpensAfter() async {
+        let sessions = LiveSessions()
+        let told = Mutex<[String: [StreamSession.EndReason]]>([:])
+        func add(_ id: String) async {
+            await sessions.add(id) { reason in told.withLock { $0[id, default: []].append(reason) } }
+        }
+        await add("s1")
+        await add("s2")
+        await add("gone")
+        await sessions.remove("gone")
+        await sessions.supersede("s2")
+        #expect(await sessions.restartAll() == 1)
+        await add("late")
+        #expect(told.withLock { $0 } == ["s1": [.restarting], "s2": [.superseded], "late": [.restarting]])
     }
 }

@@ -35,6 +35,51 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
+    /// `systemctl restart guidance-server`: SIGTERM. The server closes every session with 1012 before
+    /// it stops listening; the car waits a random part of its `uplink.restartSpreadMs` (here 3 s)
+    /// instead of the backoff's 250 ms, comes back to the new server, and every segment it
+    /// recorded is verified by one server or the other, none dropped.
+    @Test func aServerRestartClosesWith1012AndTheCarComesBackWithinItsSpreadLosingNothing() async throws {
+        let files = try LoopFiles()
+        defer { files.remove() }
+        var (server, port) = try await files.startServer()
+        let agent = try Spawned(
+            "dashcam-agent",
+            ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["restartSpreadMs": "3000"])],
+            folder: files.folder)
+        defer { agent.stop() }
+        try #require(await server.wait(for: .seconds(120)) { $0.stderr.contains("verified") }, "no segment verified: \(agent.stderr.suffix(2000))")
+        let first = server
+        #expect(first.stop() == 0, "\(first.stderr.suffix(2000))")
+        #expect(first.stderr.contains("1 session(s) told the server is restarting (1012)"), "\(first.stderr.suffix(2000))")
+        try #require(await agent.wait(for: .seconds(60)) { $0.stderr.contains("close 1012") }, "\(agent.stderr.suffix(2000))")
+        // The wait it chose: "reconnecting in 45 ms" or "in 1.2 s", within the spread.
+        let notice = try #require(agent.stderr.split(separator: "\n").first { $0.contains("close 1012") })
+        let wait = try #require(notice.range(of: "reconnecting in ").map { notice[$0.upperBound...].prefix { $0 != "(" } })
+        let parts = wait.split(separator: " ")
+        let ms = try #require(parts.first.flatMap { Double($0) }.map { parts.dropFirst().first == "ms" ? $0 : $0 * 1000 }, "\(notice)")
+        #expect((0...3000).contains(ms), "\(notice)")
+
+        (server, _) = try await files.startServer(port: port)
+        defer { server.stop() }
+        // Two segments on the new server: what was kept while it was down, and one recorded after.
+        try #require(await server.wait(for: .seconds(180)) { $0.count("verified", in: $0.stderr) >= 2 }, "\(agent.stderr.suffix(2000))")
+        #expect(agent.stop() == 0)
+        func verified(_ log: String) -> [Int] {
+            log.split(separator: "\n").compactMap { line in
+                line.range(of: "segment ").flatMap { range in
+                    line.contains(" verified") ? Int(line[range.upperBound...].prefix { $0.isNumber }) : nil
+                }
+            }
+        }
+        let seqs = Set(verified(first.stderr) + verified(server.stderr))
+        let highest = try #require(seqs.max())
+        #expect(seqs == Set(0...highest), "verified: \(seqs.sorted())")
+        let summary = try #require(agent.stderr.split(separator: "\n").last { $0.contains("uplink: sent") }, "\(agent.stderr.suffix(2000))")
+        #expect(summary.contains("dropped 0"), "\(summary)")
+        print("server restart: the car waited \(wait)of up to 3 s; segments 0...\(highest) verified across the two servers")
+    }
+
     @Test func aServerThatStopsReadingLeavesMemoryFlatAndDropsAreCounted() async throws {
         let files = try LoopFiles()
         defer { files.remove() }

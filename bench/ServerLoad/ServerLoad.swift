@@ -6,7 +6,8 @@
 // - opens /v1/stream with its bearer token; a 503 or 429 at the upgrade is waited out for its
 //   Retry-After (at least 1 s), then tried again;
 // - sends `hello` and waits for the first answer (the session opened);
-// - sends a segment every 5 s at its own phase (its place in the ramp): the header, then the MP4 in
+// - sends a segment every 5 s at its own phase (its place in the ramp, or with `--phases` a place of
+//   its own in that many seconds, as cars that started recording at different times): the header, then the MP4 in
 //   64-KiB binary messages; slots missed while connecting are sent at once, at most 3 (the agent's
 //   `uplink.queueSegments`), one after another;
 // - times each ack from its segment's last chunk written to the ack read.
@@ -35,6 +36,8 @@ struct ServerLoad: ParsableCommand {
     @Option(help: "The MP4 each device sends.") var segment: String
     @Option(help: "Seconds each device runs, from the start of the run.") var seconds: Double
     @Option(help: "Seconds over which the devices connect.") var ramp: Double = 5
+    @Option(help: "Seconds over which the devices' first segments fall due, apart from when they connect (cars recording since before the server went down); by default each is due as it connects.")
+    var phases: Double?
     @Option(help: "Event loop threads.") var threads: Int = 1
     @Flag(help: "Open the sessions and send no segment: what starting them costs the server.") var sessionsOnly = false
 
@@ -57,8 +60,11 @@ struct ServerLoad: ParsableCommand {
             try loop.submit { () -> NIOLoopBound<Tally> in
                 let tally = Tally(start: start, steadyFrom: steadyFrom)
                 for (n, named) in devices.enumerated() where n % loops.count == index {
-                    let phase = start + duration(ramp * Double(n) / Double(devices.count))
-                    let device = Device(token: named.token, id: named.id, plan: plan, tally: tally, loop: loop, phase: phase, end: end)
+                    let connectAt = start + duration(ramp * Double(n) / Double(devices.count))
+                    // A place of its own, spread evenly whatever the number of devices (the golden ratio's steps).
+                    let phase = phases.map { start + duration($0 * (Double(n) * 0.618_033_988_75).truncatingRemainder(dividingBy: 1)) } ?? connectAt
+                    let device = Device(token: named.token, id: named.id, plan: plan, tally: tally, loop: loop, connectAt: connectAt, phase: phase,
+                                        end: end)
                     device.begin()
                 }
                 return NIOLoopBound(tally, eventLoop: loop)
@@ -186,7 +192,8 @@ final class Device {
     let plan: Plan
     let tally: Tally
     let loop: any EventLoop
-    /// When its first segment is due (its place in the ramp), and when it stops sending.
+    /// When it connects (its place in the ramp), when its first segment is due, and when it stops sending.
+    let connectAt: NIODeadline
     let phase: NIODeadline
     let end: NIODeadline
     var channel: (any Channel)?
@@ -196,12 +203,13 @@ final class Device {
     var seq = 0
     var written: [Int: NIODeadline] = [:]
 
-    init(token: String, id: String, plan: Plan, tally: Tally, loop: any EventLoop, phase: NIODeadline, end: NIODeadline) {
+    init(token: String, id: String, plan: Plan, tally: Tally, loop: any EventLoop, connectAt: NIODeadline, phase: NIODeadline, end: NIODeadline) {
         self.token = token
         self.id = id
         self.plan = plan
         self.tally = tally
         self.loop = loop
+        self.connectAt = connectAt
         self.phase = phase
         self.end = end
         due = phase
@@ -209,7 +217,7 @@ final class Device {
 
     func begin() {
         let loop = self.loop.assumeIsolated()
-        loop.scheduleTask(deadline: due) { self.connect() }
+        loop.scheduleTask(deadline: connectAt) { self.connect() }
         loop.scheduleTask(deadline: end + .seconds(1)) { self.finish() }
     }
 
@@ -251,7 +259,7 @@ final class Device {
         if !opened {
             opened = true
             tally.counts.sessions += 1
-            tally.counts.admittedAfter.append(Double((now - phase).nanoseconds) / 1e9)
+            tally.counts.admittedAfter.append(Double((now - connectAt).nanoseconds) / 1e9)
             // Slots missed while connecting are sent at once, one after another, as the agent sends
             // what it kept: at most 3 of them; the ones after keep the device's phase.
             var missed = 0

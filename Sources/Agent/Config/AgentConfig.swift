@@ -103,6 +103,7 @@ public struct AgentConfig: LoadableConfig {
         public var livenessMs: Int?
         public var connectTimeoutMs = 5000
         public var drainMs = 1500
+        public var restartSpreadMs = 10_000
 
         public init() {}
     }
@@ -362,6 +363,9 @@ extension AgentConfig {
         .int(
             "uplink.drainMs", \.uplink.drainMs, 0...60_000,
             "On shutdown, how long to wait for the server to acknowledge (and answer) the segments still held, in ms, before closing with 1001."),
+        .int(
+            "uplink.restartSpreadMs", \.uplink.restartSpreadMs, 0...600_000,
+            "When the server closes the session because it is restarting (close 1012), reconnect after a random wait up to this, in ms, so that its cars do not all come back in the same second."),
         .int(
             "guidance.maxAgeMs", \.guidance.maxAgeMs, 1000...600_000,
             "Guidance about a segment captured longer ago than this is dropped: stale road information is worse than none."),

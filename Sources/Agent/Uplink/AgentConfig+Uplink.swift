@@ -21,7 +21,8 @@ extension AgentConfig {
                             queueSegments: uplink.queueSegments,
                             queueMaxAgeMs: uplink.queueMaxAgeMs, guidanceMaxAgeMs: guidance.maxAgeMs,
                             liveness: uplink.livenessMs.map { .milliseconds($0) },
-                            connectTimeout: .milliseconds(uplink.connectTimeoutMs), drain: .milliseconds(uplink.drainMs)),
+                            connectTimeout: .milliseconds(uplink.connectTimeoutMs), drain: .milliseconds(uplink.drainMs),
+                            restartSpread: .milliseconds(uplink.restartSpreadMs)),
             logger: logger)
     }
 }

@@ -50,9 +50,12 @@ extension Uplink {
             public var retryAfterCap: Duration = .seconds(600)
             /// Without a usable token file: how soon it is read again (someone may be fixing it).
             public var tokenRetry: Duration = .seconds(30)
+            /// After close 1012 (the server is restarting): the reconnect waits a random time up to
+            /// this, so that the server's fleet comes back spread out, not all in the same second.
+            public var restartSpread: Duration
 
             public init(backoff: Backoff = Backoff(), liveness: Duration, ping: Duration, drain: Duration,
-                        guidanceMaxAge: Duration, queueSegments: Int, queueMaxAgeMs: Int) {
+                        guidanceMaxAge: Duration, queueSegments: Int, queueMaxAgeMs: Int, restartSpread: Duration = .seconds(10)) {
                 self.backoff = backoff
                 self.liveness = liveness
                 self.ping = ping
@@ -60,6 +63,7 @@ extension Uplink {
                 self.guidanceMaxAge = guidanceMaxAge
                 self.queueSegments = queueSegments
                 self.queueMaxAgeMs = queueMaxAgeMs
+                self.restartSpread = restartSpread
             }
         }
 
@@ -383,6 +387,15 @@ extension Uplink {
                 let delay = authWait()
                 return [.log(.error, "authentication failed (the server closed with 4401); retrying in \(delay.spoken)")]
                     + retry(after: delay, now: now, authentication: true)
+            case CloseCode.serviceRestart.rawValue?:
+                // Every car of this server heard the same close at the same moment: without a spread
+                // they would all be back within the first backoff (250 ms), thousands of session
+                // starts at once on a server that has just started. The session was healthy (the
+                // server ended it), so a failed attempt after the wait backs off from the start.
+                backoff.reset()
+                let delay = settings.restartSpread * random(0...1)
+                return [.log(.notice, "the server is restarting (close 1012); reconnecting in \(delay.spoken) (a random wait up to \(settings.restartSpread.spoken), so its cars come back spread out)")]
+                    + retry(after: delay, now: now)
             case CloseCode.quotaExhausted.rawValue?:
                 paused = true
                 fallthrough

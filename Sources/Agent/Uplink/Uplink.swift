@@ -30,11 +30,14 @@ public actor Uplink {
         public var connectTimeout: Duration
         /// How long a shutdown waits for the last acknowledgements and guidance.
         public var drain: Duration
+        /// After the server's close 1012 (it is restarting): a random wait up to this before reconnecting.
+        public var restartSpread: Duration
 
         public init(url: String, token: TokenSource, tls: TLSConfiguration?, hello: ClientMessage.Hello,
                     payload: AgentConfig.Payload, ping: Duration, backoff: Backoff = Backoff(), queueSegments: Int,
                     queueMaxAgeMs: Int, guidanceMaxAgeMs: Int, liveness: Duration? = nil,
-                    connectTimeout: Duration = .seconds(5), drain: Duration = .milliseconds(1500)) {
+                    connectTimeout: Duration = .seconds(5), drain: Duration = .milliseconds(1500),
+                    restartSpread: Duration = .milliseconds(AgentConfig.UplinkSettings().restartSpreadMs)) {
             self.url = url
             self.token = token
             self.tls = tls
@@ -48,6 +51,7 @@ public actor Uplink {
             self.liveness = liveness ?? min(ping * 2, .seconds(10))
             self.connectTimeout = connectTimeout
             self.drain = drain
+            self.restartSpread = restartSpread
         }
     }
 
@@ -121,7 +125,7 @@ public actor Uplink {
         self.machine = StateMachine(settings: .init(
             backoff: settings.backoff, liveness: settings.liveness, ping: settings.ping, drain: settings.drain,
             guidanceMaxAge: .milliseconds(settings.guidanceMaxAgeMs),
-            queueSegments: settings.queueSegments, queueMaxAgeMs: settings.queueMaxAgeMs))
+            queueSegments: settings.queueSegments, queueMaxAgeMs: settings.queueMaxAgeMs, restartSpread: settings.restartSpread))
         (messages, messageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
         (states, stateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }

@@ -3,16 +3,22 @@ public import ServiceLifecycle
 
 /// The sessions open on this instance, by session id, and the services that act on them from
 /// outside: closing those whose lease another session took (on this instance or another; only
-/// the latest view of the road matters, so the older session is the one closed, with 4000), and
+/// the latest view of the road matters, so the older session is the one closed, with 4000),
 /// asking each, every ``StreamSession/usagePoll``, whether its token still holds and its usage
-/// came back (``SessionChecks``).
+/// came back (``SessionChecks``), and telling each that the server is restarting (1012,
+/// ``RestartNotice``).
 actor LiveSessions {
-    private var supersede: [String: @Sendable () -> Void] = [:]
+    private var end: [String: @Sendable (StreamSession.EndReason) -> Void] = [:]
     private var checks: [String: @Sendable () -> Void] = [:]
+    /// Set once the server is going down: a session that opens after that is told at once.
+    private var restarting = false
 
-    /// `supersede` only signals the session (it must not wait on the session's socket).
-    func add(_ session: String, supersede: @escaping @Sendable () -> Void) {
-        self.supersede[session] = supersede
+    /// `end` only signals the session (it must not wait on the session's socket).
+    func add(_ session: String, end: @escaping @Sendable (StreamSession.EndReason) -> Void) {
+        if restarting {
+            end(.restarting)
+        }
+        self.end[session] = end
     }
 
     /// `check` runs on every tick of ``SessionChecks``, for as long as the session is open; it
@@ -22,13 +28,21 @@ actor LiveSessions {
     }
 
     func remove(_ session: String) {
-        supersede[session] = nil
+        end[session] = nil
         checks[session] = nil
     }
 
     /// Closes `session` as superseded, if it is still open here.
     func supersede(_ session: String) {
-        supersede.removeValue(forKey: session)?()
+        end.removeValue(forKey: session)?(.superseded)
+    }
+
+    /// Tells every open session, and every one that opens from now on, that the server is
+    /// restarting. Returns how many were open.
+    func restartAll() -> Int {
+        restarting = true
+        for end in end.values { end(.restarting) }
+        return end.count
     }
 
     /// Runs every open session's check, once.
@@ -36,7 +50,30 @@ actor LiveSessions {
         for check in checks.values { check() }
     }
 
-    var count: Int { supersede.count }
+    var count: Int { end.count }
+}
+
+/// On a graceful shutdown (SIGTERM: a deploy, `systemctl restart`), before the listener stops,
+/// every open session is closed with 1012 (service restart), and this waits up to the close
+/// deadline for them to end. An agent that hears 1012 reconnects after a random wait up to its
+/// `uplink.restartSpreadMs`, so a fleet comes back spread out over seconds; the listener's own
+/// shutdown would close them with 1000, which agents answer within 250 ms, all of them together.
+///
+/// It must be shut down before the HTTP server: in a ``ServiceGroup``, after it in the list.
+public struct RestartNotice: Service {
+    let sessions: LiveSessions
+    let deadline: Duration
+    let logger: Logger
+
+    public func run() async throws {
+        do { try await gracefulShutdown() } catch { return }
+        let open = await sessions.restartAll()
+        logger.notice("shutting down: \(open) session(s) told the server is restarting (1012)")
+        let until = ContinuousClock.now + deadline
+        while await sessions.count > 0, ContinuousClock.now < until {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+    }
 }
 
 /// One timer for every session's checks, not one per session: with thousands of sessions, a

@@ -94,6 +94,8 @@ public struct StreamServer: Sendable {
     public let services: [any Service]
     /// Pairing by spoken code and the device credentials it gives; `nil`: static tokens only.
     public let pairing: Pairing?
+    /// The sessions open here, shared by the application and ``restartNotice``.
+    let sessions = LiveSessions()
 
     public init(settings: Settings, tokens: DeviceTokens, analyzer: any SegmentAnalyzer, ledger: any UsageLedger,
                 leases: any SessionLeases = LocalLeases(), services: [any Service] = [], pairing: Pairing? = nil, logger: Logger,
@@ -109,9 +111,15 @@ public struct StreamServer: Sendable {
         self.metrics = metrics
     }
 
+    /// Closes every open session with 1012 at a graceful shutdown: to run beside ``application(onRunning:)``,
+    /// after it in the service group, so that it goes first (``RestartNotice``).
+    public var restartNotice: RestartNotice {
+        RestartNotice(sessions: sessions, deadline: settings.closeDeadline, logger: logger)
+    }
+
     /// The Hummingbird application; `onRunning` gets the bound port (useful with port 0).
     public func application(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
-        let sessions = LiveSessions()
+        let sessions = self.sessions
         let ledger = self.ledger, leases = self.leases
         let router = Router(context: GuidanceRequestContext.self)
         let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger, metrics = self.metrics

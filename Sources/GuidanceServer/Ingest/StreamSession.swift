@@ -47,15 +47,16 @@ public struct StreamSession: Sendable {
         // another still waits takes its place (guidance about an older view of the road is stale).
         let (clips, waiting) = AsyncStream.makeStream(of: ReceivedSegment.self, bufferingPolicy: .bufferingNewest(1))
         // The first part to finish ends the session: the receive loop (the agent closed, or the
-        // session closed itself), the idle watch (4001), a supersede (4000). The rest are cancelled,
-        // so a peer that went silent cannot keep a session, its slot or its buffer.
+        // session closed itself), the idle watch (4001), a supersede (4000), the server's restart
+        // (1012). The rest are cancelled, so a peer that went silent cannot keep a session, its
+        // slot or its buffer.
         var failure: (any Error)?
         do {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await watchIdle(outbound: outbound) }
                 group.addTask { try await watchTokenAndUsage(lease: lease, outbound: outbound) }
                 group.addTask { try await analyze(clips, outbound: outbound) }
-                group.addTask { await superseded(end, outbound: outbound) }
+                group.addTask { await endedFromOutside(end, outbound: outbound) }
                 group.addTask {
                     defer { waiting.finish() }
                     try await receive(inbound: inbound, outbound: outbound, lease: lease, end: end, analysis: waiting)
@@ -78,24 +79,40 @@ public struct StreamSession: Sendable {
         if let failure { throw failure }
     }
 
-    /// A supersede, told from outside the session (``LiveSessions``): it only signals, never waits.
+    /// Why a session is ended from outside (``LiveSessions``).
+    public enum EndReason: Sendable {
+        /// A newer session of the device took over (4000).
+        case superseded
+        /// The server is shutting down (1012).
+        case restarting
+    }
+
+    /// An end told from outside the session (``LiveSessions``): it only signals, never waits.
     final class Ending: Sendable {
-        let signal: AsyncStream<Void>
-        private let continuation: AsyncStream<Void>.Continuation
+        let signal: AsyncStream<EndReason>
+        private let continuation: AsyncStream<EndReason>.Continuation
         init() { (signal, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1)) }
-        func supersede() { continuation.yield() }
+        func end(_ reason: EndReason) { continuation.yield(reason) }
         func finish() { continuation.finish() }
     }
 
-    /// Waits for a supersede; then tells the agent (within ``closeDeadline``: a peer that stopped
-    /// reading cannot hold it) and returns, which ends the session.
-    private func superseded(_ end: Ending, outbound: WebSocketOutboundWriter) async {
-        for await _ in end.signal {
-            logger.info("session \(id) superseded by a newer connection", metadata: ["device": "\(device)"])
-            let superseded = ServerMessage.error(code: .superseded, message: "a newer connection of \(device) took over", seq: nil)
-            await Self.within(settings.closeDeadline) {
-                try await outbound.write(.text(superseded.encoded()))
-                try await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
+    /// Waits for an end told from outside; then tells the agent (within ``closeDeadline``: a peer
+    /// that stopped reading cannot hold it) and returns, which ends the session.
+    private func endedFromOutside(_ end: Ending, outbound: WebSocketOutboundWriter) async {
+        for await reason in end.signal {
+            switch reason {
+            case .superseded:
+                logger.info("session \(id) superseded by a newer connection", metadata: ["device": "\(device)"])
+                let superseded = ServerMessage.error(code: .superseded, message: "a newer connection of \(device) took over", seq: nil)
+                await Self.within(settings.closeDeadline) {
+                    try await outbound.write(.text(superseded.encoded()))
+                    try await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
+                }
+            case .restarting:
+                logger.info("session \(id): the server is restarting", metadata: ["device": "\(device)"])
+                await Self.within(settings.closeDeadline) {
+                    try await outbound.close(.init(codeNumber: Int(CloseCode.serviceRestart.rawValue)), reason: "service restart")
+                }
             }
             return
         }
@@ -204,7 +221,7 @@ public struct StreamSession: Sendable {
     }
 
     private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, end: Ending, outbound: WebSocketOutboundWriter) async throws {
-        await sessions.add(id) { end.supersede() }
+        await sessions.add(id) { end.end($0) }
         lease.hold(try await leases.acquire(device: device, session: id))
         // With no allowance set, usage is unlimited and the ledger need not be asked.
         let remaining = settings.usageSeconds == nil ? nil : try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
