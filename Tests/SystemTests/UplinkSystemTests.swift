@@ -65,14 +65,7 @@ import Testing
         // Two segments on the new server: what was kept while it was down, and one recorded after.
         try #require(await server.wait(for: .seconds(180)) { $0.count("verified", in: $0.stderr) >= 2 }, "\(agent.stderr.suffix(2000))")
         #expect(agent.stop() == 0)
-        func verified(_ log: String) -> [Int] {
-            log.split(separator: "\n").compactMap { line in
-                line.range(of: "segment ").flatMap { range in
-                    line.contains(" verified") ? Int(line[range.upperBound...].prefix { $0.isNumber }) : nil
-                }
-            }
-        }
-        let seqs = Set(verified(first.stderr) + verified(server.stderr))
+        let seqs = UplinkContinuityTests.received([first, server])
         let highest = try #require(seqs.max())
         #expect(seqs == Set(0...highest), "verified: \(seqs.sorted())")
         let summary = try #require(agent.stderr.split(separator: "\n").last { $0.contains("uplink: sent") }, "\(agent.stderr.suffix(2000))")

@@ -55,7 +55,8 @@ extension Uplink {
             public var restartSpread: Duration
 
             public init(backoff: Backoff = Backoff(), liveness: Duration, ping: Duration, drain: Duration,
-                        guidanceMaxAge: Duration, queueSegments: Int, queueMaxAgeMs: Int, restartSpread: Duration = .seconds(10)) {
+                        guidanceMaxAge: Duration, queueSegments: Int, queueMaxAgeMs: Int,
+                        restartSpread: Duration = .milliseconds(AgentConfig.UplinkSettings().restartSpreadMs)) {
                 self.backoff = backoff
                 self.liveness = liveness
                 self.ping = ping
