@@ -314,6 +314,10 @@ let package = Package(
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
+                .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
             swiftSettings: upcoming
         ),
@@ -322,6 +326,7 @@ let package = Package(
             dependencies: [
                 "Agent", "HAL", "GuidanceProtocol", "GuidanceServer", "ConfigSupport", "TestSupport", "RoadScene",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

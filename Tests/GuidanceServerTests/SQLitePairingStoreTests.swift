@@ -41,7 +41,7 @@ import Testing
                                          refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 1_000_000) == .outcome(.slowDown(interval: 10)))
             #expect(try await store.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 7_000)
                     == .pending(deviceName: "car-7", secondsLeft: 593))
-            #expect(try await store.decide(userCode: code, decision: .approve(owner: owner), nowMs: t0 + 8_000) == .decided)
+            #expect(try await store.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0 + 8_000) == .decided)
             let paired = try await store.poll(deviceCodeHash: "dc1", nowMs: t0 + 9_000, settings: settings, newDevice: "d1",
                                               refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 1_000_000)
             #expect(paired == .paired(PairedDevice(device: "d1", owner: owner, label: "car-7", pairedAtMs: t0 + 9_000)))
@@ -93,20 +93,41 @@ import Testing
             let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0)
             let (code, _) = try await store.startAuthorization(
                 deviceCodeHash: "dc1", deviceName: "car-7", nowMs: t0, settings: settings, newUserCode: { "123123123" })
-            _ = try await store.decide(userCode: code, decision: .approve(owner: owner), nowMs: t0 + 1)
+            _ = try await store.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
+            _ = try await store.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
             _ = try await store.poll(deviceCodeHash: "dc1", nowMs: t0 + 2, settings: settings, newDevice: "d1",
                                      refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000)
             let later = t0 + 10_000_000
             let rotated = try await store.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 100_000, expiresAtMs: later, rules: rules)
             guard case .rotated(let device) = rotated else { Issue.record("not rotated: \(rotated)"); return }
             #expect(device.device == "d1" && device.owner == owner)
-            // The answer was lost on the way: r1 again within 30 s is a retry; r2 is dropped.
-            #expect(try await store.refresh(tokenHash: "r1", newTokenHash: "r3", nowMs: t0 + 110_000, expiresAtMs: later, rules: rules) == .rotated(device))
-            #expect(try await store.refresh(tokenHash: "r2", newTokenHash: "x", nowMs: t0 + 111_000, expiresAtMs: later, rules: rules) == .refused)
-            #expect(try await store.refresh(tokenHash: "r3", newTokenHash: "r4", nowMs: t0 + 120_000, expiresAtMs: later, rules: rules) == .rotated(device))
-            // r3 again after r4 was handed out and r1 long after: reuse. The family is gone, r4 with it.
+            // The answer was lost on the way: r1 again within 30 s is a retry, handed the same r2
+            // (the endpoint derives it from r1), and r2 stays good.
+            #expect(try await store.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 110_000, expiresAtMs: later, rules: rules) == .rotated(device))
+            #expect(try await store.refresh(tokenHash: "r2", newTokenHash: "r4", nowMs: t0 + 120_000, expiresAtMs: later, rules: rules) == .rotated(device))
+            // r1 long after: reuse. The family is gone, r4 with it.
             #expect(try await store.refresh(tokenHash: "r1", newTokenHash: "x", nowMs: t0 + 200_000, expiresAtMs: later, rules: rules) == .reused(device: "d1"))
             #expect(try await store.refresh(tokenHash: "r4", newTokenHash: "r5", nowMs: t0 + 201_000, expiresAtMs: later, rules: rules) == .refused)
+        }
+    }
+
+    /// A retry whose successor is not the one handed out the first time is not a retry the car
+    /// could make: it is treated as reuse, and the family revoked.
+    @Test func aRetryWithAnotherSuccessorRevokesTheFamily() async throws {
+        try await withStore { store, _ in
+            let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0)
+            let (code, _) = try await store.startAuthorization(
+                deviceCodeHash: "dc1", deviceName: "car-7", nowMs: t0, settings: settings, newUserCode: { "123123124" })
+            _ = try await store.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
+            _ = try await store.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
+            _ = try await store.poll(deviceCodeHash: "dc1", nowMs: t0 + 2, settings: settings, newDevice: "d1",
+                                     refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000)
+            let later = t0 + 10_000_000
+            guard case .rotated = try await store.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 100_000, expiresAtMs: later, rules: rules)
+            else { Issue.record("not rotated"); return }
+            #expect(try await store.refresh(tokenHash: "r1", newTokenHash: "other", nowMs: t0 + 101_000, expiresAtMs: later, rules: rules)
+                    == .reused(device: "d1"))
+            #expect(try await store.refresh(tokenHash: "r2", newTokenHash: "r3", nowMs: t0 + 102_000, expiresAtMs: later, rules: rules) == .refused)
         }
     }
 
@@ -115,7 +136,8 @@ import Testing
             let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0)
             let (code, _) = try await store.startAuthorization(
                 deviceCodeHash: "dc1", deviceName: "car-7", nowMs: t0, settings: settings, newUserCode: { "999888777" })
-            _ = try await store.decide(userCode: code, decision: .approve(owner: owner), nowMs: t0 + 1)
+            _ = try await store.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
+            _ = try await store.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
             let results = try await withThrowingTaskGroup(of: PairingPoll.self) { group in
                 for i in 0..<8 {
                     group.addTask {

@@ -73,7 +73,7 @@ import Testing
         let looked = try await store.lookUp(userCode: typed, owner: owner, address: "127.0.0.1", nowMs: now)
         guard case .pending(let deviceName, _) = looked else { Issue.record("not pending: \(looked)"); return }
         #expect(deviceName == "loop-car")
-        #expect(try await store.decide(userCode: typed, decision: .approve(owner: owner), nowMs: now) == .decided)
+        #expect(try await store.decide(userCode: typed, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1", nowMs: now) == .decided)
         try await store.shutdown()
 
         // Paired: said with the account's name, stored privately, and streaming.
@@ -120,7 +120,9 @@ import Testing
         let store = try await SQLitePairingStore.open(path: files.path("usage.sqlite"), logger: Logger(label: "owner-side"))
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: now)
-        #expect(try await store.decide(userCode: "\(match.1)\(match.2)\(match.3)", decision: .approve(owner: owner), nowMs: now) == .decided)
+        let spoken = "\(match.1)\(match.2)\(match.3)"
+        _ = try await store.lookUp(userCode: spoken, owner: owner, address: "127.0.0.1", nowMs: now)
+        #expect(try await store.decide(userCode: spoken, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1", nowMs: now) == .decided)
         try await store.shutdown()
         try #require(await agent.wait(for: .seconds(60)) { $0.stderr.contains("Connected to guidance.") }, "\(agent.stderr.suffix(3000))")
         let first = try JSONDecoder().decode(DeviceCredentials.Stored.self, from: Data(contentsOf: URL(fileURLWithPath: files.path("credentials.json"))))

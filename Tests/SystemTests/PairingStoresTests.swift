@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 @testable import GuidanceServer
 import Logging
 import ServiceLifecycle
@@ -56,7 +57,7 @@ import TestSupport
                                        refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000) == .outcome(.slowDown(interval: 10)))
             #expect(try await two.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 7_000)
                     == .pending(deviceName: "van", secondsLeft: 593))
-            #expect(try await two.decide(userCode: code, decision: .approve(owner: owner), nowMs: t0 + 8_000) == .decided)
+            #expect(try await two.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0 + 8_000) == .decided)
             // Both instances polled at once: the car is paired once.
             async let a = one.poll(deviceCodeHash: "dc", nowMs: t0 + 20_000, settings: settings, newDevice: "car-a",
                                    refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000)
@@ -70,11 +71,12 @@ import TestSupport
             let rules = RefreshTokenRules(graceMs: 30_000)
             guard case .rotated = try await one.refresh(tokenHash: first, newTokenHash: "n1", nowMs: t0 + 100_000, expiresAtMs: t0 + 10_000_000, rules: rules)
             else { Issue.record("not rotated"); return }
-            guard case .rotated = try await two.refresh(tokenHash: first, newTokenHash: "n2", nowMs: t0 + 110_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+            // A retry within the grace is handed the same successor (derived from the token), and
+            // the successor stays good: a copy presenting the spent token cannot lock the car out.
+            guard case .rotated = try await two.refresh(tokenHash: first, newTokenHash: "n1", nowMs: t0 + 110_000, expiresAtMs: t0 + 10_000_000, rules: rules)
             else { Issue.record("a retry refused"); return }
-            #expect(try await one.refresh(tokenHash: "n1", newTokenHash: "x", nowMs: t0 + 111_000, expiresAtMs: t0 + 10_000_000, rules: rules) == .refused)
-            guard case .rotated = try await one.refresh(tokenHash: "n2", newTokenHash: "n3", nowMs: t0 + 120_000, expiresAtMs: t0 + 10_000_000, rules: rules)
-            else { Issue.record("n2 not rotated"); return }
+            guard case .rotated = try await one.refresh(tokenHash: "n1", newTokenHash: "n3", nowMs: t0 + 120_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+            else { Issue.record("n1 not rotated after a retry"); return }
             #expect(try await two.refresh(tokenHash: first, newTokenHash: "x", nowMs: t0 + 200_000, expiresAtMs: t0 + 10_000_000, rules: rules)
                     == .reused(device: device))
             #expect(try await one.refresh(tokenHash: "n3", newTokenHash: "x", nowMs: t0 + 201_000, expiresAtMs: t0 + 10_000_000, rules: rules) == .refused)
@@ -113,7 +115,8 @@ import TestSupport
             #expect(try await other.account(email: "ana@example.org")?.passwordHash == "$2b$x")
             let (code, _) = try await store.startAuthorization(deviceCodeHash: "dc", deviceName: "van", nowMs: t0, settings: .init(),
                                                                newUserCode: { "111222333" })
-            _ = try await store.decide(userCode: code, decision: .approve(owner: ana), nowMs: t0)
+            _ = try await store.lookUp(userCode: code, owner: ana, address: "192.0.2.1", nowMs: t0)
+            _ = try await store.decide(userCode: code, decision: .approve(owner: ana), owner: ana, address: "192.0.2.1", nowMs: t0)
             _ = try await store.poll(deviceCodeHash: "dc", nowMs: t0 + 1, settings: .init(), newDevice: "car-a",
                                      refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 1_000_000)
             #expect(try await other.rename(device: "car-a", owner: bo, label: "mine") == false)
@@ -128,6 +131,88 @@ import TestSupport
             #expect(try await other.devices(owner: ana).isEmpty)
             #expect(try await other.pairedDevice("car-a") == nil)
             #expect(try await other.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 61, expiresAtMs: t0 + 1_000_000, rules: .init()) == .refused)
+        }
+    }
+
+    /// Only the owner who looked a code up decides it; anyone else deciding it is a wrong guess
+    /// against the owner, the address and the code, which is locked after three.
+    @Test(arguments: Kind.allCases)
+    func aCodeIsDecidedOnlyByWhoLookedItUpAndLockedAfterGuessesAgainstIt(kind: Kind) async throws {
+        let t0 = self.t0
+        try await withTwo(kind) { one, two, _ in
+            let ana = try #require(try await one.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
+            let eve = try #require(try await one.createOwner(email: "eve@example.org", displayName: "Eve", nowMs: t0))
+            let (code, _) = try await one.startAuthorization(deviceCodeHash: "dc", deviceName: "van", nowMs: t0, settings: .init(),
+                                                             newUserCode: { "444555666" })
+            _ = try await one.lookUp(userCode: code, owner: ana, address: "192.0.2.1", nowMs: t0 + 1)
+            var guesses: [CodeDecision] = []
+            for i in 0..<3 {
+                guesses.append(try await two.decide(userCode: code, decision: .approve(owner: eve), owner: eve, address: "198.51.100.1",
+                                                    nowMs: t0 + 2 + Int64(i)))
+            }
+            #expect(guesses == [.wrong, .wrong, .locked])
+            // Locked: the car is refused, and the owner who looked it up cannot approve it either.
+            #expect(try await one.decide(userCode: code, decision: .approve(owner: ana), owner: ana, address: "192.0.2.1", nowMs: t0 + 10) == .gone)
+            #expect(try await two.poll(deviceCodeHash: "dc", nowMs: t0 + 10_000, settings: .init(), newDevice: "car-a",
+                                       refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 1_000_000) == .outcome(.accessDenied))
+            // Eve's three guesses count against her account at both routes: two more and she is held.
+            for i in 0..<2 {
+                #expect(try await one.lookUp(userCode: "00000000\(i)", owner: eve, address: "198.51.100.2", nowMs: t0 + 20) == .wrong)
+            }
+            guard case .limited = try await two.decide(userCode: "000000009", decision: .deny, owner: eve, address: "198.51.100.3", nowMs: t0 + 30)
+            else { Issue.record("not limited at /pair/decide"); return }
+        }
+    }
+
+    /// Tries counted before they are checked: at most the limit get through, however many arrive
+    /// at once at two instances; a success takes its try back.
+    @Test(arguments: Kind.allCases)
+    func triesAreCountedOnceEachAndAtMostTheLimitGetThrough(kind: Kind) async throws {
+        let t0 = self.t0
+        try await withTwo(kind) { one, two, _ in
+            let throttle = [Throttle("signin-account:x", CodeEntryLimiter(maxFailures: 3, windowMs: 60_000))]
+            let results = try await withThrowingTaskGroup(of: Int?.self) { group in
+                for i in 0..<8 { group.addTask { try await (i % 2 == 0 ? one : two).attempt(throttle, nowMs: t0 + Int64(i)) } }
+                return try await group.reduce(into: [Int?]()) { $0.append($1) }
+            }
+            #expect(results.filter { $0 == nil }.count == 3, "\(results)")
+            let through = try await one.attempt([Throttle("k", CodeEntryLimiter(maxFailures: 1, windowMs: 60_000))], nowMs: t0)
+            #expect(through == nil)
+            try await two.forgive(["k"], atMs: t0)
+            #expect(try await one.attempt([Throttle("k", CodeEntryLimiter(maxFailures: 1, windowMs: 60_000))], nowMs: t0 + 1) == nil)
+            #expect(try await one.attempt([Throttle("k", CodeEntryLimiter(maxFailures: 1, windowMs: 60_000))], nowMs: t0 + 2) == 60)
+        }
+    }
+
+    /// A new password ends every web session of its owner (and no one else's) and spends every
+    /// other link; session keys are stored hashed.
+    @Test(arguments: Kind.allCases)
+    func aNewPasswordEndsTheOwnersSessionsAndOtherLinks(kind: Kind) async throws {
+        let t0 = self.t0
+        try await withTwo(kind) { one, two, _ in
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let ana = try #require(try await one.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
+            let bo = try #require(try await one.createOwner(email: "bo@example.org", displayName: "Bo", nowMs: t0))
+            let driver: any PersistDriver = if let sqlite = one as? SQLitePairingStore { SQLiteSessionDriver(store: sqlite) }
+                else { PostgresSessionDriver(store: try #require(one as? PostgresPairingStore)) }
+            try await driver.set(key: "hbs.ana-laptop", value: WebSession(owner: ana, csrf: "c1"), expires: .seconds(3600))
+            try await driver.set(key: "hbs.ana-phone", value: WebSession(owner: ana, csrf: "c2"), expires: .seconds(3600))
+            try await driver.set(key: "hbs.bo", value: WebSession(owner: bo, csrf: "c3"), expires: .seconds(3600))
+            let listed = try await two.webSessions(owner: ana, nowMs: now)
+            #expect(listed.count == 2)
+            #expect(listed.allSatisfy { !$0.id.contains("ana-") }, "stored as they are: \(listed.map(\.id))")
+            #expect(try await two.endWebSession(owner: bo, id: listed[0].id) == false, "another owner's session")
+            #expect(try await two.endWebSession(owner: ana, id: listed[0].id) == true)
+            #expect(try await two.webSessions(owner: ana, nowMs: now).count == 1)
+            try await one.addPasswordLink(owner: ana, tokenHash: "h1", expiresAtMs: now + 60_000)
+            try await one.addPasswordLink(owner: ana, tokenHash: "h2", expiresAtMs: now + 60_000)
+            #expect(try await two.passwordLinkOwner(tokenHash: "h1", nowMs: now) == ana)
+            #expect(try await two.usePasswordLink(tokenHash: "h2", passwordHash: "$2b$new", nowMs: now) == ana)
+            #expect(try await two.passwordLinkOwner(tokenHash: "h1", nowMs: now) == nil)
+            #expect(try await one.usePasswordLink(tokenHash: "h1", passwordHash: "$2b$old", nowMs: now) == nil)
+            #expect(try await driver.get(key: "hbs.ana-laptop", as: WebSession.self) == nil)
+            #expect(try await driver.get(key: "hbs.ana-phone", as: WebSession.self) == nil)
+            #expect(try await driver.get(key: "hbs.bo", as: WebSession.self)?.owner == bo)
         }
     }
 }

@@ -65,7 +65,7 @@ import TestSupport
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: now)
         #expect(try await store.lookUp(userCode: userCode, owner: owner, address: "127.0.0.1", nowMs: now) != .wrong)
-        #expect(try await store.decide(userCode: userCode, decision: .approve(owner: owner), nowMs: now) == .decided)
+        #expect(try await store.decide(userCode: userCode, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1", nowMs: now) == .decided)
 
         let paired = try await Self.post(server.port, "/oauth/token", grant)
         #expect(paired.status == 200)
@@ -154,7 +154,9 @@ import TestSupport
             let owners = PostgresPairingStore(ledger: ledger.ledger)
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             let owner = try await owners.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: now)
-            #expect(try await owners.decide(userCode: userCode, decision: .approve(owner: owner), nowMs: now) == .decided)
+            _ = try await owners.lookUp(userCode: userCode, owner: owner, address: "127.0.0.1", nowMs: now)
+            #expect(try await owners.decide(userCode: userCode, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1",
+                                            nowMs: now) == .decided)
             let paired = try await Self.post(a.port, "/oauth/token", [
                 "client_id": "dashcam-agent", "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": deviceCode])
             let access = try #require(paired.json["access_token"] as? String)

@@ -105,7 +105,10 @@ extension ServerConfig {
         setup.sessionDriver = sessions
         setup.library = try await OwnerTemplates.library()
         setup.allowance = usage.remainingSeconds
-        setup.secureCookies = server.usesTLS
+        // Cookies are Secure when the pages are reached over HTTPS: this server's TLS, or a proxy's
+        // whose public address is the configured one (each request forwarded by a local proxy
+        // with X-Forwarded-Proto: https is also, per request: SecureTransport).
+        setup.secureCookies = server.usesTLS || pairing.verificationURI?.lowercased().hasPrefix("https://") == true
         setup.products = try payments.products.map { text throws(ConfigError) in
             guard let product = Product(text) else {
                 throw .invalidOption("payments.products", text, "NAME=SECONDS=PRICE, e.g. `1 hour=3600=4.99 EUR` (1 to 100000000 seconds)")
@@ -118,6 +121,7 @@ extension ServerConfig {
         case .simulated:
             let secret = try SigningKey.load(Self.inStateDirectory(payments.webhookSecretFile), key: "payments.webhookSecretFile", holding: "the secret payment webhooks are signed with")
             setup.provider = SimulatedProvider(secret: secret)
+            logger.warning("payments.provider is simulated: a signed-in owner can credit usage without paying; for demos only (set payments.provider: none, or a real provider, in production)")
         }
         return setup
     }

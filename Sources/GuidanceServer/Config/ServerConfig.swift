@@ -97,6 +97,8 @@ public struct ServerConfig: LoadableConfig {
         public var provider: ProviderKind = .none
         public var products: [String] = []
         public var webhookSecretFile = "webhook.secret"
+        /// The simulated provider on a server that listens beyond loopback: only when said so.
+        public var allowSimulated = false
 
         public init() {}
     }
@@ -230,6 +232,9 @@ extension ServerConfig {
         .list(
             "payments.products", \.payments.products,
             "What owners can buy, each `NAME=SECONDS=PRICE` (e.g. `1 hour=3600=4.99 EUR`): seconds of analysed video added to a car once the provider's webhook says it was paid."),
+        .bool(
+            "payments.allowSimulated", \.payments.allowSimulated,
+            "Lets the simulated provider run on a server that listens beyond loopback (a demo on a network): anyone signed in can then credit usage without paying. Without it such a server refuses to start."),
         .string(
             "payments.webhookSecretFile", \.payments.webhookSecretFile, type: "path",
             "Secret the provider signs webhooks with (mode 0600; a relative path is in $STATE_DIRECTORY when systemd sets it); created with a random secret if missing (simulated)."),
@@ -241,6 +246,11 @@ extension ServerConfig {
 
     /// Environment variables that set keys start with this, e.g. `GUIDANCE_SERVER_PORT`.
     public static let environmentPrefix = "GUIDANCE"
+
+    /// Whether `host` is an address only this machine reaches.
+    static func isLoopbackHost(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
 
     /// Checks between keys, run by `load` after every key is read.
     public func validate() throws(ConfigError) {
@@ -268,6 +278,11 @@ extension ServerConfig {
             guard scheme == "http" || scheme == "https", endpoint.contains("://"), URL(string: endpoint)?.host != nil else {
                 throw .invalidOption("analyzer.endpoint", endpoint, "an http:// or https:// URL, such as https://generativelanguage.googleapis.com/v1beta")
             }
+        }
+        if payments.provider == .simulated, !payments.allowSimulated, !Self.isLoopbackHost(server.host) {
+            throw .invalidOption(
+                "payments.provider", "simulated",
+                "none on a server that listens on \(server.host) (beyond loopback): the simulated provider lets anyone signed in credit usage without paying. For a demo on a network, set payments.allowSimulated: true")
         }
         if analyzer.kind == .openai, analyzer.model == nil {
             throw .missingKey("analyzer.model", reason: "analyzer.kind is 'openai'; set it to the model id the server serves")

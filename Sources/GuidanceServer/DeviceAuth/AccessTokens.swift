@@ -66,6 +66,15 @@ public struct AccessTokens: Sendable {
         return claims
     }
 
+    /// The refresh token that follows `presented`: an HMAC of it under the signing key, so that a
+    /// retry of the same token (a car that lost the answer) is handed the very same successor,
+    /// and a copy presented within the retry window gets nothing the car does not also hold.
+    /// Unguessable without `presented`; every instance derives the same one.
+    public func refreshSuccessor(of presented: String) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: Data(("refresh-successor:" + presented).utf8), using: key)
+        return Self.base64URL(Data(mac))
+    }
+
     static func base64URL(_ data: Data) -> String {
         data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")

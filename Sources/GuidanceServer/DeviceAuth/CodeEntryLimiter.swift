@@ -12,6 +12,27 @@ public struct CodeEntryLimiter: Sendable, Equatable {
     public static let perAccount = CodeEntryLimiter(maxFailures: 5, windowMs: 15 * 60_000)
     public static let perAddress = CodeEntryLimiter(maxFailures: 20, windowMs: 15 * 60_000)
 
+    /// Sign-in: ten wrong passwords in 15 minutes per account, thirty per address; past them
+    /// the answer is the same whether or not the account exists.
+    public static let signInPerAccount = CodeEntryLimiter(maxFailures: 10, windowMs: 15 * 60_000)
+    public static let signInPerAddress = CodeEntryLimiter(maxFailures: 30, windowMs: 15 * 60_000)
+    /// Password links tried per address (a link is 128 random bits: this only bounds the work).
+    public static let linksPerAddress = CodeEntryLimiter(maxFailures: 20, windowMs: 15 * 60_000)
+
+    /// No limiter's window is longer: tries older than this are forgotten.
+    public static let longestWindowMs: Int64 = 15 * 60_000
+
+    /// What a typed pairing code counts against, at every route that takes one.
+    public static func pairing(owner: Int64, address: String) -> [Throttle] {
+        [Throttle("owner:\(owner)", perAccount), Throttle("address:\(address)", perAddress)]
+    }
+
+    /// What a sign-in counts against: the address typed (hashed: the table holds no addresses),
+    /// known or not, and the client's address.
+    public static func signIn(email: String, address: String) -> [Throttle] {
+        [Throttle("signin-account:" + PairingEndpoints.hash(email), signInPerAccount), Throttle("signin-address:\(address)", signInPerAddress)]
+    }
+
     public init(maxFailures: Int, windowMs: Int64) {
         self.maxFailures = maxFailures
         self.windowMs = windowMs

@@ -103,13 +103,13 @@ struct PairingEndpoints: Sendable {
 
     private func token(form: [String: String]) async throws -> Response {
         var generator = SystemRandomNumberGenerator()
-        let refresh = DeviceCodes.newDeviceCode(using: &generator)
         let nowMs = now()
         switch form["grant_type"] {
         case Self.deviceGrant?:
             guard let deviceCode = form["device_code"], !deviceCode.isEmpty else {
                 throw Refusal(error: "invalid_request", description: "device_code is missing")
             }
+            let refresh = DeviceCodes.newDeviceCode(using: &generator)
             let device = "car-" + String(DeviceCodes.newDeviceCode(using: &generator).prefix(12))
             let result = try await store.poll(
                 deviceCodeHash: Self.hash(deviceCode), nowMs: nowMs, settings: settings, newDevice: device,
@@ -127,6 +127,10 @@ struct PairingEndpoints: Sendable {
             guard let presented = form["refresh_token"], !presented.isEmpty else {
                 throw Refusal(error: "invalid_request", description: "refresh_token is missing")
             }
+            guard presented.utf8.count <= AccessTokens.maxLength else {
+                throw Refusal(error: "invalid_grant", description: "the refresh token is not valid")
+            }
+            let refresh = tokens.refreshSuccessor(of: presented)
             switch try await store.refresh(tokenHash: Self.hash(presented), newTokenHash: Self.hash(refresh), nowMs: nowMs,
                                            expiresAtMs: nowMs + refreshLifetimeMs, rules: rules) {
             case .rotated(let paired):
@@ -134,7 +138,7 @@ struct PairingEndpoints: Sendable {
             case .refused:
                 throw Refusal(error: "invalid_grant", description: "the refresh token is not valid")
             case .reused(let device):
-                logger.warning("a spent refresh token was used again: every credential of this pairing is revoked; the car must pair again",
+                logger.warning("a spent refresh token was used again (a copy, or a car that diverged from it): every credential of this pairing is revoked; the car must pair again",
                                metadata: ["device": "\(device)"])
                 throw Refusal(error: "invalid_grant", description: "the refresh token is not valid")
             }

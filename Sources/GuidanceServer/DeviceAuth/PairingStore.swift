@@ -8,7 +8,7 @@ public protocol PairingStore: Sendable {
     /// `newUserCode` that no live authorization has; returns that code.
     func startAuthorization(deviceCodeHash: String, deviceName: String, nowMs: Int64,
                             settings: DeviceAuthorization.Settings,
-                            newUserCode: @Sendable () -> String) async throws -> (userCode: String, authorization: DeviceAuthorization)
+                            newUserCode: @escaping @Sendable () -> String) async throws -> (userCode: String, authorization: DeviceAuthorization)
 
     /// One poll of the token endpoint. On ``DeviceAuthorization/PollOutcome/issue(owner:)`` the
     /// device `newDevice` is paired to the owner and its refresh family started with
@@ -17,15 +17,31 @@ public protocol PairingStore: Sendable {
               newDevice: String, refreshTokenHash: String, refreshExpiresAtMs: Int64) async throws -> PairingPoll
 
     /// The pending authorization an owner typed the code of, for the approval page; every wrong
-    /// code counts against the owner and the address.
+    /// code counts against the owner and the address (``CodeEntryLimiter/pairing(owner:address:)``),
+    /// and past their limits no code is looked at. A code found is this owner's to decide.
     func lookUp(userCode: String, owner: Int64, address: String, nowMs: Int64) async throws -> CodeLookUp
 
-    /// An owner's answer to a pending authorization.
-    func decide(userCode: String, decision: DeviceAuthorization.Decision, nowMs: Int64) async throws -> DeviceAuthorization.DecisionOutcome?
+    /// An owner's answer to a pending authorization, under the same limits as ``lookUp``: only a
+    /// code this owner looked up is decided; any other is a wrong guess, counted against the
+    /// owner, the address and (if it exists) the code itself, which is locked (denied) after
+    /// ``CodeDecision/maxWrongDecisions``.
+    func decide(userCode: String, decision: DeviceAuthorization.Decision, owner: Int64, address: String,
+                nowMs: Int64) async throws -> CodeDecision
 
-    /// Spends a refresh token for a new one (`newTokenHash`), by ``RefreshTokenRules``.
+    /// Spends a refresh token for its successor (`newTokenHash`), by ``RefreshTokenRules``. The
+    /// successor is derived from the token (``AccessTokens/refreshSuccessor(of:)``), so a retry
+    /// within the grace is handed the same successor again; a retry whose successor differs is
+    /// treated as reuse.
     func refresh(tokenHash: String, newTokenHash: String, nowMs: Int64, expiresAtMs: Int64,
                  rules: RefreshTokenRules) async throws -> RefreshResult
+
+    /// One try at something guessable (a password, a link), counted before it is checked,
+    /// against every key of `throttles`; the wait in seconds, with nothing counted, when a key is
+    /// over its limit. One transaction: concurrent tries cannot all slip under the limit.
+    func attempt(_ throttles: [Throttle], nowMs: Int64) async throws -> Int?
+
+    /// Takes back the tries ``attempt(_:nowMs:)`` counted at `atMs` under `keys`: the try succeeded.
+    func forgive(_ keys: [String], atMs: Int64) async throws
 
     /// A paired device, or `nil` (never paired, or unpaired).
     func pairedDevice(_ device: String) async throws -> PairedDevice?
@@ -53,6 +69,33 @@ public enum CodeLookUp: Sendable, Equatable {
     case wrong
     /// Too many wrong codes lately, from this owner or this address.
     case limited(waitSeconds: Int)
+}
+
+/// What became of an owner's answer to a code.
+public enum CodeDecision: Sendable, Equatable {
+    /// Wrong guesses against one code before it is locked.
+    public static let maxWrongDecisions = 3
+
+    case decided
+    /// The code was this owner's to decide, and is no longer pending (expired, or decided).
+    case gone
+    /// No such code, or one this owner never looked up: counted as a wrong guess.
+    case wrong
+    /// A wrong guess that locked the code: the car is refused and offers a new one.
+    case locked
+    /// Too many wrong codes lately, from this owner or this address.
+    case limited(waitSeconds: Int)
+}
+
+/// A key that tries are counted against, and its limit.
+public struct Throttle: Sendable, Equatable {
+    public var key: String
+    public var limiter: CodeEntryLimiter
+
+    public init(_ key: String, _ limiter: CodeEntryLimiter) {
+        self.key = key
+        self.limiter = limiter
+    }
 }
 
 public enum RefreshResult: Sendable, Equatable {

@@ -19,6 +19,8 @@ public final class ServerMetrics: Sendable {
     private let ackSeconds: Metrics.Timer
     private let chargeSeconds: Metrics.Timer
     private let skipped: Metrics.Counter
+    private let passwordHashes: Metrics.Counter
+    private let serverErrors: Metrics.Counter
 
     public enum LedgerWrite: String, Sendable, CaseIterable {
         case charged, duplicate, fenced, failed
@@ -50,6 +52,8 @@ public final class ServerMetrics: Sendable {
         skipped = Metrics.Counter(label: "guidance_segments_not_analysed_total", factory: factory)
         ackSeconds = Metrics.Timer(label: "guidance_segment_ack_duration_seconds", factory: factory)
         chargeSeconds = Metrics.Timer(label: "guidance_ledger_charge_duration_seconds", factory: factory)
+        passwordHashes = Metrics.Counter(label: "guidance_password_hashes_total", factory: factory)
+        serverErrors = Metrics.Counter(label: "guidance_http_server_errors_total", factory: factory)
         sessionsGauge.record(0)
     }
 
@@ -69,6 +73,11 @@ public final class ServerMetrics: Sendable {
     /// A charge that the ledger answered (written, or found already written), from the session's
     /// call to its return: the group it joined, the one before it, and the waits between.
     func charged(after duration: Duration) { chargeSeconds.record(duration) }
+
+    /// An owner's password was hashed or checked (bcrypt: a quarter of a second of a core).
+    func passwordHashed() { passwordHashes.increment() }
+    /// A request was answered 5xx (``ServerErrorLog``).
+    func serverError() { serverErrors.increment() }
 
     /// The text a Prometheus scrape gets.
     public func exposition() -> String { registry.emitToString() }

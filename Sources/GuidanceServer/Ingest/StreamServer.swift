@@ -123,6 +123,9 @@ public struct StreamServer: Sendable {
         let ledger = self.ledger, leases = self.leases
         let router = Router(context: GuidanceRequestContext.self)
         let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger, metrics = self.metrics
+        router.add(middleware: ServerErrorLog(logger: logger, metrics: metrics))
+        router.add(middleware: SecureTransport(always: settings.tls != nil || pairing?.secureCookies == true,
+                                               peer: { $0.channel?.remoteAddress?.ipAddress }))
         // A static token from the tokens file, or a paired device's access token.
         let accessTokens = pairing?.tokens, clock = pairing?.now, unpaired = pairing?.unpaired
         let owners = pairing?.owners
@@ -187,7 +190,8 @@ public struct StreamServer: Sendable {
                     configuration: .init(sessionCookieParameters: .init(name: "session", secure: pairing.secureCookies, sameSite: .strict)))
                 OwnerPages(store: owners, ledger: ledger, sessions: sessions, library: library, products: pairing.products,
                            provider: pairing.provider, allowance: pairing.allowance, secureCookies: pairing.secureCookies,
-                           unpaired: pairing.unpaired, webhookBase: { listening.withLock { $0 } }, logger: logger, now: pairing.now)
+                           unpaired: pairing.unpaired, metrics: metrics, webhookBase: { listening.withLock { $0 } }, logger: logger,
+                           now: pairing.now)
                     .add(to: router)
             }
         }

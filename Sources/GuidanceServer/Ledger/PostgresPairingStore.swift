@@ -23,9 +23,9 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
     /// The client belongs to the ledger, which closes it.
     public func shutdown() async throws {}
 
-    private func transaction<T: Sendable>(_ body: @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    private func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         try await schema.ensure()
-        return try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+        return try await PostgresUnit.transaction(client, logger: logger, body)
     }
 
     private static func state(_ state: DeviceAuthorization.State) -> (String, Int64?) {
@@ -62,7 +62,7 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
     // MARK: - PairingStore
 
     public func startAuthorization(deviceCodeHash: String, deviceName: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
-                                   newUserCode: @Sendable () -> String) async throws -> (userCode: String, authorization: DeviceAuthorization) {
+                                   newUserCode: @escaping @Sendable () -> String) async throws -> (userCode: String, authorization: DeviceAuthorization) {
         let authorization = DeviceAuthorization(deviceName: deviceName, nowMs: nowMs, settings: settings)
         let logger = self.logger
         return try await transaction { db in
@@ -114,36 +114,84 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
     public func lookUp(userCode: String, owner: Int64, address: String, nowMs: Int64) async throws -> CodeLookUp {
         let logger = self.logger
         return try await transaction { [self] db in
-            let keys = ["owner:\(owner)", "address:\(address)"]
-            let window = max(CodeEntryLimiter.perAccount.windowMs, CodeEntryLimiter.perAddress.windowMs)
-            try await db.query("DELETE FROM code_entry_failures WHERE at <= \(nowMs - window)", logger: logger)
-            for (key, limiter) in zip(keys, [CodeEntryLimiter.perAccount, .perAddress]) {
-                var failures: [Int64] = []
-                for try await at in try await db.query("SELECT at FROM code_entry_failures WHERE key = \(key)", logger: logger).decode(Int64.self) {
-                    failures.append(at)
-                }
-                if case .wait(let seconds) = limiter.verdict(failures: failures, nowMs: nowMs) { return .limited(waitSeconds: seconds) }
-            }
+            let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
+            if let wait = try await Self.limited(db, throttles, nowMs: nowMs, logger: logger) { return .limited(waitSeconds: wait) }
             if let found = try await authorization(where: "user_code", is: userCode, on: db)?.authorization,
                found.state == .pending, !found.isExpired(nowMs: nowMs) {
+                // Only the owner who saw this page may decide the code.
+                try await db.query("UPDATE device_authorizations SET looked_up_by = \(owner) WHERE user_code = \(userCode)", logger: logger)
                 return .pending(deviceName: found.deviceName, secondsLeft: found.secondsLeft(nowMs: nowMs))
             }
-            for key in keys { try await db.query("INSERT INTO code_entry_failures (key, at) VALUES (\(key), \(nowMs))", logger: logger) }
+            try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
             return .wrong
         }
     }
 
-    public func decide(userCode: String, decision: DeviceAuthorization.Decision, nowMs: Int64) async throws -> DeviceAuthorization.DecisionOutcome? {
+    public func decide(userCode: String, decision: DeviceAuthorization.Decision, owner: Int64, address: String,
+                       nowMs: Int64) async throws -> CodeDecision {
         let logger = self.logger
         return try await transaction { [self] db in
-            guard var (hash, found) = try await authorization(where: "user_code", is: userCode, on: db) else { return nil }
-            _ = hash
-            let outcome = found.decide(decision, nowMs: nowMs)
-            guard outcome == .decided else { return outcome }
-            let (state, owner) = Self.state(found.state)
-            try await db.query("UPDATE device_authorizations SET state = \(state), owner = \(owner) WHERE user_code = \(userCode)", logger: logger)
-            return outcome
+            let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
+            if let wait = try await Self.limited(db, throttles, nowMs: nowMs, logger: logger) { return .limited(waitSeconds: wait) }
+            guard var (hash, found) = try await authorization(where: "user_code", is: userCode, on: db) else {
+                try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
+                return .wrong
+            }
+            var lookedUpBy: Int64?, wrong: Int64 = 0
+            for try await (by, count) in try await db.query(
+                "SELECT looked_up_by, wrong_decisions FROM device_authorizations WHERE device_code_hash = \(hash)", logger: logger
+            ).decode((Int64?, Int64).self) { (lookedUpBy, wrong) = (by, count) }
+            guard lookedUpBy == owner else {
+                // A decision on a code this owner never looked up: a guess against that code.
+                try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
+                wrong += 1
+                let locked = found.state == .pending && wrong >= Int64(CodeDecision.maxWrongDecisions)
+                let state = locked ? "denied" : Self.state(found.state).0
+                try await db.query(
+                    "UPDATE device_authorizations SET wrong_decisions = \(wrong), state = \(state) WHERE device_code_hash = \(hash)", logger: logger)
+                return locked ? .locked : .wrong
+            }
+            guard found.decide(decision, nowMs: nowMs) == .decided else { return .gone }
+            let (state, approvedBy) = Self.state(found.state)
+            try await db.query("UPDATE device_authorizations SET state = \(state), owner = \(approvedBy) WHERE device_code_hash = \(hash)",
+                               logger: logger)
+            return .decided
         }
+    }
+
+    public func attempt(_ throttles: [Throttle], nowMs: Int64) async throws -> Int? {
+        let logger = self.logger
+        return try await transaction { db in
+            if let wait = try await Self.limited(db, throttles, nowMs: nowMs, logger: logger) { return wait }
+            try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
+            return nil
+        }
+    }
+
+    public func forgive(_ keys: [String], atMs: Int64) async throws {
+        let logger = self.logger
+        try await transaction { db in
+            for key in keys { try await db.query("DELETE FROM code_entry_failures WHERE key = \(key) AND at = \(atMs)", logger: logger) }
+        }
+    }
+
+    /// How long until a try is let through, if any key of `throttles` is over its limit now.
+    private static func limited(_ db: PostgresConnection, _ throttles: [Throttle], nowMs: Int64, logger: Logger) async throws -> Int? {
+        // Tries against one key are counted one transaction at a time, at every instance: a burst
+        // cannot all read the count before any of them adds to it.
+        try await db.query("SELECT pg_advisory_xact_lock(hashtext(\(throttles.first?.key ?? "")))", logger: logger)
+        try await db.query("DELETE FROM code_entry_failures WHERE at <= \(nowMs - CodeEntryLimiter.longestWindowMs)", logger: logger)
+        for throttle in throttles {
+            var tries: [Int64] = []
+            for try await at in try await db.query("SELECT at FROM code_entry_failures WHERE key = \(throttle.key)", logger: logger)
+                .decode(Int64.self) { tries.append(at) }
+            if case .wait(let seconds) = throttle.limiter.verdict(failures: tries, nowMs: nowMs) { return seconds }
+        }
+        return nil
+    }
+
+    private static func count(_ db: PostgresConnection, _ keys: [String], nowMs: Int64, logger: Logger) async throws {
+        for key in keys { try await db.query("INSERT INTO code_entry_failures (key, at) VALUES (\(key), \(nowMs))", logger: logger) }
     }
 
     public func refresh(tokenHash: String, newTokenHash: String, nowMs: Int64, expiresAtMs: Int64,
@@ -175,8 +223,12 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
             case .rotate:
                 try await db.query("UPDATE refresh_tokens SET spent_at = \(nowMs), successor = \(newTokenHash) WHERE hash = \(tokenHash)", logger: logger)
             case .retry:
-                if let successor { try await db.query("DELETE FROM refresh_tokens WHERE hash = \(successor)", logger: logger) }
-                try await db.query("UPDATE refresh_tokens SET successor = \(newTokenHash) WHERE hash = \(tokenHash)", logger: logger)
+                // The same successor as the first time, or it is a copy that diverged: reuse.
+                guard successor == newTokenHash else {
+                    try await db.query("UPDATE refresh_families SET revoked_at = \(nowMs) WHERE id = \(family)", logger: logger)
+                    return .reused(device: device)
+                }
+                return .rotated(PairedDevice(device: device, owner: owner ?? 0, label: label ?? "", pairedAtMs: pairedAt ?? 0))
             }
             try await db.query(
                 "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (\(newTokenHash), \(family), \(nowMs), \(expiresAtMs))",
@@ -231,6 +283,14 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         }
     }
 
+    public func passwordLinkOwner(tokenHash: String, nowMs: Int64) async throws -> Int64? {
+        try await schema.ensure()
+        for try await owner in try await client.query(
+            "SELECT owner FROM password_links WHERE token_hash = \(tokenHash) AND used_at IS NULL AND expires_at > \(nowMs)", logger: logger
+        ).decode(Int64.self) { return owner }
+        return nil
+    }
+
     public func usePasswordLink(tokenHash: String, passwordHash: String, nowMs: Int64) async throws -> Int64? {
         let logger = self.logger
         return try await transaction { db in
@@ -242,7 +302,31 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
                 """, logger: logger).decode(Int64.self) { owner = id }
             guard let owner else { return nil }
             try await db.query("UPDATE owners SET password_hash = \(passwordHash) WHERE id = \(owner)", logger: logger)
+            // A new password ends everything the old one (or a leaked link) could still do.
+            try await db.query("UPDATE password_links SET used_at = \(nowMs) WHERE owner = \(owner) AND used_at IS NULL", logger: logger)
+            try await db.query("DELETE FROM web_sessions WHERE owner = \(owner)", logger: logger)
             return owner
+        }
+    }
+
+    public func webSessions(owner: Int64, nowMs: Int64) async throws -> [StoredWebSession] {
+        try await schema.ensure()
+        var found: [StoredWebSession] = []
+        for try await (id, value, expires) in try await client.query(
+            "SELECT key, value, expires_at FROM web_sessions WHERE owner = \(owner) AND (expires_at IS NULL OR expires_at > \(nowMs))",
+            logger: logger).decode((String, String, Int64?).self) {
+            found.append(StoredWebSession(id: id, value: Data(value.utf8), expiresAtMs: expires))
+        }
+        return found
+    }
+
+    public func endWebSession(owner: Int64, id: String) async throws -> Bool {
+        let logger = self.logger
+        return try await transaction { db in
+            var ended = false
+            for try await _ in try await db.query("DELETE FROM web_sessions WHERE owner = \(owner) AND key = \(id) RETURNING 1", logger: logger)
+                .decode(Int32.self) { ended = true }
+            return ended
         }
     }
 
@@ -380,33 +464,40 @@ public struct PostgresSessionDriver: PersistDriver {
     public func run() async throws { try await gracefulShutdown() }
 
     public func create<Object: Codable & Sendable>(key: String, value: Object, expires: Duration?) async throws {
-        let text = String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
+        let data = try JSONEncoder().encode(value)
+        let (text, stored, owner) = (String(decoding: data, as: UTF8.self), WebSessionRows.storedKey(key), WebSessionRows.owner(data))
         let (now, until) = (Int64(SQLiteSessionDriver.nowMs()), SQLiteSessionDriver.expiresAtMs(expires))
-        let created = try await store.client.withTransaction(logger: store.logger) { db in
-            try await db.query("DELETE FROM web_sessions WHERE key = \(key) AND expires_at <= \(now)", logger: store.logger)
+        let logger = store.logger
+        try await store.schema.ensure()
+        let created = try await PostgresUnit.transaction(store.client, logger: logger) { db in
+            try await db.query("DELETE FROM web_sessions WHERE key = \(stored) AND expires_at <= \(now)", logger: logger)
             var made = false
             for try await _ in try await db.query(
-                "INSERT INTO web_sessions (key, value, expires_at) VALUES (\(key), \(text), \(until)) ON CONFLICT (key) DO NOTHING RETURNING 1",
-                logger: store.logger).decode(Int32.self) { made = true }
+                "INSERT INTO web_sessions (key, value, expires_at, owner) VALUES (\(stored), \(text), \(until), \(owner)) ON CONFLICT (key) DO NOTHING RETURNING 1",
+                logger: logger).decode(Int32.self) { made = true }
             return made
         }
         guard created else { throw PersistError.duplicate }
     }
 
     public func set<Object: Codable & Sendable>(key: String, value: Object, expires: Duration?) async throws {
-        let text = String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
+        let data = try JSONEncoder().encode(value)
+        let (text, stored, owner) = (String(decoding: data, as: UTF8.self), WebSessionRows.storedKey(key), WebSessionRows.owner(data))
         let until = SQLiteSessionDriver.expiresAtMs(expires)
+        try await store.schema.ensure()
         try await store.client.query(
             """
-            INSERT INTO web_sessions (key, value, expires_at) VALUES (\(key), \(text), \(until))
-            ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expires_at = COALESCE(EXCLUDED.expires_at, web_sessions.expires_at)
+            INSERT INTO web_sessions (key, value, expires_at, owner) VALUES (\(stored), \(text), \(until), \(owner))
+            ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, owner = EXCLUDED.owner,
+                expires_at = COALESCE(EXCLUDED.expires_at, web_sessions.expires_at)
             """, logger: store.logger)
     }
 
     public func get<Object: Codable & Sendable>(key: String, as type: Object.Type) async throws -> Object? {
-        let now = Int64(SQLiteSessionDriver.nowMs())
+        let (now, stored) = (Int64(SQLiteSessionDriver.nowMs()), WebSessionRows.storedKey(key))
+        try await store.schema.ensure()
         for try await text in try await store.client.query(
-            "SELECT value FROM web_sessions WHERE key = \(key) AND (expires_at IS NULL OR expires_at > \(now))", logger: store.logger
+            "SELECT value FROM web_sessions WHERE key = \(stored) AND (expires_at IS NULL OR expires_at > \(now))", logger: store.logger
         ).decode(String.self) {
             return try JSONDecoder().decode(type, from: Data(text.utf8))
         }
@@ -414,7 +505,7 @@ public struct PostgresSessionDriver: PersistDriver {
     }
 
     public func remove(key: String) async throws {
-        try await store.client.query("DELETE FROM web_sessions WHERE key = \(key)", logger: store.logger)
+        try await store.client.query("DELETE FROM web_sessions WHERE key = \(WebSessionRows.storedKey(key))", logger: store.logger)
     }
 
 }

@@ -119,6 +119,12 @@ actor PostgresSchema {
         "CREATE INDEX IF NOT EXISTS code_entry_failures_key ON code_entry_failures (key, at)",
         "CREATE TABLE IF NOT EXISTS password_links (token_hash TEXT PRIMARY KEY, owner BIGINT NOT NULL, expires_at BIGINT NOT NULL, used_at BIGINT)",
         "CREATE TABLE IF NOT EXISTS web_sessions (key TEXT PRIMARY KEY, value TEXT NOT NULL, expires_at BIGINT)",
+        // As SQLite's schema 4: who looked a code up and the wrong guesses against it; whose web
+        // session a row is (its key stored hashed).
+        "ALTER TABLE device_authorizations ADD COLUMN IF NOT EXISTS looked_up_by BIGINT",
+        "ALTER TABLE device_authorizations ADD COLUMN IF NOT EXISTS wrong_decisions BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE web_sessions ADD COLUMN IF NOT EXISTS owner BIGINT",
+        "CREATE INDEX IF NOT EXISTS web_sessions_owner ON web_sessions (owner)",
         "CREATE TABLE IF NOT EXISTS device_guidance (device TEXT NOT NULL, at BIGINT NOT NULL, text TEXT NOT NULL)",
         "CREATE INDEX IF NOT EXISTS device_guidance_device ON device_guidance (device, at)",
         """
@@ -197,7 +203,7 @@ public final class PostgresLedger: UsageLedger {
 
     private func charged(_ charge: UsageCharge) async throws -> ChargeResult {
         let logger = self.logger
-        return try await client.withTransaction(logger: logger) { connection -> ChargeResult in
+        return try await PostgresUnit.transaction(client, logger: logger) { connection -> ChargeResult in
             if let fence = charge.fence {
                 let rows = try await connection.query(
                     "SELECT epoch FROM session_leases WHERE device = \(fence.device) FOR SHARE", logger: logger)
@@ -235,7 +241,7 @@ public final class PostgresLedger: UsageLedger {
         let logger = self.logger
         return try await LedgerError.telling("usage ledger \(probe.target): crediting \(device)") {
             try await schema.ensure()
-            return try await client.withTransaction(logger: logger) { connection in
+            return try await PostgresUnit.transaction(client, logger: logger) { connection in
                 try await connection.query(
                     "INSERT INTO credits (device, seconds, note) VALUES (\(device), \(Int64(seconds)), \(note))", logger: logger)
                 try await connection.query(
@@ -253,7 +259,7 @@ public final class PostgresLedger: UsageLedger {
         let logger = self.logger
         try await LedgerError.telling("usage ledger \(probe.target): recording tokens of \(usage.device)") {
             try await schema.ensure()
-            try await client.withTransaction(logger: logger) { connection in
+            try await PostgresUnit.transaction(client, logger: logger) { connection in
                 let inserted = try await connection.query(
                     """
                     INSERT INTO model_usage (device, stream, seq, model, input_tokens, output_tokens)
@@ -365,7 +371,7 @@ public final class PostgresLeases: SessionLeases {
         let logger = self.logger, instance = self.instance
         let epoch = try await LedgerError.telling("session leases \(target): acquiring \(device)") {
             try await schema.ensure()
-            return try await client.withTransaction(logger: logger) { connection -> Int64 in
+            return try await PostgresUnit.transaction(client, logger: logger) { connection -> Int64 in
                 let rows = try await connection.query(
                     """
                     INSERT INTO session_leases (device, instance, session, epoch) VALUES (\(device), \(instance), \(session), 1)
@@ -508,5 +514,26 @@ public func withServices<T: Sendable>(_ services: [any Service], _ body: @Sendab
         for service in services { group.addTask { try await service.run(); return nil } }
         defer { group.cancelAll() }
         return try await body()
+    }
+}
+
+/// A PostgreSQL transaction as one unit of work: run ``uninterrupted(_:)``, so a caller cancelled
+/// half way (a session that ended) cannot leave it open on a pooled connection; and a connection
+/// whose transaction did not end cleanly (its `ROLLBACK` or `COMMIT` failed) is closed instead of
+/// going back to the pool, where the next caller's statements would join the open transaction.
+enum PostgresUnit {
+    static func transaction<T: Sendable>(_ client: PostgresClient, logger: Logger,
+                                         _ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        try await uninterrupted {
+            try await client.withConnection { connection in
+                do {
+                    return try await connection.withTransaction(logger: logger) { connection in try await body(connection) }
+                } catch let error as PostgresTransactionError where error.rollbackError != nil || error.commitError != nil {
+                    logger.error("a PostgreSQL transaction did not end cleanly; its connection is closed, not reused: \(String(reflecting: error))")
+                    try? await connection.close()
+                    throw error
+                }
+            }
+        }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import GuidanceProtocol
 public import Logging
 import NIOPosix
@@ -31,7 +32,7 @@ public final class SQLiteLedger: UsageLedger {
     static let busyTimeoutMs = 10_000
 
     /// Schema version, in `PRAGMA user_version`.
-    static let version = 3
+    static let version = 4
 
     static let schema = [
         """
@@ -122,6 +123,14 @@ public final class SQLiteLedger: UsageLedger {
         """,
     ]
 
+    /// Columns added after a table was first made (schema 4: who looked a code up and the wrong
+    /// guesses against it; whose web session a row is), added where they are missing.
+    static let addedColumns: [(table: String, column: String, definition: String)] = [
+        ("device_authorizations", "looked_up_by", "INTEGER"),
+        ("device_authorizations", "wrong_decisions", "INTEGER NOT NULL DEFAULT 0"),
+        ("web_sessions", "owner", "INTEGER"),
+    ]
+
     /// Opens (and creates, the first time) the ledger at `path`, and waits until it is ready, so
     /// that a problem shows at start. `:memory:` is a ledger that lasts as long as the process.
     public static func open(path: String, logger: Logger) async throws -> SQLiteLedger {
@@ -154,6 +163,12 @@ public final class SQLiteLedger: UsageLedger {
     /// connection's settings, not the file's): the busy timeout, WAL, `synchronous=FULL`.
     static func connect(path: String, threadPool: NIOThreadPool = .singleton, logger: Logger) async throws -> SQLiteConnection {
         let connection: SQLiteConnection
+        // A new ledger is private to the server's user from its first byte (SQLite makes its
+        // -wal and -shm files with the same mode): it holds password hashes and sessions.
+        if path != ":memory:" {
+            let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            if fd >= 0 { close(fd) }
+        }
         do {
             connection = try await SQLiteConnection.open(
                 storage: path == ":memory:" ? .memory : .file(path: path), threadPool: threadPool, logger: logger,
@@ -198,6 +213,13 @@ public final class SQLiteLedger: UsageLedger {
                     _ = try await connection.query("ALTER TABLE balances ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0")
                 }
                 for statement in schema { _ = try await connection.query(statement) }
+                for added in addedColumns {
+                    let columns = try await connection.query("PRAGMA table_info(\(added.table))").compactMap { $0.column("name")?.string }
+                    if !columns.contains(added.column) {
+                        _ = try await connection.query("ALTER TABLE \(added.table) ADD COLUMN \(added.column) \(added.definition)")
+                    }
+                }
+                _ = try await connection.query("CREATE INDEX IF NOT EXISTS web_sessions_owner ON web_sessions (owner)")
                 _ = try await connection.query("PRAGMA user_version = \(version)")
                 _ = try await connection.query("COMMIT")
             } catch {
@@ -214,7 +236,9 @@ public final class SQLiteLedger: UsageLedger {
     public func charge(_ charge: UsageCharge) async throws -> ChargeResult {
         try LedgerLimits.check(charge)
         return try await batches.charge(charge) { group in
-            do { return try await write(group).map { .success($0) } } catch { return group.map { _ in .failure(error) } }
+            // The group is everyone's charges, not only this caller's: a caller cancelled now (its
+            // session ended) must not fail the others' with it.
+            do { return try await uninterrupted { try await self.write(group) }.map { .success($0) } } catch { return group.map { _ in .failure(error) } }
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import SQLiteNIO
+import NIOFoundationCompat
 
 extension SQLitePairingStore: OwnerStore {
     public func createOwner(email: String, displayName: String, nowMs: Int64) async throws -> Int64? {
@@ -18,6 +19,13 @@ extension SQLitePairingStore: OwnerStore {
         }
     }
 
+    public func passwordLinkOwner(tokenHash: String, nowMs: Int64) async throws -> Int64? {
+        try await read { db in
+            try await db.query("SELECT owner FROM password_links WHERE token_hash = ? AND used_at IS NULL AND expires_at > ?",
+                               [.text(tokenHash), .integer(Int(nowMs))]).first?.column("owner")?.integer.map(Int64.init)
+        }
+    }
+
     public func usePasswordLink(tokenHash: String, passwordHash: String, nowMs: Int64) async throws -> Int64? {
         try await transaction { db in
             guard let owner = try await db.query(
@@ -25,33 +33,59 @@ extension SQLitePairingStore: OwnerStore {
                 [.integer(Int(nowMs)), .text(tokenHash), .integer(Int(nowMs))]).first?.column("owner")?.integer
             else { return nil }
             _ = try await db.query("UPDATE owners SET password_hash = ? WHERE id = ?", [.text(passwordHash), .integer(owner)])
+            // A new password ends everything the old one (or a leaked link) could still do.
+            _ = try await db.query("UPDATE password_links SET used_at = ? WHERE owner = ? AND used_at IS NULL",
+                                   [.integer(Int(nowMs)), .integer(owner)])
+            _ = try await db.query("DELETE FROM web_sessions WHERE owner = ?", [.integer(owner)])
             return Int64(owner)
         }
     }
 
+    public func webSessions(owner: Int64, nowMs: Int64) async throws -> [StoredWebSession] {
+        try await read { db in
+            try await db.query(
+                "SELECT key, value, expires_at FROM web_sessions WHERE owner = ? AND (expires_at IS NULL OR expires_at > ?)",
+                [.integer(Int(owner)), .integer(Int(nowMs))]
+            ).compactMap { row in
+                guard let id = row.column("key")?.string, case .blob(let buffer)? = row.column("value") else { return nil }
+                return StoredWebSession(id: id, value: Data(buffer: buffer), expiresAtMs: row.column("expires_at")?.integer.map(Int64.init))
+            }
+        }
+    }
+
+    public func endWebSession(owner: Int64, id: String) async throws -> Bool {
+        try await transaction { db in
+            !(try await db.query("DELETE FROM web_sessions WHERE owner = ? AND key = ? RETURNING key", [.integer(Int(owner)), .text(id)]).isEmpty)
+        }
+    }
+
     public func account(email: String) async throws -> (owner: Owner, passwordHash: String?)? {
-        try await connection.query("SELECT id, email, display_name, password_hash FROM owners WHERE email = ?", [.text(email)]).first.map {
-            (Owner(id: Int64($0.column("id")?.integer ?? 0), email: $0.column("email")?.string ?? "",
-                   displayName: $0.column("display_name")?.string ?? ""), $0.column("password_hash")?.string)
+        try await read { db in
+            try await db.query("SELECT id, email, display_name, password_hash FROM owners WHERE email = ?", [.text(email)]).first.map {
+                (Owner(id: Int64($0.column("id")?.integer ?? 0), email: $0.column("email")?.string ?? "",
+                       displayName: $0.column("display_name")?.string ?? ""), $0.column("password_hash")?.string)
+            }
         }
     }
 
     public func devices(owner: Int64) async throws -> [OwnedDevice] {
-        let rows = try await connection.query(
-            "SELECT device, label, paired_at, last_seen_at FROM paired_devices WHERE owner = ? AND unpaired_at IS NULL ORDER BY paired_at, device",
-            [.integer(Int(owner))])
-        var devices: [OwnedDevice] = []
-        for row in rows {
-            let device = row.column("device")?.string ?? ""
-            let guidance = try await connection.query(
-                "SELECT at, text FROM device_guidance WHERE device = ? ORDER BY at DESC LIMIT ?",
-                [.text(device), .integer(OwnedDevice.recentGuidanceCount)]
-            ).map { (atMs: Int64($0.column("at")?.integer ?? 0), text: $0.column("text")?.string ?? "") }
-            devices.append(OwnedDevice(device: device, label: row.column("label")?.string ?? "",
-                                       pairedAtMs: Int64(row.column("paired_at")?.integer ?? 0),
-                                       lastSeenAtMs: row.column("last_seen_at")?.integer.map(Int64.init), recentGuidance: guidance))
+        try await read { db in
+            let rows = try await db.query(
+                "SELECT device, label, paired_at, last_seen_at FROM paired_devices WHERE owner = ? AND unpaired_at IS NULL ORDER BY paired_at, device",
+                [.integer(Int(owner))])
+            var devices: [OwnedDevice] = []
+            for row in rows {
+                let device = row.column("device")?.string ?? ""
+                let guidance = try await db.query(
+                    "SELECT at, text FROM device_guidance WHERE device = ? ORDER BY at DESC LIMIT ?",
+                    [.text(device), .integer(OwnedDevice.recentGuidanceCount)]
+                ).map { (atMs: Int64($0.column("at")?.integer ?? 0), text: $0.column("text")?.string ?? "") }
+                devices.append(OwnedDevice(device: device, label: row.column("label")?.string ?? "",
+                                           pairedAtMs: Int64(row.column("paired_at")?.integer ?? 0),
+                                           lastSeenAtMs: row.column("last_seen_at")?.integer.map(Int64.init), recentGuidance: guidance))
+            }
+            return devices
         }
-        return devices
     }
 
     public func rename(device: String, owner: Int64, label: String) async throws -> Bool {
@@ -75,8 +109,10 @@ extension SQLitePairingStore: OwnerStore {
     }
 
     public func unpaired(sinceMs: Int64) async throws -> [(device: String, atMs: Int64)] {
-        try await connection.query("SELECT device, unpaired_at FROM paired_devices WHERE unpaired_at >= ?", [.integer(Int(sinceMs))]).map {
-            (device: $0.column("device")?.string ?? "", atMs: Int64($0.column("unpaired_at")?.integer ?? 0))
+        try await read { db in
+            try await db.query("SELECT device, unpaired_at FROM paired_devices WHERE unpaired_at >= ?", [.integer(Int(sinceMs))]).map {
+                (device: $0.column("device")?.string ?? "", atMs: Int64($0.column("unpaired_at")?.integer ?? 0))
+            }
         }
     }
 
@@ -112,11 +148,14 @@ extension SQLitePairingStore: OwnerStore {
     }
 
     public func payment(provider: String, id: String) async throws -> Payment? {
-        try await connection.query("SELECT * FROM payments WHERE provider = ? AND payment_id = ?", [.text(provider), .text(id)]).first.map {
-            Payment(provider: provider, id: id, owner: Int64($0.column("owner")?.integer ?? 0), device: $0.column("device")?.string ?? "",
-                    product: $0.column("product")?.string ?? "", seconds: $0.column("seconds")?.integer ?? 0,
-                    price: $0.column("price")?.string ?? "", status: Payment.Status(rawValue: $0.column("status")?.string ?? "") ?? .pending,
-                    createdAtMs: Int64($0.column("created_at")?.integer ?? 0))
+        try await read { db in
+            try await db.query("SELECT * FROM payments WHERE provider = ? AND payment_id = ?", [.text(provider), .text(id)]).first.map {
+                Payment(provider: provider, id: id, owner: Int64($0.column("owner")?.integer ?? 0), device: $0.column("device")?.string ?? "",
+                        product: $0.column("product")?.string ?? "", seconds: $0.column("seconds")?.integer ?? 0,
+                        price: $0.column("price")?.string ?? "",
+                        status: Payment.Status(rawValue: $0.column("status")?.string ?? "") ?? .pending,
+                        createdAtMs: Int64($0.column("created_at")?.integer ?? 0))
+            }
         }
     }
 

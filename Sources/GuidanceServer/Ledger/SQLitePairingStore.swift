@@ -13,14 +13,16 @@ public final class SQLitePairingStore: PairingStore {
     let connection: SQLiteConnection
     private let turns = Turns()
     private let path: String
+    let logger: Logger
 
     public static func open(path: String, logger: Logger) async throws -> SQLitePairingStore {
-        SQLitePairingStore(connection: try await SQLiteLedger.prepare(path: path, logger: logger), path: path)
+        SQLitePairingStore(connection: try await SQLiteLedger.prepare(path: path, logger: logger), path: path, logger: logger)
     }
 
-    private init(connection: SQLiteConnection, path: String) {
+    private init(connection: SQLiteConnection, path: String, logger: Logger) {
         self.connection = connection
         self.path = path
+        self.logger = logger
     }
 
     /// Whether ``shutdown()`` closed the connection (SQLiteNIO must be closed once, before its end).
@@ -43,7 +45,7 @@ public final class SQLitePairingStore: PairingStore {
 
     public func startAuthorization(
         deviceCodeHash: String, deviceName: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
-        newUserCode: @Sendable () -> String
+        newUserCode: @escaping @Sendable () -> String
     ) async throws -> (userCode: String, authorization: DeviceAuthorization) {
         let authorization = DeviceAuthorization(deviceName: deviceName, nowMs: nowMs, settings: settings)
         return try await transaction { db in
@@ -102,38 +104,80 @@ public final class SQLitePairingStore: PairingStore {
 
     public func lookUp(userCode: String, owner: Int64, address: String, nowMs: Int64) async throws -> CodeLookUp {
         try await transaction { db in
-            let keys = ["owner:\(owner)", "address:\(address)"]
-            let window = max(CodeEntryLimiter.perAccount.windowMs, CodeEntryLimiter.perAddress.windowMs)
-            _ = try await db.query("DELETE FROM code_entry_failures WHERE at <= ?", [.integer(Int(nowMs - window))])
-            for (key, limiter) in zip(keys, [CodeEntryLimiter.perAccount, .perAddress]) {
-                let failures = try await db.query("SELECT at FROM code_entry_failures WHERE key = ?", [.text(key)])
-                    .compactMap { $0.column("at")?.integer.map(Int64.init) }
-                if case .wait(let seconds) = limiter.verdict(failures: failures, nowMs: nowMs) { return .limited(waitSeconds: seconds) }
-            }
+            let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
+            if let wait = try await Self.limited(db, throttles, nowMs: nowMs) { return .limited(waitSeconds: wait) }
             if let row = try await db.query("SELECT * FROM device_authorizations WHERE user_code = ?", [.text(userCode)]).first,
                let authorization = Self.authorization(row), authorization.state == .pending, !authorization.isExpired(nowMs: nowMs) {
+                // Only the owner who saw this page may decide the code.
+                _ = try await db.query("UPDATE device_authorizations SET looked_up_by = ? WHERE user_code = ?",
+                                       [.integer(Int(owner)), .text(userCode)])
                 return .pending(deviceName: authorization.deviceName, secondsLeft: authorization.secondsLeft(nowMs: nowMs))
             }
-            for key in keys {
-                _ = try await db.query("INSERT INTO code_entry_failures (key, at) VALUES (?, ?)", [.text(key), .integer(Int(nowMs))])
-            }
+            try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
             return .wrong
         }
     }
 
-    public func decide(userCode: String, decision: DeviceAuthorization.Decision, nowMs: Int64) async throws -> DeviceAuthorization.DecisionOutcome? {
+    public func decide(userCode: String, decision: DeviceAuthorization.Decision, owner: Int64, address: String,
+                       nowMs: Int64) async throws -> CodeDecision {
         try await transaction { db in
+            let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
+            if let wait = try await Self.limited(db, throttles, nowMs: nowMs) { return .limited(waitSeconds: wait) }
             guard let row = try await db.query("SELECT * FROM device_authorizations WHERE user_code = ?", [.text(userCode)]).first,
                   var authorization = Self.authorization(row), let hash = row.column("device_code_hash")?.string
-            else { return nil }
-            let outcome = authorization.decide(decision, nowMs: nowMs)
-            guard outcome == .decided else { return outcome }
-            var owner: SQLiteData = .null
-            if case .approved(let id) = authorization.state { owner = .integer(Int(id)) }
+            else {
+                try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
+                return .wrong
+            }
+            guard row.column("looked_up_by")?.integer.map(Int64.init) == owner else {
+                // A decision on a code this owner never looked up: a guess against that code.
+                try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
+                let wrong = (row.column("wrong_decisions")?.integer ?? 0) + 1
+                let locked = authorization.state == .pending && wrong >= CodeDecision.maxWrongDecisions
+                _ = try await db.query("UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE device_code_hash = ?",
+                                       [.integer(wrong), .text(locked ? "denied" : Self.stateName(authorization.state)), .text(hash)])
+                return locked ? .locked : .wrong
+            }
+            guard authorization.decide(decision, nowMs: nowMs) == .decided else { return .gone }
+            var approvedBy: SQLiteData = .null
+            if case .approved(let id) = authorization.state { approvedBy = .integer(Int(id)) }
             _ = try await db.query(
                 "UPDATE device_authorizations SET state = ?, owner = ? WHERE device_code_hash = ?",
-                [.text(Self.stateName(authorization.state)), owner, .text(hash)])
-            return outcome
+                [.text(Self.stateName(authorization.state)), approvedBy, .text(hash)])
+            return .decided
+        }
+    }
+
+    public func attempt(_ throttles: [Throttle], nowMs: Int64) async throws -> Int? {
+        try await transaction { db in
+            if let wait = try await Self.limited(db, throttles, nowMs: nowMs) { return wait }
+            try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
+            return nil
+        }
+    }
+
+    public func forgive(_ keys: [String], atMs: Int64) async throws {
+        try await transaction { db in
+            for key in keys {
+                _ = try await db.query("DELETE FROM code_entry_failures WHERE key = ? AND at = ?", [.text(key), .integer(Int(atMs))])
+            }
+        }
+    }
+
+    /// How long until a try is let through, if any key of `throttles` is over its limit now.
+    private static func limited(_ db: SQLiteConnection, _ throttles: [Throttle], nowMs: Int64) async throws -> Int? {
+        _ = try await db.query("DELETE FROM code_entry_failures WHERE at <= ?", [.integer(Int(nowMs - CodeEntryLimiter.longestWindowMs))])
+        for throttle in throttles {
+            let tries = try await db.query("SELECT at FROM code_entry_failures WHERE key = ?", [.text(throttle.key)])
+                .compactMap { $0.column("at")?.integer.map(Int64.init) }
+            if case .wait(let seconds) = throttle.limiter.verdict(failures: tries, nowMs: nowMs) { return seconds }
+        }
+        return nil
+    }
+
+    private static func count(_ db: SQLiteConnection, _ keys: [String], nowMs: Int64) async throws {
+        for key in keys {
+            _ = try await db.query("INSERT INTO code_entry_failures (key, at) VALUES (?, ?)", [.text(key), .integer(Int(nowMs))])
         }
     }
 
@@ -151,9 +195,12 @@ public final class SQLitePairingStore: PairingStore {
                 """, [.text(tokenHash)]).first,
                 let family = row.column("family")?.string, let device = row.column("device")?.string
             else { return .refused }
-            let paired = row.column("owner")?.integer != nil && row.column("unpaired_at")?.integer == nil
+            let isPaired = row.column("owner")?.integer != nil && row.column("unpaired_at")?.integer == nil
+            let paired = PairedDevice(
+                device: device, owner: Int64(row.column("owner")?.integer ?? 0), label: row.column("label")?.string ?? "",
+                pairedAtMs: Int64(row.column("paired_at")?.integer ?? 0))
             let presented = RefreshTokenRules.Presented(
-                familyRevoked: row.column("revoked_at")?.integer != nil || !paired,
+                familyRevoked: row.column("revoked_at")?.integer != nil || !isPaired,
                 spentAtMs: row.column("spent_at")?.integer.map(Int64.init),
                 successorUsed: row.column("successor_spent")?.integer != nil,
                 expiresAtMs: Int64(row.column("expires_at")?.integer ?? 0))
@@ -168,28 +215,27 @@ public final class SQLitePairingStore: PairingStore {
                     "UPDATE refresh_tokens SET spent_at = ?, successor = ? WHERE hash = ?",
                     [.integer(Int(nowMs)), .text(newTokenHash), .text(tokenHash)])
             case .retry:
-                // The successor it never received is dropped; the grace still counts from the first spend.
-                if let lost = row.column("successor")?.string {
-                    _ = try await db.query("DELETE FROM refresh_tokens WHERE hash = ?", [.text(lost)])
+                // The same successor as the first time, or it is a copy that diverged: reuse.
+                guard row.column("successor")?.string == newTokenHash else {
+                    _ = try await db.query("UPDATE refresh_families SET revoked_at = ? WHERE id = ?", [.integer(Int(nowMs)), .text(family)])
+                    return .reused(device: device)
                 }
-                _ = try await db.query("UPDATE refresh_tokens SET successor = ? WHERE hash = ?", [.text(newTokenHash), .text(tokenHash)])
+                return .rotated(paired)
             }
             _ = try await db.query(
                 "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (?, ?, ?, ?)",
                 [.text(newTokenHash), .text(family), .integer(Int(nowMs)), .integer(Int(expiresAtMs))])
-            return .rotated(PairedDevice(
-                device: device, owner: Int64(row.column("owner")?.integer ?? 0), label: row.column("label")?.string ?? "",
-                pairedAtMs: Int64(row.column("paired_at")?.integer ?? 0)))
+            return .rotated(paired)
         }
     }
 
     public func pairedDevice(_ device: String) async throws -> PairedDevice? {
-        try await connection.query(
+        try await read { db in try await db.query(
             "SELECT device, owner, label, paired_at FROM paired_devices WHERE device = ? AND unpaired_at IS NULL", [.text(device)]
         ).first.map {
             PairedDevice(device: $0.column("device")?.string ?? "", owner: Int64($0.column("owner")?.integer ?? 0),
                          label: $0.column("label")?.string ?? "", pairedAtMs: Int64($0.column("paired_at")?.integer ?? 0))
-        }
+        } }
     }
 
     public func addOwner(email: String, displayName: String, nowMs: Int64) async throws -> Int64 {
@@ -203,9 +249,11 @@ public final class SQLitePairingStore: PairingStore {
     }
 
     public func owner(id: Int64) async throws -> Owner? {
-        try await connection.query("SELECT id, email, display_name FROM owners WHERE id = ?", [.integer(Int(id))]).first.map {
-            Owner(id: Int64($0.column("id")?.integer ?? 0), email: $0.column("email")?.string ?? "",
-                  displayName: $0.column("display_name")?.string ?? "")
+        try await read { db in
+            try await db.query("SELECT id, email, display_name FROM owners WHERE id = ?", [.integer(Int(id))]).first.map {
+                Owner(id: Int64($0.column("id")?.integer ?? 0), email: $0.column("email")?.string ?? "",
+                      displayName: $0.column("display_name")?.string ?? "")
+            }
         }
     }
 
@@ -241,24 +289,47 @@ public final class SQLitePairingStore: PairingStore {
 
     // MARK: - Transactions
 
-    /// Runs `body` in one `BEGIN IMMEDIATE … COMMIT`, after every transaction that came before it
-    /// on this connection; any error rolls it back.
-    func transaction<T: Sendable>(_ body: (SQLiteConnection) async throws -> T) async throws -> T {
-        await turns.take()
-        do {
-            _ = try await connection.query("BEGIN IMMEDIATE")
+    /// Runs `body` in one `BEGIN IMMEDIATE … COMMIT` (`BEGIN` for a read), after every
+    /// transaction that came before it on this connection; any error rolls it back. The whole of
+    /// it runs ``uninterrupted(_:)``: a caller cancelled half way (a session that ended) waits for
+    /// its end instead of leaving the transaction open with the file's write lock.
+    func transaction<T: Sendable>(read: Bool = false, _ body: @escaping @Sendable (SQLiteConnection) async throws -> T) async throws -> T {
+        try await uninterrupted { [self] in
+            await turns.take()
             do {
-                let result = try await body(connection)
-                _ = try await connection.query("COMMIT")
-                await turns.give()
-                return result
+                try await begin(read ? "BEGIN" : "BEGIN IMMEDIATE")
+                do {
+                    let result = try await body(connection)
+                    _ = try await connection.query("COMMIT")
+                    await turns.give()
+                    return result
+                } catch {
+                    _ = try? await connection.query("ROLLBACK")
+                    throw error
+                }
             } catch {
-                _ = try? await connection.query("ROLLBACK")
+                await turns.give()
                 throw error
             }
-        } catch {
-            await turns.give()
-            throw error
+        }
+    }
+
+    /// A read outside any write: one transaction of its own, so it sees no half-made change.
+    func read<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) async throws -> T) async throws -> T {
+        try await transaction(read: true, body)
+    }
+
+    /// Starts a transaction. A connection still inside one (whatever left it there) is rolled back
+    /// and logged first: otherwise every later transaction fails, and the open one keeps the
+    /// file's write lock from every other connection and process.
+    private func begin(_ statement: String) async throws {
+        do {
+            _ = try await connection.query(statement)
+        } catch let error as SQLiteError where error.message.contains("within a transaction") {
+            logger.error("the pairing store's connection was still inside a transaction: rolled back before its next use",
+                         metadata: ["ledger": "\(path)"])
+            _ = try await connection.query("ROLLBACK")
+            _ = try await connection.query(statement)
         }
     }
 }

@@ -4,7 +4,6 @@ import Foundation
 import GuidanceProtocol
 import Hummingbird
 import HummingbirdAuth
-import HummingbirdBcrypt
 import Logging
 import Mustache
 import NIOCore
@@ -17,6 +16,10 @@ import HTTPTypes
 struct WebSession: Codable, Sendable {
     var owner: Int64
     var csrf: String
+    /// When it was signed in, and from what browser (`User-Agent`, cut): what the sessions page
+    /// shows the owner. Absent in sessions made before the page existed.
+    var createdAtMs: Int64?
+    var agent: String?
 }
 
 /// The owners' web pages, served by the guidance server (plain HTML from the templates in
@@ -25,7 +28,12 @@ struct WebSession: Codable, Sendable {
 /// unpair them, and buy usage through the payment provider.
 ///
 /// - Sessions: HummingbirdAuth's session storage on the ledger's database (``SQLiteSessionDriver``),
-///   in a cookie that is HttpOnly, SameSite=Strict, and Secure when the server speaks TLS.
+///   keys stored hashed, in a cookie that is HttpOnly, SameSite=Strict, and Secure over HTTPS
+///   (the server's TLS, or its proxy's: ``SecureTransport``). An owner lists and ends their
+///   sessions; a new password ends them all.
+/// - Guessing is bounded where a guessable value is taken: codes at `/pair` and `/pair/decide`,
+///   passwords at `/signin`, links at `/set-password` (``CodeEntryLimiter``). bcrypt runs after
+///   every cheap check, on a thread of its own (``PasswordHashing``).
 /// - CSRF: every form carries a value that must match: the session's once signed in, before that
 ///   a cookie's (double submit). SameSite=Strict stops the cookie on other sites' requests too.
 /// - Nothing secret is logged: no code (only a hash prefix), cookie, CSRF value or password.
@@ -40,6 +48,7 @@ struct OwnerPages: Sendable {
     let allowance: Int?
     let secureCookies: Bool
     let unpaired: UnpairedDevices
+    let metrics: ServerMetrics
     /// Where the simulated provider posts its webhooks (this server); `nil` until it listens.
     let webhookBase: @Sendable () -> String?
     let logger: Logger
@@ -58,12 +67,24 @@ struct OwnerPages: Sendable {
                      body: .init(byteBuffer: ByteBuffer(string: OwnerTemplates.stylesheet)))
         }
         router.get("/signin") { request, _ in try await prePage(request, "signin", ["title": "Sign in"]) }
-        router.post("/signin") { request, _ in try await signIn(request) }
+        router.post("/signin") { request, context in try await signIn(request, address: Self.address(request, context)) }
         router.post("/signout") { request, _ in try await signOut(request) }
         router.get("/set-password") { request, _ in
             try await prePage(request, "set-password", ["title": "Set your password", "token": request.uri.queryParameters.get("token") ?? ""])
         }
-        router.post("/set-password") { request, _ in try await setPassword(request) }
+        router.post("/set-password") { request, context in try await setPassword(request, address: Self.address(request, context)) }
+        router.get("/sessions") { request, _ in try await signedIn(request) { try await sessionsPage(request, $0, notice: nil) } }
+        router.post("/sessions/:id/end") { request, context in
+            let id = context.parameters.get("id") ?? ""
+            return try await signedInForm(request) { session, _ in
+                guard try await store.endWebSession(owner: session.owner, id: id) else {
+                    return try await sessionsPage(request, session, notice: nil, problem: "That session had already ended.")
+                }
+                logger.notice("owner ended a session", metadata: ["owner": "\(session.owner)"])
+                // Ending this browser's own session signs it out.
+                return redirect(id == Self.sessionID(request) ? "/signin" : "/sessions")
+            }
+        }
         router.get("/") { request, _ in try await signedIn(request) { try await devicesPage($0, notice: nil, problem: nil) } }
         router.get("/pair") { request, _ in
             try await signedIn(request) { session in
@@ -72,10 +93,13 @@ struct OwnerPages: Sendable {
             }
         }
         router.post("/pair") { request, context in
-            let address = Self.address(request, peer: context.channel?.remoteAddress?.ipAddress)
+            let address = Self.address(request, context)
             return try await signedInForm(request) { session, form in try await lookUp(address, session, form) }
         }
-        router.post("/pair/decide") { request, _ in try await signedInForm(request) { session, form in try await decide(session, form) } }
+        router.post("/pair/decide") { request, context in
+            let address = Self.address(request, context)
+            return try await signedInForm(request) { session, form in try await decide(address, session, form) }
+        }
         router.post("/devices/:device/rename") { request, context in
             let device = context.parameters.get("device") ?? ""
             return try await signedInForm(request) { session, form in
@@ -109,16 +133,22 @@ struct OwnerPages: Sendable {
         }
         router.post("/buy") { request, _ in try await signedInForm(request) { session, form in try await buy(session, form) } }
         if let simulated = provider as? SimulatedProvider {
+            // The buying owner's alone: anyone else with the URL is sent to sign in, or told no
+            // such payment exists.
             router.get("/simulated-provider/checkout/:payment") { request, context in
                 let id = context.parameters.get("payment") ?? ""
-                guard let payment = try await store.payment(provider: simulated.name, id: id), payment.status == .pending else {
-                    return html(.notFound, render("message", ["title": "No such payment", "next": "/", "nextLabel": "Back to my cars"]))
+                return try await signedIn(request) { session in
+                    guard let payment = try await store.payment(provider: simulated.name, id: id), payment.status == .pending,
+                          payment.owner == session.owner else { return noSuchPayment(session) }
+                    return page("checkout", session, ["title": "Simulated payment", "price": payment.price,
+                                                      "product": payment.product, "payment": payment.id])
                 }
-                return try await prePage(request, "checkout", ["title": "Simulated payment", "price": payment.price,
-                                                               "product": payment.product, "payment": payment.id])
             }
             router.post("/simulated-provider/checkout/:payment") { request, context in
-                try await simulatedDecision(request, id: context.parameters.get("payment") ?? "", provider: simulated)
+                let id = context.parameters.get("payment") ?? ""
+                return try await signedInForm(request) { session, form in
+                    try await simulatedDecision(session, form, id: id, provider: simulated)
+                }
             }
         }
         if let provider {
@@ -127,6 +157,10 @@ struct OwnerPages: Sendable {
     }
 
     // MARK: - Pages
+
+    private func noSuchPayment(_ session: WebSession) -> Response {
+        page("message", session, ["title": "No such payment", "next": "/", "nextLabel": "Back to my cars"], status: .notFound)
+    }
 
     private func render(_ template: String, _ values: [String: Any]) -> String {
         library.render(values, withTemplate: template) ?? "template \(template) is missing"
@@ -177,6 +211,20 @@ struct OwnerPages: Sendable {
         return page("devices", session, values)
     }
 
+    private func sessionsPage(_ request: Request, _ session: WebSession, notice: String?, problem: String? = nil) async throws -> Response {
+        let current = Self.sessionID(request)
+        let rows: [[String: Any]] = try await store.webSessions(owner: session.owner, nowMs: now()).map { stored in
+            let value = try? JSONDecoder().decode(WebSession.self, from: stored.value)
+            return ["id": stored.id, "current": stored.id == current,
+                    "created": value?.createdAtMs.map(Self.date) ?? "before sessions were listed",
+                    "agent": value?.agent ?? "a browser", "expires": stored.expiresAtMs.map(Self.date) ?? "never"]
+        }.sorted { ($0["current"] as? Bool ?? false) && !($1["current"] as? Bool ?? false) }
+        var values: [String: Any] = ["title": "Signed-in sessions", "sessions": rows]
+        if let notice { values["notice"] = notice }
+        if let problem { values["problem"] = problem }
+        return page("sessions", session, values)
+    }
+
     // MARK: - Sessions and forms
 
     private func form(_ request: Request) async throws -> [String: String] {
@@ -206,26 +254,55 @@ struct OwnerPages: Sendable {
         return fields
     }
 
-    private func signIn(_ request: Request) async throws -> Response {
+    private func signIn(_ request: Request, address: String) async throws -> Response {
         guard let fields = try await preForm(request) else {
             return try await prePage(request, "signin", ["title": "Sign in", "problem": "The form had expired. Please sign in again."], status: .forbidden)
         }
         let email = Self.normalizedEmail(fields["email"] ?? "")
         let password = fields["password"] ?? ""
+        // Counted before the password is checked, per address typed (known or not) and per client:
+        // the answer past the limit is the same for every address, so it tells nothing of accounts.
+        let throttles = CodeEntryLimiter.signIn(email: email, address: address)
+        let tried = now()
+        if let wait = try await store.attempt(throttles, nowMs: tried) {
+            noisy.log(logger, .warning, "sign-in refused: too many tries", metadata: ["account": "\(PairingEndpoints.fingerprint(email))"])
+            return try await prePage(request, "signin", ["title": "Sign in", "email": email,
+                                                         "problem": "Too many tries. Try again in \(Self.minutes(wait))."], status: .tooManyRequests)
+        }
         let account = try await store.account(email: email)
         // bcrypt takes a quarter of a second on purpose: off the event loop, and done for an
-        // unknown address too, so the time does not tell which addresses have accounts.
+        // unknown address too, so the time does not tell which addresses have accounts. A password
+        // bcrypt would cut (over 72 bytes, or with a NUL) can match no stored one.
         let hash = account?.passwordHash ?? OwnerTemplates.dummyHash
-        let matches = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
+        let matches: Bool
+        do {
+            matches = try await PasswordHashing.shared.verify(password, hash: hash) && PasswordRules.fitsBcrypt(password)
+            metrics.passwordHashed()
+        } catch is PasswordHashing.Busy {
+            return try await busy(request, "signin", ["title": "Sign in", "email": email])
+        }
         guard let owner = account?.owner, account?.passwordHash != nil, matches else {
-            noisy.log(logger, .notice, "a sign-in failed")
+            noisy.log(logger, .notice, "a sign-in failed", metadata: ["account": "\(PairingEndpoints.fingerprint(email))"])
             return try await prePage(request, "signin", ["title": "Sign in", "email": email, "problem": "That address and password do not match."],
                                      status: .unauthorized)
         }
-        var cookie = try await sessions.save(session: WebSession(owner: owner.id, csrf: Self.random()), expiresIn: Self.sessionLifetime)
+        try await store.forgive(throttles.map(\.key), atMs: tried)
+        let agent = String((request.headers[.userAgent] ?? "").unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f }.prefix(120)
+            .map(Character.init).map(String.init).joined())
+        var cookie = try await sessions.save(session: WebSession(owner: owner.id, csrf: Self.random(), createdAtMs: tried, agent: agent),
+                                             expiresIn: Self.sessionLifetime)
         cookie = Cookie(name: cookie.name, value: cookie.value, expires: cookie.expires, path: "/", secure: secureCookies, httpOnly: true, sameSite: .strict)
         logger.info("owner signed in", metadata: ["owner": "\(owner.id)"])
         return redirect("/", cookies: [cookie])
+    }
+
+    /// The page again with 503: too many passwords are being hashed right now.
+    private func busy(_ request: Request, _ template: String, _ values: [String: Any]) async throws -> Response {
+        noisy.log(logger, .warning, "a password page was answered 503: \(PasswordHashing.maxWaiting) hashes already waiting")
+        var response = try await prePage(request, template, values.merging(["problem": "The server is busy. Try again in a moment."]) { $1 },
+                                          status: .serviceUnavailable)
+        response.headers[.retryAfter] = "2"
+        return response
     }
 
     private func signOut(_ request: Request) async throws -> Response {
@@ -237,21 +314,40 @@ struct OwnerPages: Sendable {
         }
     }
 
-    private func setPassword(_ request: Request) async throws -> Response {
+    private func setPassword(_ request: Request, address: String) async throws -> Response {
         guard let fields = try await preForm(request) else {
             return try await prePage(request, "signin", ["title": "Sign in", "problem": "The form had expired. Open the link again."], status: .forbidden)
         }
         let token = fields["token"] ?? "", password = fields["password"] ?? ""
-        guard password.count >= 10, password.count <= 72, password == fields["again"] else {
-            return try await prePage(request, "set-password", ["title": "Set your password", "token": token,
-                                                                "problem": "Use 10 to 72 characters, the same twice."], status: .badRequest)
+        if let problem = PasswordRules.problem(password, again: fields["again"]) {
+            return try await prePage(request, "set-password", ["title": "Set your password", "token": token, "problem": problem],
+                                     status: .badRequest)
         }
-        let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: 12) }
-        guard let owner = try await store.usePasswordLink(tokenHash: PairingEndpoints.hash(token), passwordHash: hash, nowMs: now()) else {
-            return try await prePage(request, "signin", ["title": "Sign in", "problem": "That link was used or has expired. Ask for a new one."],
-                                     status: .gone)
+        // Every cheap check before bcrypt: the link tried (counted per address) and live.
+        let throttle = Throttle("link-address:\(address)", CodeEntryLimiter.linksPerAddress)
+        let tried = now()
+        if let wait = try await store.attempt([throttle], nowMs: tried) {
+            return try await prePage(request, "signin", ["title": "Sign in", "problem": "Too many tries. Try again in \(Self.minutes(wait))."],
+                                     status: .tooManyRequests)
         }
-        logger.notice("owner set a password", metadata: ["owner": "\(owner)"])
+        let tokenHash = PairingEndpoints.hash(token)
+        let gone = { try await prePage(request, "signin", ["title": "Sign in", "problem": "That link was used or has expired. Ask for a new one."],
+                                       status: .gone) }
+        guard try await store.passwordLinkOwner(tokenHash: tokenHash, nowMs: tried) != nil else {
+            noisy.log(logger, .notice, "a password link did not match", metadata: ["link": "\(String(tokenHash.prefix(6)))"])
+            return try await gone()
+        }
+        try await store.forgive([throttle.key], atMs: tried)
+        let hash: String
+        do {
+            hash = try await PasswordHashing.shared.hash(password)
+            metrics.passwordHashed()
+        } catch is PasswordHashing.Busy {
+            return try await busy(request, "set-password", ["title": "Set your password", "token": token])
+        }
+        // Spending the link also spends the owner's other links and ends their sessions.
+        guard let owner = try await store.usePasswordLink(tokenHash: tokenHash, passwordHash: hash, nowMs: now()) else { return try await gone() }
+        logger.notice("owner set a password; their other links and every session of theirs are ended", metadata: ["owner": "\(owner)"])
         return try await prePage(request, "signin", ["title": "Sign in", "notice": "Your password is set. Sign in."])
     }
 
@@ -270,26 +366,36 @@ struct OwnerPages: Sendable {
             return page("pair", session, ["title": "Pair a car", "problem": "No car is waiting with that code. Check it and try again."],
                         status: .badRequest)
         case .limited(let seconds):
-            return page("pair", session, ["title": "Pair a car",
-                                          "problem": "Too many wrong codes. Try again in \(max(1, seconds / 60)) minutes."], status: .tooManyRequests)
+            return page("pair", session, ["title": "Pair a car", "problem": "Too many wrong codes. Try again in \(Self.minutes(seconds))."],
+                        status: .tooManyRequests)
         }
     }
 
-    private func decide(_ session: WebSession, _ fields: [String: String]) async throws -> Response {
+    private func decide(_ address: String, _ session: WebSession, _ fields: [String: String]) async throws -> Response {
         guard let code = DeviceCodes.normalize(fields["code"] ?? "") else { return redirect("/pair") }
         let approve = fields["decision"] == "approve"
-        let outcome = try await store.decide(userCode: code, decision: approve ? .approve(owner: session.owner) : .deny, nowMs: now())
+        let outcome = try await store.decide(userCode: code, decision: approve ? .approve(owner: session.owner) : .deny, owner: session.owner,
+                                             address: address, nowMs: now())
         switch outcome {
-        case .decided?:
+        case .decided:
             logger.notice(approve ? "pairing approved" : "pairing denied", metadata: ["owner": "\(session.owner)"])
             return html(.ok, render("message", [
                 "title": approve ? "The car is being paired" : "The car was not paired", "signedIn": true, "csrf": session.csrf,
                 "notice": approve ? "In a few seconds the car says the name of your account." : "The car will offer a new code.",
                 "next": "/", "nextLabel": "My cars",
             ]))
-        default:
+        case .gone:
             return page("pair", session, ["title": "Pair a car", "problem": "That code has expired or was used. The car says a new one."],
                         status: .gone)
+        case .wrong, .locked:
+            noisy.log(logger, .notice, outcome == .locked ? "a pairing code did not match; the code it named is locked"
+                                                          : "a pairing code did not match at a decision",
+                      metadata: ["owner": "\(session.owner)", "code": "\(PairingEndpoints.fingerprint(code))"])
+            return page("pair", session, ["title": "Pair a car", "problem": "No car is waiting with that code. Type the code the car says."],
+                        status: .badRequest)
+        case .limited(let seconds):
+            return page("pair", session, ["title": "Pair a car", "problem": "Too many wrong codes. Try again in \(Self.minutes(seconds))."],
+                        status: .tooManyRequests)
         }
     }
 
@@ -311,13 +417,13 @@ struct OwnerPages: Sendable {
         return redirect(provider.checkoutURL(for: payment))
     }
 
-    /// The simulated provider's Pay / Decline: it sends its signed webhook to this server, as a
-    /// real provider would, and sends the browser back. Only the webhook credits.
-    private func simulatedDecision(_ request: Request, id: String, provider: SimulatedProvider) async throws -> Response {
-        guard let fields = try await preForm(request) else { return redirect("/simulated-provider/checkout/\(id)") }
-        guard let payment = try await store.payment(provider: provider.name, id: id), payment.status == .pending, let base = webhookBase() else {
-            return html(.notFound, render("message", ["title": "No such payment", "next": "/", "nextLabel": "Back to my cars"]))
-        }
+    /// The simulated provider's Pay / Decline, for the owner who started the payment: it sends
+    /// its signed webhook to this server, as a real provider would, and sends the browser back.
+    /// Only the webhook credits.
+    private func simulatedDecision(_ session: WebSession, _ fields: [String: String], id: String,
+                                   provider: SimulatedProvider) async throws -> Response {
+        guard let payment = try await store.payment(provider: provider.name, id: id), payment.status == .pending,
+              payment.owner == session.owner, let base = webhookBase() else { return noSuchPayment(session) }
         let paid = fields["decision"] == "pay"
         let (body, header) = provider.event(paymentID: payment.id, paid: paid, eventID: "evt_" + Self.random(), timestamp: now() / 1000)
         var webhook = HTTPClientRequest(url: base + "/webhooks/payments/\(provider.name)")
@@ -359,9 +465,23 @@ struct OwnerPages: Sendable {
     /// machine (a loopback peer) the address the proxy names in `X-Real-IP`.
     static func address(_ request: Request, peer: String?) -> String {
         guard let peer else { return "unknown" }
-        let loopback = peer == "127.0.0.1" || peer == "::1"
-        if loopback, let forwarded = request.headers[HTTPField.Name("X-Real-IP")!], forwarded.count <= 64 { return forwarded }
+        if LocalProxy.isLoopback(peer), let forwarded = request.headers[HTTPField.Name("X-Real-IP")!], forwarded.count <= 64 { return forwarded }
         return peer
+    }
+
+    static func address(_ request: Request, _ context: GuidanceRequestContext) -> String {
+        address(request, peer: context.channel?.remoteAddress?.ipAddress)
+    }
+
+    /// The stored id of the session this request's cookie names (HummingbirdAuth's key, hashed).
+    static func sessionID(_ request: Request) -> String? {
+        request.cookies["session"].map { WebSessionRows.storedKey("hbs." + $0.value) }
+    }
+
+    /// `3 minutes`, `1 minute`: a wait in seconds, rounded up.
+    static func minutes(_ seconds: Int) -> String {
+        let minutes = max(1, (seconds + 59) / 60)
+        return minutes == 1 ? "1 minute" : "\(minutes) minutes"
     }
 
     static func random() -> String {

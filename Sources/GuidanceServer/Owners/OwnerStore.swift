@@ -1,3 +1,5 @@
+public import Foundation
+
 /// What the owners' pages keep: accounts and their one-time password links, the cars each owner
 /// paired, the last guidance each car was given, and purchases. In the ledger's database beside
 /// pairings and usage (``SQLitePairingStore``); one transaction per call.
@@ -6,9 +8,16 @@ public protocol OwnerStore: Sendable {
     func createOwner(email: String, displayName: String, nowMs: Int64) async throws -> Int64?
     /// Stores a one-time link token (its hash) to set `owner`'s password, valid until `expiresAtMs`.
     func addPasswordLink(owner: Int64, tokenHash: String, expiresAtMs: Int64) async throws
-    /// Spends a password link: sets the owner's password hash; the owner, or `nil` if the link is
-    /// unknown, used or expired.
+    /// The owner a live (unused, unexpired) link is for: checked before a password is hashed.
+    func passwordLinkOwner(tokenHash: String, nowMs: Int64) async throws -> Int64?
+    /// Spends a password link: sets the owner's password hash, spends every other link of that
+    /// owner and ends all their web sessions; the owner, or `nil` if the link is unknown, used or
+    /// expired.
     func usePasswordLink(tokenHash: String, passwordHash: String, nowMs: Int64) async throws -> Int64?
+    /// The owner's web sessions that have not expired (``WebSessionRows``).
+    func webSessions(owner: Int64, nowMs: Int64) async throws -> [StoredWebSession]
+    /// Ends one of the owner's web sessions (its stored id); `false` if it is not theirs or gone.
+    func endWebSession(owner: Int64, id: String) async throws -> Bool
     /// The owner with this address and their password hash (`nil` before one is set).
     func account(email: String) async throws -> (owner: Owner, passwordHash: String?)?
 
@@ -73,4 +82,12 @@ public struct Payment: Sendable, Equatable {
         self.status = status
         self.createdAtMs = createdAtMs
     }
+}
+
+/// A web session as stored: its id (the hash of its key, never the cookie's value), its value
+/// (a ``WebSession`` as JSON) and when it expires.
+public struct StoredWebSession: Sendable, Equatable {
+    public var id: String
+    public var value: Data
+    public var expiresAtMs: Int64?
 }
