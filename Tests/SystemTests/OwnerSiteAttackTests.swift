@@ -321,10 +321,14 @@ import TestSupport
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         let config = folder.appendingPathComponent("server.yaml")
+        try Data("- clear: true\n".utf8).write(to: folder.appendingPathComponent("script.yaml"))
         try Data("""
             server:
               host: 0.0.0.0
               port: 0
+            analyzer:
+              kind: scripted
+              scriptFile: \(folder.path)/script.yaml
             pairing:
               enabled: true
               signingKeyFile: \(folder.path)/signing.key

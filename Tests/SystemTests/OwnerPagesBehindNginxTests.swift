@@ -1,0 +1,81 @@
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+
+/// The owners' pages in the guide's deployment: Debian's nginx with the shipped site (TLS ends
+/// there) in front of `guidance-server` speaking HTTP on loopback. A browser must get cookies
+/// marked Secure and one `Strict-Transport-Security` header on every page, though the server
+/// itself never sees TLS; and a peer that is not the local proxy cannot claim HTTPS.
+@Suite(.serialized) struct OwnerPagesBehindNginxTests {
+    static let host = "guidance.test"
+
+    /// The shipped site with only what a deployment changes, listening on loopback at `port`.
+    static func site(port: Int, serverPort: Int, credentials: TestCredentials, folder: URL) throws -> String {
+        var text = try Nginx.shippedSite()
+        for (old, new) in [
+            "listen 443 ssl;": "listen 127.0.0.1:\(port) ssl;", "listen [::]:443 ssl;": "",
+            "server_name guidance.example.com;": "server_name \(host);",
+            "/etc/letsencrypt/live/guidance.example.com/fullchain.pem": credentials.cert,
+            "/etc/letsencrypt/live/guidance.example.com/privkey.pem": credentials.key,
+            "server 127.0.0.1:8080": "server 127.0.0.1:\(serverPort)",
+            "/var/log/nginx/guidance-server.access.log": folder.appendingPathComponent("access.log").path,
+        ] {
+            #expect(text.contains(old), "the shipped config no longer has \(old)")
+            text = text.replacingOccurrences(of: old, with: new)
+        }
+        return text
+    }
+
+    @Test(.enabled(if: Nginx.binary != nil, "needs nginx"))
+    func cookiesAreSecureAndEveryPageSendsHSTSBehindTheShippedProxy() async throws {
+        let server = try await OwnerSiteAttackTests.server()
+        let credentials = try TestCredentials.make(host: Self.host)
+        defer { try? FileManager.default.removeItem(at: credentials.folder) }
+        let folder = server.folder.appendingPathComponent("nginx")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let port = try PostgresServer.freePort()
+        try Data(try Self.site(port: port, serverPort: server.port, credentials: credentials, folder: folder).utf8)
+            .write(to: folder.appendingPathComponent("site.conf"))
+        try Data(Nginx.mainConfig(folder: folder, http: "    include \(folder.path)/site.conf;").utf8)
+            .write(to: folder.appendingPathComponent("nginx.conf"))
+        let proxy = try Spawned(try #require(Nginx.binary), Nginx.arguments(folder: folder), folder: folder, absolute: true)
+        defer { proxy.stop(SIGTERM) }
+        var browser = OwnerBrowser(port: port, scheme: "https", host: Self.host)
+        browser.curlOptions = ["--cacert", credentials.ca, "--resolve", "\(Self.host):\(port):127.0.0.1"]
+        var first: OwnerBrowser.Page?
+        for _ in 0..<200 where first == nil {
+            first = try? await browser.get("/signin")
+            if first == nil { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let signinPage = try #require(first, "nginx did not answer: \(proxy.stderr)")
+        #expect(signinPage.status == 200)
+        #expect(signinPage.header("Strict-Transport-Security") == ["max-age=31536000"], "\(signinPage.headers)")
+        let preCookie = try #require(signinPage.header("Set-Cookie").first { $0.hasPrefix("csrf_pre=") })
+        #expect(OwnerSiteAttackTests.cookieIsSecure(preCookie), "\(preCookie)")
+
+        // Signed in through the proxy: the session cookie is Secure too, and so is every page after.
+        let set = try await browser.setPassword(link: try await OwnerSiteAttackTests.ownerLink(server, "ana@example.org"),
+                                                OwnerSiteAttackTests.password)
+        #expect(set.status == 200)
+        let signedIn = try await browser.signIn("ana@example.org", OwnerSiteAttackTests.password)
+        #expect(signedIn.status == 303)
+        let session = try #require(signedIn.header("Set-Cookie").first { $0.hasPrefix("session=") }, "\(signedIn.headers)")
+        #expect(OwnerSiteAttackTests.cookieIsSecure(session), "\(session)")
+        #expect(signedIn.header("Strict-Transport-Security").count == 1)
+        let cars = try await browser.get("/")
+        #expect(cars.status == 200 && cars.header("Strict-Transport-Security") == ["max-age=31536000"])
+
+        // Straight to the server from this machine, without the proxy's header: plain HTTP, no
+        // Secure (a browser would otherwise drop the cookie), no HSTS.
+        let direct = try await OwnerBrowser(port: server.port).get("/signin")
+        #expect(direct.header("Strict-Transport-Security").isEmpty)
+        #expect(!OwnerSiteAttackTests.cookieIsSecure(try #require(direct.header("Set-Cookie").first)))
+    }
+}
+
+extension OwnerSiteAttackTests {
+    static func cookieIsSecure(_ header: String) -> Bool {
+        header.split(separator: ";").contains { $0.trimmingCharacters(in: .whitespaces).lowercased() == "secure" }
+    }
+}
