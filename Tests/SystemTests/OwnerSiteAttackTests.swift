@@ -322,10 +322,12 @@ import TestSupport
         defer { try? FileManager.default.removeItem(at: folder) }
         let config = folder.appendingPathComponent("server.yaml")
         try Data("- clear: true\n".utf8).write(to: folder.appendingPathComponent("script.yaml"))
+        try ServerProcess.write(folder, "tokens.yaml", "good-token: car-1\n", mode: 0o600)
         try Data("""
             server:
               host: 0.0.0.0
               port: 0
+              tokensFile: \(folder.path)/tokens.yaml
             analyzer:
               kind: scripted
               scriptFile: \(folder.path)/script.yaml
