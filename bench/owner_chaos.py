@@ -449,7 +449,7 @@ class Run:
     def outcome(self, kind, what):
         self.outcomes[(kind, what)] += 1
         if self.trace is not None:
-            self.trace.write(f"{time.monotonic() - self.began:9.3f} cycle {self.cycle} {kind}: {what}\n")
+            self.trace.write(f"{time.monotonic() - self.began:9.3f} cycle {self.cycle} {self.doing if self.doing.startswith(kind) else kind}: {what}\n")
         if what.startswith("timeout"):
             self.mark_first("a timeout")
 
@@ -991,7 +991,7 @@ ledger: {ledger}
             run.cars.append((device, token))
         except (SetupError, PeerError) as error:
             sys.exit(f"setup failed: {error} {describe(getattr(error, 'seen', []))}")
-        print(f"setup: the server on port {run.port} ({start_rss / 1024:.1f} MiB), owners {MAIN_EMAIL} and {GUESSER_EMAIL} signed in, "
+        print(f"setup: the server on port {run.port} ({start_rss / 1024:.1f} MiB), owners {MAIN_EMAIL}, {GUESSER_EMAIL} (signed in) and {CHECKER_EMAIL}, "
               f"car {device} paired; segment {len(run.segment.data)} bytes, {len(run.segment.chunks)} chunks, "
               f"{run.segment.frames} frames, {run.segment.duration_ms} ms", flush=True)
 

@@ -9,7 +9,10 @@ import GuidanceServer
 /// - 2: an access token at the upgrade or in an `auth` message, and the same text as a device's
 ///   static token in an `Authorization` header;
 /// - 3: a typed pairing code;
-/// - 4: a product in the config (`NAME=SECONDS=PRICE`).
+/// - 4: a product in the config (`NAME=SECONDS=PRICE`);
+/// - 5: any text shown in an owner page (a car's name, a label, a reflected link token), escaped
+///   by scalar: no raw `"`, `'`, `<` or `>` scalar may come out, and every `&` starts an entity;
+/// - 6: a new password: accepted only if bcrypt would read it whole (at most 72 bytes, no NUL).
 enum Pairing {
     static let secret = Array("fuzzing secret, 32 bytes long...".utf8)
     static let provider = SimulatedProvider(secret: secret)
@@ -22,7 +25,7 @@ enum Pairing {
         guard let kind = input.first else { return }
         let rest = Data(input.dropFirst())
         let text = String(decoding: rest, as: UTF8.self)
-        switch kind % 5 {
+        switch kind % 7 {
         case 0:
             if let fields = FormBody.parse(Substring(text)) {
                 require(fields.count <= text.utf8.count / 1 + 1, "more fields than bytes")
@@ -59,11 +62,25 @@ enum Pairing {
             if let code = DeviceCodes.normalize(text) {
                 require(code.count == 9 && code.allSatisfy { $0.isASCII && $0.isNumber }, "a code that is not nine digits: \(code)")
             }
-        default:
+        case 5:
+            let escaped = Array(HTMLText.escape(text).unicodeScalars)
+            require(!escaped.contains { "\"'<>".unicodeScalars.contains($0) }, "a raw markup scalar: \(text.debugDescription)")
+            for (index, scalar) in escaped.enumerated() where scalar == "&" {
+                let rest = String(String.UnicodeScalarView(escaped[index...].prefix(6)))
+                require(["&lt;", "&gt;", "&amp;", "&quot;", "&#39;"].contains { rest.unicodeScalars.starts(with: $0.unicodeScalars) },
+                        "a raw & from \(text.debugDescription)")
+            }
+        case 6:
+            if PasswordRules.problem(text, again: text) == nil {
+                require(text.utf8.count <= 72 && !text.unicodeScalars.contains("\u{0}") && text.count >= 10, "a password bcrypt would cut")
+            }
+        case 4:
             if let product = Product(text) {
                 require((1...100_000_000).contains(product.seconds) && product.name.count <= 64 && product.price.count <= 64,
                         "a product out of bounds")
             }
+        default:
+            break
         }
     }
 

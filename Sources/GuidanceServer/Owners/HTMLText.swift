@@ -1,4 +1,4 @@
-import Mustache
+public import Mustache
 
 /// How the owners' pages escape a value: by Unicode scalar, never by `Character`. Swift's
 /// `Character` is a grapheme cluster, so `"` followed by a combining mark (U+0301) is one
@@ -8,13 +8,15 @@ import Mustache
 ///
 /// Every template names it on its first line (`{{% CONTENT_TYPE: HTML_SCALARS }}`);
 /// ``OwnerTemplates/library()`` refuses a template that does not.
-struct HTMLText: MustacheContentType {
+public struct HTMLText: MustacheContentType {
     static let name = "HTML_SCALARS"
     static let pragma = "{{% CONTENT_TYPE: \(name) }}"
 
-    func escapeText(_ text: String) -> String { Self.escape(text) }
+    public init() {}
 
-    static func escape(_ text: String) -> String {
+    public func escapeText(_ text: String) -> String { Self.escape(text) }
+
+    public static func escape(_ text: String) -> String {
         var escaped = String.UnicodeScalarView()
         for scalar in text.unicodeScalars {
             switch scalar {

@@ -47,12 +47,12 @@ final class PasswordHashing: Sendable {
 /// What a new password must be. bcrypt reads at most 72 bytes, and stops at the first NUL: a
 /// longer password, or one with a NUL, would be cut silently and sign in with only its start. So
 /// those are refused, saying why, rather than shortened or pre-hashed.
-enum PasswordRules {
+public enum PasswordRules {
     static let minCharacters = 10
     static let maxBytes = 72
 
     /// Why `password` cannot be used, in words for the page; `nil` when it can.
-    static func problem(_ password: String, again: String?) -> String? {
+    public static func problem(_ password: String, again: String?) -> String? {
         if password.unicodeScalars.contains("\u{0}") || password.count < minCharacters || password.utf8.count > maxBytes {
             return "Use at least \(minCharacters) characters and at most \(maxBytes) bytes (most letters are one byte, accented letters two, other scripts three), without NUL characters."
         }
