@@ -172,6 +172,20 @@ import Testing
         #expect(both.server.usesTLS)
     }
 
+    /// The simulated provider lets anyone signed in credit usage: beyond loopback only when said so.
+    @Test func theSimulatedProviderBeyondLoopbackMustBeAllowed() async throws {
+        let base = ["analyzer.scriptFile": "script.yaml", "payments.provider": "simulated"]
+        for host in ["127.0.0.1", "localhost", "::1"] {
+            #expect(try await load(overrides: base.merging(["server.host": host]) { $1 }).payments.provider == .simulated)
+        }
+        let refused = await failure(overrides: base.merging(["server.host": "0.0.0.0"]) { $1 })
+        #expect(refused?.hasPrefix("payments.provider: 'simulated' is not allowed") == true, "\(refused ?? "")")
+        #expect(refused?.contains("payments.allowSimulated: true") == true)
+        let allowed = try await load(overrides: base.merging(["server.host": "0.0.0.0", "payments.allowSimulated": "true"]) { $1 })
+        #expect(allowed.payments.allowSimulated)
+        #expect(try await load(overrides: ["analyzer.scriptFile": "script.yaml", "server.host": "0.0.0.0"]).payments.provider == .none)
+    }
+
     @Test func scriptedAnalyzerNeedsScriptFile() async throws {
         let error = await #expect(throws: ConfigError.self) {
             try await ServerConfig.load(file: nil, environment: [:])
