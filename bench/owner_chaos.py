@@ -449,7 +449,7 @@ class Run:
     def outcome(self, kind, what):
         self.outcomes[(kind, what)] += 1
         if self.trace is not None:
-            self.trace.write(f"{time.monotonic() - self.began:9.3f} cycle {self.cycle} {self.doing if self.doing.startswith(kind) else kind}: {what}\n")
+            self.trace.write(f"{time.monotonic() - self.began:9.3f} cycle {self.cycle} {self.doing if self.doing.startswith(kind + ' ') else kind}: {what}\n")
         if what.startswith("timeout"):
             self.mark_first("a timeout")
 

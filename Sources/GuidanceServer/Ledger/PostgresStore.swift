@@ -53,7 +53,8 @@ actor PostgresSchema {
 
     func ensure() async throws {
         guard !ready else { return }
-        try await client.withTransaction(logger: logger) { connection in
+        let (client, logger) = (self.client, self.logger)
+        try await PostgresUnit.transaction(client, logger: logger) { connection in
             try await connection.query("SELECT pg_advisory_xact_lock(7231701)", logger: logger)
             for statement in Self.statements {
                 try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
