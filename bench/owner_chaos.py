@@ -439,7 +439,7 @@ class Run:
 
     def mark_first(self, what):
         if self.phase == "cycles" and what not in self.first:
-            self.first[what] = f"{self.cycle} ({self.doing}; after {self.guided_closes} paired-car closes right after guidance)"
+            self.first[what] = f"{self.cycle} ({self.doing}; after {self.guided_closes} paired-car close(s) right after guidance)"
 
     def saw_status(self, status):
         if status >= 500:
@@ -1042,7 +1042,7 @@ ledger: {ledger}
         print(f"  cycles: {cycles_done} of {args.cycles} in {cycles_seconds:.1f} s"
               + "".join(f"; {kind} {n}" for kind, n in sorted(run.kinds.items())) + (f" ({cut_short})" if cut_short else ""))
         print(f"  paired cars: {len(run.cars)} (credentials lost with a dropped answer: {run.lost_credentials})")
-        print("  drops: kind, point (read whole: not dropped), how many by reset / by close")
+        print("  drops as chosen (the outcomes say where each ended): kind, point (read whole: not dropped), by reset / by close")
         table = collections.defaultdict(collections.Counter)
         for (kind, point, how), n in run.drops.items():
             table[(kind, point)][how] += n

@@ -169,8 +169,8 @@ import TestSupport
         #expect(try await ledger.balance(device: "car-1").inputTokens == 10)
         try await ledger.shutdown()
         let version = try await Command.executeAsync("/usr/bin/sqlite3", [file, "PRAGMA user_version"])
-        #expect(version.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "3")
-        // Schema 3's pairing tables came with the same upgrade.
+        #expect(version.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "4")
+        // Schema 3's pairing tables (and schema 4's columns) came with the same upgrade.
         let tables = try await Command.executeAsync("/usr/bin/sqlite3", [file, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"])
         for table in ["code_entry_failures", "device_authorizations", "owners", "paired_devices", "refresh_families", "refresh_tokens"] {
             #expect(tables.stdout.split(separator: "\n").contains(Substring(table)), "\(table)")

@@ -171,7 +171,12 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
     public func forgive(_ keys: [String], atMs: Int64) async throws {
         let logger = self.logger
         try await transaction { db in
-            for key in keys { try await db.query("DELETE FROM code_entry_failures WHERE key = \(key) AND at = \(atMs)", logger: logger) }
+            for key in keys {
+                // One row: another try counted in the same millisecond stays counted.
+                try await db.query(
+                    "DELETE FROM code_entry_failures WHERE ctid = (SELECT ctid FROM code_entry_failures WHERE key = \(key) AND at = \(atMs) LIMIT 1)",
+                    logger: logger)
+            }
         }
     }
 

@@ -195,8 +195,8 @@ public final class SQLiteLedger: UsageLedger {
     }
 
     /// A connection to the ledger at `path` whose schema is this server's, migrated if it was older.
-    static func prepare(path: String, logger: Logger) async throws -> SQLiteConnection {
-        let connection = try await connect(path: path, logger: logger)
+    static func prepare(path: String, threadPool: NIOThreadPool = .singleton, logger: Logger) async throws -> SQLiteConnection {
+        let connection = try await connect(path: path, threadPool: threadPool, logger: logger)
         do {
             // The schema and its version change together or not at all (SQLite's DDL and
             // user_version are transactional): a kill half way leaves the old schema, whole. The

@@ -1,5 +1,6 @@
 import Foundation
 public import Logging
+import NIOPosix
 import SQLiteNIO
 import Synchronization
 
@@ -14,15 +15,30 @@ public final class SQLitePairingStore: PairingStore {
     private let turns = Turns()
     private let path: String
     let logger: Logger
+    /// The connection's own thread. `BEGIN IMMEDIATE` waits (sleeping, up to the busy timeout) on
+    /// the thread it runs on while another connection or process holds the write lock. On the
+    /// shared pool, two such waits took both of a 2-core machine's threads, and the holder's next
+    /// statement (queued behind them) could not run to release the lock: every charge and page
+    /// stalled until the waits failed, 10 s later.
+    private let thread: NIOThreadPool
 
     public static func open(path: String, logger: Logger) async throws -> SQLitePairingStore {
-        SQLitePairingStore(connection: try await SQLiteLedger.prepare(path: path, logger: logger), path: path, logger: logger)
+        let thread = NIOThreadPool(numberOfThreads: 1)
+        thread.start()
+        do {
+            return SQLitePairingStore(connection: try await SQLiteLedger.prepare(path: path, threadPool: thread, logger: logger), path: path,
+                                      logger: logger, thread: thread)
+        } catch {
+            try? await thread.shutdownGracefully()
+            throw error
+        }
     }
 
-    private init(connection: SQLiteConnection, path: String, logger: Logger) {
+    private init(connection: SQLiteConnection, path: String, logger: Logger, thread: NIOThreadPool) {
         self.connection = connection
         self.path = path
         self.logger = logger
+        self.thread = thread
     }
 
     /// Whether ``shutdown()`` closed the connection (SQLiteNIO must be closed once, before its end).
@@ -34,13 +50,17 @@ public final class SQLitePairingStore: PairingStore {
     public func shutdown() async throws {
         guard closed.withLock({ closed in defer { closed = true }; return !closed }) else { return }
         try await connection.close()
+        try await thread.shutdownGracefully()
     }
 
     /// A store dropped without ``shutdown()`` still closes its file.
     deinit {
         guard !closed.withLock({ $0 }) else { return }
-        let connection = self.connection
-        Task { try? await connection.close() }
+        let (connection, thread) = (self.connection, self.thread)
+        Task {
+            try? await connection.close()
+            try? await thread.shutdownGracefully()
+        }
     }
 
     public func startAuthorization(
@@ -159,7 +179,10 @@ public final class SQLitePairingStore: PairingStore {
     public func forgive(_ keys: [String], atMs: Int64) async throws {
         try await transaction { db in
             for key in keys {
-                _ = try await db.query("DELETE FROM code_entry_failures WHERE key = ? AND at = ?", [.text(key), .integer(Int(atMs))])
+                // One row: another try counted in the same millisecond stays counted.
+                _ = try await db.query(
+                    "DELETE FROM code_entry_failures WHERE rowid = (SELECT rowid FROM code_entry_failures WHERE key = ? AND at = ? LIMIT 1)",
+                    [.text(key), .integer(Int(atMs))])
             }
         }
     }
