@@ -897,12 +897,16 @@ def main():
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds each request of a cycle may take (default 5)")
     parser.add_argument("--cycle-seconds", type=float, default=None,
                         help="the cycles stop after this long, however many are left (default: 0.25 s a cycle, at least 60 s; a healthy server does 300 in about 10 s)")
+    parser.add_argument("--final-timeout", type=float, default=10.0,
+                        help="seconds each answer of the final checks may take (default 10; a test on a busy machine gives more)")
     parser.add_argument("--max-seconds", type=float, default=900.0, help="the whole run stops itself (exit 2) after this long")
     parser.add_argument("--paired-share", type=float, default=0.75,
                         help="share of stream cycles by a paired car rather than good-token (default 0.75; 0 for a control run)")
     parser.add_argument("--segment", help="an HEVC MP4 segment to send (default: 2 s of testsrc2, made with ffmpeg)")
     parser.add_argument("--keep", action="store_true", help="keep the run's folder (kept anyway when a check fails)")
     args = parser.parse_args()
+    global FINAL_TIMEOUT
+    FINAL_TIMEOUT = args.final_timeout
     if args.cycle_seconds is None:
         args.cycle_seconds = max(60.0, 0.25 * args.cycles)
     if args.seed is None:
