@@ -306,6 +306,12 @@ status:
         secrets["password hash"] = ledger.execute("SELECT password_hash FROM owners").fetchone()[0]
         ledger.close()
 
+        # The sessions page lists this browser's session, marked as such.
+        driver.get(base + "/sessions")
+        check("(this browser)" in driver.page_source and len(driver.find_elements(By.CSS_SELECTOR, "li.session")) == 1,
+              "the sessions page lists this browser's session")
+        accessible(driver, "sessions", out)
+
         # Unpair: the stream is closed, the car forgets its credentials and offers a new code.
         driver.get(base + "/")
         submit(driver, "button.danger")
