@@ -1078,33 +1078,17 @@ ledger: {ledger}
 
 
 def check_fresh_pairing(run):
+    """A new sign-in, then a car paired through it with nothing dropped (device_authorization,
+    /pair, /pair/decide, the car's poll), every answer within the final time-out."""
     seen = []
     try:
-        started = run.http("POST", "/oauth/device_authorization", {"client_id": CLIENT_ID, "device_name": "the check's car"},
-                           address=CLEAN_ADDRESS, timeout=FINAL_TIMEOUT)
-        seen.append(("device_authorization", started))
-        codes = started.json()
-        if started.status != 200 or "user_code" not in codes:
-            raise SetupError(f"device_authorization answered {started.brief()}", seen)
         jar, csrf, signed = run.sign_in(CHECKER_EMAIL, PASSWORD, CLEAN_ADDRESS, timeout=FINAL_TIMEOUT)
         seen += signed
-        looked = run.http("POST", "/pair", {"csrf": csrf, "code": codes["user_code"]}, jar=jar, address=CLEAN_ADDRESS, timeout=FINAL_TIMEOUT)
-        seen.append(("POST /pair", looked))
-        if looked.status != 200 or "/pair/decide" not in looked.text():
-            raise SetupError(f"/pair answered {looked.status}", seen)
-        decided = run.http("POST", "/pair/decide", {"csrf": csrf, "code": codes["user_code"], "decision": "approve"}, jar=jar,
-                           address=CLEAN_ADDRESS, timeout=FINAL_TIMEOUT)
-        seen.append(("POST /pair/decide", decided))
-        if decided.status != 200:
-            raise SetupError(f"/pair/decide answered {decided.status}", seen)
-        polled = run.http("POST", "/oauth/token", {"client_id": CLIENT_ID, "grant_type": DEVICE_GRANT, "device_code": codes["device_code"]},
-                          address=CLEAN_ADDRESS, timeout=FINAL_TIMEOUT)
-        seen.append(("the car's poll", polled))
-        if polled.status != 200 or "access_token" not in polled.json():
-            raise SetupError(f"the car's poll answered {polled.brief()}", seen)
+        _, _, paired = run.pair_car(jar, csrf, CLEAN_ADDRESS, "the check's car", timeout=FINAL_TIMEOUT)
+        seen += paired
         run.check("a. a fresh pairing end to end", True, describe(seen))
     except SetupError as error:
-        run.check("a. a fresh pairing end to end", False, f"{error}; {describe(error.seen)}")
+        run.check("a. a fresh pairing end to end", False, f"{error}; {describe(seen + error.seen)}")
     except PeerError as error:
         run.check("a. a fresh pairing end to end", False, f"{type(error).__name__}: {error} after {describe(seen) or 'nothing'}")
 

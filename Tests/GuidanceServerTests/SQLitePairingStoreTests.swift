@@ -88,15 +88,20 @@ import Testing
         }
     }
 
+    /// A car paired to a new owner (`d1`, its first refresh token `r1`); the owner.
+    private func pairedCar(_ store: SQLitePairingStore, code: String) async throws -> Int64 {
+        let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0)
+        _ = try await store.startAuthorization(deviceCodeHash: "dc1", deviceName: "car-7", nowMs: t0, settings: settings, newUserCode: { code })
+        _ = try await store.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
+        _ = try await store.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
+        _ = try await store.poll(deviceCodeHash: "dc1", nowMs: t0 + 2, settings: settings, newDevice: "d1",
+                                 refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000)
+        return owner
+    }
+
     @Test func refreshTokensRotateARetryIsForgivenAndReuseRevokesTheFamily() async throws {
         try await withStore { store, _ in
-            let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0)
-            let (code, _) = try await store.startAuthorization(
-                deviceCodeHash: "dc1", deviceName: "car-7", nowMs: t0, settings: settings, newUserCode: { "123123123" })
-            _ = try await store.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
-            _ = try await store.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
-            _ = try await store.poll(deviceCodeHash: "dc1", nowMs: t0 + 2, settings: settings, newDevice: "d1",
-                                     refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000)
+            let owner = try await pairedCar(store, code: "123123123")
             let later = t0 + 10_000_000
             let rotated = try await store.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 100_000, expiresAtMs: later, rules: rules)
             guard case .rotated(let device) = rotated else { Issue.record("not rotated: \(rotated)"); return }
@@ -115,13 +120,7 @@ import Testing
     /// could make: it is treated as reuse, and the family revoked.
     @Test func aRetryWithAnotherSuccessorRevokesTheFamily() async throws {
         try await withStore { store, _ in
-            let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0)
-            let (code, _) = try await store.startAuthorization(
-                deviceCodeHash: "dc1", deviceName: "car-7", nowMs: t0, settings: settings, newUserCode: { "123123124" })
-            _ = try await store.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
-            _ = try await store.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0 + 1)
-            _ = try await store.poll(deviceCodeHash: "dc1", nowMs: t0 + 2, settings: settings, newDevice: "d1",
-                                     refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000)
+            let owner = try await pairedCar(store, code: "123123124")
             let later = t0 + 10_000_000
             guard case .rotated = try await store.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 100_000, expiresAtMs: later, rules: rules)
             else { Issue.record("not rotated"); return }

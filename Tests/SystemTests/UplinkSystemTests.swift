@@ -45,7 +45,10 @@ import Testing
         var (server, port) = try await files.startServer()
         let agent = try Spawned(
             "dashcam-agent",
-            ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["restartSpreadMs": "3000"])],
+            // Segments wait for the new server as long as it takes to start on a busy machine (at a
+            // load average of 10, over the default 15 s): what is tested is the 1012 and the spread.
+            ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream",
+                                                         uplink: ["restartSpreadMs": "3000", "queueMaxAgeMs": "300000"])],
             folder: files.folder)
         defer { agent.stop() }
         try #require(await server.wait(for: .seconds(120)) { $0.stderr.contains("verified") }, "no segment verified: \(agent.stderr.suffix(2000))")
