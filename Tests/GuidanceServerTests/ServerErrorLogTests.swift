@@ -33,3 +33,15 @@ import Testing
         #expect(metrics.exposition().contains("guidance_http_server_errors_total 2"), "\(metrics.exposition())")
     }
 }
+
+/// Whom tries are counted against: an IPv6 client by its /64, an IPv4 one as it is.
+@Suite struct ClientAddressTests {
+    @Test func anIPv6ClientCountsByItsSlash64() {
+        #expect(OwnerPages.bucket("2001:db8:66:1::5") == "2001:db8:66:1::/64")
+        #expect(OwnerPages.bucket("2001:db8:66:1:ffff:1:2:3") == OwnerPages.bucket("2001:db8:66:1::9"))
+        #expect(OwnerPages.bucket("2001:db8:66:2::5") != OwnerPages.bucket("2001:db8:66:1::5"))
+        #expect(OwnerPages.bucket("::ffff:198.51.100.7") == "198.51.100.7")
+        #expect(OwnerPages.bucket("198.51.100.7") == "198.51.100.7")
+        #expect(OwnerPages.bucket("not an address") == "not an address")
+    }
+}

@@ -66,6 +66,11 @@ import TestSupport
         let cars = try await browser.get("/")
         #expect(cars.status == 200 && cars.header("Strict-Transport-Security") == ["max-age=31536000"])
 
+        // The proxy's access log keeps paths, never the link's token; /metrics is not public in any spelling.
+        let accessLog = try String(contentsOf: folder.appendingPathComponent("access.log"), encoding: .utf8)
+        #expect(accessLog.contains("/set-password") && !accessLog.contains("token="), "\(accessLog)")
+        for path in ["/metrics", "/metrics/", "/metrics//"] { #expect(try await browser.get(path).status == 404, "\(path)") }
+
         // Straight to the server from this machine, without the proxy's header: plain HTTP, no
         // Secure (a browser would otherwise drop the cookie), no HSTS.
         let direct = try await OwnerBrowser(port: server.port).get("/signin")

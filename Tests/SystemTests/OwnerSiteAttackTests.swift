@@ -115,6 +115,9 @@ import TestSupport
         let pair = try await owner.get("/pair")
         let approve = try await owner.submit("/pair", from: pair, ["code": car.userCode])
         #expect(approve.status == 200 && approve.body.contains("Ana&#39;s van"), "\(approve.status) \(approve.body)")
+        // Someone who overheard the code, looking it up after her: refused, and the code stays hers.
+        let overheard = try await Self.signedIn(server, "pam@example.org", address: "192.0.2.11", name: "Pam")
+        #expect(try await overheard.submit("/pair", from: try await overheard.get("/pair"), ["code": car.userCode]).status == 400)
         let done = try await owner.submit("/pair/decide", from: approve, ["code": car.userCode, "decision": "approve"])
         #expect(done.status == 200, "\(done.body)")
         let polled = try await Self.poll(server, car.deviceCode)
@@ -175,6 +178,21 @@ import TestSupport
         #expect(try await reset.signIn("ana@example.org", "a brand new password").status == 303)
     }
 
+    /// A session holds a stamp of the password it was signed in with: one whose owner's password
+    /// changed by any way (here behind the pages' back, as a sign-in racing a reset would leave
+    /// it) is over at its next request.
+    @Test func aSessionEndsWhenItsOwnersPasswordIsNoLongerTheOneItSignedInWith() async throws {
+        let server = try await Self.server()
+        let browser = try await Self.signedIn(server, "ana@example.org", address: "192.0.2.32")
+        #expect(try await browser.get("/").status == 200)
+        let changed = try await Command.executeAsync("/usr/bin/env", ["python3", "-c",
+            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE owners SET password_hash = '$2b$12$' || hex(randomblob(26))\"); c.commit()",
+            server.folder.appendingPathComponent("usage.sqlite").path])
+        try #require(changed.status == 0, "\(changed.stderr)")
+        let after = try await browser.get("/")
+        #expect(after.status == 303 && after.location == "/signin", "\(after.status)")
+    }
+
     /// Finding 10: an owner sees their sessions and ends one; the session id is stored hashed.
     @Test func anOwnerSeesAndEndsTheirSessionsWhoseIdsAreStoredHashed() async throws {
         let server = try await Self.server()
@@ -228,10 +246,14 @@ import TestSupport
         let next = try await refresh(r1)
         #expect(next.status == 200, "\(next.json)")
         let r2 = try #require(next.json["refresh_token"] as? String)
+        let access = try #require(next.json["access_token"] as? String)
+        #expect(try RawClient(port: server.port).upgrade(token: access).status == 101)
         // A spent token whose successor was used is reuse: the family is revoked for everyone,
-        // and the log says so.
+        // the car unpaired (its access tokens refused from then on), and the log says so.
         #expect(try await refresh(r0).json["error"] as? String == "invalid_grant")
         #expect(try await refresh(r2).json["error"] as? String == "invalid_grant")
+        #expect(try RawClient(port: server.port).upgrade(token: access).status == 401)
+        #expect(try await owner.get("/").body.contains("No car is paired"))
         #expect(server.process.stderr.contains("used again"))
     }
 

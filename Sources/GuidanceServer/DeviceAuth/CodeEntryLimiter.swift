@@ -12,8 +12,8 @@ public struct CodeEntryLimiter: Sendable, Equatable {
     public static let perAccount = CodeEntryLimiter(maxFailures: 5, windowMs: 15 * 60_000)
     public static let perAddress = CodeEntryLimiter(maxFailures: 20, windowMs: 15 * 60_000)
 
-    /// Sign-in: ten wrong passwords in 15 minutes per account, thirty per address; past them
-    /// the answer is the same whether or not the account exists.
+    /// Sign-in: ten wrong passwords in 15 minutes per account from one client address, thirty per
+    /// address; past them the answer is the same whether or not the account exists.
     public static let signInPerAccount = CodeEntryLimiter(maxFailures: 10, windowMs: 15 * 60_000)
     public static let signInPerAddress = CodeEntryLimiter(maxFailures: 30, windowMs: 15 * 60_000)
     /// Password links tried per address (a link is 128 random bits: this only bounds the work).
@@ -27,10 +27,16 @@ public struct CodeEntryLimiter: Sendable, Equatable {
         [Throttle("owner:\(owner)", perAccount), Throttle("address:\(address)", perAddress)]
     }
 
+    /// Sign-in tries at one account from all addresses together: high enough that a stranger who
+    /// knows only the owner's address cannot keep them out from one or a few addresses.
+    public static let signInPerAccountEverywhere = CodeEntryLimiter(maxFailures: 100, windowMs: 15 * 60_000)
+
     /// What a sign-in counts against: the address typed (hashed: the table holds no addresses),
-    /// known or not, and the client's address.
+    /// known or not, from this client and from everywhere, and the client's address.
     public static func signIn(email: String, address: String) -> [Throttle] {
-        [Throttle("signin-account:" + PairingEndpoints.hash(email), signInPerAccount), Throttle("signin-address:\(address)", signInPerAddress)]
+        let account = PairingEndpoints.hash(email)
+        return [Throttle("signin-account:\(account)@\(address)", signInPerAccount),
+                Throttle("signin-account:\(account)", signInPerAccountEverywhere), Throttle("signin-address:\(address)", signInPerAddress)]
     }
 
     public init(maxFailures: Int, windowMs: Int64) {

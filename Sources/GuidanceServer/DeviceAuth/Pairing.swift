@@ -39,6 +39,6 @@ public struct Pairing: Sendable {
 
     func endpoints(logger: Logger) -> PairingEndpoints {
         PairingEndpoints(store: store, tokens: tokens, verificationURI: verificationURI, scheme: scheme, settings: authorization,
-                         refreshLifetimeMs: refreshLifetimeMs, rules: refreshRules, logger: logger, now: now)
+                         refreshLifetimeMs: refreshLifetimeMs, rules: refreshRules, unpaired: unpaired, logger: logger, now: now)
     }
 }

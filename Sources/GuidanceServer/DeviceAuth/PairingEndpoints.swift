@@ -25,6 +25,9 @@ struct PairingEndpoints: Sendable {
     let settings: DeviceAuthorization.Settings
     let refreshLifetimeMs: Int64
     let rules: RefreshTokenRules
+    /// Cars whose access tokens this instance refuses: a car whose refresh token was reused joins
+    /// them here at once (the others learn it from the ledger, ``UnpairWatch``).
+    let unpaired: UnpairedDevices
     let logger: Logger
     let now: @Sendable () -> Int64
     /// Codes handed out per address (``RequestBudget``), on this instance.
@@ -138,7 +141,8 @@ struct PairingEndpoints: Sendable {
             case .refused:
                 throw Refusal(error: "invalid_grant", description: "the refresh token is not valid")
             case .reused(let device):
-                logger.warning("a spent refresh token was used again (a copy, or a car that diverged from it): every credential of this pairing is revoked; the car must pair again",
+                unpaired.add(device)
+                logger.warning("a spent refresh token was used again (a copy, or a car that diverged from it): the car is unpaired and every credential of it revoked; it must pair again",
                                metadata: ["device": "\(device)"])
                 throw Refusal(error: "invalid_grant", description: "the refresh token is not valid")
             }
@@ -175,6 +179,18 @@ struct PairingEndpoints: Sendable {
     /// Lower-case hex SHA-256: how codes and tokens are stored.
     static func hash(_ secret: String) -> String { StreamSession.StateMachine.hex(SHA256.hash(data: Data(secret.utf8))) }
 
-    /// What a log may say of a user code: the first 6 hex digits of its hash.
-    static func fingerprint(_ userCode: String) -> String { String(hash(userCode).prefix(6)) }
+    /// What a log may say of a user code (or an address typed at sign-in): 6 hex digits of an
+    /// HMAC under a key this process drew at start. A plain hash of a nine-digit code is found
+    /// again by trying all 10^9 of them (49 candidates were left for 6 digits); without the key
+    /// nothing can be tried, and lines of one run still match each other.
+    static func fingerprint(_ userCode: String) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: Data(userCode.utf8), using: SymmetricKey(data: logKey))
+        return String(StreamSession.StateMachine.hex(Array(mac)).prefix(6))
+    }
+
+    /// The bytes of that key (`SymmetricKey` is not `Sendable` in this swift-crypto).
+    private static let logKey: [UInt8] = {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+    }()
 }

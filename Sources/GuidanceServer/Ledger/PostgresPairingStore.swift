@@ -118,9 +118,20 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
             if let wait = try await Self.limited(db, throttles, nowMs: nowMs, logger: logger) { return .limited(waitSeconds: wait) }
             if let found = try await authorization(where: "user_code", is: userCode, on: db)?.authorization,
                found.state == .pending, !found.isExpired(nowMs: nowMs) {
-                // Only the owner who saw this page may decide the code.
-                try await db.query("UPDATE device_authorizations SET looked_up_by = \(owner) WHERE user_code = \(userCode)", logger: logger)
-                return .pending(deviceName: found.deviceName, secondsLeft: found.secondsLeft(nowMs: nowMs))
+                var lookedUpBy: Int64?, wrong: Int64 = 0
+                for try await (by, count) in try await db.query(
+                    "SELECT looked_up_by, wrong_decisions FROM device_authorizations WHERE user_code = \(userCode)", logger: logger
+                ).decode((Int64?, Int64).self) { (lookedUpBy, wrong) = (by, count) }
+                if lookedUpBy == nil || lookedUpBy == owner {
+                    // Only the owner who saw this page first may decide the code.
+                    try await db.query("UPDATE device_authorizations SET looked_up_by = \(owner) WHERE user_code = \(userCode)", logger: logger)
+                    return .pending(deviceName: found.deviceName, secondsLeft: found.secondsLeft(nowMs: nowMs))
+                }
+                // Another account typed a code someone already looked up: a guess against it.
+                wrong += 1
+                let state = wrong >= Int64(CodeDecision.maxWrongDecisions) ? "denied" : "pending"
+                try await db.query(
+                    "UPDATE device_authorizations SET wrong_decisions = \(wrong), state = \(state) WHERE user_code = \(userCode)", logger: logger)
             }
             try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
             return .wrong
@@ -223,14 +234,14 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
             case .refuse:
                 return .refused
             case .reuse:
-                try await db.query("UPDATE refresh_families SET revoked_at = \(nowMs) WHERE id = \(family)", logger: logger)
+                try await Self.revoke(db, family: family, device: device, nowMs: nowMs, logger: logger)
                 return .reused(device: device)
             case .rotate:
                 try await db.query("UPDATE refresh_tokens SET spent_at = \(nowMs), successor = \(newTokenHash) WHERE hash = \(tokenHash)", logger: logger)
             case .retry:
                 // The same successor as the first time, or it is a copy that diverged: reuse.
                 guard successor == newTokenHash else {
-                    try await db.query("UPDATE refresh_families SET revoked_at = \(nowMs) WHERE id = \(family)", logger: logger)
+                    try await Self.revoke(db, family: family, device: device, nowMs: nowMs, logger: logger)
                     return .reused(device: device)
                 }
                 return .rotated(PairedDevice(device: device, owner: owner ?? 0, label: label ?? "", pairedAtMs: pairedAt ?? 0))
@@ -240,6 +251,12 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
                 logger: logger)
             return .rotated(PairedDevice(device: device, owner: owner ?? 0, label: label ?? "", pairedAtMs: pairedAt ?? 0))
         }
+    }
+
+    /// Reuse seen: the family's tokens are refused, and the car is unpaired (as in SQLite's store).
+    private static func revoke(_ db: PostgresConnection, family: String, device: String, nowMs: Int64, logger: Logger) async throws {
+        try await db.query("UPDATE refresh_families SET revoked_at = \(nowMs) WHERE id = \(family)", logger: logger)
+        try await db.query("UPDATE paired_devices SET unpaired_at = \(nowMs) WHERE device = \(device) AND unpaired_at IS NULL", logger: logger)
     }
 
     public func pairedDevice(_ device: String) async throws -> PairedDevice? {
@@ -333,6 +350,13 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
                 .decode(Int32.self) { ended = true }
             return ended
         }
+    }
+
+    public func passwordHash(owner: Int64) async throws -> String? {
+        try await schema.ensure()
+        for try await hash in try await client.query("SELECT password_hash FROM owners WHERE id = \(owner)", logger: logger)
+            .decode(String?.self) { return hash }
+        return nil
     }
 
     public func account(email: String) async throws -> (owner: Owner, passwordHash: String?)? {

@@ -59,6 +59,12 @@ extension SQLitePairingStore: OwnerStore {
         }
     }
 
+    public func passwordHash(owner: Int64) async throws -> String? {
+        try await read { db in
+            try await db.query("SELECT password_hash FROM owners WHERE id = ?", [.integer(Int(owner))]).first?.column("password_hash")?.string
+        }
+    }
+
     public func account(email: String) async throws -> (owner: Owner, passwordHash: String?)? {
         try await read { db in
             try await db.query("SELECT id, email, display_name, password_hash FROM owners WHERE email = ?", [.text(email)]).first.map {

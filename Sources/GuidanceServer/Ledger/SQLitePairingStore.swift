@@ -128,10 +128,18 @@ public final class SQLitePairingStore: PairingStore {
             if let wait = try await Self.limited(db, throttles, nowMs: nowMs) { return .limited(waitSeconds: wait) }
             if let row = try await db.query("SELECT * FROM device_authorizations WHERE user_code = ?", [.text(userCode)]).first,
                let authorization = Self.authorization(row), authorization.state == .pending, !authorization.isExpired(nowMs: nowMs) {
-                // Only the owner who saw this page may decide the code.
-                _ = try await db.query("UPDATE device_authorizations SET looked_up_by = ? WHERE user_code = ?",
-                                       [.integer(Int(owner)), .text(userCode)])
-                return .pending(deviceName: authorization.deviceName, secondsLeft: authorization.secondsLeft(nowMs: nowMs))
+                let lookedUpBy = row.column("looked_up_by")?.integer.map(Int64.init)
+                if lookedUpBy == nil || lookedUpBy == owner {
+                    // Only the owner who saw this page first may decide the code.
+                    _ = try await db.query("UPDATE device_authorizations SET looked_up_by = ? WHERE user_code = ?",
+                                           [.integer(Int(owner)), .text(userCode)])
+                    return .pending(deviceName: authorization.deviceName, secondsLeft: authorization.secondsLeft(nowMs: nowMs))
+                }
+                // Another account typed a code someone already looked up: a guess against it.
+                let wrong = (row.column("wrong_decisions")?.integer ?? 0) + 1
+                let locked = wrong >= CodeDecision.maxWrongDecisions
+                _ = try await db.query("UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE user_code = ?",
+                                       [.integer(wrong), .text(locked ? "denied" : "pending"), .text(userCode)])
             }
             try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
             return .wrong
@@ -231,7 +239,7 @@ public final class SQLitePairingStore: PairingStore {
             case .refuse:
                 return .refused
             case .reuse:
-                _ = try await db.query("UPDATE refresh_families SET revoked_at = ? WHERE id = ?", [.integer(Int(nowMs)), .text(family)])
+                try await Self.revoke(db, family: family, device: device, nowMs: nowMs)
                 return .reused(device: device)
             case .rotate:
                 _ = try await db.query(
@@ -240,7 +248,7 @@ public final class SQLitePairingStore: PairingStore {
             case .retry:
                 // The same successor as the first time, or it is a copy that diverged: reuse.
                 guard row.column("successor")?.string == newTokenHash else {
-                    _ = try await db.query("UPDATE refresh_families SET revoked_at = ? WHERE id = ?", [.integer(Int(nowMs)), .text(family)])
+                    try await Self.revoke(db, family: family, device: device, nowMs: nowMs)
                     return .reused(device: device)
                 }
                 return .rotated(paired)
@@ -250,6 +258,15 @@ public final class SQLitePairingStore: PairingStore {
                 [.text(newTokenHash), .text(family), .integer(Int(nowMs)), .integer(Int(expiresAtMs))])
             return .rotated(paired)
         }
+    }
+
+    /// Reuse seen: the family's tokens are refused, and the car is unpaired, so its access
+    /// tokens (the car's and the copy's) are refused at every instance too (``UnpairWatch``) and
+    /// its owner no longer sees it as paired.
+    private static func revoke(_ db: SQLiteConnection, family: String, device: String, nowMs: Int64) async throws {
+        _ = try await db.query("UPDATE refresh_families SET revoked_at = ? WHERE id = ?", [.integer(Int(nowMs)), .text(family)])
+        _ = try await db.query("UPDATE paired_devices SET unpaired_at = ? WHERE device = ? AND unpaired_at IS NULL",
+                               [.integer(Int(nowMs)), .text(device)])
     }
 
     public func pairedDevice(_ device: String) async throws -> PairedDevice? {

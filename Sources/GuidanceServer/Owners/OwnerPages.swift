@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Crypto
 import Foundation
+import Glibc
 import GuidanceProtocol
 import Hummingbird
 import HummingbirdAuth
@@ -20,6 +21,10 @@ struct WebSession: Codable, Sendable {
     /// shows the owner. Absent in sessions made before the page existed.
     var createdAtMs: Int64?
     var agent: String?
+    /// Which password the session was signed in with (``OwnerPages/stamp(_:)`` of its hash): a
+    /// session whose owner has set another password since is over, even one whose sign-in
+    /// checked the old password while the new one was being set.
+    var stamp: String?
 }
 
 /// The owners' web pages, served by the guidance server (plain HTML from the templates in
@@ -232,13 +237,24 @@ struct OwnerPages: Sendable {
     }
 
     private func signedIn(_ request: Request, _ body: (WebSession) async throws -> Response) async throws -> Response {
-        guard let session = try? await sessions.load(request: request) else { return redirect("/signin") }
+        guard let session = try await current(request) else { return redirect("/signin") }
         return try await body(session)
     }
 
+    /// The request's session, if it is one and its owner's password is still the one it was
+    /// signed in with.
+    private func current(_ request: Request) async throws -> WebSession? {
+        guard let session = try? await sessions.load(request: request), let stamp = session.stamp,
+              let hash = try await store.passwordHash(owner: session.owner), Self.same(stamp, Self.stamp(hash)) else { return nil }
+        return session
+    }
+
+    /// A short digest of a password hash: what a session keeps to know its password is current.
+    static func stamp(_ passwordHash: String) -> String { String(PairingEndpoints.hash(passwordHash).prefix(16)) }
+
     /// A form of a signed-in owner: refused unless its CSRF value is the session's.
     private func signedInForm(_ request: Request, _ body: (WebSession, [String: String]) async throws -> Response) async throws -> Response {
-        guard let session = try? await sessions.load(request: request) else { return redirect("/signin") }
+        guard let session = try await current(request) else { return redirect("/signin") }
         let fields = try await form(request)
         guard let csrf = fields["csrf"], Self.same(csrf, session.csrf) else {
             noisy.log(logger, .warning, "refused a form without the session's CSRF value", metadata: ["owner": "\(session.owner)"])
@@ -279,6 +295,9 @@ struct OwnerPages: Sendable {
             matches = try await PasswordHashing.shared.verify(password, hash: hash) && PasswordRules.fitsBcrypt(password)
             metrics.passwordHashed()
         } catch is PasswordHashing.Busy {
+            // Not a try: nothing was checked. Counted, a stranger keeping the hashes busy would
+            // lock every owner who tried meanwhile out.
+            try await store.forgive(throttles.map(\.key), atMs: tried)
             return try await busy(request, "signin", ["title": "Sign in", "email": email])
         }
         guard let owner = account?.owner, account?.passwordHash != nil, matches else {
@@ -289,8 +308,8 @@ struct OwnerPages: Sendable {
         try await store.forgive(throttles.map(\.key), atMs: tried)
         let agent = String((request.headers[.userAgent] ?? "").unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f }.prefix(120)
             .map(Character.init).map(String.init).joined())
-        var cookie = try await sessions.save(session: WebSession(owner: owner.id, csrf: Self.random(), createdAtMs: tried, agent: agent),
-                                             expiresIn: Self.sessionLifetime)
+        var cookie = try await sessions.save(session: WebSession(owner: owner.id, csrf: Self.random(), createdAtMs: tried, agent: agent,
+                                                                 stamp: Self.stamp(hash)), expiresIn: Self.sessionLifetime)
         cookie = Cookie(name: cookie.name, value: cookie.value, expires: cookie.expires, path: "/", secure: secureCookies, httpOnly: true, sameSite: .strict)
         logger.info("owner signed in", metadata: ["owner": "\(owner.id)"])
         return redirect("/", cookies: [cookie])
@@ -465,8 +484,23 @@ struct OwnerPages: Sendable {
     /// machine (a loopback peer) the address the proxy names in `X-Real-IP`.
     static func address(_ request: Request, peer: String?) -> String {
         guard let peer else { return "unknown" }
-        if LocalProxy.isLoopback(peer), let forwarded = request.headers[HTTPField.Name("X-Real-IP")!], forwarded.count <= 64 { return forwarded }
-        return peer
+        if LocalProxy.isLoopback(peer), let forwarded = request.headers[HTTPField.Name("X-Real-IP")!], forwarded.count <= 64 {
+            return bucket(forwarded)
+        }
+        return bucket(peer)
+    }
+
+    /// An IPv6 client counts by its /64: one subscriber holds a whole /64, and each of its 2^64
+    /// addresses must not get a budget of its own. IPv4 addresses (and anything else) as they are.
+    static func bucket(_ address: String) -> String {
+        var bytes = in6_addr()
+        guard address.contains(":"), inet_pton(AF_INET6, address, &bytes) == 1 else { return address }
+        let raw = withUnsafeBytes(of: &bytes) { Array($0) }
+        // An IPv4 address written as IPv6 (::ffff:a.b.c.d) is that IPv4 address.
+        if raw[0..<10].allSatisfy({ $0 == 0 }) && raw[10] == 0xff && raw[11] == 0xff {
+            return raw[12..<16].map(String.init).joined(separator: ".")
+        }
+        return stride(from: 0, to: 8, by: 2).map { String(UInt16(raw[$0]) << 8 | UInt16(raw[$0 + 1]), radix: 16) }.joined(separator: ":") + "::/64"
     }
 
     static func address(_ request: Request, _ context: GuidanceRequestContext) -> String {

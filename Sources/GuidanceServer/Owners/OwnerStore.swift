@@ -18,6 +18,8 @@ public protocol OwnerStore: Sendable {
     func webSessions(owner: Int64, nowMs: Int64) async throws -> [StoredWebSession]
     /// Ends one of the owner's web sessions (its stored id); `false` if it is not theirs or gone.
     func endWebSession(owner: Int64, id: String) async throws -> Bool
+    /// The owner's password hash (`nil` before one is set, or no such owner).
+    func passwordHash(owner: Int64) async throws -> String?
     /// The owner with this address and their password hash (`nil` before one is set).
     func account(email: String) async throws -> (owner: Owner, passwordHash: String?)?
 
