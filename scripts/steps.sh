@@ -22,7 +22,7 @@ step_times() {
 TEST_TARGETS=(HALTests AgentTests GuidanceServerTests SystemTests)
 
 # swift_tests TARGET [SWIFT TEST OPTIONS...]: one target's tests from the build already made.
-# A target that has not ended after TEST_TIMEOUT seconds (1200; SystemTests takes 2.5–3 minutes)
+# A target that has not ended after TEST_TIMEOUT seconds (1200; SystemTests takes 2.5–4 minutes)
 # is stopped (TERM, KILL 30 s later) and the step fails: a test that hangs fails the run instead
 # of holding it until CI gives up. Then, or when the target fails, it prints the tests that
 # started and never ended, and a minute before the limit the processes still running under it
