@@ -76,6 +76,12 @@ public enum CodeDecision: Sendable, Equatable {
     /// Wrong guesses against one code before it is locked.
     public static let maxWrongDecisions = 3
 
+    /// One more wrong guess against a code that had `wrong` of them: how many it has now, and
+    /// whether that locks it (only a pending code is locked). Both stores apply this one rule.
+    public static func guessed(wrong: Int, pending: Bool) -> (wrong: Int, locked: Bool) {
+        (wrong + 1, pending && wrong + 1 >= maxWrongDecisions)
+    }
+
     case decided
     /// The code was this owner's to decide, and is no longer pending (expired, or decided).
     case gone

@@ -187,7 +187,9 @@ public struct StreamServer: Sendable {
             if let owners = pairing.owners, let library = pairing.library, let driver = pairing.sessionDriver {
                 let sessions = SessionStorage<WebSession>(
                     driver,
-                    configuration: .init(sessionCookieParameters: .init(name: "session", secure: pairing.secureCookies, sameSite: .strict)))
+                    configuration: .init(sessionCookieParameters: .init(name: OwnerPages.sessionCookie, secure: pairing.secureCookies,
+                                                                         sameSite: .strict),
+                                         keyPrefix: OwnerPages.sessionKeyPrefix))
                 OwnerPages(store: owners, ledger: ledger, sessions: sessions, library: library, products: pairing.products,
                            provider: pairing.provider, allowance: pairing.allowance, secureCookies: pairing.secureCookies,
                            unpaired: pairing.unpaired, metrics: metrics, webhookBase: { listening.withLock { $0 } }, logger: logger,

@@ -128,10 +128,11 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
                     return .pending(deviceName: found.deviceName, secondsLeft: found.secondsLeft(nowMs: nowMs))
                 }
                 // Another account typed a code someone already looked up: a guess against it.
-                wrong += 1
-                let state = wrong >= Int64(CodeDecision.maxWrongDecisions) ? "denied" : "pending"
+                let (guesses, locked) = CodeDecision.guessed(wrong: Int(wrong), pending: true)
+                let state = locked ? "denied" : "pending"
                 try await db.query(
-                    "UPDATE device_authorizations SET wrong_decisions = \(wrong), state = \(state) WHERE user_code = \(userCode)", logger: logger)
+                    "UPDATE device_authorizations SET wrong_decisions = \(Int64(guesses)), state = \(state) WHERE user_code = \(userCode)",
+                    logger: logger)
             }
             try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
             return .wrong
@@ -155,11 +156,11 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
             guard lookedUpBy == owner else {
                 // A decision on a code this owner never looked up: a guess against that code.
                 try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
-                wrong += 1
-                let locked = found.state == .pending && wrong >= Int64(CodeDecision.maxWrongDecisions)
+                let (guesses, locked) = CodeDecision.guessed(wrong: Int(wrong), pending: found.state == .pending)
                 let state = locked ? "denied" : Self.state(found.state).0
                 try await db.query(
-                    "UPDATE device_authorizations SET wrong_decisions = \(wrong), state = \(state) WHERE device_code_hash = \(hash)", logger: logger)
+                    "UPDATE device_authorizations SET wrong_decisions = \(Int64(guesses)), state = \(state) WHERE device_code_hash = \(hash)",
+                    logger: logger)
                 return locked ? .locked : .wrong
             }
             guard found.decide(decision, nowMs: nowMs) == .decided else { return .gone }

@@ -136,8 +136,7 @@ public final class SQLitePairingStore: PairingStore {
                     return .pending(deviceName: authorization.deviceName, secondsLeft: authorization.secondsLeft(nowMs: nowMs))
                 }
                 // Another account typed a code someone already looked up: a guess against it.
-                let wrong = (row.column("wrong_decisions")?.integer ?? 0) + 1
-                let locked = wrong >= CodeDecision.maxWrongDecisions
+                let (wrong, locked) = CodeDecision.guessed(wrong: row.column("wrong_decisions")?.integer ?? 0, pending: true)
                 _ = try await db.query("UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE user_code = ?",
                                        [.integer(wrong), .text(locked ? "denied" : "pending"), .text(userCode)])
             }
@@ -160,8 +159,8 @@ public final class SQLitePairingStore: PairingStore {
             guard row.column("looked_up_by")?.integer.map(Int64.init) == owner else {
                 // A decision on a code this owner never looked up: a guess against that code.
                 try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
-                let wrong = (row.column("wrong_decisions")?.integer ?? 0) + 1
-                let locked = authorization.state == .pending && wrong >= CodeDecision.maxWrongDecisions
+                let (wrong, locked) = CodeDecision.guessed(wrong: row.column("wrong_decisions")?.integer ?? 0,
+                                                           pending: authorization.state == .pending)
                 _ = try await db.query("UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE device_code_hash = ?",
                                        [.integer(wrong), .text(locked ? "denied" : Self.stateName(authorization.state)), .text(hash)])
                 return locked ? .locked : .wrong

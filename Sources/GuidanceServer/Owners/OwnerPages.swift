@@ -63,6 +63,10 @@ struct OwnerPages: Sendable {
     let noisy = LogLimit()
 
     static let sessionLifetime = Duration.seconds(12 * 3600)
+    /// The session cookie's name, and the prefix HummingbirdAuth's storage puts before its value
+    /// to make the stored key (``SessionStorageConfiguration``'s default).
+    static let sessionCookie = "session"
+    static let sessionKeyPrefix = SessionStorageConfiguration().keyPrefix
     static let preCookie = "csrf_pre"
     static let maxFormBytes = 8 * 1024
 
@@ -509,7 +513,7 @@ struct OwnerPages: Sendable {
 
     /// The stored id of the session this request's cookie names (HummingbirdAuth's key, hashed).
     static func sessionID(_ request: Request) -> String? {
-        request.cookies["session"].map { WebSessionRows.storedKey("hbs." + $0.value) }
+        request.cookies[sessionCookie].map { WebSessionRows.storedKey(sessionKeyPrefix + $0.value) }
     }
 
     /// `3 minutes`, `1 minute`: a wait in seconds, rounded up.

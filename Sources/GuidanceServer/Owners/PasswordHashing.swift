@@ -53,7 +53,7 @@ public enum PasswordRules {
 
     /// Why `password` cannot be used, in words for the page; `nil` when it can.
     public static func problem(_ password: String, again: String?) -> String? {
-        if password.unicodeScalars.contains("\u{0}") || password.count < minCharacters || password.utf8.count > maxBytes {
+        if !fitsBcrypt(password) || password.count < minCharacters {
             return "Use at least \(minCharacters) characters and at most \(maxBytes) bytes (most letters are one byte, accented letters two, other scripts three), without NUL characters."
         }
         if let again, password != again { return "The two passwords differ. Type the same password twice." }
