@@ -34,21 +34,32 @@ import TestSupport
         defer { try? FileManager.default.removeItem(at: credentials.folder) }
         let folder = server.folder.appendingPathComponent("nginx")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        let port = try PostgresServer.freePort()
-        try Data(try Self.site(port: port, serverPort: server.port, credentials: credentials, folder: folder).utf8)
-            .write(to: folder.appendingPathComponent("site.conf"))
-        try Data(Nginx.mainConfig(folder: folder, http: "    include \(folder.path)/site.conf;").utf8)
-            .write(to: folder.appendingPathComponent("nginx.conf"))
-        let proxy = try Spawned(try #require(Nginx.binary), Nginx.arguments(folder: folder), folder: folder, absolute: true)
-        defer { proxy.stop(SIGTERM) }
-        var browser = OwnerBrowser(port: port, scheme: "https", host: Self.host)
-        browser.curlOptions = ["--cacert", credentials.ca, "--resolve", "\(Self.host):\(port):127.0.0.1"]
-        var first: OwnerBrowser.Page?
-        for _ in 0..<200 where first == nil {
-            first = try? await browser.get("/signin")
-            if first == nil { try await Task.sleep(for: .milliseconds(50)) }
+        // A free port can be taken by a test running beside this one before nginx binds it: then
+        // nginx exits ("Address already in use") and another port is tried.
+        var started: (proxy: Spawned, browser: OwnerBrowser, page: OwnerBrowser.Page)?
+        var failures: [String] = []
+        for _ in 0..<5 where started == nil {
+            let port = try PostgresServer.freePort()
+            try Data(try Self.site(port: port, serverPort: server.port, credentials: credentials, folder: folder).utf8)
+                .write(to: folder.appendingPathComponent("site.conf"))
+            try Data(Nginx.mainConfig(folder: folder, http: "    include \(folder.path)/site.conf;").utf8)
+                .write(to: folder.appendingPathComponent("nginx.conf"))
+            let proxy = try Spawned(try #require(Nginx.binary), Nginx.arguments(folder: folder), folder: folder, absolute: true)
+            var browser = OwnerBrowser(port: port, scheme: "https", host: Self.host)
+            browser.curlOptions = ["--cacert", credentials.ca, "--resolve", "\(Self.host):\(port):127.0.0.1"]
+            // Up once its port answers; waited for as long as a busy machine takes, unless nginx exits.
+            let deadline = ContinuousClock.now + .seconds(120)
+            while started == nil, proxy.process.isRunning, ContinuousClock.now < deadline {
+                if let page = try? await browser.get("/signin") { started = (proxy, browser, page) } else { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            if started == nil {
+                failures.append(proxy.stderr)
+                proxy.stop(SIGTERM)
+            }
         }
-        let signinPage = try #require(first, "nginx did not answer: \(proxy.stderr)")
+        let (proxy, browser, first) = try #require(started, "nginx did not answer: \(failures.joined(separator: "\n"))")
+        defer { proxy.stop(SIGTERM) }
+        let signinPage = first
         #expect(signinPage.status == 200)
         #expect(signinPage.header("Strict-Transport-Security") == ["max-age=31536000"], "\(signinPage.headers)")
         let preCookie = try #require(signinPage.header("Set-Cookie").first { $0.hasPrefix("csrf_pre=") })
