@@ -229,7 +229,10 @@ for n in "${CASES[@]}"; do
         passed=$((passed + 1)); echo "PASS $n (${secs}s)"
     else
         failed=$((failed + 1))
-        if [ -n "$verdict" ]; then echo "FAIL $n (${secs}s) - log: $WORK/cases/$n/case.log"
+        if [ -n "$verdict" ]; then
+            echo "FAIL $n (${secs}s) - log: $WORK/cases/$n/case.log"
+            # The log's end in the run's own output: a CI run keeps only what was printed.
+            tail -n 40 "$WORK/cases/$n/case.log" 2>/dev/null | sed 's/^/    | /'
         else echo "FAIL $n (no result: the VM stopped before it finished) - see $WORK/vm-console.log"; fi
     fi
 done

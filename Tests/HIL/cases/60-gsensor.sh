@@ -7,6 +7,8 @@
 #     segment (check_segment.py, ffprobe), together covering the window;
 #   * "Incident saved." is played into the loop (sox stat on what hw:Loopback,1,0 recorded);
 #   * readings at rest make no incident.
+# Its own waits add up to 480 s (a busy CI host emulates the encoder at a third of this pace).
+# hil-case-timeout: 540
 set -uo pipefail
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh

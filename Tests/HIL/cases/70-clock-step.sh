@@ -11,6 +11,8 @@
 #   * every segment is whole (check_segment.py), and SIGTERM exits 0.
 # Waits are timed by /proc/uptime: the wall clock is what this case moves. The clock is put back
 # where it would have been at the end.
+# Its own waits add up to 480 s (a busy CI host emulates the encoder at a third of this pace).
+# hil-case-timeout: 540
 set -uo pipefail
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
