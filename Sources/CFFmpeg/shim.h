@@ -23,3 +23,5 @@ static inline const enum AVPixelFormat *cffmpeg_supported_pixel_formats(const AV
     return codec->pix_fmts;
 #endif
 }
+
+#include <libavutil/hwcontext.h>

@@ -80,15 +80,15 @@ extension ConfigKeyInfo {
         }
     }
 
-    /// An integer in `range`, or unset (nil).
+    /// An integer in `range`, or unset (nil); `even` also refuses odd numbers.
     public static func optionalInt(
-        _ name: String, _ path: Path<Int?>, _ range: ClosedRange<Int>, _ summary: String
+        _ name: String, _ path: Path<Int?>, _ range: ClosedRange<Int>, even: Bool = false, _ summary: String
     ) -> Self {
         Self(
-            name, path, type: "int", allowed: "\(range)", text: { $0[keyPath: path].map { "\($0)" } },
-            summary: summary, expected: "an integer \(range)", shape: .int
+            name, path, type: "int", allowed: even ? "even, \(range)" : "\(range)", text: { $0[keyPath: path].map { "\($0)" } },
+            summary: summary, expected: even ? "an even integer \(range)" : "an integer \(range)", shape: .int
         ) { value, config in
-            guard case .int(let n) = value, range.contains(n) else { return false }
+            guard case .int(let n) = value, range.contains(n), !even || n.isMultiple(of: 2) else { return false }
             config[keyPath: path] = n
             return true
         }
@@ -171,6 +171,21 @@ extension ConfigKeyInfo {
             expected: "a list of \(count.lowerBound) to \(count.upperBound) integers, each \(each)", shape: .intList
         ) { value, config in
             guard case .ints(let items) = value, count.contains(items.count), items.allSatisfy(each.contains) else {
+                return false
+            }
+            config[keyPath: path] = items
+            return true
+        }
+    }
+
+    /// A non-empty list of non-empty strings, or unset (nil).
+    public static func optionalList(_ name: String, _ path: Path<[String]?>, _ summary: String) -> Self {
+        Self(
+            name, path, type: "[string]", allowed: "non-empty list",
+            text: { $0[keyPath: path].map { "[\($0.joined(separator: ", "))]" } }, summary: summary,
+            expected: "a non-empty list of non-empty strings", shape: .stringList
+        ) { value, config in
+            guard case .strings(let items) = value, !items.isEmpty, !items.contains(where: \.isEmpty) else {
                 return false
             }
             config[keyPath: path] = items

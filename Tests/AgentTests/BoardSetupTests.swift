@@ -49,15 +49,16 @@ struct BoardSetupTests {
         let config = outcome.config
         #expect(config.uplink.url == "wss://guidance.example.com/v1/stream")
         #expect(config.device.locale == "de-DE")
-        #expect(config.camera.fps == 15, "the user's rate, not the board's 10")
+        #expect(config.camera.fps == 15, "the user's rate, not the board's 30")
         #expect(config.camera.device == "/dev/dashcam-camera", "the board's, over the package's /dev/video0")
-        #expect(config.encoder.preference == ["libx265"])
+        #expect(config.encoder.preference == ["h264_v4l2m2m", "libx264"])
+        #expect(config.guidanceFormat == VideoFormat(width: 640, height: 360, fps: 10), "two streams: the board's guidance copy")
         #expect(config.haptics.chip == "gpiochip0" && config.haptics.line == "17")
         #expect(config.recording.dir == "/var/lib/dashcam-agent/recordings", "the package's, kept")
         #expect(source(outcome, "camera.fps") == .yours)
         #expect(source(outcome, "haptics.line") == .board)
         #expect(source(outcome, "recording.minFreeMegabytes") == .package)
-        #expect(outcome.overridden == ["camera.fps: kept yours, 15; the board gives 10"])
+        #expect(outcome.overridden == ["camera.fps: kept yours, 15; the board gives 30"])
     }
 
     @Test func aSecondSetupReplacesWhatTheFirstChoseButNotWhatTheUserChangedSince() async throws {
@@ -77,7 +78,7 @@ struct BoardSetupTests {
         #expect(outcome.config.encoder.rateControl == .crf, "the RK3588's bitrate control goes back to the package's crf")
         #expect(outcome.config.encoder.bitrateKbps == AgentConfig().encoder.bitrateKbps)
         #expect(!outcome.written.contains { $0.key.name == "encoder.bitrateKbps" }, "a key only the first board set is not written")
-        #expect(outcome.config.camera.width == 640 && outcome.config.camera.fps == 10)
+        #expect(outcome.config.camera.width == 1920 && outcome.config.camera.fps == 30)
         #expect(outcome.overridden == ["haptics.line: kept yours, \"22\"; the board gives \"17\""])
     }
 
@@ -97,7 +98,7 @@ struct BoardSetupTests {
         let choices = BoardSetup.previousChoices(in: text)
         #expect(choices["camera.device"] == "/dev/v4l/by-id/usb-Cam_123-video-index0")
         #expect(choices["camera.pixelFormat"] == "mjpeg")
-        #expect(choices["encoder.preference"] == "[hevc_nvenc, hevc_v4l2m2m, libx265]")
+        #expect(choices["encoder.preference"] == "[hevc_nvenc, h264_nvenc, h264_v4l2m2m, libx264]")
         #expect(choices["uplink.url"] == nil, "the user's keys are not setup's choices")
     }
 

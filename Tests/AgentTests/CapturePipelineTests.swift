@@ -53,7 +53,7 @@ private final class UnpluggedCamera: FrameSource {
     }
 
     func hevc(_ inputFormat: PixelFormat) throws -> any VideoEncoder {
-        try HEVCEncoder(settings: settings().encoder, inputFormat: inputFormat)
+        try LibavEncoder(settings: settings().encoder, inputFormat: inputFormat)
     }
 
     @Test func aLostCameraClosesTheSegmentEarlyAndRecordingResumesAfterReopen() async throws {

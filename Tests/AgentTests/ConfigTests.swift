@@ -1,6 +1,7 @@
 import Agent
 import ConfigSupport
 import Foundation
+import HAL
 import Logging
 import Synchronization
 import TestSupport
@@ -56,7 +57,8 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(camera.pixelFormat == .auto && camera.buffers == 4 && camera.pace == .realtime)
     #expect(camera.pollTimeoutMs == 1000 && camera.stallTimeouts == 3 && camera.reopenBackoffMs == 250...2000)
     let encoder = config.encoder
-    #expect(encoder.preference == ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc", "libx265"])
+    #expect(encoder.preference == ["hevc_v4l2m2m", "h264_v4l2m2m", "hevc_vaapi", "h264_vaapi", "hevc_nvenc", "h264_nvenc", "libx264", "libx265"])
+    #expect(config.uplink.video == AgentConfig.UplinkVideo() && config.guidanceFormat == nil, "one stream")
     #expect(encoder.rateControl == .crf && encoder.crf == 28 && encoder.segmentSeconds == 5)
     #expect(encoder.bitrateKbps == 1000 && encoder.effectiveMaxrateKbps == 1000 && encoder.effectiveBufsizeKbps == 2000)
     #expect(config.recording.dir == "/var/lib/dashcam-agent/recordings")
@@ -281,6 +283,22 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
         "parking.fps: '0' is not allowed; expected an integer 1...30 (given at FILE:2)"
     ),
     (
+        "camera:\n  fps: 10\nuplink:\n  video:\n    fps: 15\n",
+        "uplink.video.fps: '15' is not allowed; expected at most camera.fps (10): the guidance stream takes a share of the camera's frames"
+    ),
+    (
+        "uplink:\n  video:\n    width: 1280\n",
+        "uplink.video.width: '1280' is not allowed; expected at most camera.width (640): the guidance stream is a smaller copy"
+    ),
+    (
+        "uplink:\n  video:\n    height: 361\n",
+        "uplink.video.height: '361' is not allowed; expected an even integer 16...4096 (given at FILE:3)"
+    ),
+    (
+        "uplink:\n  video:\n    preference: libx265\n",
+        "uplink.video.preference: 'libx265' is not allowed; expected a non-empty list of non-empty strings (given at FILE:3)"
+    ),
+    (
         "log:\n  level: verbose\n",
         "log.level: 'verbose' is not allowed; expected one of trace, debug, info, notice, warning, error, critical (given at FILE:2)"
     ),
@@ -493,11 +511,15 @@ func aLocaleThatIsNoLanguageTagIsRefusedNamingKeyValueAndWhatIsAllowed(yaml: Str
     for file in files {
         let config = try await AgentConfig.load(file: boards.appendingPathComponent(file).path, environment: [:])
         #expect(config.camera.device == "/dev/dashcam-camera", "\(file)")
-        #expect(config.encoder.preference.last == "libx265", "\(file): software encoding is always the last resort")
+        #expect(config.encoder.preference.last == "libx264", "\(file): software encoding is always the last resort")
         #expect(config.speech.sink == "alsa", "\(file)")
+        // Evidence at full HD, the guidance copy small: two streams on every board.
+        #expect((config.camera.width, config.camera.height, config.camera.fps) == (1920, 1080, 30), "\(file)")
+        #expect(config.guidanceFormat == VideoFormat(width: 640, height: 360, fps: 10), "\(file)")
+        #expect(config.guidanceEncoderSettings?.preference == ["libx265"], "\(file)")
     }
     let pi4 = try await AgentConfig.load(file: boards.appendingPathComponent("raspberry-pi-4.yaml").path, environment: [:])
-    #expect(pi4.encoder.preference == ["libx265"], "the Pi 4 has no HEVC encoder")
+    #expect(pi4.encoder.preference == ["h264_v4l2m2m", "libx264"], "the Pi 4's encoder is H.264 only")
     #expect(pi4.haptics.chip == "gpiochip0" && pi4.haptics.line == "17")
     let webcam = try await AgentConfig.load(file: boards.appendingPathComponent("raspberry-pi-4-usb-webcam.yaml").path, environment: [:])
     #expect(webcam.encoder.preference == pi4.encoder.preference && webcam.haptics == pi4.haptics, "the same board")
@@ -545,4 +567,21 @@ func aLocaleThatIsNoLanguageTagIsRefusedNamingKeyValueAndWhatIsAllowed(yaml: Str
     #expect(logger.logLevel == .info)
     level.current = .debug
     #expect(logger.logLevel == .debug, "a copy made before the reload sees the new level")
+}
+
+@Test func oneUplinkVideoKeyMakesTwoStreamsWithTheOthersAtTheirDefaults() async throws {
+    let one = try await AgentConfig.load(file: nil, environment: [:])
+    #expect(one.guidanceEncoderSettings == nil)
+    #expect(one.pipelineSettings(maxSegments: nil).guidance == nil)
+    #expect(one.encoderSettings.codecs == [.hevc], "one stream is sent: HEVC only")
+
+    let yaml = "camera:\n  width: 1920\n  height: 1080\n  fps: 30\nuplink:\n  video:\n    fps: 5\n"
+    let two = try await withYAML(yaml) { try await AgentConfig.load(file: $0, environment: [:]) }
+    let guidance = try #require(two.guidanceEncoderSettings)
+    #expect(guidance.format == VideoFormat(width: 640, height: 360, fps: 5))
+    #expect(guidance.preference == ["libx265"] && guidance.rateControl == .crf(28) && guidance.codecs == [.hevc])
+    #expect(guidance.keyframeInterval == 25)
+    #expect(two.encoderSettings.codecs == [.hevc, .h264])
+    #expect(two.encoderSettings.format == VideoFormat(width: 1920, height: 1080, fps: 30))
+    #expect(two.pipelineSettings(maxSegments: nil).guidance == guidance)
 }

@@ -27,7 +27,7 @@ import Testing
         let settings = EncoderSettings(preference: ["hevc_v4l2m2m"], rateControl: .crf(28),
                                        format: VideoFormat(width: 640, height: 360, fps: 10), keyframeInterval: 50)
         // Without a V4L2 memory-to-memory encoder here, opening it fails and FFmpeg says so.
-        if (try? HEVCEncoder(settings: settings, inputFormat: .yuv420p)) == nil {
+        if (try? LibavEncoder(settings: settings, inputFormat: .yuv420p)) == nil {
             let fromCodec = lines.entries.filter { $0.metadata["ffmpeg"]?.description == "hevc_v4l2m2m" }
             #expect(!fromCodec.isEmpty, "\(lines.all)")
             #expect(fromCodec.allSatisfy { !$0.message.contains("@ 0x") && !$0.message.hasSuffix("\n") })

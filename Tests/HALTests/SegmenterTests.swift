@@ -7,8 +7,8 @@ import Testing
 @Suite struct SegmenterTests {
     let format = VideoFormat(width: 320, height: 180, fps: 10)
 
-    func encoder() throws -> HEVCEncoder {
-        try HEVCEncoder(settings: EncoderSettings(preference: ["libx265"], rateControl: .crf(28), format: format,
+    func encoder() throws -> LibavEncoder {
+        try LibavEncoder(settings: EncoderSettings(preference: ["libx265"], rateControl: .crf(28), format: format,
                                                   keyframeInterval: 50),
                         inputFormat: .yuv420p)
     }
@@ -121,5 +121,39 @@ import Testing
         #expect(probed.frames == 23)
         #expect(abs(probed.duration - 2.3) <= 0.1)
         #expect(probed.keyframeCount == 1 && probed.startsWithIDR && probed.moovBeforeMdat)
+    }
+}
+
+/// A slower timeline that follows another: the guidance copy's slots from the evidence's.
+@Suite struct FollowingClockTests {
+    @Test func everyThirdFrameAndEverySegmentStartOfTheFasterTimeline() {
+        var fast = SegmentClock(fps: 30, segmentSeconds: 1)
+        var slow = SegmentClock(fps: 10, segmentSeconds: 1)
+        var taken: [(Int64, Int64, Bool)] = []
+        // 30 fps for two seconds, with the frames at slots 30 and 31 (the second segment's first) lost.
+        for n in 0..<60 where n != 30 && n != 31 {
+            let time = 1_000_000 + UInt64(n) * 1_000_000_000 / 30
+            guard let placement = fast.place(timestamp: time) else { continue }
+            if let copy = slow.place(following: placement.slot, fps: 30, timestamp: time) {
+                taken.append((placement.slot, copy.slot, copy.startsSegment))
+                #expect(copy.startsSegment == placement.startsSegment, "slot \(placement.slot)")
+            }
+        }
+        #expect(taken.map(\.0) == [0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 32, 33, 36, 39, 42, 45, 48, 51, 54, 57])
+        #expect(taken.map(\.1) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19])
+        // The first frame of the second segment is the one the faster timeline starts it with.
+        #expect(taken.filter(\.2).map(\.0) == [0, 32])
+        #expect(slow.time(ofSlot: 10) == fast.time(ofSlot: 30))
+    }
+
+    @Test func afterARestartBothTimelinesBeginAtTheSameFrame() {
+        var fast = SegmentClock(fps: 25, segmentSeconds: 2)
+        var slow = SegmentClock(fps: 5, segmentSeconds: 2)
+        _ = slow.place(following: fast.place(timestamp: 100)!.slot, fps: 25, timestamp: 100)
+        fast.restart()
+        slow.restart()
+        let placement = fast.place(timestamp: 9_000_000_000)!
+        #expect(slow.place(following: placement.slot, fps: 25, timestamp: 9_000_000_000) == .init(slot: 0, startsSegment: true))
+        #expect(slow.anchor == fast.anchor)
     }
 }

@@ -11,7 +11,7 @@ public struct ProbedSegment: Sendable {
     public var keyFrames: [Bool]
     /// Top-level boxes in file order, as ffprobe's MP4 demuxer reads them.
     public var topLevelBoxes: [String]
-    /// NAL unit type of the first picture in the first packet (19, 20: IDR).
+    /// NAL unit type of the first picture in the first packet (HEVC 19, 20: IDR; H.264 5: IDR).
     public var firstPictureNALType: Int?
 
     public var keyframeCount: Int { keyFrames.filter { $0 }.count }
@@ -19,7 +19,9 @@ public struct ProbedSegment: Sendable {
         guard let moov = topLevelBoxes.firstIndex(of: "moov"), let mdat = topLevelBoxes.firstIndex(of: "mdat") else { return false }
         return moov < mdat
     }
-    public var startsWithIDR: Bool { firstPictureNALType == 19 || firstPictureNALType == 20 }
+    public var startsWithIDR: Bool {
+        codec == "h264" ? firstPictureNALType == 5 : firstPictureNALType == 19 || firstPictureNALType == 20
+    }
 }
 
 public enum FFprobe {
@@ -62,12 +64,12 @@ public enum FFprobe {
             codec: stream.codec_name, tag: stream.codec_tag_string,
             duration: Double(stream.duration) ?? -1, frames: Int(stream.nb_read_frames) ?? -1,
             keyFrames: output.frames.map { $0.key_frame == 1 }, topLevelBoxes: boxes,
-            firstPictureNALType: firstPictureNALType(hexDump: packet))
+            firstPictureNALType: firstPictureNALType(hexDump: packet, h264: stream.codec_name == "h264"))
     }
 
     /// Walks the length-prefixed NAL units of ffprobe's hex dump of the first packet and returns
-    /// the type of the first picture (VCL) NAL.
-    static func firstPictureNALType(hexDump: String) -> Int? {
+    /// the type of the first picture (VCL) NAL: HEVC's types 0–31, H.264's 1–5.
+    static func firstPictureNALType(hexDump: String, h264: Bool = false) -> Int? {
         var bytes: [UInt8] = []
         // Lines look like `00000000: 0000 0648 2801 adc6 ...  ...H(...`: offset, 8 groups of hex, text.
         for line in hexDump.split(separator: "\n") where line.count > 10 && line.dropFirst(8).hasPrefix(": ") {
@@ -81,8 +83,13 @@ public enum FFprobe {
         var offset = 0
         while offset + 5 <= bytes.count {
             let length = bytes[offset..<offset + 4].reduce(0) { $0 << 8 | Int($1) }
-            let type = Int(bytes[offset + 4] >> 1) & 0x3f
-            if type < 32 { return type }
+            if h264 {
+                let type = Int(bytes[offset + 4]) & 0x1f
+                if (1...5).contains(type) { return type }
+            } else {
+                let type = Int(bytes[offset + 4] >> 1) & 0x3f
+                if type < 32 { return type }
+            }
             offset += 4 + length
         }
         return nil

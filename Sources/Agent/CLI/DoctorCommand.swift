@@ -32,6 +32,9 @@ struct DoctorCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of a checklist.")
     var json = false
 
+    @Flag(help: "Only try each encoder of encoder.preference and uplink.video.preference at the configured sizes on a few seconds of generated video: whether it opens, its frames a second, its CPU share, and whether both streams together keep up with the camera.")
+    var encoders = false
+
     func run() async throws {
         let file = config ?? (FileManager.default.fileExists(atPath: Self.installedConfig) ? Self.installedConfig : nil)
         let loaded: AgentConfig
@@ -43,6 +46,10 @@ struct DoctorCommand: AsyncParsableCommand {
         // FFmpeg's own errors (an encoder that does not open says why) on standard error in the
         // agent's log format; its warnings and chatter not at all. Standard output is the report's.
         FFmpegLog.route(level: .error)
+        if encoders {
+            try await encoderReport(loaded, file: file)
+            return
+        }
         var logger = Logger(label: "doctor")
         logger.logLevel = .critical
         let doctor = Doctor(config: loaded, logger: logger, buzz: !noBuzz, speak: !quiet)
@@ -61,6 +68,22 @@ struct DoctorCommand: AsyncParsableCommand {
             print(failed == 0 ? "nothing failed" : "\(failed) check(s) failed")
         }
         if checks.contains(where: { $0.outcome == .failed }) { throw ExitCode.failure }
+    }
+}
+
+extension DoctorCommand {
+    /// `doctor --encoders`: what ``EncoderBench`` measured, for people or as JSON.
+    func encoderReport(_ config: AgentConfig, file: String?) async throws {
+        let report = try await Doctor.offThePool { EncoderBench(config: config).run() }.get()
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+        } else {
+            print("dashcam-agent doctor --encoders (\(file ?? "built-in defaults")): each encoder on \(EncoderBench(config: config).seconds) s of generated video")
+            for line in EncoderBench.text(report, cameraFPS: config.camera.fps) { print(line) }
+        }
+        if report.together?.sustains != true { throw ExitCode.failure }
     }
 }
 
@@ -97,7 +120,7 @@ struct Doctor: Sendable {
     func run() async -> [Check] {
         var checks: [Check] = []
         checks.append(await camera())
-        checks.append(await encoder())
+        checks += await encoders()
         checks.append(await motor())
         checks += await speaker()
         checks.append(recordingFolder())
@@ -164,18 +187,41 @@ struct Doctor: Sendable {
         }
     }
 
-    func encoder() async -> Check {
-        let settings = config.encoderSettings
-        let result: Result<String, any Error> = await Self.offThePool {
-            try HEVCEncoder(settings: settings, inputFormat: .yuv420p).name
+    /// The recording's encoder and, with two streams, the guidance copy's; each opened as `record`
+    /// opens it, with the data an hour of evidence takes (its bitrate, or what its CRF is about).
+    func encoders() async -> [Check] {
+        var checks = [await encoder(config.encoderSettings, name: config.guidanceFormat == nil ? "encoder" : "evidence",
+                                    keys: "encoder.preference", fix: "keep libx264 or libx265 last in encoder.preference (sudo apt install libavcodec-extra for more)")]
+        if let guidance = config.guidanceEncoderSettings {
+            checks.append(await encoder(guidance, name: "guidance", keys: "uplink.video.preference",
+                                        fix: "keep libx265 in uplink.video.preference: the server takes HEVC"))
         }
-        let size = "\(settings.format.width)x\(settings.format.height)@\(settings.format.fps)"
+        return checks
+    }
+
+    private func encoder(_ settings: EncoderSettings, name: String, keys: String, fix: String) async -> Check {
+        let result: Result<(String, VideoCodec, [(name: String, reason: String)]), any Error> = await Self.offThePool {
+            let encoder = try LibavEncoder(settings: settings, inputFormat: .yuv420p)
+            return (encoder.name, encoder.codec, encoder.skipped)
+        }
+        let size = "\(settings.format)"
         switch result {
-        case .success(let name):
-            return Check(name: "encoder", outcome: .ok, detail: "\(name) opens at \(size)")
+        case .success(let (encoder, codec, skipped)):
+            var detail = "\(encoder) (\(codec.displayName)) opens at \(size)"
+            let kbps: Int = switch settings.rateControl {
+            case .bitrate(let kbps, _, _): kbps
+            case .crf(let crf): LibavEncoder.bitrateKbps(forCRF: crf, format: settings.format, codec: codec)
+            }
+            let megabytesPerHour = Double(kbps) * 1000 / 8 * 3600 / 1_048_576
+            detail += String(format: "; about %.0f MB an hour (%d kbit/s)", megabytesPerHour, kbps)
+            if name != "guidance", let cap = config.retention.maxBytes {
+                detail += String(format: ", so the recording folder holds about %.1f hours", Double(cap) / 1_048_576 / megabytesPerHour)
+            }
+            if !skipped.isEmpty { detail += "; passed over " + skipped.map { "\($0.name) (\($0.reason))" }.joined(separator: ", ") }
+            return Check(name: name, outcome: .ok, detail: detail)
         case .failure(let error):
-            return Check(name: "encoder", outcome: .failed, detail: "none of \(config.encoder.preference.joined(separator: ", ")) opens at \(size): \(error)",
-                         fix: "keep libx265 last in encoder.preference (sudo apt install libavcodec-extra for more)")
+            return Check(name: name, outcome: .failed, detail: "none of \(settings.preference.joined(separator: ", ")) (\(keys)) opens at \(size): \(error)",
+                         fix: fix)
         }
     }
 

@@ -37,7 +37,7 @@ struct ProbeCommand: AsyncParsableCommand {
         let encoders: [(String, String?)] = encoder.map { name in
             let settings = EncoderSettings(preference: [name], rateControl: .crf(28), format: format, keyframeInterval: 50)
             do {
-                _ = try HEVCEncoder(settings: settings, inputFormat: .yuv420p)
+                _ = try LibavEncoder(settings: settings, inputFormat: .yuv420p)
                 return (name, nil)
             } catch let error as EncoderError {
                 return (name, error.attempts.first?.reason ?? error.detail)

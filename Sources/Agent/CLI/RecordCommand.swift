@@ -85,7 +85,8 @@ struct RecordCommand: AsyncParsableCommand {
         pipelineSettings.parked = config.parkedCapture(logger: logger)
         let pipeline = try CapturePipeline(
             source: config.makeSource(logger: logger), settings: pipelineSettings,
-            encoder: { try config.makeEncoder(inputFormat: $0, logger: logger) }, tap: watch, logger: logger)
+            encoder: { try config.makeEncoder(inputFormat: $0, logger: logger) },
+            guidanceEncoder: { try config.makeGuidanceEncoder(inputFormat: $0, logger: logger) }, tap: watch, logger: logger)
         if let cap = retention.maxBytes {
             let source = config.recording.maxMegabytes != nil
                 ? "recording.maxMegabytes" : "\(AgentConfig.defaultCapPercent) % of its disk; recording.maxMegabytes sets another"
@@ -108,6 +109,10 @@ struct RecordCommand: AsyncParsableCommand {
             encoder: pipeline.encoderName, speech: .init(output: voice.output, locale: voice.deviceLocale),
             haptics: .init(line: haptics.lineDescription, released: false)))
         board.update { $0.recording = .init(dir: config.recording.dir) }
+        if let guidance = config.guidanceFormat, let copy = pipeline.guidanceEncoderName {
+            board.update { $0.streams = .init(evidence: .init(encoder: pipeline.encoderName, format: "\(config.videoFormat)"),
+                                              guidance: .init(encoder: copy, format: "\(guidance)")) }
+        }
         clock.show(on: board)
         let router = GuidanceRouter(voice: voice, haptics: haptics, clear: patterns.clear, alert: patterns.alert,
                                     announcer: announcer, board: board, logger: logger)

@@ -55,7 +55,8 @@ public struct AgentConfig: LoadableConfig {
 
     // Not `Encoder`: that would shadow Swift.Encoder inside AgentConfig.
     public struct Encoding: Sendable, Equatable {
-        public var preference = ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc", "libx265"]
+        /// Hardware first, then software; with one stream only the HEVC ones are tried (it goes to the server).
+        public var preference = ["hevc_v4l2m2m", "h264_v4l2m2m", "hevc_vaapi", "h264_vaapi", "hevc_nvenc", "h264_nvenc", "libx264", "libx265"]
         public var rateControl: RateControlMode = .crf
         public var crf = 28
         public var bitrateKbps = 1000
@@ -104,8 +105,33 @@ public struct AgentConfig: LoadableConfig {
         public var connectTimeoutMs = 5000
         public var drainMs = 1500
         public var restartSpreadMs = 10_000
+        /// The small copy streamed for guidance; with none of its keys set, one stream.
+        public var video = UplinkVideo()
 
         public init() {}
+    }
+
+    /// The guidance stream (`uplink.video.*`): setting any key makes two streams, the others
+    /// taking ``Defaults``.
+    public struct UplinkVideo: Sendable, Equatable {
+        public var width: Int?
+        public var height: Int?
+        public var fps: Int?
+        public var preference: [String]?
+        public var crf: Int?
+
+        public enum Defaults {
+            public static let width = 640
+            public static let height = 360
+            public static let fps = 10
+            public static let preference = ["libx265"]
+            public static let crf = 28
+        }
+
+        public init() {}
+
+        /// Two streams: evidence on the card, this copy on the wire.
+        public var isSet: Bool { width != nil || height != nil || fps != nil || preference != nil || crf != nil }
     }
 
     public struct Guidance: Sendable, Equatable {
@@ -286,7 +312,7 @@ extension AgentConfig {
             "For `test-pattern` and `file`: `realtime` paces frames at fps, `fast` sends them as fast as they are taken."),
         .list(
             "encoder.preference", \.encoder.preference,
-            "FFmpeg HEVC encoders to try, in order; the first that opens is used."),
+            "FFmpeg encoders of the recording (the evidence stream), tried in order; the first that opens is used. HEVC and H.264 with two streams (uplink.video); with one, only the HEVC ones are tried, since that stream also goes to the server."),
         .choice(
             "encoder.rateControl", \.encoder.rateControl,
             "`crf` holds quality constant (encoder.crf); `bitrate` targets encoder.bitrateKbps."),
@@ -366,6 +392,21 @@ extension AgentConfig {
         .int(
             "uplink.restartSpreadMs", \.uplink.restartSpreadMs, 0...600_000,
             "When the server closes the session because it is restarting (close 1012), reconnect after a random wait up to this, in ms, so that its cars do not all come back in the same second."),
+        .optionalInt(
+            "uplink.video.width", \.uplink.video.width, 16...4096, even: true,
+            "Width of the guidance stream, the small HEVC copy sent to the server; setting any uplink.video key records the camera's full size as evidence and sends this copy (scaled once, its segments aligned with the evidence's). Unset: \(UplinkVideo.Defaults.width) when another uplink.video key is set; with none set, one stream is recorded and sent."),
+        .optionalInt(
+            "uplink.video.height", \.uplink.video.height, 16...4096, even: true,
+            "Height of the guidance stream; unset: \(UplinkVideo.Defaults.height) (see uplink.video.width)."),
+        .optionalInt(
+            "uplink.video.fps", \.uplink.video.fps, 1...60,
+            "Frames per second of the guidance stream, at most camera.fps (every camera.fps / this-th frame, the evidence's segment starts always); unset: \(UplinkVideo.Defaults.fps)."),
+        .optionalList(
+            "uplink.video.preference", \.uplink.video.preference,
+            "FFmpeg HEVC encoders of the guidance stream, tried in order; unset: [\(UplinkVideo.Defaults.preference.joined(separator: ", "))]."),
+        .optionalInt(
+            "uplink.video.crf", \.uplink.video.crf, 0...51,
+            "Constant rate factor of the guidance stream (lower: better and bigger); unset: \(UplinkVideo.Defaults.crf)."),
         .int(
             "guidance.maxAgeMs", \.guidance.maxAgeMs, 1000...600_000,
             "Guidance about a segment captured longer ago than this is dropped: stale road information is worse than none."),
@@ -474,6 +515,7 @@ extension AgentConfig {
             throw .missingKey("camera.file", reason: "camera.source is 'file'; set it to the video file to play")
         }
         try validateUplinkURL()
+        try validateUplinkVideo()
         if let gpsd = sensors.gps.gpsd, GpsdClient.address(gpsd) == nil {
             throw .invalidOption("sensors.gps.gpsd", gpsd, "HOST:PORT, [IPV6]:PORT, or a host alone (gpsd's port, 2947)")
         }

@@ -18,7 +18,7 @@ extension AgentConfig {
                 var settings = encoderSettings
                 settings.format = format
                 settings.keyframeInterval = format.fps * watch.clipSegmentSeconds
-                return try HEVCEncoder(settings: settings, inputFormat: input)
+                return try LibavEncoder(settings: settings, inputFormat: input)
             },
             watch: watch,
             motion: MotionDetector.Settings(sensitivity: parking.sensitivity))

@@ -6,13 +6,21 @@ import Synchronization
 /// The data path: `source.nextFrame() → segmenter.place → encoder.encode → segmenter → segments`,
 /// and each frame offered to the ``FrameTap`` (the local road checks), which copies what it takes.
 ///
+/// With a guidance copy (``Settings/guidance``, `uplink.video`) the same frame goes on to a second
+/// stream: the frames that copy's slower timeline takes are scaled once (``FrameScaler``), offered
+/// to the tap in place of the full ones, and encoded into segments of their own; the two streams'
+/// segments from the same first frame come out as a pair (``SegmentPairing``).
+///
 /// Capture and encoding run on a thread of their own, because a camera blocks in `poll`; finished
 /// segments (one every few seconds) leave through ``segments``. A lost or stalled camera closes the
 /// segment in progress early, then the source is reopened with bounded backoff: the pipeline only
 /// ends at the end of a file, after `maxSegments`, on ``stop()``, or on an encoder failure.
 public final class CapturePipeline: Sendable {
     public struct Settings: Sendable {
+        /// The recording's encoder (the evidence stream, or the one stream).
         public var encoder: EncoderSettings
+        /// The small copy that goes to the server; nil: one stream, recorded and sent.
+        public var guidance: EncoderSettings?
         public var segmentSeconds: Int
         /// Delay before reopening a lost camera: doubles from the first value up to the second.
         public var reopenBackoffMs: (min: Int, max: Int)
@@ -50,6 +58,8 @@ public final class CapturePipeline: Sendable {
     public let cameraName: String
     public let cameraFormat: String
     public let encoderName: String
+    /// The guidance copy's encoder, with two streams.
+    public let guidanceEncoderName: String?
     private let stopRequested = Atomic<Bool>(false)
     private let parkRequested = Atomic<Bool>(false)
     private let impacts = Atomic<Int>(0)
@@ -58,7 +68,8 @@ public final class CapturePipeline: Sendable {
     private let dropped = Atomic<Int>(0)
     private let state: Mutex<CaptureLoop?>
 
-    /// Segments the stream holds for a slow consumer (six 5-second segments: 30 s of video).
+    /// Segments the stream holds for a slow consumer (six 5-second segments: 30 s of video; with
+    /// a guidance copy, twice as many: six of each).
     public static let bufferedSegments = 6
     /// Segments the consumer was too far behind to take (see ``segments``).
     public var droppedSegments: Int { dropped.load(ordering: .relaxed) }
@@ -67,22 +78,38 @@ public final class CapturePipeline: Sendable {
     /// delivers), so a missing device or a machine without a working encoder fails here, before
     /// anything runs. Which encoder is the caller's choice: the agent's is
     /// ``AgentConfig/makeEncoder(inputFormat:logger:)``.
+    /// With ``Settings/guidance``, `makeGuidanceEncoder` opens the copy's encoder the same way
+    /// (given the source's pixel format: the scaler converts to the one it takes).
     public init(source: any FrameSource, settings: Settings,
                 encoder makeEncoder: (_ inputFormat: PixelFormat) throws -> any VideoEncoder,
+                guidanceEncoder makeGuidanceEncoder: ((_ inputFormat: PixelFormat) throws -> any VideoEncoder)? = nil,
                 tap: (any FrameTap)? = nil, logger: Logger) throws {
         let format = try source.open()
         logger.info("camera: \(source.name) opened", metadata: ["format": "\(format)", "pixelFormat": "\(source.pixelFormat)"])
         let encoder = try makeEncoder(source.pixelFormat)
-        logger.info("encoder: \(encoder.name)", metadata: [
+        logger.info("encoder: \(encoder.name)\(settings.guidance == nil ? "" : " (evidence)")", metadata: [
             "format": "\(settings.encoder.format)", "pixelFormat": "\(encoder.encoderPixelFormat)",
             "swscale": "\(source.pixelFormat != encoder.encoderPixelFormat || format.width != settings.encoder.format.width || format.height != settings.encoder.format.height)",
         ])
-        (segments, continuation) = AsyncThrowingStream.makeStream(bufferingPolicy: .bufferingNewest(Self.bufferedSegments))
+        var copy: GuidanceCopy?
+        if let guidance = settings.guidance, let makeGuidanceEncoder {
+            let copyEncoder = try makeGuidanceEncoder(source.pixelFormat)
+            copy = GuidanceCopy(
+                encoder: copyEncoder,
+                scaler: try FrameScaler(width: guidance.format.width, height: guidance.format.height, pixelFormat: copyEncoder.encoderPixelFormat),
+                settings: guidance)
+            logger.info("encoder: \(copyEncoder.name) (guidance)", metadata: [
+                "format": "\(guidance.format)", "pixelFormat": "\(copyEncoder.encoderPixelFormat)"])
+        }
+        let buffered = copy == nil ? Self.bufferedSegments : 2 * Self.bufferedSegments
+        (segments, continuation) = AsyncThrowingStream.makeStream(bufferingPolicy: .bufferingNewest(buffered))
         cameraName = source.name
         cameraFormat = "\(format) \(source.pixelFormat)"
         encoderName = encoder.name
+        guidanceEncoderName = copy?.encoder.name
         (events, eventSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
-        state = Mutex(CaptureLoop(source: source, encoder: encoder, settings: settings, tap: tap, logger: logger, events: eventSink, health: health))
+        state = Mutex(CaptureLoop(source: source, encoder: encoder, guidance: copy, settings: settings, tap: tap, logger: logger,
+                                  events: eventSink, health: health))
     }
 
     /// Starts capturing on a thread of its own.
@@ -91,7 +118,7 @@ public final class CapturePipeline: Sendable {
         let emit: @Sendable (Segment) -> Void = { [self, logger = loop.logger] segment in
             if case .dropped(let oldest) = continuation.yield(segment) {
                 let total = dropped.add(1, ordering: .relaxed).newValue
-                logger.error("pipeline: segment \(oldest.metadata.seq) dropped: \(Self.bufferedSegments) segments were waiting for the disk and the uplink", metadata: ["droppedTotal": "\(total)"])
+                logger.error("pipeline: segment \(oldest.metadata.seq)\(oldest.metadata.stream.map { " (\($0.rawValue))" } ?? "") dropped: the disk and the uplink were \(Self.bufferedSegments) segments behind", metadata: ["droppedTotal": "\(total)"])
             }
         }
         do {
@@ -171,6 +198,13 @@ public enum CameraEvent: Sendable, Equatable {
     case back
 }
 
+/// The guidance stream's own parts: its encoder, the scaler that makes its frames, its settings.
+struct GuidanceCopy {
+    let encoder: any VideoEncoder
+    let scaler: FrameScaler
+    let settings: EncoderSettings
+}
+
 /// The capture loop's state; owned by the capture thread once started.
 struct CaptureLoop: @unchecked Sendable {
     /// What the owner asks of the capture thread, read between frames.
@@ -185,6 +219,7 @@ struct CaptureLoop: @unchecked Sendable {
 
     let source: any FrameSource
     let encoder: any VideoEncoder
+    let guidance: GuidanceCopy?
     let settings: CapturePipeline.Settings
     let tap: (any FrameTap)?
     let logger: Logger
@@ -193,40 +228,73 @@ struct CaptureLoop: @unchecked Sendable {
 
     func run(emit: (Segment) -> Void, control: Control) throws {
         let stopRequested = control.stopRequested
-        var segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, locate: settings.locate,
-                                  clockSource: settings.clockSource)
+        func segmenters(from seq: Int) -> (evidence: Segmenter, guidance: Segmenter?) {
+            (Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, firstSeq: seq,
+                       locate: settings.locate, clockSource: settings.clockSource),
+             guidance.map { Segmenter(format: $0.settings.format, segmentSeconds: settings.segmentSeconds, firstSeq: seq) })
+        }
+        var (segmenter, copySegmenter) = segmenters(from: 0)
+        var pairing = SegmentPairing()
         var emitted = 0
-        func deliver() -> Bool {
+        func deliver(draining: Bool = false) -> Bool {
             for segment in segmenter.takeClosed() {
                 health.segmentClosed()
-                emit(segment)
-                emitted += 1
+                if copySegmenter == nil {
+                    emit(segment)
+                    emitted += 1
+                } else {
+                    for ready in pairing.add(segment, from: .evidence) { send(ready) }
+                }
+            }
+            if let copySegmenter {
+                for segment in copySegmenter.takeClosed() {
+                    for ready in pairing.add(segment, from: .guidance) { send(ready) }
+                }
+                if draining { for ready in pairing.drain() { send(ready) } }
             }
             return settings.maxSegments.map { emitted >= $0 } ?? false
+        }
+        func send(_ segment: Segment) {
+            if segment.metadata.partner == nil {
+                logger.warning("pipeline: \(segment.metadata.stream?.rawValue ?? "") segment \(segment.metadata.seq) has no partner", metadata: ["unpaired": "\(pairing.unpaired)"])
+            }
+            emit(segment)
+            if segment.metadata.stream == .evidence { emitted += 1 }
         }
         func closeEarly(_ reason: SegmentEndReason) throws {
             try encoder.flush(into: segmenter)
             try segmenter.close(reason: reason)
+            if let guidance, let copySegmenter {
+                try guidance.encoder.flush(into: copySegmenter)
+                try copySegmenter.close(reason: reason)
+            }
+        }
+        func restartEncoders() throws {
+            try encoder.restart()
+            try guidance?.encoder.restart()
         }
         defer { source.close() }
 
         while true {
             if stopRequested() {
                 try closeEarly(.shutdown)
-                _ = deliver()
+                _ = deliver(draining: true)
                 return
             }
             if let parked = settings.parked, control.parkRequested() {
                 // Continuous recording stops with the segment in progress; the parked watch
                 // opens the camera at its own rate, and gives it back when driving resumes.
                 try closeEarly(.parked)
-                if deliver() { return }
+                if deliver(draining: true) { return }
                 source.close()
-                let (nextSeq, ended) = try runParked(parked, firstSeq: segmenter.upcomingSeq, emit: emit, control: control)
+                // A parked car's clips are evidence only: nothing is streamed while parked.
+                let (nextSeq, ended) = try runParked(parked, firstSeq: segmenter.upcomingSeq, emit: { var clip = $0
+                    if guidance != nil { clip.metadata.stream = .evidence }
+                    emit(clip)
+                }, control: control)
                 if stopRequested() || ended { return }
-                try encoder.restart()
-                segmenter = Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, firstSeq: nextSeq,
-                                      locate: settings.locate, clockSource: settings.clockSource)
+                try restartEncoders()
+                (segmenter, copySegmenter) = segmenters(from: nextSeq)
                 logger.notice("driving: continuous recording resumes")
                 _ = open(source, stopRequested: stopRequested)
                 continue
@@ -235,7 +303,7 @@ struct CaptureLoop: @unchecked Sendable {
             do {
                 guard let next = try source.nextFrame() else {
                     try closeEarly(.endOfInput)
-                    _ = deliver()
+                    _ = deliver(draining: true)
                     logger.info("source: \(source.name) ended")
                     return
                 }
@@ -244,17 +312,26 @@ struct CaptureLoop: @unchecked Sendable {
                 logger.error("\(error)")
                 events.yield(.lost(reason: "\(error)"))
                 try closeEarly(error.isLost ? .cameraLost : .cameraStalled)
-                if deliver() { return }
+                if deliver(draining: true) { return }
                 source.close()
                 // A flushed encoder takes no more frames, and the reopened camera starts a new timeline.
-                try encoder.restart()
+                try restartEncoders()
                 segmenter.restartTimeline()
+                copySegmenter?.restartTimeline()
                 reopen(source, stopRequested: stopRequested)
                 continue
             }
-            tap?.offer(frame)
+            if guidance == nil { tap?.offer(frame) }
             guard let placement = segmenter.place(frame) else { continue }
             try encoder.encode(frame, slot: placement.slot, keyframe: placement.startsSegment, into: segmenter)
+            // The guidance copy takes the frames of its slower timeline, scaled once for its
+            // encoder and the local checks alike; its segments start at the evidence's first frames.
+            if let guidance, let copySegmenter,
+               let copyPlacement = copySegmenter.place(frame, following: placement.slot, fps: settings.encoder.format.fps) {
+                let small = try guidance.scaler.scale(frame)
+                tap?.offer(small)
+                try guidance.encoder.encode(small, slot: copyPlacement.slot, keyframe: copyPlacement.startsSegment, into: copySegmenter)
+            }
             health.frameEncoded()
             if deliver() { return }
         }

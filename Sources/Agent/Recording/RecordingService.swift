@@ -9,6 +9,8 @@ public import ServiceLifecycle
 ///
 /// capture → encoder → segment (``CapturePipeline``, on its own thread) → the uplink's custody,
 /// then the disk (``RecordingStore``, on a thread of the blocking pool) → one JSON line on stdout.
+/// With two streams the guidance copy's segment goes to the uplink and the evidence segment to the
+/// disk, each with its own line (naming its partner).
 /// A graceful shutdown asks the pipeline to close the segment in progress; `run` returns once that
 /// last segment is handed to the uplink and written.
 struct RecordingService: Service {
@@ -30,9 +32,17 @@ struct RecordingService: Service {
             await started()
             var diskTrouble = DiskTrouble()
             for try await segment in pipeline.segments {
+                // Two streams: the guidance copy goes to the uplink only, held in its custody until
+                // the server acknowledges it; the evidence goes to the disk only.
+                if segment.metadata.stream == .guidance {
+                    await uplink?.enqueue(segment)
+                    FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine() + "\n").utf8))
+                    board.streamed(segment.metadata)
+                    continue
+                }
                 // The network does not wait for the disk (the file is flushed before its rename).
                 // A parked car's clips are kept, not streamed: the uplink is parked too.
-                if segment.metadata.parking == nil { await uplink?.enqueue(segment) }
+                if segment.metadata.parking == nil, segment.metadata.stream == nil { await uplink?.enqueue(segment) }
                 // The oldest go first; a full or failing disk never stops the recording or the
                 // stream: the segment is still sent, and its line says it has no file.
                 let recorded = await write(segment)
@@ -42,7 +52,7 @@ struct RecordingService: Service {
                 if let error = recorded.error { diskTrouble.report(error, logger: logger) }
                 // One line per segment, written at once: a reader sees each as soon as it is on disk.
                 FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: recorded.path) + "\n").utf8))
-                board.recorded(segment.metadata, written: recorded.path != nil)
+                board.recorded(segment.metadata, written: recorded.path != nil, capBytes: store.retention.maxBytes)
                 if segment.metadata.parking != nil, let path = recorded.path { clipSaved?(path) }
                 board.update { $0.recording?.droppedSegments = pipeline.droppedSegments }
             }

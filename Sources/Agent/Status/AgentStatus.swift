@@ -237,8 +237,52 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         }
     }
 
+    /// One stream's encoder and what it has made since the agent started.
+    public struct StreamStatus: Codable, Sendable, Equatable {
+        public var encoder: String
+        /// `1920x1080@30`.
+        public var format: String
+        public var codec: String?
+        public var segments = 0
+        public var bytes: Int64 = 0
+        /// Seconds of video those segments hold.
+        public var seconds = 0.0
+
+        public init(encoder: String, format: String) {
+            self.encoder = encoder
+            self.format = format
+        }
+
+        /// What an hour of this stream takes, from what it made so far; nil before a segment.
+        public var megabytesPerHour: Double? {
+            seconds > 0 ? Double(bytes) / 1_048_576 * 3600 / seconds : nil
+        }
+
+        mutating func add(_ segment: SegmentMetadata) {
+            segments += 1
+            bytes += Int64(segment.bytes)
+            seconds += Double(segment.durationMs) / 1000
+            codec = segment.codec?.rawValue ?? codec
+        }
+    }
+
+    /// The evidence recorded and the guidance copy sent (`uplink.video`); nil with one stream.
+    public struct Streams: Codable, Sendable, Equatable {
+        public var evidence: StreamStatus
+        public var guidance: StreamStatus
+        /// Hours of evidence the recording folder holds at this rate (its cap, or its disk's share).
+        public var recordingHours: Double?
+
+        public init(evidence: StreamStatus, guidance: StreamStatus) {
+            self.evidence = evidence
+            self.guidance = guidance
+        }
+    }
+
     public var camera: Camera
     public var encoder: String
+    /// With two streams: each one's encoder, size, and data per hour.
+    public var streams: Streams?
     public var uplink = UplinkStatus()
     /// Nil for a status without a local recording.
     public var recording: RecordingStatus?
@@ -273,6 +317,16 @@ public struct AgentStatus: Codable, Sendable, Equatable {
             "camera: \(camera.source), \(camera.format) at \(camera.fps) fps, \(camera.state); \(camera.segments) segments, \(camera.droppedFrames) frames dropped",
             "encoder: \(encoder)",
         ]
+        if let streams {
+            for (name, stream) in [("evidence", streams.evidence), ("guidance", streams.guidance)] {
+                var line = "\(name): \(stream.encoder) (\(stream.codec ?? "?")) at \(stream.format); \(stream.segments) segments"
+                if let rate = stream.megabytesPerHour {
+                    line += String(format: ", %.0f MB an hour (%.0f kbit/s)", rate, rate * 1_048_576 * 8 / 3600 / 1000)
+                }
+                if name == "evidence", let hours = streams.recordingHours { line += String(format: "; the recording folder holds %.1f hours", hours) }
+                lines.append(line)
+            }
+        }
         var link = "uplink: \(uplink.state)"
         if let server = uplink.server { link += " to \(server)" }
         if let session = uplink.session, let age = uplink.sessionAgeSeconds { link += ", session \(session) for \(age) s" }
@@ -365,8 +419,20 @@ public final class StatusBoard: Sendable {
     public var current: AgentStatus { state.withLock { $0 } }
 
     /// A segment closed; `written`: the recording folder took it.
-    public func recorded(_ segment: SegmentMetadata, written: Bool = true) {
+    /// A guidance copy's segment went to the uplink (two streams).
+    public func streamed(_ segment: SegmentMetadata) {
+        update { $0.streams?.guidance.add(segment) }
+    }
+
+    /// An evidence segment, with what the folder holds at the rate so far (`capBytes`: its cap).
+    public func recorded(_ segment: SegmentMetadata, written: Bool = true, capBytes: Int64? = nil) {
         update {
+            if $0.streams != nil {
+                $0.streams?.evidence.add(segment)
+                if let cap = capBytes, let rate = $0.streams?.evidence.megabytesPerHour, rate > 0 {
+                    $0.streams?.recordingHours = Double(cap) / 1_048_576 / rate
+                }
+            }
             $0.camera.segments += 1
             $0.camera.droppedFrames += segment.droppedFrames
             if written {

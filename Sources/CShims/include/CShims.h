@@ -58,6 +58,9 @@ static const uint32_t dashcam_V4L2_PIX_FMT_NV12 = V4L2_PIX_FMT_NV12;
 static const uint32_t dashcam_V4L2_PIX_FMT_YUV420 = V4L2_PIX_FMT_YUV420;
 static const uint32_t dashcam_V4L2_PIX_FMT_MJPEG = V4L2_PIX_FMT_MJPEG;
 static const uint32_t dashcam_V4L2_PIX_FMT_JPEG = V4L2_PIX_FMT_JPEG;
+// What a memory-to-memory encoder makes (its capture queue), for finding one.
+static const uint32_t dashcam_V4L2_PIX_FMT_H264 = V4L2_PIX_FMT_H264;
+static const uint32_t dashcam_V4L2_PIX_FMT_HEVC = V4L2_PIX_FMT_HEVC;
 
 // rtnetlink: the alignment macros of <linux/netlink.h> and <linux/rtnetlink.h>. The structs
 // (nlmsghdr, rtattr, rtmsg, ifaddrmsg, ifinfomsg, rtnexthop, sockaddr_nl) and the constants

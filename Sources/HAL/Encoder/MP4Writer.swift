@@ -69,9 +69,9 @@ final class MP4Writer {
         let parameters = stream.pointee.codecpar!
         let format = description.format
         parameters.pointee.codec_type = AVMEDIA_TYPE_VIDEO
-        parameters.pointee.codec_id = AV_CODEC_ID_HEVC
-        // `hvc1`: parameter sets live in the sample description only, as players expect in MP4.
-        parameters.pointee.codec_tag = fourcc("hvc1")
+        parameters.pointee.codec_id = description.codec.av
+        // `hvc1`/`avc1`: parameter sets live in the sample description only, as players expect in MP4.
+        parameters.pointee.codec_tag = fourcc(description.codec.mp4Tag)
         parameters.pointee.width = Int32(format.width)
         parameters.pointee.height = Int32(format.height)
         let extradataSize = description.parameterSets.count

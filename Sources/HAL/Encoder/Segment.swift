@@ -47,6 +47,40 @@ public struct SegmentClockState: Codable, Sendable, Equatable {
     }
 }
 
+/// Which of a camera's two streams a segment belongs to (``SegmentMetadata/stream``).
+public enum SegmentStream: String, Codable, Sendable {
+    /// The recording at the camera's full size and rate: the loop recording, incidents, clips.
+    case evidence
+    /// The small HEVC copy that goes to the guidance server (`uplink.video`).
+    case guidance
+}
+
+/// The segment of the other stream that starts at the same captured frame: same sequence number,
+/// same wall time and monotonic start (``SegmentMetadata/partner``).
+public struct SegmentPartner: Codable, Sendable, Equatable {
+    public var stream: SegmentStream
+    public var seq: Int
+    public var bytes: Int
+    public var sha256: String
+    public var encoder: String
+    public var width: Int
+    public var height: Int
+    public var fps: Int
+    public var frames: Int
+
+    public init(of metadata: SegmentMetadata, stream: SegmentStream) {
+        self.stream = stream
+        seq = metadata.seq
+        bytes = metadata.bytes
+        sha256 = metadata.sha256
+        encoder = metadata.encoder
+        width = metadata.width
+        height = metadata.height
+        fps = metadata.fps
+        frames = metadata.frames
+    }
+}
+
 /// What is known about one finished segment; one JSON line of this is printed per segment.
 public struct SegmentMetadata: Codable, Sendable, Equatable {
     public var seq: Int
@@ -72,6 +106,12 @@ public struct SegmentMetadata: Codable, Sendable, Equatable {
     public var clock: SegmentClockState?
     /// Set on the clips of a parked car (they are protected, and not streamed).
     public var parking: SegmentParkingEvent?
+    /// With two streams (`uplink.video`): which one this is; nil with one stream.
+    public var stream: SegmentStream?
+    /// With two streams: the other stream's segment from the same frame on.
+    public var partner: SegmentPartner?
+    /// The codec, `hevc` or `h264` (nil in lines of an earlier release: HEVC).
+    public var codec: VideoCodec?
 
     public init(seq: Int, capturedAt: Date, captureStartMonotonicNs: UInt64, durationMs: Int, frames: Int,
                 droppedFrames: Int, bytes: Int, sha256: String, encoder: String, width: Int, height: Int, fps: Int,

@@ -45,6 +45,27 @@ public struct SegmentClock: Sendable {
         return Placement(slot: slot, startsSegment: starts)
     }
 
+    /// Takes a frame another stream's clock placed at `slot` of its `fps` timeline: the slot of
+    /// this (slower) timeline that starts in the same frame period, once; `nil` means skip it.
+    ///
+    /// Both timelines begin at the same frame and cut segments at the same seconds, so the first
+    /// frame the other stream puts in a segment is this stream's first frame of that segment
+    /// too: a decimated copy whose segments start where the other's do.
+    public mutating func place(following slot: Int64, fps other: Int, timestamp: UInt64) -> Placement? {
+        precondition(other >= fps, "a following timeline is not faster than the one it follows")
+        let mine = slot * Int64(fps) / Int64(other)
+        if anchor == nil {
+            // The other timeline's anchor: this frame's time less the slots before it.
+            anchor = timestamp &- UInt64(slot) * 1_000_000_000 / UInt64(other)
+            lastSlot = -1
+        }
+        guard mine > lastSlot else { return nil }
+        let n = Int64(framesPerSegment)
+        let starts = lastSlot < 0 || mine / n != lastSlot / n
+        lastSlot = mine
+        return Placement(slot: mine, startsSegment: starts)
+    }
+
     /// Starts a new timeline at the next frame (after the source reopened).
     public mutating func restart() {
         anchor = nil

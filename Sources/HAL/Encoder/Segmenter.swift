@@ -18,6 +18,7 @@ public final class Segmenter {
     private var lastPts: Int64 = 0
     private var frames = 0
     private var encoderName = ""
+    private var codec: VideoCodec = .hevc
     /// `CLOCK_REALTIME − CLOCK_MONOTONIC` when the timeline started, to date segments.
     private var wallOffset: Double = 0
 
@@ -54,6 +55,15 @@ public final class Segmenter {
         return clock.place(timestamp: frame.timestamp)
     }
 
+    /// Puts a frame on this timeline where another stream's segmenter placed it at `slot` of its
+    /// `fps` (``SegmentClock/place(following:fps:timestamp:)``); `nil` means skip it.
+    public func place(_ frame: Frame, following slot: Int64, fps: Int) -> SegmentClock.Placement? {
+        if clock.anchor == nil {
+            wallOffset = currentOffset()
+        }
+        return clock.place(following: slot, fps: fps, timestamp: frame.timestamp)
+    }
+
     /// Starts a new timeline: the source reopened. Call after ``close(reason:)``.
     public func restartTimeline() { clock.restart() }
 
@@ -88,6 +98,7 @@ public final class Segmenter {
             firstPts = pts
             frames = 0
             encoderName = encoder.name
+            codec = encoder.stream.codec
         }
         lastPts = pts
         frames += 1
@@ -124,6 +135,7 @@ public final class Segmenter {
             endReason: reason
         )
         metadata.gps = track
+        metadata.codec = codec
         metadata.clock = SegmentClockState(synced: WallClock.isSynchronised, source: clockSource?() ?? "unknown", steppedSeconds: stepped)
         stepped = nil
         nextSeq += 1

@@ -5,7 +5,7 @@
 ///   hot path free of a copy and an allocation per frame (the muxer copies them once, into the
 ///   segment).
 public struct EncodedPacket {
-    /// The packet's data as the encoder produced it (HEVC: Annex B NAL units).
+    /// The packet's data as the encoder produced it (Annex B NAL units).
     public var bytes: UnsafeRawBufferPointer
     /// Presentation time in frame slots of the ``SegmentClock`` timeline.
     public var pts: Int64
@@ -27,21 +27,24 @@ public struct EncodedPacket {
 /// Receives packets while the encoder still holds their bytes.
 public typealias PacketSink = (EncodedPacket) throws -> Void
 
-/// What a container needs to describe an encoded HEVC stream, independent of the encoder.
+/// What a container needs to describe an encoded stream, independent of the encoder.
 public struct EncodedStream: Sendable, Equatable {
     /// Size and rate; the time base is one tick per frame slot (`1/fps`).
     public var format: VideoFormat
-    /// The parameter sets (VPS, SPS, PPS) the stream needs, out of band: Annex B, or already an
-    /// `hvcC` record (first byte 1), which goes into the MP4 sample description as it is.
+    /// The parameter sets (HEVC: VPS, SPS, PPS; H.264: SPS, PPS) the stream needs, out of band:
+    /// Annex B, or already an `hvcC`/`avcC` record (first byte 1), which goes into the MP4 sample
+    /// description as it is. Empty: they come in band, and the muxer takes them from the first packet.
     public var parameterSets: [UInt8]
+    public var codec: VideoCodec
 
-    public init(format: VideoFormat, parameterSets: [UInt8]) {
+    public init(format: VideoFormat, parameterSets: [UInt8], codec: VideoCodec = .hevc) {
         self.format = format
         self.parameterSets = parameterSets
+        self.codec = codec
     }
 }
 
-/// Turns frames into HEVC packets on the segment timeline.
+/// Turns frames into HEVC or H.264 packets on the segment timeline.
 ///
 /// Every frame is encoded at its slot; `keyframe` asks for an IDR, which starts a segment, and an
 /// encoder puts no other keyframe in. Packets may come out later than their frame went in (an

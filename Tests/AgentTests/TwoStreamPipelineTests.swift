@@ -1,0 +1,161 @@
+import Agent
+import Foundation
+import HAL
+import Logging
+import TestSupport
+import Testing
+
+/// One capture, two encodes: libx264 evidence at the camera's size and rate, a libx265 copy at a
+/// quarter of the size and a third of the rate, through the real encoders; checked with ffprobe.
+@Suite struct TwoStreamPipelineTests {
+    let evidence = VideoFormat(width: 320, height: 192, fps: 30)
+    let guidance = VideoFormat(width: 160, height: 96, fps: 10)
+
+    func settings(maxSegments: Int?) -> CapturePipeline.Settings {
+        var settings = CapturePipeline.Settings(
+            encoder: EncoderSettings(preference: ["libx264"], rateControl: .crf(23), format: evidence, keyframeInterval: 30,
+                                     codecs: [.hevc, .h264]),
+            segmentSeconds: 1, reopenBackoffMs: (1, 4), maxSegments: maxSegments)
+        settings.guidance = EncoderSettings(preference: ["libx265"], rateControl: .crf(28), format: guidance, keyframeInterval: 10)
+        return settings
+    }
+
+    func run(_ source: any FrameSource, maxSegments: Int?) async throws -> [Segment] {
+        let settings = settings(maxSegments: maxSegments)
+        let pipeline = try CapturePipeline(
+            source: source, settings: settings,
+            encoder: { try LibavEncoder(settings: settings.encoder, inputFormat: $0) },
+            guidanceEncoder: { try LibavEncoder(settings: settings.guidance!, inputFormat: $0) }, logger: Logger(label: "test"))
+        #expect(pipeline.encoderName == "libx264")
+        #expect(pipeline.guidanceEncoderName == "libx265")
+        pipeline.start()
+        var segments: [Segment] = []
+        for try await segment in pipeline.segments { segments.append(segment) }
+        return segments
+    }
+
+    func probe(_ segment: Segment) throws -> ProbedSegment {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("two-\(UUID().uuidString).mp4")
+        try Data(segment.data).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        return try FFprobe.probe(file)
+    }
+
+    @Test func eachEvidenceSegmentHasAGuidancePartnerFromTheSameFrame() async throws {
+        let segments = try await run(TestPatternSource(format: evidence, realtime: false), maxSegments: 3)
+        #expect(segments.map(\.metadata.stream) == [.guidance, .evidence, .guidance, .evidence, .guidance, .evidence])
+        for pair in stride(from: 0, to: segments.count, by: 2) {
+            let copy = segments[pair].metadata, full = segments[pair + 1].metadata
+            #expect(copy.seq == full.seq && full.seq == pair / 2)
+            #expect(copy.capturedAt == full.capturedAt)
+            #expect(copy.captureStartMonotonicNs == full.captureStartMonotonicNs)
+            #expect(full.partner?.stream == .guidance && full.partner?.sha256 == copy.sha256 && full.partner?.bytes == copy.bytes)
+            #expect(copy.partner?.stream == .evidence && copy.partner?.sha256 == full.sha256 && copy.partner?.seq == full.seq)
+            #expect((full.codec, full.encoder, full.width, full.fps, full.frames) == (.h264, "libx264", 320, 30, 30))
+            #expect((copy.codec, copy.encoder, copy.width, copy.fps, copy.frames) == (.hevc, "libx265", 160, 10, 10))
+
+            let probedFull = try probe(segments[pair + 1]), probedCopy = try probe(segments[pair])
+            #expect((probedFull.codec, probedFull.tag, probedFull.frames) == ("h264", "avc1", 30))
+            #expect((probedCopy.codec, probedCopy.tag, probedCopy.frames) == ("hevc", "hvc1", 10))
+            for probed in [probedFull, probedCopy] {
+                #expect(probed.startsWithIDR && probed.keyframeCount == 1 && probed.moovBeforeMdat, "\(probed)")
+                #expect(abs(probed.duration - 1.0) <= 0.05, "\(probed.duration)")
+            }
+        }
+    }
+
+    @Test func aLostCameraClosesBothStreamsAtTheSamePointAndTheyStayPaired() async throws {
+        // 45 frames (a segment and a half), lost, then 30 more: both streams close early together.
+        let camera = UnpluggedTestCamera(format: evidence, framesBeforeLoss: 45, framesAfterReturn: 30)
+        let segments = try await run(camera, maxSegments: nil)
+        let full = segments.filter { $0.metadata.stream == .evidence }.map(\.metadata)
+        let copies = segments.filter { $0.metadata.stream == .guidance }.map(\.metadata)
+        #expect(full.map(\.frames) == [30, 15, 30])
+        #expect(copies.map(\.frames) == [10, 5, 10])
+        #expect(full.map(\.endReason) == [.complete, .cameraLost, .complete])
+        #expect(copies.map(\.endReason) == [.complete, .cameraLost, .complete])
+        #expect(full.map(\.seq) == copies.map(\.seq))
+        #expect(full.map(\.captureStartMonotonicNs) == copies.map(\.captureStartMonotonicNs))
+        #expect(segments.allSatisfy { $0.metadata.partner != nil })
+    }
+}
+
+/// A camera that is unplugged after `framesBeforeLoss` frames, refuses to reopen once, then
+/// delivers `framesAfterReturn` frames and ends.
+final class UnpluggedTestCamera: FrameSource {
+    let name = "/dev/fake-camera"
+    let pattern: TestPatternSource
+    var pixelFormat: PixelFormat { pattern.pixelFormat }
+    private var script: [Int]
+    private var delivered = 0
+    private var failNextOpen = false
+
+    init(format: VideoFormat, framesBeforeLoss: Int, framesAfterReturn: Int) {
+        pattern = TestPatternSource(format: format, realtime: false)
+        script = [framesBeforeLoss, framesAfterReturn]
+    }
+
+    func open() throws -> VideoFormat {
+        if failNextOpen {
+            failNextOpen = false
+            throw SourceError.notFound(name)
+        }
+        delivered = 0
+        return try pattern.open()
+    }
+
+    func nextFrame() throws -> Frame? {
+        guard let limit = script.first else { return nil }
+        if delivered == limit {
+            script.removeFirst()
+            if script.isEmpty { return nil }
+            failNextOpen = true
+            throw SourceError.lost(name, "ENODEV")
+        }
+        delivered += 1
+        return try pattern.nextFrame()
+    }
+
+    func close() {}
+}
+
+/// The pairing rules without encoders: order, numbering, and segments whose partner never comes.
+@Suite struct SegmentPairingTests {
+    func segment(seq: Int, start: UInt64, bytes: Int, _ stream: SegmentStream) -> Segment {
+        Segment(metadata: SegmentMetadata(
+            seq: seq, capturedAt: Date(timeIntervalSince1970: Double(start) / 1e9 + (stream == .evidence ? 0 : 0.5)),
+            captureStartMonotonicNs: start, durationMs: 5000, frames: 50, droppedFrames: 0, bytes: bytes,
+            sha256: "\(stream)-\(seq)", encoder: "x", width: 1, height: 1, fps: 10, complete: true, endReason: .complete),
+            data: [])
+    }
+
+    @Test func aPairComesOutGuidanceFirstNumberedAndDatedAsTheEvidence() {
+        var pairing = SegmentPairing()
+        #expect(pairing.add(segment(seq: 7, start: 5_000, bytes: 10, .guidance), from: .guidance).isEmpty)
+        let out = pairing.add(segment(seq: 4, start: 5_000, bytes: 99, .evidence), from: .evidence)
+        #expect(out.map(\.metadata.stream) == [.guidance, .evidence])
+        #expect(out.map(\.metadata.seq) == [4, 4])
+        #expect(out[0].metadata.capturedAt == out[1].metadata.capturedAt)
+        #expect(out[1].metadata.partner?.sha256 == "guidance-7" && out[0].metadata.partner?.bytes == 99)
+        #expect(pairing.unpaired == 0)
+    }
+
+    @Test func aSegmentWhosePartnerCannotComeGoesAlone() {
+        var pairing = SegmentPairing()
+        #expect(pairing.add(segment(seq: 0, start: 0, bytes: 1, .evidence), from: .evidence).isEmpty)
+        // The guidance copy's first segment starts later: the evidence segment 0 has no partner.
+        let out = pairing.add(segment(seq: 1, start: 5_000, bytes: 1, .guidance), from: .guidance)
+        #expect(out.map(\.metadata.seq) == [0])
+        #expect(out[0].metadata.partner == nil)
+        #expect(pairing.unpaired == 1)
+        #expect(pairing.drain().map(\.metadata.stream) == [.guidance])
+    }
+
+    @Test func atMostThreeWaitForAPartner() {
+        var pairing = SegmentPairing()
+        var out: [Segment] = []
+        for n in 0..<5 { out += pairing.add(segment(seq: n, start: UInt64(n) * 5_000, bytes: 1, .evidence), from: .evidence) }
+        #expect(out.map(\.metadata.seq) == [0, 1])
+        #expect(pairing.drain().map(\.metadata.seq) == [2, 3, 4])
+    }
+}
