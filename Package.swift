@@ -104,9 +104,14 @@ let package = Package(
             name: "CFFmpegLog",
             dependencies: ["CFFmpeg"]
         ),
+        // alsa-lib's error messages (snd_lib_error_set_handler's variadic handler) to a function.
+        .target(
+            name: "CALSALog",
+            linkerSettings: [.linkedLibrary("asound")]
+        ),
         .target(
             name: "FFmpegLog",
-            dependencies: ["CFFmpegLog", "GuidanceProtocol", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CFFmpegLog", "CALSALog", "GuidanceProtocol", .product(name: "Logging", package: "swift-log")],
             swiftSettings: upcoming
         ),
         // pthread_setname_np, which needs _GNU_SOURCE.

@@ -1,3 +1,4 @@
+import Foundation
 import FFmpegLog
 import HAL
 import Logging
@@ -26,12 +27,45 @@ import Testing
         FFmpegLog.route(to: lines.logger)
         let settings = EncoderSettings(preference: ["hevc_v4l2m2m"], rateControl: .crf(28),
                                        format: VideoFormat(width: 640, height: 360, fps: 10), keyframeInterval: 50)
-        // Without a V4L2 memory-to-memory encoder here, opening it fails and FFmpeg says so.
-        if (try? LibavEncoder(settings: settings, inputFormat: .yuv420p)) == nil {
+        // sysfs made to list a memory-to-memory HEVC encoder that is not there: FFmpeg is asked,
+        // fails to find one, and says so.
+        let claimed = EncoderHardware(sysfs: "/nonexistent", dev: "/dev") { node, name in
+            .init(node: node, name: name, memoryToMemory: true, makes: [.hevc])
+        }
+        #expect(claimed.missing(for: "hevc_v4l2m2m", codec: .hevc) != nil, "no sysfs, no devices")
+        let listing = FileManager.default.temporaryDirectory.appendingPathComponent("sysfs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: listing) }
+        try FileManager.default.createDirectory(at: listing.appendingPathComponent("class/video4linux/video99"), withIntermediateDirectories: true)
+        let hardware = EncoderHardware(sysfs: listing.path, dev: "/dev", askVideoDevice: claimed.askVideoDevice)
+        #expect(hardware.missing(for: "hevc_v4l2m2m", codec: .hevc) == nil)
+        if (try? LibavEncoder(settings: settings, inputFormat: .yuv420p, hardware: hardware)) == nil {
             let fromCodec = lines.entries.filter { $0.metadata["ffmpeg"]?.description == "hevc_v4l2m2m" }
             #expect(!fromCodec.isEmpty, "\(lines.all)")
             #expect(fromCodec.allSatisfy { !$0.message.contains("@ 0x") && !$0.message.hasSuffix("\n") })
         }
+    }
+
+    @Test func anEncoderWhoseHardwareIsAbsentIsPassedOverWithoutAWordFromFFmpeg() throws {
+        let lines = LogLines()
+        FFmpegLog.route(to: lines.logger)
+        let settings = EncoderSettings(preference: ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc", "libx265"], rateControl: .crf(28),
+                                       format: VideoFormat(width: 320, height: 180, fps: 10), keyframeInterval: 50)
+        let bare = EncoderHardware(sysfs: "/nonexistent", dev: "/nonexistent") { _, _ in nil }
+        let encoder = try LibavEncoder(settings: settings, inputFormat: .yuv420p, hardware: bare)
+        #expect(encoder.name == "libx265" && encoder.skipped.count == 3)
+        let hardwareLines = lines.entries.filter { ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc"].contains($0.metadata["ffmpeg"]?.description ?? "") }
+        #expect(hardwareLines.isEmpty, "\(lines.all)")
+    }
+
+    @Test func alsaLibsMessagesGoThroughTheLogWithTheFunctionThatWroteThem() {
+        let lines = LogLines()
+        ALSALog.route(to: lines.logger)
+        defer { ALSALog.route(to: Logger(label: "alsa")) }
+        // An unknown PCM name: alsa-lib reports it (before the route, as "ALSA lib pcm.c:…" on stderr).
+        #expect(ALSALog.tryPlayback("no_such_pcm_here") < 0)
+        let mine = lines.entries.filter { $0.metadata["alsa"] != nil }
+        #expect(mine.contains { $0.message.contains("no_such_pcm_here") && $0.level == .error }, "\(lines.all)")
+        #expect(mine.allSatisfy { !$0.message.hasPrefix("ALSA lib") && !$0.message.hasSuffix("\n") })
     }
 
     @Test func eachWriterGetsOneLineASecondAndTheNextLineCountsTheRest() {

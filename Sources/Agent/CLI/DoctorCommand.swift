@@ -46,6 +46,7 @@ struct DoctorCommand: AsyncParsableCommand {
         // FFmpeg's own errors (an encoder that does not open says why) on standard error in the
         // agent's log format; its warnings and chatter not at all. Standard output is the report's.
         FFmpegLog.route(level: .error)
+        ALSALog.route(level: .error)
         if encoders {
             try await encoderReport(loaded, file: file)
             return

@@ -52,6 +52,7 @@ struct RecordCommand: AsyncParsableCommand {
         let logLevel = Reloadable(config.log.level)
         LoggingSystem.bootstrap { ReloadableLevelLogHandler(label: $0, level: logLevel) }
         FFmpegLog.route()
+        ALSALog.route()
         let logger = Logger(label: "dashcam-agent")
         // Trapped before anything starts: SIGHUP's default would end the agent.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
@@ -137,6 +138,7 @@ struct RecordCommand: AsyncParsableCommand {
             store.retention = new.retention
             logLevel.current = new.log.level
             FFmpegLog.route()
+            ALSALog.route()
             offline?.settings.current = new.localGuidanceSettings
         }
 
