@@ -6,7 +6,7 @@
 
 Checks (each printed as `ok:`/`FAIL:`; exit 0 only if all pass):
   * top-level boxes tile the file exactly, `ftyp` first, `moov` before `mdat`
-  * ffprobe reads it; video stream codec_name hevc, codec_tag_string hvc1
+  * ffprobe reads it; video stream codec_name hevc, codec_tag_string hvc1 (--codec h264: h264, avc1)
     (and the width/height if given)
   * frames counted by decoding (ffprobe -count_frames) == fps*seconds,
     stream duration == seconds within one frame (1/fps)
@@ -124,8 +124,9 @@ def check_stream(path, a, expected_frames, partial):
     if not check(len(streams) == 1, f"ffprobe reads the file, one video stream (found {len(streams)})"):
         return None
     s = streams[0]
-    check(s.get("codec_name") == "hevc", f"codec_name hevc (got {s.get('codec_name')})")
-    check(s.get("codec_tag_string") == "hvc1", f"codec_tag_string hvc1 (got {s.get('codec_tag_string')})")
+    codec, tag = (a.codec, {"hevc": "hvc1", "h264": "avc1"}[a.codec])
+    check(s.get("codec_name") == codec, f"codec_name {codec} (got {s.get('codec_name')})")
+    check(s.get("codec_tag_string") == tag, f"codec_tag_string {tag} (got {s.get('codec_tag_string')})")
     if a.width:
         check(s.get("width") == a.width and s.get("height") == a.height,
               f"size {a.width}x{a.height} (got {s.get('width')}x{s.get('height')})")
@@ -169,6 +170,8 @@ def main():
     ap.add_argument("--width", type=int)
     ap.add_argument("--height", type=int)
     ap.add_argument("--partial", action="store_true")
+    ap.add_argument("--codec", choices=["hevc", "h264"], default="hevc",
+                    help="the evidence stream may be H.264 (avc1); HEVC (hvc1) otherwise")
     ap.add_argument("--exact", action="store_true",
                     help="fps*seconds frames even if the record says incomplete")
     ap.add_argument("--record", help="the agent's JSON line for this segment")

@@ -15,7 +15,7 @@
 #   HIL_KERNEL        a kernel version under /boot to use instead of the newest *-amd64
 #   HIL_MODULES       kernel pieces to load in the VM (default "vivid gpio-sim snd-aloop lis3dh")
 #   HIL_VM_MEMORY     guest memory (default 2G)
-#   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 1800)
+#   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 2400)
 #   HIL_SKIP_INSTALL  1 = don't check/install packages (build-gpio-sim.sh: no apt-get either)
 #   HIL_ROOT          a Debian root folder to boot as the VM's userspace instead of the host's
 #                     (scripts/debian13.sh passes its Debian 13 root): the cases then run that
@@ -212,7 +212,7 @@ VM_CMD=$(printf '%q ' env "${VM_ENV[@]}" bash "$HIL_DIR/in-vm.sh")
 start=$(date +%s)
 say "booting the VM (QEMU TCG; about 20 s before the first case)"
 set +e
-(cd "$WORK" && timeout -k 20 "${HIL_VM_TIMEOUT:-1800}" "$VNG" "${VNG_ARGS[@]}" --exec "$VM_CMD" \
+(cd "$WORK" && timeout -k 20 "${HIL_VM_TIMEOUT:-2400}" "$VNG" "${VNG_ARGS[@]}" --exec "$VM_CMD" \
     < /dev/null 2>&1) | tee "$WORK/vm-console.log"
 vm_rc=${PIPESTATUS[0]}
 set -e
