@@ -159,3 +159,35 @@ final class UnpluggedTestCamera: FrameSource {
         #expect(pairing.drain().map(\.metadata.seq) == [2, 3, 4])
     }
 }
+
+/// `doctor --encoders`: each candidate tried, absent hardware named, both streams run together.
+@Suite struct EncoderBenchTests {
+    @Test func everyCandidateIsTriedAndBothStreamsRunTogether() async throws {
+        var config = AgentConfig()
+        config.camera.width = 320
+        config.camera.height = 192
+        config.camera.fps = 10
+        config.encoder.segmentSeconds = 1
+        config.encoder.preference = ["h264_vaapi", "mpeg4", "libx264"]
+        config.uplink.video.width = 160
+        config.uplink.video.height = 96
+        config.uplink.video.fps = 5
+        var bench = EncoderBench(config: config)
+        bench.seconds = 1
+        bench.hardware = EncoderHardware(sysfs: "/nonexistent", dev: "/nonexistent") { _, _ in nil }
+        let report = bench.run()
+        #expect(report.trials.map { "\($0.stream) \($0.encoder)" } == ["evidence h264_vaapi", "evidence mpeg4", "evidence libx264", "guidance libx265"])
+        #expect(report.trials[0].opened == false && report.trials[0].reason?.hasPrefix("no VAAPI device") == true)
+        #expect(report.trials[1].reason == "not an HEVC or H.264 encoder")
+        for trial in report.trials.suffix(2) {
+            #expect(trial.opened && (trial.fps ?? 0) > 0 && (trial.cpuCores ?? -1) >= 0 && trial.sustains != nil, "\(trial)")
+        }
+        #expect(report.trials[2].format == "320x192@10" && report.trials[3].format == "160x96@5")
+        let together = try #require(report.together, "\(report.togetherProblem ?? "")")
+        #expect(together.evidence == "libx264" && together.guidance == "libx265")
+        #expect(together.fps > 0 && together.droppedFrames == 0)
+        let text = EncoderBench.text(report, cameraFPS: 10)
+        #expect(text.first?.contains("h264_vaapi at 320x192@10: does not open (no VAAPI device") == true, "\(text)")
+        #expect(text.last?.hasPrefix("  both streams (libx264 + libx265)") == true, "\(text)")
+    }
+}

@@ -76,8 +76,8 @@ public struct EncoderBench: Sendable {
     func trial(_ settings: EncoderSettings, stream: String) -> Trial {
         let name = settings.preference[0]
         var trial = Trial(stream: stream, encoder: name, format: "\(settings.format)", opened: false)
-        let source = TestPatternSource(format: settings.format, realtime: false)
         do {
+            let source = try Prerendered(format: settings.format, seconds: seconds)
             _ = try source.open()
             let encoder = try LibavEncoder(settings: settings, inputFormat: source.pixelFormat, hardware: hardware)
             trial.opened = true
@@ -110,9 +110,11 @@ public struct EncoderBench: Sendable {
         logger.logLevel = .critical
         let format = config.videoFormat
         let pipeline = try CapturePipeline(
-            source: TestPatternSource(format: format, realtime: false), settings: settings,
-            encoder: { [config] in try AgentConfig.open(config.encoderSettings, inputFormat: $0, role: nil, logger: logger) },
-            guidanceEncoder: { [config] in try config.makeGuidanceEncoder(inputFormat: $0, logger: logger) }, logger: logger)
+            source: try Prerendered(format: format, seconds: config.encoder.segmentSeconds), settings: settings,
+            encoder: { [config, hardware] in try AgentConfig.open(config.encoderSettings, inputFormat: $0, role: nil, logger: logger, hardware: hardware) },
+            guidanceEncoder: { [config, hardware] in
+                try AgentConfig.open(config.guidanceEncoderSettings ?? config.encoderSettings, inputFormat: $0, role: nil, logger: logger, hardware: hardware)
+            }, logger: logger)
         var frames = 0, dropped = 0
         let (wall, cpu) = try Self.timed {
             pipeline.start()
@@ -138,6 +140,50 @@ public struct EncoderBench: Sendable {
         let fps = Double(frames) / max(wall, 1e-6)
         return Together(evidence: pipeline.encoderName, guidance: pipeline.guidanceEncoderName, fps: fps,
                         cpuCores: cpu / max(videoSeconds, 1e-6), sustains: fps >= Double(format.fps), droppedFrames: dropped)
+    }
+
+    /// The test pattern drawn once, before the clock starts, and handed out as fast as it is taken
+    /// with the times of a camera at the format's rate: what is measured is the encoding, not the
+    /// drawing (a camera's frames cost nothing to make).
+    final class Prerendered: FrameSource {
+        let name = "test-pattern"
+        let pixelFormat = PixelFormat.yuv420p
+        private let format: VideoFormat
+        private let frames: [FrameCopy]
+        private let count: Int
+        private var index = 0
+        private var start: UInt64 = 0
+
+        init(format: VideoFormat, seconds: Int) throws {
+            let pattern = TestPatternSource(format: format, realtime: false)
+            _ = try pattern.open()
+            var frames: [FrameCopy] = []
+            // A second of distinct pictures, so the encoder sees motion; repeated after that.
+            for _ in 0..<format.fps {
+                guard let frame = try pattern.nextFrame(), let copy = FrameCopy(frame) else { break }
+                frames.append(copy)
+            }
+            self.format = format
+            self.frames = frames
+            count = seconds * format.fps
+        }
+
+        func open() throws -> VideoFormat {
+            index = 0
+            start = MonotonicClock.now()
+            return format
+        }
+
+        func nextFrame() throws -> Frame? {
+            guard index < count, !frames.isEmpty else { return nil }
+            var frame = frames[index % frames.count].frame
+            frame.timestamp = start + UInt64(index) * 1_000_000_000 / UInt64(format.fps)
+            frame.sequence = UInt64(index)
+            index += 1
+            return frame
+        }
+
+        func close() {}
     }
 
     private final class Box: @unchecked Sendable {

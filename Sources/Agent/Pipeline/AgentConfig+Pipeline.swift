@@ -59,8 +59,9 @@ extension AgentConfig {
         return try Self.open(settings, inputFormat: inputFormat, role: "guidance", logger: logger)
     }
 
-    static func open(_ settings: EncoderSettings, inputFormat: PixelFormat, role: String?, logger: Logger) throws -> any VideoEncoder {
-        let encoder = try LibavEncoder(settings: settings, inputFormat: inputFormat)
+    static func open(_ settings: EncoderSettings, inputFormat: PixelFormat, role: String?, logger: Logger,
+                     hardware: EncoderHardware = .system) throws -> any VideoEncoder {
+        let encoder = try LibavEncoder(settings: settings, inputFormat: inputFormat, hardware: hardware)
         if !encoder.skipped.isEmpty {
             logger.info("encoder\(role.map { " (\($0))" } ?? ""): \(encoder.name); passed over \(encoder.skipped.map { "\($0.name) (\($0.reason))" }.joined(separator: ", "))")
         }
