@@ -102,6 +102,44 @@ struct BoardSetupTests {
         #expect(choices["uplink.url"] == nil, "the user's keys are not setup's choices")
     }
 
+    // MARK: - The encoders tried here
+
+    func trial(_ name: String, opened: Bool, sustains: Bool? = nil, reason: String? = nil) -> EncoderBench.Trial {
+        EncoderBench.Trial(stream: "evidence", encoder: name, format: "1920x1080@30", opened: opened, reason: reason,
+                           fps: opened ? (sustains == true ? 45 : 12) : nil, cpuCores: opened ? 1 : nil, sustains: opened ? sustains : nil)
+    }
+
+    @Test func theEncodersThatKeepUpAreKeptInOrderWithTheSoftwareFallbackLast() {
+        let pi4 = ["h264_v4l2m2m", "libx264"]
+        let hardware = BoardSetup.chooseEncoders(pi4, trials: [trial("h264_v4l2m2m", opened: true, sustains: true), trial("libx264", opened: true, sustains: false)])
+        #expect(hardware.kept == ["h264_v4l2m2m", "libx264"], "libx264 stays behind the hardware, as the fallback")
+        #expect(hardware.notes == ["libx264: 12 frames/s at 1920x1080@30, too slow for it"])
+
+        let noCodec = BoardSetup.chooseEncoders(pi4, trials: [trial("h264_v4l2m2m", opened: false, reason: "no V4L2 memory-to-memory H.264 encoder"), trial("libx264", opened: true, sustains: true)])
+        #expect(noCodec.kept == ["libx264"])
+        #expect(noCodec.notes == ["h264_v4l2m2m: does not open here (no V4L2 memory-to-memory H.264 encoder), left out"])
+
+        let tooSlow = BoardSetup.chooseEncoders(pi4, trials: [trial("h264_v4l2m2m", opened: false, reason: "x"), trial("libx264", opened: true, sustains: false)])
+        #expect(tooSlow.kept == nil, "the profile's list stays")
+        #expect(tooSlow.notes.last?.hasPrefix("no encoder keeps up at this size and rate") == true)
+        #expect(BoardSetup.chooseEncoders(pi4, trials: []).kept == nil)
+    }
+
+    @Test func measuredEncodersAreASetupChoiceButYoursAreKept() async throws {
+        let setup = try await setup(current: nil)
+        let outcome = setup.merge(encoders: ["libx264"])
+        #expect(outcome.config.encoder.preference == ["libx264"])
+        #expect(outcome.written.first { $0.key.name == "encoder.preference" }?.source == .measured)
+        #expect(BoardSetup.previousChoices(in: setup.render(outcome, version: "t"))["encoder.preference"] == "[libx264]")
+
+        var current = try String(contentsOf: Self.repo.appendingPathComponent("device-config/default.yaml"), encoding: .utf8)
+        current = current.replacingOccurrences(of: "  preference: [hevc_v4l2m2m, h264_v4l2m2m, hevc_vaapi, h264_vaapi, hevc_nvenc, h264_nvenc, libx264, libx265]",
+                                               with: "  preference: [libx265]")
+        let mine = try await self.setup(current: current)
+        #expect(mine.yours.contains("encoder.preference"))
+        #expect(mine.merge(encoders: ["libx264"]).config.encoder.preference == ["libx265"])
+    }
+
     // MARK: - The camera
 
     func camera(_ formats: [(String, Bool, [(Int, Int, [Double])])]) -> V4L2DeviceInfo {

@@ -191,3 +191,34 @@ final class UnpluggedTestCamera: FrameSource {
         #expect(text.last?.hasPrefix("  both streams (libx264 + libx265)") == true, "\(text)")
     }
 }
+
+/// `status` with two streams: each one's encoder and size, its data an hour, and the hours of
+/// evidence the recording folder holds at that rate.
+@Suite struct StreamStatusTests {
+    func segment(bytes: Int, stream: SegmentStream, codec: VideoCodec) -> SegmentMetadata {
+        var metadata = SegmentMetadata(
+            seq: 0, capturedAt: Date(), captureStartMonotonicNs: 0, durationMs: 5000, frames: 150, droppedFrames: 0, bytes: bytes,
+            sha256: "", encoder: "x", width: 1, height: 1, fps: 30, complete: true, endReason: .complete)
+        metadata.stream = stream
+        metadata.codec = codec
+        return metadata
+    }
+
+    @Test func bothStreamsAreShownWithTheirRateAndTheHoursTheFolderHolds() throws {
+        let board = StatusBoard(AgentStatus(
+            camera: .init(source: "cam", format: "1920x1080@30", fps: 30, state: "recording"), encoder: "libx264",
+            speech: .init(output: "alsa", locale: "en-US"), haptics: .init(line: "none", released: false)))
+        board.update { $0.streams = .init(evidence: .init(encoder: "libx264", format: "1920x1080@30"),
+                                          guidance: .init(encoder: "libx265", format: "640x360@10")) }
+        // 5 s of evidence in 2.5 MiB: 1800 MiB an hour; a 9000 MiB cap holds 5 hours.
+        board.recorded(segment(bytes: 2_621_440, stream: .evidence, codec: .h264), capBytes: 9000 << 20)
+        board.streamed(segment(bytes: 62_500, stream: .guidance, codec: .hevc))
+        let status = board.current
+        let streams = try #require(status.streams)
+        #expect(streams.evidence.megabytesPerHour == 1800 && streams.recordingHours == 5)
+        #expect(streams.guidance.segments == 1 && streams.guidance.codec == "hevc")
+        let text = status.text
+        #expect(text.contains("evidence: libx264 (h264) at 1920x1080@30; 1 segments, 1800 MB an hour (4194 kbit/s); the recording folder holds 5.0 hours"), "\(text)")
+        #expect(text.contains("guidance: libx265 (hevc) at 640x360@10; 1 segments, 43 MB an hour (100 kbit/s)"), "\(text)")
+    }
+}

@@ -50,27 +50,24 @@ public struct EncoderBench: Sendable {
 
     /// Every candidate, then both streams together. Runs on the calling thread (minutes at most).
     public func run() -> Report {
-        var trials: [Trial] = []
-        let twoStreams = config.guidanceEncoderSettings != nil
-        for name in config.encoder.preference {
-            var settings = config.encoderSettings
-            settings.preference = [name]
-            trials.append(trial(settings, stream: twoStreams ? "evidence" : "recording"))
-        }
-        if let guidance = config.guidanceEncoderSettings {
-            for name in guidance.preference {
-                var settings = guidance
-                settings.preference = [name]
-                trials.append(trial(settings, stream: "guidance"))
-            }
-        }
-        var report = Report(trials: trials)
+        var report = Report(trials: trials(of: .evidence) + trials(of: .guidance))
         do {
             report.together = try together()
         } catch {
             report.togetherProblem = "\(error)"
         }
         return report
+    }
+
+    /// Each candidate of one stream's preference, alone (none for the guidance copy with one stream).
+    public func trials(of stream: SegmentStream) -> [Trial] {
+        let twoStreams = config.guidanceEncoderSettings != nil
+        guard let settings = stream == .evidence ? config.encoderSettings : config.guidanceEncoderSettings else { return [] }
+        return settings.preference.map { name in
+            var one = settings
+            one.preference = [name]
+            return trial(one, stream: stream == .guidance ? "guidance" : twoStreams ? "evidence" : "recording")
+        }
     }
 
     func trial(_ settings: EncoderSettings, stream: String) -> Trial {

@@ -13,7 +13,9 @@ struct SetupCommand: AsyncParsableCommand {
         discussion: """
             The camera is named by its /dev/v4l/by-id/ link (else by-path), with a size, rate and pixel \
             format it offers, as close as it has to the board's. Keys you set in the file are kept; the \
-            previous file is kept as agent.yaml.before-setup. Run it again after changing the camera.
+            previous file is kept as agent.yaml.before-setup. Each encoder of the profile is tried on a \
+            few seconds of generated video at the camera's size and rate, and only those that keep up \
+            are written (--no-encoder-check: the profile's list as it is). Run it again after changing the camera.
             """)
 
     @Option(help: "Board profile: a file name in PROFILES/boards without .yaml, e.g. raspberry-pi-4.")
@@ -33,6 +35,9 @@ struct SetupCommand: AsyncParsableCommand {
 
     @Flag(help: "Print the file instead of writing it.")
     var dryRun = false
+
+    @Flag(help: "Keep the profile's encoder.preference as it is, without trying each encoder here first.")
+    var noEncoderCheck = false
 
     func run() async throws {
         let boards = Self.boards(in: profiles)
@@ -83,7 +88,18 @@ struct SetupCommand: AsyncParsableCommand {
                 }
             }
         }
-        let outcome = setup.merge(camera: chosen)
+        var outcome = setup.merge(camera: chosen)
+        // Each encoder of the profile tried here, at the evidence's size and rate as merged: those
+        // that keep up are kept (BoardSetup.chooseEncoders), unless encoder.preference is yours.
+        var encoderNotes: [String] = []
+        if !noEncoderCheck, !setup.yours.contains("encoder.preference") {
+            var bench = EncoderBench(config: outcome.config)
+            bench.seconds = 2
+            let trials = await Doctor.offThePool { [bench] in bench.trials(of: .evidence) }
+            let choice = BoardSetup.chooseEncoders(outcome.config.encoder.preference, trials: (try? trials.get()) ?? [])
+            encoderNotes = choice.notes
+            if let kept = choice.kept { outcome = setup.merge(camera: chosen, encoders: kept) }
+        }
         let text = setup.render(outcome, version: ReleaseVersion.current)
         if dryRun {
             print(text, terminator: "")
@@ -111,6 +127,10 @@ struct SetupCommand: AsyncParsableCommand {
             print("  \(name)\(key.yaml(in: outcome.config) ?? "")  (\(source.rawValue))")
         }
         for line in outcome.overridden { print("  \(line)") }
+        if !encoderNotes.isEmpty {
+            print("encoders tried at \(outcome.config.videoFormat):")
+            for note in encoderNotes { print("  \(note)") }
+        }
         print("next: sudo dashcam-agent doctor, then sudo systemctl restart dashcam-agent")
     }
 

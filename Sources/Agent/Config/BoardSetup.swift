@@ -21,7 +21,8 @@ struct BoardSetup {
     }
 
     enum Source: String, Sendable {
-        case yours, camera, board, package
+        /// `measured`: chosen from what the encoders did on this board (`doctor --encoders`' trials).
+        case yours, camera, measured, board, package
     }
 
     /// What the camera offers for the wanted size and rate, as keys.
@@ -64,8 +65,37 @@ struct BoardSetup {
         }.map(\.name))
     }
 
-    /// The merged config; with a camera, its keys take what the camera offers (unless they are yours).
-    func merge(camera: CameraChoice? = nil) -> Outcome {
+    /// Which of `preference` to keep, from each one's trial on this board at the evidence's size
+    /// and rate: those that opened and keep up with the camera, in the profile's order, then the
+    /// last software one that opened as the fallback should the hardware fail at a start (a Pi
+    /// short of CMA). Nil when no trial opened anything or none keeps up: the profile's list stays,
+    /// with a note.
+    static func chooseEncoders(_ preference: [String], trials: [EncoderBench.Trial]) -> (kept: [String]?, notes: [String]) {
+        let byName = Dictionary(trials.map { ($0.encoder, $0) }) { first, _ in first }
+        let opened = preference.filter { byName[$0]?.opened == true }
+        let sustaining = opened.filter { byName[$0]?.sustains == true }
+        var notes: [String] = []
+        for name in preference {
+            guard let trial = byName[name] else { continue }
+            if !trial.opened {
+                notes.append("\(name): does not open here (\(trial.reason ?? "?")), left out")
+            } else if trial.sustains != true {
+                notes.append(String(format: "%@: %.0f frames/s at %@, too slow for it", name, trial.fps ?? 0, trial.format))
+            }
+        }
+        guard !sustaining.isEmpty else {
+            notes.append(opened.isEmpty ? "no encoder of the profile opens here: its list is kept; see `dashcam-agent doctor`"
+                         : "no encoder keeps up at this size and rate: the profile's list is kept; set a smaller camera.width/height or fps")
+            return (nil, notes)
+        }
+        var kept = sustaining
+        if let fallback = opened.last(where: { $0.hasPrefix("lib") }), !kept.contains(fallback) { kept.append(fallback) }
+        return (kept, notes)
+    }
+
+    /// The merged config; with a camera, its keys take what the camera offers (unless they are
+    /// yours); with `encoders`, `encoder.preference` takes them (unless it is yours).
+    func merge(camera: CameraChoice? = nil, encoders: [String]? = nil) -> Outcome {
         let yours = yours
         let base = current ?? shipped
         var config = AgentConfig()
@@ -84,18 +114,27 @@ struct BoardSetup {
                 cameraValues[name] = chosen
             }
         }
+        var measuredValues: [String: AgentConfig] = [:]
+        if let encoders {
+            var measured = AgentConfig()
+            measured.encoder.preference = encoders
+            measuredValues["encoder.preference"] = measured
+        }
         for key in AgentConfig.keys {
-            let offered = cameraValues[key.name] ?? (profile.keys.contains(key.name) ? profile.config : nil)
+            let offered = cameraValues[key.name] ?? measuredValues[key.name] ?? (profile.keys.contains(key.name) ? profile.config : nil)
             if yours.contains(key.name), let current {
                 key.copy(from: current.config, to: &config)
                 written.append((key, .yours))
                 if let offered, let value = key.yaml(in: offered), value != key.yaml(in: current.config) {
                     overridden.append("\(key.name): kept yours, \(key.yaml(in: current.config) ?? "unset"); "
-                        + "the \(cameraValues[key.name] != nil ? "camera" : "board") gives \(value)")
+                        + "the \(cameraValues[key.name] != nil ? "camera" : measuredValues[key.name] != nil ? "trial of the encoders" : "board") gives \(value)")
                 }
             } else if let chosen = cameraValues[key.name] {
                 key.copy(from: chosen, to: &config)
                 written.append((key, .camera))
+            } else if let chosen = measuredValues[key.name] {
+                key.copy(from: chosen, to: &config)
+                written.append((key, .measured))
             } else if profile.keys.contains(key.name) {
                 key.copy(from: profile.config, to: &config)
                 written.append((key, .board))
@@ -117,7 +156,7 @@ struct BoardSetup {
             + "# Every key is described in /usr/share/doc/dashcam-agent/CONFIG.md. The service reads this\n"
             + "# file when it starts: sudo systemctl restart dashcam-agent.\n"
             + "#\n" + Self.choicesMarker + "\n"
-        for (key, source) in outcome.written where source == .camera || source == .board {
+        for (key, source) in outcome.written where source == .camera || source == .measured || source == .board {
             text += "#   \(key.name): \(key.yaml(in: outcome.config) ?? "")\n"
         }
         var section = ""
