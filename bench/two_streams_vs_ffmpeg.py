@@ -170,7 +170,8 @@ def agent_result(folder, stdout_path):
             "dropped": sum(l["droppedFrames"] for l in mine),
             "bytes": sum(l["bytes"] for l in mine),
             "seconds": sum(l["durationMs"] for l in mine) / 1000,
-            "files": [l["file"] for l in mine if l.get("file")],
+            # `file` is relative to recording.dir.
+            "files": [os.path.join(folder, "agent-out", l["file"]) for l in mine if l.get("file")],
             "encoder": sorted({l.get("encoder", "?") for l in mine}),
             "partnered": sum(1 for l in mine if l.get("partner")),
         }

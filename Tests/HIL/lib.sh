@@ -388,7 +388,8 @@ for line in open(sys.argv[1], errors="replace"):
         r = json.loads(line)
     except ValueError:
         continue
-    if isinstance(r, dict) and str(r.get("seq")) == sys.argv[2]:
+    # With two streams a seq has two lines: the file's is the evidence's (the copy has none).
+    if isinstance(r, dict) and str(r.get("seq")) == sys.argv[2] and r.get("stream") != "guidance":
         print(json.dumps(r)); break
 EOF
 }

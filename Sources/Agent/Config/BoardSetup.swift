@@ -194,7 +194,7 @@ struct BoardSetup {
 
 extension BoardSetup {
     /// The formats a size and rate are looked for in, in the order the agent's `auto` takes them
-    /// (the camera's own YUV first), MJPEG last: libv4l2 decodes it.
+    /// (the camera's own YUV first), MJPEG last: it is decoded on the CPU (libavcodec).
     static let formats: [(fourcc: String, choice: AgentConfig.CapturePixelFormat)] = [
         ("YUYV", .yuyv), ("NV12", .nv12), ("YU12", .yu12), ("MJPG", .mjpeg),
     ]

@@ -5,7 +5,9 @@ public import Logging
 
 /// A V4L2 capture device read through libv4l2 with mmap streaming.
 ///
-/// libv4l2 converts formats the encoder can't take (MJPEG) to YU12 on the fly. Loss of the device
+/// libv4l2 converts formats the encoder can't take to YU12 on the fly; MJPEG asked for by name
+/// (`camera.pixelFormat: mjpeg`, a webcam's only full-size format over USB 2.0) is taken as the
+/// camera sends it and decoded with libavcodec (``MJPEGDecoder``). Loss of the device
 /// (`ENODEV`, `POLLERR`) and repeated poll timeouts surface as recoverable ``SourceError``s; the
 /// caller closes and reopens.
 public final class V4L2Camera: FrameSource {
@@ -45,6 +47,9 @@ public final class V4L2Camera: FrameSource {
     private var width = 0, height = 0, bytesPerLine = 0
     private var lastSequence: UInt32?
     private var streaming = false
+    /// With MJPEG from the camera: its decoder, made at open for the negotiated size.
+    private var jpeg: MJPEGDecoder?
+    private var lastRefusalLog: UInt64 = 0
 
     public init(options: Options, logger: Logger) {
         self.options = options
@@ -123,6 +128,20 @@ public final class V4L2Camera: FrameSource {
             }
             lastSequence = buffer.sequence
             held = buffer
+            if let jpeg {
+                let timestamp = Self.timestamp(of: buffer)
+                let bytes = UnsafeRawBufferPointer(rebasing: buffers[Int(buffer.index)][..<min(Int(buffer.bytesused), buffers[Int(buffer.index)].count)])
+                if let frame = jpeg.decode(bytes, timestamp: timestamp, sequence: UInt64(buffer.sequence)) { return frame }
+                // A torn JPEG: that frame is lost (a slot the segment counts as dropped), the next is taken.
+                held = nil
+                _ = ioctl(dashcam_VIDIOC_QBUF, &buffer)
+                let now = MonotonicClock.now()
+                if now &- lastRefusalLog > 60_000_000_000 || lastRefusalLog == 0 {
+                    lastRefusalLog = now
+                    logger.warning("camera: a JPEG frame did not decode: \(jpeg.lastProblem ?? "?")", metadata: ["device": "\(name)", "refusedTotal": "\(jpeg.refused)"])
+                }
+                continue
+            }
             return frame(from: buffer)
         }
     }
@@ -133,6 +152,7 @@ public final class V4L2Camera: FrameSource {
         _ = dashcam_v4l2_ioctl(fd, dashcam_VIDIOC_STREAMOFF, &type)
         for buffer in buffers { v4l2_munmap(buffer.baseAddress, buffer.count) }
         buffers.removeAll()
+        jpeg = nil
         held = nil
         lastSequence = nil
         streaming = false
@@ -202,6 +222,14 @@ public final class V4L2Camera: FrameSource {
             throw SourceError.unsupported(name, "VIDIOC_S_FMT \(fourccString(fourcc)): \(String(cString: strerror(errno)))")
         }
         let given = format.fmt.pix
+        if given.pixelformat == dashcam_V4L2_PIX_FMT_MJPEG || given.pixelformat == dashcam_V4L2_PIX_FMT_JPEG {
+            width = Int(given.width)
+            height = Int(given.height)
+            jpeg = try MJPEGDecoder(width: width, height: height)
+            pixelFormat = .yuv420p
+            bytesPerLine = width
+            return
+        }
         guard let pixelFormat = Self.pixelFormat(fourcc: given.pixelformat) else {
             throw SourceError.unsupported(name, "the driver chose \(fourccString(given.pixelformat)), which the agent cannot read")
         }
@@ -280,12 +308,16 @@ public final class V4L2Camera: FrameSource {
             planes = (base, nil, nil, nil)
             strides = (Int32(stride), 0, 0, 0)
         }
+        return Frame(planes: planes, strides: strides, pixelFormat: pixelFormat, width: width, height: height,
+                     timestamp: Self.timestamp(of: buffer), sequence: UInt64(buffer.sequence))
+    }
+
+    /// The driver's capture time when it is `CLOCK_MONOTONIC`, else the time it was taken here.
+    private static func timestamp(of buffer: v4l2_buffer) -> UInt64 {
         let monotonic = buffer.flags & UInt32(V4L2_BUF_FLAG_TIMESTAMP_MASK) == UInt32(V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC)
-        let timestamp = monotonic
+        return monotonic
             ? UInt64(buffer.timestamp.tv_sec) * 1_000_000_000 + UInt64(buffer.timestamp.tv_usec) * 1000
             : MonotonicClock.now()
-        return Frame(planes: planes, strides: strides, pixelFormat: pixelFormat, width: width, height: height,
-                     timestamp: timestamp, sequence: UInt64(buffer.sequence))
     }
 
     private func ioctl<T>(_ request: UInt, _ argument: inout T) -> Int32 {
@@ -306,8 +338,9 @@ public final class V4L2Camera: FrameSource {
         case "yuyv": dashcam_V4L2_PIX_FMT_YUYV
         case "nv12": dashcam_V4L2_PIX_FMT_NV12
         case "yu12": dashcam_V4L2_PIX_FMT_YUV420
-        // libv4l2 decodes MJPEG to YU12; asking for MJPEG means taking that route.
-        case "mjpeg": dashcam_V4L2_PIX_FMT_YUV420
+        // MJPEG as the camera sends it, decoded by libavcodec (MJPEGDecoder); a camera without it
+        // gets the other formats' route.
+        case "mjpeg": dashcam_V4L2_PIX_FMT_MJPEG
         default: nil
         }
     }

@@ -61,9 +61,10 @@ analyzer:
   scriptFile: $CASE_DIR/script.yaml
 ledger: sqlite:$LEDGER_DIR/usage.sqlite
 EOF
+start_server=$(hil_now)
 "$SERVER_BIN" --config "$CASE_DIR/server.yaml" > "$CASE_DIR/server.log" 2>&1 &
 server_pid=$!
-if hil_wait_for 30 grep -q "listening on" "$CASE_DIR/server.log"; then hil_ok "guidance-server listening on $PORT"
+if hil_wait_for 120 grep -q "listening on" "$CASE_DIR/server.log"; then hil_ok "guidance-server listening on $PORT after $(hil_since "$start_server")s"
 else hil_fail "guidance-server listening"; cat "$CASE_DIR/server.log"; kill "$server_pid"; hil_case_result; fi
 
 # ---------------------------------------------------------------- agent
