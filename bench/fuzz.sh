@@ -15,8 +15,10 @@
 #             every number of a fix checked in range (HAL's GpsdReport, the agent's GPSTrack)
 #   iio       what an IIO driver tells the agent of its buffered device: scan element types and
 #             indexes, and the records read from /dev/iio:deviceN (HAL's IIOScanType, IIOScanLayout)
+#   mjpeg     what a USB camera sends as MJPEG: any bytes as one frame of a 64x48 stream (HAL's
+#             MJPEGDecoder, libavcodec's mjpeg decoder and libswscale behind it)
 #
-#     bash bench/fuzz.sh TARGET SECONDS        # TARGET: messages|answers|segments|pairing|gpsd|iio|all (each in turn)
+#     bash bench/fuzz.sh TARGET SECONDS        # TARGET: messages|answers|segments|pairing|gpsd|iio|mjpeg|all (each in turn)
 #     .build-fuzz/debug/guidance-fuzz TARGET CRASH_FILE           # one input again, sanitized
 #     swift build --product guidance-fuzz && .build/debug/guidance-fuzz TARGET fuzz/corpus/TARGET fuzz/regressions/TARGET
 #                                              # without sanitizers: replays files or folders
@@ -43,9 +45,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-usage() { echo "usage: bash bench/fuzz.sh messages|answers|segments|pairing|gpsd|iio|all SECONDS" >&2; exit 64; }
+usage() { echo "usage: bash bench/fuzz.sh messages|answers|segments|pairing|gpsd|iio|mjpeg|all SECONDS" >&2; exit 64; }
 [ $# -eq 2 ] || usage
-case $1 in messages|answers|segments|pairing|gpsd|iio) TARGETS=("$1") ;; all) TARGETS=(messages answers segments pairing gpsd iio) ;; *) usage ;; esac
+case $1 in messages|answers|segments|pairing|gpsd|iio|mjpeg) TARGETS=("$1") ;; all) TARGETS=(messages answers segments pairing gpsd iio mjpeg) ;; *) usage ;; esac
 [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || usage
 SECONDS_EACH=$2
 BUILD=.build-fuzz

@@ -18,6 +18,7 @@ let targets = [
     FuzzTarget(name: "pairing", run: Pairing.run),
     FuzzTarget(name: "gpsd", run: Gpsd.run),
     FuzzTarget(name: "iio", run: IIO.run),
+    FuzzTarget(name: "mjpeg", run: MJPEG.run),
 ]
 
 /// Stops the run, so that libFuzzer keeps the input, when what the code promises does not hold.
