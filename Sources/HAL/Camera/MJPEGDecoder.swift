@@ -79,21 +79,10 @@ public final class MJPEGDecoder {
         scaler = sws_getCachedContext(scaler, Int32(width), Int32(height), AVPixelFormat(rawValue: decoded.pointee.format),
                                       Int32(width), Int32(height), AV_PIX_FMT_YUV420P, SWS_BILINEAR, nil, nil, nil)
         guard let scaler else { return refuse("cannot convert \(PixelFormat(rawValue: decoded.pointee.format)) to yuv420p") }
-        withUnsafeBytes(of: &decoded.pointee.data) { src in
-            withUnsafeBytes(of: &decoded.pointee.linesize) { srcStrides in
-                withUnsafeBytes(of: &output.pointee.data) { dst in
-                    withUnsafeBytes(of: &output.pointee.linesize) { dstStrides in
-                        _ = sws_scale(scaler, src.assumingMemoryBound(to: UnsafePointer<UInt8>?.self).baseAddress!,
-                                      srcStrides.assumingMemoryBound(to: Int32.self).baseAddress!, 0, Int32(height),
-                                      dst.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self).baseAddress!,
-                                      dstStrides.assumingMemoryBound(to: Int32.self).baseAddress!)
-                    }
-                }
-            }
-        }
-        let data = output.pointee.data, lines = output.pointee.linesize
-        return Frame(planes: (UnsafePointer(data.0), UnsafePointer(data.1), UnsafePointer(data.2), nil),
-                     strides: (lines.0, lines.1, lines.2, 0), pixelFormat: .yuv420p, width: width, height: height,
+        let (source, sourceStrides) = framePlanes(of: decoded)
+        swsScale(scaler, planes: source, strides: sourceStrides, height: height, into: output)
+        let (planes, strides) = framePlanes(of: output)
+        return Frame(planes: planes, strides: strides, pixelFormat: .yuv420p, width: width, height: height,
                      timestamp: timestamp, sequence: sequence)
     }
 

@@ -225,9 +225,7 @@ public final class LibavEncoder: VideoEncoder {
         guard let scaler else {
             throw EncoderError(attempts: [], detail: "cannot convert \(source.pixelFormat) to \(PixelFormat(encoderFormat))")
         }
-        withPlanes(of: source) { src, srcStrides, dst, dstStrides in
-            _ = sws_scale(scaler, src, srcStrides, 0, Int32(source.height), dst, dstStrides)
-        }
+        swsScale(scaler, planes: source.planes, strides: source.strides, height: source.height, into: frame)
     }
 
     /// The source's planes and the encoder frame's planes as the C arrays FFmpeg takes.

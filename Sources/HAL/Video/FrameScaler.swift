@@ -39,22 +39,9 @@ public final class FrameScaler {
         guard let context else {
             throw EncoderError(attempts: [], detail: "scaler: cannot convert \(frame.pixelFormat) \(frame.width)x\(frame.height) to \(pixelFormat) \(width)x\(height)")
         }
-        var planes = frame.planes, strides = frame.strides
-        withUnsafeBytes(of: &planes) { planes in
-            withUnsafeBytes(of: &strides) { strides in
-                withUnsafeBytes(of: &output.pointee.data) { dst in
-                    withUnsafeBytes(of: &output.pointee.linesize) { dstStrides in
-                        _ = sws_scale(context, planes.assumingMemoryBound(to: UnsafePointer<UInt8>?.self).baseAddress!,
-                                      strides.assumingMemoryBound(to: Int32.self).baseAddress!, 0, Int32(frame.height),
-                                      dst.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self).baseAddress!,
-                                      dstStrides.assumingMemoryBound(to: Int32.self).baseAddress!)
-                    }
-                }
-            }
-        }
-        let data = output.pointee.data, lines = output.pointee.linesize
-        return Frame(planes: (UnsafePointer(data.0), UnsafePointer(data.1), UnsafePointer(data.2), UnsafePointer(data.3)),
-                     strides: (lines.0, lines.1, lines.2, lines.3), pixelFormat: pixelFormat,
+        swsScale(context, planes: frame.planes, strides: frame.strides, height: frame.height, into: output)
+        let (planes, strides) = framePlanes(of: output)
+        return Frame(planes: planes, strides: strides, pixelFormat: pixelFormat,
                      width: width, height: height, timestamp: frame.timestamp, sequence: frame.sequence)
     }
 }

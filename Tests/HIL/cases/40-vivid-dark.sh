@@ -8,6 +8,7 @@
 #     records near silence meanwhile;
 #   * road to voice: from the brightness going down to the warning's first sample in the loop's
 #     recording, written to road-to-voice-dark.txt (bench/road_to_voice_vm.sh gathers them).
+# hil-case-timeout: 480
 set -uo pipefail
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
