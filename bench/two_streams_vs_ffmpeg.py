@@ -18,6 +18,13 @@ rusage. Then the evidence's quality: SSIM (ffmpeg's `ssim` filter, frame by fram
 of each tool's evidence segments, concatenated, against the source, and the size of both streams
 an hour. Prints Markdown tables.
 
+What differs between the two besides the code that runs: the agent's MP4s reserve room for
+`moov` at the front (8192 + 32 bytes a frame, the unused part a `free` box), ffmpeg's put `moov`
+at the end, so each agent segment is a few KB bigger for the same frames; and the guidance
+branches take different frames of each three: the agent the first (camera frames 0, 3, 6, ...),
+ffmpeg's `fps` filter the second (1, 4, 7, ... with these timestamps), which on the interpolated
+source below are in-between frames, a little cheaper to encode than vtest's own.
+
 The source is real footage when the machine has it: OpenCV's sample vtest.avi (opencv-doc; a
 fixed camera over a car park with people walking, 768x576 at 10 fps), cropped to 16:9, brought
 to 30 fps by motion-compensated interpolation (minterpolate) and scaled to 1920x1080; else
