@@ -123,7 +123,7 @@ import Testing
         let run = try await record(["--source", "test-pattern", "--segments", "1"],
                              config: "Tests/AgentTests/Fixtures/no-encoder.yaml")
         #expect(run.status == 70)
-        #expect(run.stderr.contains("no HEVC encoder opens; tried no_such_encoder (not in this FFmpeg build), mpeg4 (not an HEVC encoder)"))
+        #expect(run.stderr.contains("no HEVC encoder opens; tried no_such_encoder (not in this FFmpeg build), mpeg4 (not an HEVC or H.264 encoder)"))
     }
 
     @Test func anUnwritableRecordingFolderExits73() async throws {
