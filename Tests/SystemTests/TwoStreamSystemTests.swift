@@ -17,9 +17,9 @@ import TestSupport
         let config = try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", segmentSeconds: 1,
                                            uplink: ["video": "{width: 160, height: 96, fps: 5}", "queueSegments": "100", "queueMaxAgeMs": "600000"],
                                            extra: "guidance:\n  maxAgeMs: 600000\n")
-        // The test pattern at 640x360@20 as the camera, libx264 as the evidence's encoder.
+        // The test pattern at 640x360@10 as the camera, libx264 as the evidence's encoder.
         var yaml = try String(contentsOfFile: config, encoding: .utf8)
-        yaml = yaml.replacingOccurrences(of: "  width: 320\n  height: 180\n  fps: 10\n", with: "  width: 640\n  height: 360\n  fps: 20\n")
+        yaml = yaml.replacingOccurrences(of: "  width: 320\n  height: 180\n  fps: 10\n", with: "  width: 640\n  height: 360\n  fps: 10\n")
             .replacingOccurrences(of: "  preference: [libx265]\n", with: "  preference: [hevc_vaapi, libx264]\n")
         try files.write("agent.yaml", yaml)
         let agent = try Spawned("dashcam-agent", ["record", "--config", config], folder: files.folder)
@@ -46,9 +46,9 @@ import TestSupport
             #expect((copy["codec"] as? String, copy["encoder"] as? String, copy["width"] as? Int) == ("hevc", "libx265", 160))
             // Full segments: every frame of each stream's second.
             if line["endReason"] as? String == "complete" {
-                #expect(line["frames"] as? Int == 20 && copy["frames"] as? Int == 5, "\(line) \(copy)")
+                #expect(line["frames"] as? Int == 10 && copy["frames"] as? Int == 5, "\(line) \(copy)")
                 let probed = try FFprobe.probe(files.folder.appendingPathComponent("segments").appendingPathComponent(try #require(line["file"] as? String)))
-                #expect((probed.codec, probed.tag, probed.frames, probed.keyframeCount) == ("h264", "avc1", 20, 1))
+                #expect((probed.codec, probed.tag, probed.frames, probed.keyframeCount) == ("h264", "avc1", 10, 1))
                 #expect(probed.startsWithIDR && probed.moovBeforeMdat)
             }
         }

@@ -155,8 +155,8 @@ public struct EncoderBench: Sendable {
             let pattern = TestPatternSource(format: format, realtime: false)
             _ = try pattern.open()
             var frames: [FrameCopy] = []
-            // A second of distinct pictures, so the encoder sees motion; repeated after that.
-            for _ in 0..<format.fps {
+            // A few distinct pictures, so the encoder sees motion; repeated after that.
+            for _ in 0..<min(format.fps, 6) {
                 guard let frame = try pattern.nextFrame(), let copy = FrameCopy(frame) else { break }
                 frames.append(copy)
             }
