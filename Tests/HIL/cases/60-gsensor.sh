@@ -98,7 +98,8 @@ assert 1.5 <= incident["peakG"] <= 2.5, incident
 # The impact is when the agent's reading thread saw the shock: after it, and as late as a starved
 # VM makes the reading (printed below), not a minute late.
 assert -0.5 < t(incident["at"]) - shock < 60, (incident["at"], shock)
-assert abs(t(incident["at"]) - t(incident["from"]) - 4) < 0.01, incident
+# 4 s before the impact; each time is put on the wall clock on its own (tens of ms apart on a starved VM).
+assert abs(t(incident["at"]) - t(incident["from"]) - 4) < 0.1, incident
 assert 4 <= t(incident["to"]) - t(incident["at"]) <= 6, incident
 assert incident["files"] and all(f.startswith("protected/") and os.path.exists(os.path.join(sys.argv[3], f)) for f in incident["files"]), incident
 with open(sys.argv[4], "w") as out:
