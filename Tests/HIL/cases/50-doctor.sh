@@ -9,6 +9,7 @@
 #   * setup --board with a profile asking a size and rate vivid does not list: the file names the
 #     camera by its stable link, takes the nearest size and rate v4l2-ctl lists, keeps the user's
 #     keys, and the agent records with it (ffprobe: the size setup wrote).
+# hil-case-timeout: 480
 set -uo pipefail
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
