@@ -185,12 +185,16 @@ extension ConfigKeyInfo {
             text: { $0[keyPath: path].map { "[\($0.joined(separator: ", "))]" } }, summary: summary,
             expected: "a non-empty list of non-empty strings", shape: .stringList
         ) { value, config in
-            guard case .strings(let items) = value, !items.isEmpty, !items.contains(where: \.isEmpty) else {
-                return false
-            }
+            guard let items = nonEmptyStrings(value) else { return false }
             config[keyPath: path] = items
             return true
         }
+    }
+
+    /// The items of a non-empty list of non-empty strings; nil for anything else.
+    private static func nonEmptyStrings(_ value: ConfigKeyValue) -> [String]? {
+        guard case .strings(let items) = value, !items.isEmpty, !items.contains(where: \.isEmpty) else { return nil }
+        return items
     }
 
     /// A non-empty list of non-empty strings.
@@ -200,9 +204,7 @@ extension ConfigKeyInfo {
             text: { "[\($0[keyPath: path].joined(separator: ", "))]" }, summary: summary,
             expected: "a non-empty list of non-empty strings", shape: .stringList
         ) { value, config in
-            guard case .strings(let items) = value, !items.isEmpty, !items.contains(where: \.isEmpty) else {
-                return false
-            }
+            guard let items = nonEmptyStrings(value) else { return false }
             config[keyPath: path] = items
             return true
         }

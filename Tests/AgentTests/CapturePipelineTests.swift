@@ -4,8 +4,8 @@ import Logging
 import Testing
 
 /// A camera that is unplugged after `framesBeforeLoss` frames, refuses to reopen once, then
-/// delivers `framesAfterReturn` frames and ends.
-private final class UnpluggedCamera: FrameSource {
+/// delivers `framesAfterReturn` frames and ends (also the two-stream tests' camera).
+final class UnpluggedCamera: FrameSource {
     let name = "/dev/fake-camera"
     let pattern: TestPatternSource
     var pixelFormat: PixelFormat { pattern.pixelFormat }

@@ -66,7 +66,7 @@ import Testing
 
     @Test func aLostCameraClosesBothStreamsAtTheSamePointAndTheyStayPaired() async throws {
         // 45 frames (a segment and a half), lost, then 30 more: both streams close early together.
-        let camera = UnpluggedTestCamera(format: evidence, framesBeforeLoss: 45, framesAfterReturn: 30)
+        let camera = UnpluggedCamera(format: evidence, framesBeforeLoss: 45, framesAfterReturn: 30)
         let segments = try await run(camera, maxSegments: nil)
         let full = segments.filter { $0.metadata.stream == .evidence }.map(\.metadata)
         let copies = segments.filter { $0.metadata.stream == .guidance }.map(\.metadata)
@@ -78,45 +78,6 @@ import Testing
         #expect(full.map(\.captureStartMonotonicNs) == copies.map(\.captureStartMonotonicNs))
         #expect(segments.allSatisfy { $0.metadata.partner != nil })
     }
-}
-
-/// A camera that is unplugged after `framesBeforeLoss` frames, refuses to reopen once, then
-/// delivers `framesAfterReturn` frames and ends.
-final class UnpluggedTestCamera: FrameSource {
-    let name = "/dev/fake-camera"
-    let pattern: TestPatternSource
-    var pixelFormat: PixelFormat { pattern.pixelFormat }
-    private var script: [Int]
-    private var delivered = 0
-    private var failNextOpen = false
-
-    init(format: VideoFormat, framesBeforeLoss: Int, framesAfterReturn: Int) {
-        pattern = TestPatternSource(format: format, realtime: false)
-        script = [framesBeforeLoss, framesAfterReturn]
-    }
-
-    func open() throws -> VideoFormat {
-        if failNextOpen {
-            failNextOpen = false
-            throw SourceError.notFound(name)
-        }
-        delivered = 0
-        return try pattern.open()
-    }
-
-    func nextFrame() throws -> Frame? {
-        guard let limit = script.first else { return nil }
-        if delivered == limit {
-            script.removeFirst()
-            if script.isEmpty { return nil }
-            failNextOpen = true
-            throw SourceError.lost(name, "ENODEV")
-        }
-        delivered += 1
-        return try pattern.nextFrame()
-    }
-
-    func close() {}
 }
 
 /// The pairing rules without encoders: order, numbering, and segments whose partner never comes.
