@@ -56,4 +56,28 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent(protection.protected[0]).path))
         #expect(store.usage().protectedSegments == 1 && store.usage().segments == 0)
     }
+
+    /// A `protect` reaching past the newest segment keeps the next one if the range covers any of
+    /// its slots: also when its first frames were dropped, so its video (`durationMs`) is shorter
+    /// than the time it covers from `capturedAt` and the range covers only its end.
+    @Test func aPendingRangeKeepsASegmentWhoseFirstFramesWereDropped() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("store-write-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = try RecordingStore(
+            directory: root.path, retention: Retention(maxBytes: nil, protectedMaxBytes: 1 << 30, minFreeBytes: 0), segmentSeconds: 5)
+        let start = Date(timeIntervalSince1970: 1_795_000_000)
+        // The last second of the segment that starts at `start`, asked before it is written.
+        let range = start.addingTimeInterval(4)...start.addingTimeInterval(4.5)
+        let asked = try store.protect(.time(range), now: start)
+        #expect(asked.pendingUntilMs != nil)
+
+        // Its first 20 of 50 frames were dropped: 3 s of video, 5 s of slots.
+        var late = segment(seq: 3, at: start)
+        late.metadata.frames = 30
+        late.metadata.droppedFrames = 20
+        late.metadata.durationMs = 3000
+        late.metadata.complete = false
+        let recorded = store.record(late)
+        #expect(recorded.path?.hasPrefix(StoredSegment.protectedFolder + "/") == true, "\(String(describing: recorded.path))")
+    }
 }

@@ -117,7 +117,7 @@ import Testing
 
     /// It gives up at the deadline, not before; a connect that never gave up would hang the test
     /// until its time limit. (How soon after the deadline depends on the machine's load: not asserted.)
-    @Test(.timeLimit(.minutes(1))) func aServerThatNeverAnswersTimesOutAtTheDeadline() async throws {
+    @Test(.timeLimit(.minutes(10))) func aServerThatNeverAnswersTimesOutAtTheDeadline() async throws {
         let silent = try await CannedHTTPServer(response: nil)
         let started = ContinuousClock.now
         #expect(await connectFailure(options(port: silent.port, deadline: .milliseconds(500))) == .timedOut(.milliseconds(500)))

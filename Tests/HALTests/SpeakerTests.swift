@@ -202,7 +202,7 @@ final class FakeSink: AudioSink, @unchecked Sendable {
 }
 
 
-@Suite(.timeLimit(.minutes(1))) struct SpeakerTests {
+@Suite(.timeLimit(.minutes(10))) struct SpeakerTests {
     let logger = Logger(label: "speaker-tests")
 
     @Test func anUrgentMessageCutsOffWhatIsPlayingAndPlaysNext() async throws {

@@ -18,6 +18,10 @@ import TestSupport
         var gps: [GPSPoint]?
     }
 
+    /// How long a step may take before the test calls it hung. Each wait ends on its event; with
+    /// every suite's agents and servers on two cores, a 2-s segment has taken over a minute.
+    static let patience = Duration.seconds(300)
+
     static func lines(_ agent: Spawned) -> [Line] {
         agent.stdout.split(separator: "\n").compactMap { try? JSONDecoder().decode(Line.self, from: Data($0.utf8)) }
     }
@@ -54,7 +58,7 @@ import TestSupport
             defer { _ = agent.stop() }
 
             // Segments whose every second had the fix.
-            #expect(await agent.wait(for: .seconds(90)) { spawned in
+            #expect(await agent.wait(for: Self.patience) { spawned in
                 Self.lines(spawned).filter { ($0.gps ?? []).count >= 2 && ($0.gps ?? []).allSatisfy(\.hasPosition) }.count >= 2
             }, "\(agent.stderr.split(separator: "\n").filter { $0.contains("gps") }.joined(separator: "\n")) \(agent.stdout.suffix(1500)) gpsd: \(gpsd.process?.stderr ?? "")")
             #expect(agent.stderr.contains("gps: connected to gpsd 3."), "\(agent.stderr.suffix(2000))")
@@ -90,7 +94,7 @@ import TestSupport
             // (Each step looks only at the segments closed after its change.)
             let beforeBlind = Self.lines(agent).count
             gpsd.sky.withLock { $0.fix = false }
-            let blindSeen = await agent.wait(for: .seconds(60)) { spawned in
+            let blindSeen = await agent.wait(for: Self.patience) { spawned in
                 Self.lines(spawned).dropFirst(beforeBlind).contains { ($0.gps ?? []).count >= 2 && ($0.gps ?? []).allSatisfy { $0.mode < 2 && $0.lat == nil } }
             }
             #expect(blindSeen, "\(agent.stdout.suffix(2000))")
@@ -105,19 +109,19 @@ import TestSupport
             // gpsd goes away: status says so, segments carry an empty track; it comes back: connected again.
             let beforeKill = Self.lines(agent).count
             gpsd.kill()
-            #expect(await agent.wait(for: .seconds(60)) { _ in
+            #expect(await agent.wait(for: Self.patience) { _ in
                 (try? JSONDecoder().decode(AgentStatus.self, from: Data((Command.execute(RecordCommandTests.agent,
                     ["status", "--json", "--socket", files.path("status.sock")]).stdout).utf8)))?.gps?.state == "disconnected"
             })
-            let emptyTrack = await agent.wait(for: .seconds(60)) { spawned in Self.lines(spawned).dropFirst(beforeKill).contains { $0.gps == [] } }
+            let emptyTrack = await agent.wait(for: Self.patience) { spawned in Self.lines(spawned).dropFirst(beforeKill).contains { $0.gps == [] } }
             #expect(emptyTrack, "a segment with an empty track while gpsd is away: \(agent.stdout.suffix(1000))")
             #expect(agent.stderr.contains("gps: no gpsd at 127.0.0.1:\(gpsd.port)"), "\(agent.stderr.suffix(2000))")
             gpsd.sky.withLock { $0.fix = true }
             try gpsd.start()
-            #expect(await agent.wait(for: .seconds(90)) { spawned in spawned.stderr.split(separator: "\n").filter { $0.contains("gps: connected to gpsd") }.count >= 2 },
+            #expect(await agent.wait(for: Self.patience) { spawned in spawned.stderr.split(separator: "\n").filter { $0.contains("gps: connected to gpsd") }.count >= 2 },
                     "\(agent.stderr.suffix(2000))")
             let beforeReturn = Self.lines(agent).count
-            let positionsAgain = await agent.wait(for: .seconds(60)) { spawned in
+            let positionsAgain = await agent.wait(for: Self.patience) { spawned in
                 Self.lines(spawned).dropFirst(beforeReturn).contains { ($0.gps ?? []).contains(where: \.hasPosition) }
             }
             #expect(positionsAgain, "positions again after gpsd came back")

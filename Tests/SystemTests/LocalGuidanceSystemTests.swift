@@ -138,8 +138,11 @@ import TestSupport
             let nearest = candidates.min { abs($0.value - count) < abs($1.value - count) }!
             return abs(nearest.value - count) * 200 <= nearest.value ? nearest.key : "cut off (\(count) samples)"
         }
-        // The first warning comes with the news that the device now warns by itself.
-        #expect(heard.filter { $0.hasPrefix("local") } == ["local+too_dark"], "heard \(heard); candidates \(candidates)")
+        // The first warning comes with the news that the device now warns by itself: one
+        // utterance, or two in a row when a busy machine spoke the news before the warning came.
+        let news = heard.indices.filter { heard[$0].hasPrefix("local") }
+        #expect(news.count == 1 && news.allSatisfy { heard[$0] == "local+too_dark" || (heard[$0] == "local" && heard.dropFirst($0 + 1).first == "too_dark") },
+                "heard \(heard); candidates \(candidates)")
         let darkWarnings = heard.filter { $0.hasSuffix("too_dark") }.count
         #expect(darkWarnings >= 2 && darkWarnings <= warnings, "heard \(heard); candidates \(candidates)")
     }

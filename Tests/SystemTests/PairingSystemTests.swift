@@ -55,10 +55,14 @@ import TestSupport
         #expect((started.json["verification_uri"] as? String)?.hasSuffix("/pair") == true)
 
         let grant = ["client_id": "dashcam-agent", "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": deviceCode]
+        let polled = ContinuousClock.now
         let first = try await Self.post(server.port, "/oauth/token", grant)
         #expect(first.status == 400 && first.json["error"] as? String == "authorization_pending")
         let tooSoon = try await Self.post(server.port, "/oauth/token", grant)
-        #expect(tooSoon.status == 400 && tooSoon.json["error"] as? String == "slow_down")
+        // Within the 5-s interval the server must say slow down; a machine so busy that the two
+        // polls were further apart may be told pending again.
+        let allowed = ContinuousClock.now - polled < .seconds(5) ? ["slow_down"] : ["slow_down", "authorization_pending"]
+        #expect(tooSoon.status == 400 && allowed.contains(tooSoon.json["error"] as? String ?? ""), "\(tooSoon.json)")
 
         // The owner's side: an account, the code typed, approved (the web page does this).
         let store = try await SQLitePairingStore.open(path: ledgerPath, logger: Logger(label: "owner-side"))

@@ -27,7 +27,10 @@ import Testing
         #expect(status.uplink.state == "connected")
         #expect(status.uplink.sent >= 1)
         #expect(status.camera.source == "test-pattern" && status.camera.segments >= 1)
-        #expect(status.lastGuidance?.text == "slow down")
+        // The script answers "slow down", then clear, in turn: on a busy machine the next
+        // segment's answer may have come before this request.
+        let last = try #require(status.lastGuidance, "\(json.stdout)")
+        #expect(last.seq == 0 ? last.text == "slow down" && !last.clear : last.text == "slow down" || last.clear, "\(last)")
         #expect(status.speech.output == "wav:\(files.path("speech"))")
         #expect(status.usageKnown && status.remainingSeconds == nil)
 

@@ -91,7 +91,11 @@ public final class RecordingStore: Sendable {
     /// or it is a parked car's clip).
     public func record(_ segment: Segment) -> Recorded {
         let start = segment.metadata.capturedAt
-        let length = Double(segment.metadata.durationMs) / 1000
+        // The time its slots cover from `capturedAt`, dropped frames included: a segment whose
+        // first frames were dropped holds a shorter video (`durationMs`) but still covers its
+        // slots' time, and a `protect` over its end keeps it.
+        let slots = segment.metadata.frames + segment.metadata.droppedFrames
+        let length = Double(slots) / Double(max(1, segment.metadata.fps))
         // Under the lock: what makes room for it, and where it goes.
         let (path, deleted) = state.withLock { state in
             defer { counts.withLock { $0 = Self.usage(of: state.index) } }

@@ -29,8 +29,20 @@ public final class TestPatternSource: FrameSource {
         return format
     }
 
+    /// Frames a `realtime` pattern holds for a late reader, as a camera's capture buffers do.
+    public static let heldFrames: UInt64 = 4
+
     public func nextFrame() throws -> Frame? {
         let period = 1_000_000_000 / UInt64(format.fps)
+        if realtime {
+            // A camera goes on at its rate whoever reads it: a reader more than its buffers behind
+            // finds only the newest few, and the frames between are lost (a sequence gap, counted
+            // as dropped), as a V4L2 driver drops a frame that has no free buffer. Without this a
+            // slow machine got every frame, later and later, and the frames' times fell behind
+            // the wall clock's.
+            let now = MonotonicClock.now(), due = now > start ? (now - start) / period : 0
+            if due > index + Self.heldFrames { index = due - Self.heldFrames }
+        }
         let timestamp = start + index * period
         if realtime { MonotonicClock.sleep(until: timestamp) }
         draw(frame: Int(index))
