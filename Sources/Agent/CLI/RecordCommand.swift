@@ -34,6 +34,7 @@ struct RecordCommand: AsyncParsableCommand {
     var settings: [String] = []
 
     func run() async throws {
+        HeapPolicy.mapBuffers(from: 256 << 10)
         do {
             try await record()
         } catch let exit as ExitCode {

@@ -75,4 +75,8 @@ static inline uint32_t dashcam_rta_align(uint32_t len) { return RTA_ALIGN(len); 
 static const uint32_t dashcam_RTA_HDRLEN = RTA_LENGTH(0);
 static inline uint32_t dashcam_rtnh_align(uint32_t len) { return RTNH_ALIGN(len); }
 
+// glibc's heap: M_MMAP_THRESHOLD is a macro.
+#include <malloc.h>
+static inline int dashcam_set_mmap_threshold(int bytes) { return mallopt(M_MMAP_THRESHOLD, bytes); }
+
 #endif
