@@ -309,7 +309,7 @@ extension AgentConfig {
             "Wait before reopening a lost camera, in ms: starts at min, grows to at most max."),
         .choice(
             "camera.pace", \.camera.pace,
-            "For `test-pattern` and `file`: `realtime` paces frames at fps, `fast` sends them as fast as they are taken."),
+            "For `test-pattern` and `file`: `realtime` paces frames at fps (a test pattern read late loses frames, as a camera does), `fast` sends them as fast as they are taken."),
         .list(
             "encoder.preference", \.encoder.preference,
             "FFmpeg encoders of the recording (the evidence stream), tried in order; the first that opens is used. HEVC and H.264 with two streams (uplink.video); with one, only the HEVC ones are tried, since that stream also goes to the server."),

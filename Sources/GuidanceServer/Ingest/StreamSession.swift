@@ -270,8 +270,8 @@ public struct StreamSession: Sendable {
                 // Its ack was lost with an earlier connection: acknowledge it again, and only that.
                 metrics.ledger(.duplicate)
                 metrics.resent()
-                try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
                 logger.info("segment \(header.seq) re-sent, acknowledged again", metadata: ["device": "\(device)", "stream": "\(charge.stream)"])
+                try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
                 return true
             case .alreadyCharged:
                 metrics.ledger(.duplicate)
@@ -294,9 +294,11 @@ public struct StreamSession: Sendable {
             try? await outbound.close(.unexpectedServerError, reason: "usage ledger unavailable")
             return false
         }
+        // Logged before the car hears it: a server killed between the two has a log that names
+        // every segment a car was told it holds (the ledger already does).
+        logger.info("segment \(header.seq) verified", metadata: ["device": "\(device)", "bytes": "\(segment.data.count)"])
         try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
         metrics.acknowledged(after: ContinuousClock.now - arrived)
-        logger.info("segment \(header.seq) verified", metadata: ["device": "\(device)", "bytes": "\(segment.data.count)"])
         if let folder = settings.keepDir {
             let file = URL(fileURLWithPath: folder).appendingPathComponent(Self.keptName(device: device, stream: charge.stream, seq: header.seq))
             do {
