@@ -82,7 +82,11 @@ import TestSupport
         let parked = try status()
         #expect(parked.parking?.mode == "parked" && parked.parking?.ignition == "off", "\(String(describing: parked.parking))")
         #expect(await agent.wait(for: .seconds(30)) { _ in (try? status().uplink.state) == "parked" })
-        let lines = { (spawned: Spawned) in spawned.stdout.split(separator: "\n").map(String.init) }
+        // Whole lines only: stdout may be read while a line is half written.
+        let lines = { (spawned: Spawned) -> [String] in
+            let out = spawned.stdout
+            return out.split(separator: "\n", omittingEmptySubsequences: false).dropLast().filter { !$0.isEmpty }.map(String.init)
+        }
         // Parked, the driving segments are all closed; the last one's line may still be on its way.
         let lastSeq = try #require(try status().recording?.lastSeq)
         #expect(await agent.wait(for: .seconds(30)) { lines($0).contains { $0.contains("\"seq\":\(lastSeq),") } }, "\(agent.stdout)")
@@ -94,7 +98,7 @@ import TestSupport
         if endedWhole { print("parking came just as segment \(lastSeq) ended: no segment was in progress") }
 
         // Motion in the view, 8 s after parking: one clip, protected, with 3 s before the motion.
-        #expect(await agent.wait(for: .seconds(120)) { $0.stdout.contains("\"parking\":{") }, "\(agent.stderr.suffix(3000))")
+        #expect(await agent.wait(for: .seconds(120)) { lines($0).contains { $0.contains("\"parking\":{") } }, "\(agent.stderr.suffix(3000))")
         let clipLine = try #require(lines(agent).first { $0.contains("\"parking\":{") })
         let clip = try JSONDecoder().decode(SegmentLine.self, from: Data(clipLine.utf8))
         #expect(clip.parking?.trigger == "motion", "\(clipLine)")
