@@ -45,7 +45,7 @@ import TestSupport
         try await standIn.serve { url in
             let serverFolder = files.folder.appendingPathComponent("server")
             let server = try await ServerProcess(analyzer: [
-                "kind": "gemini", "endpoint": "\(url)/v1beta", "apiKeyFile": try HostedModelServerTests.keyFile(in: serverFolder),
+                "kind": "gemini", "endpoint": "\(url)/v1beta", "apiKeyFile": try HostedModelServerTests.keyFile(in: serverFolder), "timeoutMs": "60000",
             ], folder: serverFolder)
             defer { server.stop() }
             try files.write("token", "good-token\n", mode: 0o600)

@@ -6,7 +6,9 @@ import Testing
 
 /// The running agent: `protect` over its control socket, and SIGHUP.
 @Suite(.serialized) struct ProtectAndReloadTests {
-    func lines(_ agent: Spawned) -> Int { agent.stdout.split(separator: "\n").count }
+    /// The whole lines the agent has written (stdout may be read while one is half written).
+    func wholeLines(_ agent: Spawned) -> [Substring] { agent.stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast() }
+    func lines(_ agent: Spawned) -> Int { wholeLines(agent).count }
 
     func agentCommand(_ arguments: [String], _ loop: LoopFiles) async throws -> Command.Result {
         try await Command.executeAsync(RecordCommandTests.agent, arguments + ["--socket", loop.path("status.sock")])
@@ -91,7 +93,7 @@ import Testing
         // Still recording, at the frame rate it started with.
         let before = lines(agent)
         #expect(await agent.wait(for: .seconds(30)) { self.lines($0) >= before + 2 }, "\(agent.stderr)")
-        #expect(agent.stdout.split(separator: "\n").last?.contains("\"fps\":10") == true)
+        #expect(wholeLines(agent).last?.contains("\"fps\":10") == true)
         #expect(agent.stop() == 0, "\(agent.stderr)")
     }
 }
