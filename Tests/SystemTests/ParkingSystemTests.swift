@@ -82,11 +82,7 @@ import TestSupport
         let parked = try status()
         #expect(parked.parking?.mode == "parked" && parked.parking?.ignition == "off", "\(String(describing: parked.parking))")
         #expect(await agent.wait(for: .seconds(30)) { _ in (try? status().uplink.state) == "parked" })
-        // Whole lines only: stdout may be read while a line is half written.
-        let lines = { (spawned: Spawned) -> [String] in
-            let out = spawned.stdout
-            return out.split(separator: "\n", omittingEmptySubsequences: false).dropLast().filter { !$0.isEmpty }.map(String.init)
-        }
+        let lines = { (spawned: Spawned) in spawned.wholeLines.filter { !$0.isEmpty } }
         // Parked, the driving segments are all closed; the last one's line may still be on its way.
         let lastSeq = try #require(try status().recording?.lastSeq)
         #expect(await agent.wait(for: .seconds(30)) { lines($0).contains { $0.contains("\"seq\":\(lastSeq),") } }, "\(agent.stdout)")

@@ -6,9 +6,7 @@ import Testing
 
 /// The running agent: `protect` over its control socket, and SIGHUP.
 @Suite(.serialized) struct ProtectAndReloadTests {
-    /// The whole lines the agent has written (stdout may be read while one is half written).
-    func wholeLines(_ agent: Spawned) -> [Substring] { agent.stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast() }
-    func lines(_ agent: Spawned) -> Int { wholeLines(agent).count }
+    func lines(_ agent: Spawned) -> Int { agent.wholeLines.count }
 
     func agentCommand(_ arguments: [String], _ loop: LoopFiles) async throws -> Command.Result {
         try await Command.executeAsync(RecordCommandTests.agent, arguments + ["--socket", loop.path("status.sock")])
@@ -93,7 +91,7 @@ import Testing
         // Still recording, at the frame rate it started with.
         let before = lines(agent)
         #expect(await agent.wait(for: .seconds(30)) { self.lines($0) >= before + 2 }, "\(agent.stderr)")
-        #expect(wholeLines(agent).last?.contains("\"fps\":10") == true)
+        #expect(agent.wholeLines.last?.contains("\"fps\":10") == true)
         #expect(agent.stop() == 0, "\(agent.stderr)")
     }
 }

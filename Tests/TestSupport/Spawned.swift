@@ -43,6 +43,10 @@ public final class Spawned {
     public var pid: Int32 { process.processIdentifier }
     public var stdout: String { (try? String(contentsOf: stdoutFile, encoding: .utf8)) ?? "" }
     public var stderr: String { (try? String(contentsOf: stderrFile, encoding: .utf8)) ?? "" }
+    /// The lines of stdout written whole: a read may come while the last one is half written.
+    public var wholeLines: [String] {
+        stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+    }
 
     /// Polls `condition` every 10 ms; false if `timeout` passes first.
     /// Sleeps between polls without holding one of the few threads every test's tasks run on.
