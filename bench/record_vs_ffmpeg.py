@@ -25,7 +25,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from packaged_agent import build_agent, run_measured
 
 CASES = [
     # (label, width, height, fps, seconds of input)
@@ -34,29 +35,6 @@ CASES = [
 ]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORDER = os.path.join(REPO, "deploy", "dashcam-agent.order")
-
-
-def run_measured(argv):
-    """Runs argv to completion; returns (cpu seconds, peak RSS in MiB, wall seconds)."""
-    start = time.monotonic()
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.monotonic() - start
-    stderr = process.stderr.read().decode(errors="replace")
-    process.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"failed: {' '.join(argv)}\n{stderr}")
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, wall
-
-
-def build_agent(folder):
-    """The release binary exactly as deploy/build-deb.sh links it; returns its path."""
-    scratch = os.path.join(REPO, ".build-bench")
-    env = dict(os.environ, DEB_SCRATCH=scratch, DEB_OUT=os.path.join(folder, "deb"), DEB_COMPRESSION="none")
-    env.pop("AGENT_BIN", None)
-    subprocess.run(["bash", os.path.join(REPO, "deploy", "build-deb.sh")], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    return os.path.join(scratch, "release", "dashcam-agent")
 
 
 def make_input(folder, width, height, fps, seconds):

@@ -46,7 +46,8 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from packaged_agent import build_agent, run_measured
+
 WIDTH, HEIGHT, FPS = 1920, 1080, 30
 SMALL_WIDTH, SMALL_HEIGHT, SMALL_FPS = 640, 360, 10
 EVIDENCE_CRF, GUIDANCE_CRF = 23, 28
@@ -56,30 +57,6 @@ VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
 
 def load():
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def run_measured(argv, stdout_path):
-    """Runs argv to completion, its stdout into stdout_path; returns (cpu s, peak RSS MiB, wall s)."""
-    start = time.monotonic()
-    with open(stdout_path, "wb") as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(argv, stdout=out, stderr=err)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.monotonic() - start
-        err.seek(0)
-        stderr = err.read().decode(errors="replace")
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"failed (exit {os.waitstatus_to_exitcode(status)}): {' '.join(argv)}\n{stderr}")
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, wall
-
-
-def build_agent(folder):
-    """The release binary exactly as deploy/build-deb.sh links it; returns its path."""
-    scratch = os.path.join(REPO, ".build-bench")
-    env = dict(os.environ, DEB_SCRATCH=scratch, DEB_OUT=os.path.join(folder, "deb"), DEB_COMPRESSION="none")
-    env.pop("AGENT_BIN", None)
-    subprocess.run(["bash", os.path.join(REPO, "deploy", "build-deb.sh")], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    return os.path.join(scratch, "release", "dashcam-agent")
 
 
 def make_source(folder, seconds, synthetic):
