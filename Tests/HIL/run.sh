@@ -15,7 +15,8 @@
 #   HIL_KERNEL        a kernel version under /boot to use instead of the newest *-amd64
 #   HIL_MODULES       kernel pieces to load in the VM (default "vivid gpio-sim snd-aloop lis3dh")
 #   HIL_VM_MEMORY     guest memory (default 2G)
-#   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default 2400)
+#   HIL_VM_TIMEOUT    seconds before the whole VM run is abandoned (default: 300 for the setup
+#                     and each selected case's own bound)
 #   HIL_SKIP_INSTALL  1 = don't check/install packages (build-gpio-sim.sh: no apt-get either)
 #   HIL_ROOT          a Debian root folder to boot as the VM's userspace instead of the host's
 #                     (scripts/debian13.sh passes its Debian 13 root): the cases then run that
@@ -23,6 +24,7 @@
 #   HIL_RODIRS        with HIL_ROOT: more host folders the VM sees, read-only, at the same path
 #                     (e.g. the Swift runtime a debug build's RUNPATH names)
 #   HIL_SHIM_CHECK    the CGPIODShim check binary for case 07 (default: built here on the host)
+#   HIL_TWO_STREAMS   case 10's streams, "EVIDENCE COPY" as WxH@FPS (default "640x360@10 320x180@5")
 #
 # Per-case logs and segment files: <repo>/.build-hil/run-<time>/ (also <repo>/.build-hil/latest).
 # Ends with "N passed, N failed"; exits non-zero if any case failed or did not run.
@@ -204,15 +206,23 @@ else
 fi
 "$VNG" --help 2>/dev/null | grep -q -- '--cpus' && VNG_ARGS+=(--cpus 2)
 VM_ENV=("HIL_WORK=$WORK" "AGENT_BIN=$AGENT_BIN")
-for v in SERVER_BIN HIL_CASES HIL_MODULES HIL_CASE_TIMEOUT HIL_HANG_SECONDS HIL_VOICE_TOUCH_ROUNDS HIL_SEGMENT_SECONDS HIL_PARKING_STILL_SECONDS HIL_PARKING_SHORT; do
+for v in SERVER_BIN HIL_CASES HIL_MODULES HIL_CASE_TIMEOUT HIL_HANG_SECONDS HIL_VOICE_TOUCH_ROUNDS HIL_SEGMENT_SECONDS HIL_PARKING_STILL_SECONDS HIL_PARKING_SHORT HIL_TWO_STREAMS; do
     [ -n "${!v:-}" ] && VM_ENV+=("$v=${!v}")
 done
 VM_CMD=$(printf '%q ' env "${VM_ENV[@]}" bash "$HIL_DIR/in-vm.sh")
 
+# The whole VM's bound only catches a hang outside the cases (each case has its own): the setup's
+# 300 s and every selected case's bound, however slowly a busy host runs them.
+vm_timeout=300
+for n in "${CASES[@]}"; do
+    t=$(sed -n 's/^# hil-case-timeout: *\([0-9][0-9]*\)$/\1/p' "$HIL_DIR/cases/$n.sh" | head -1)
+    vm_timeout=$((vm_timeout + ${t:-${HIL_CASE_TIMEOUT:-240}}))
+done
+vm_timeout=${HIL_VM_TIMEOUT:-$vm_timeout}
 start=$(date +%s)
-say "booting the VM (QEMU TCG; about 20 s before the first case)"
+say "booting the VM (QEMU TCG; about 20 s before the first case; abandoned after $vm_timeout s)"
 set +e
-(cd "$WORK" && timeout -k 20 "${HIL_VM_TIMEOUT:-2400}" "$VNG" "${VNG_ARGS[@]}" --exec "$VM_CMD" \
+(cd "$WORK" && timeout -k 20 "$vm_timeout" "$VNG" "${VNG_ARGS[@]}" --exec "$VM_CMD" \
     < /dev/null 2>&1) | tee "$WORK/vm-console.log"
 vm_rc=${PIPESTATUS[0]}
 set -e

@@ -14,7 +14,8 @@
 #     played into the loop.
 # HIL_PARKING_SHORT=1 (the Debian 13 half, whose difference is libgpiod 2.x's input request)
 # watches the still view for 10 s and leaves out the brightness jump and the impact.
-# hil-case-timeout: 420
+# Its waits add up to over 900 s: the bound catches a hang, not a slow host.
+# hil-case-timeout: 900
 set -uo pipefail
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
