@@ -7,6 +7,8 @@
 #     seq, same capturedAt and monotonic start, the partner's sha256) and the evidence names it;
 #   * frames + droppedFrames fill each segment's slots in both streams: what a starved VM did not
 #     deliver is reported, not hidden (printed; the figure goes to BENCHMARKS.md, not a threshold).
+# HIL_TWO_STREAMS="640x360@10 320x180@5" (the default) sets both streams' size and rate: evidence,
+# then the copy (bench/two_streams_vm.sh tries larger ones).
 # hil-case-timeout: 360
 set -uo pipefail
 HIL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,8 +17,9 @@ source "$HIL_DIR/lib.sh"
 : "${CASE_DIR:?}" "${AGENT_BIN:?}"
 
 SEGMENTS=2
-HIL_WIDTH=640 HIL_HEIGHT=360 HIL_FPS=10
-COPY_WIDTH=320 COPY_HEIGHT=180 COPY_FPS=5
+read -r evidence copy <<< "${HIL_TWO_STREAMS:-640x360@10 320x180@5}"
+IFS='x@' read -r HIL_WIDTH HIL_HEIGHT HIL_FPS <<< "$evidence"
+IFS='x@' read -r COPY_WIDTH COPY_HEIGHT COPY_FPS <<< "$copy"
 OUT="$CASE_DIR/segments"
 CONFIG="$CASE_DIR/config.yaml"
 mkdir -p "$OUT"
@@ -53,16 +56,16 @@ for s in "${segs[@]}"; do
     else hil_fail "$s valid (see checks above)"; fi
 done
 
-if python3 - "$CASE_DIR/agent.jsonl" "$HIL_FPS" "$COPY_FPS" "$HIL_SEGMENT_SECONDS" "$SEGMENTS" <<'PY'
+if python3 - "$CASE_DIR/agent.jsonl" "$HIL_FPS" "$COPY_FPS" "$HIL_SEGMENT_SECONDS" "$SEGMENTS" "$HIL_WIDTH" "$COPY_WIDTH" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-fps, copy_fps, seconds, count = (int(x) for x in sys.argv[2:6])
+fps, copy_fps, seconds, count, width, copy_width = (int(x) for x in sys.argv[2:8])
 evidence = [l for l in lines if l.get("stream") == "evidence"]
 copies = {l["seq"]: l for l in lines if l.get("stream") == "guidance"}
 assert len(evidence) == count and len(copies) == count, (len(evidence), len(copies))
 for e in evidence:
     c = copies[e["seq"]]
-    assert e["codec"] == "h264" and e["width"] == 640 and c["codec"] == "hevc" and c["width"] == 320, (e, c)
+    assert e["codec"] == "h264" and e["width"] == width and c["codec"] == "hevc" and c["width"] == copy_width, (e, c)
     assert "file" in e and "file" not in c, (e, c)
     assert e["capturedAt"] == c["capturedAt"] and e["captureStartMonotonicNs"] == c["captureStartMonotonicNs"], (e, c)
     assert e["partner"]["sha256"] == c["sha256"] and c["partner"]["sha256"] == e["sha256"], (e, c)
