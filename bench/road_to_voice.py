@@ -21,6 +21,7 @@ offline.repeatMs is not warned about again, so it is counted apart, not measured
 
     swift build -c release          # every product: the agent, the server, libRoadVision.so
     python3 bench/road_to_voice.py [--cycles 8] [--bin .build/release] [--only pedestrian,dark,server]
+    python3 bench/road_to_voice.py --camera 1920x1080     # two streams: both guidances on the copy
 """
 import argparse
 import datetime
@@ -42,6 +43,7 @@ LEAD_SECONDS = 20
 QUIET_SECONDS = 10
 EVENT_SECONDS = 10
 SEGMENT_SECONDS = 5
+GUIDANCE_SIZE = "640x360"
 
 
 def percentile(values, p):
@@ -49,17 +51,18 @@ def percentile(values, p):
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def footage(folder, kind, cycles):
-    """20 s of testsrc2, cycles x (10 s of testsrc2, 10 s of the change) at 640x360, 10 fps, then 10 s
-    of testsrc2."""
+def footage(folder, kind, cycles, size):
+    """20 s of testsrc2, cycles x (10 s of testsrc2, 10 s of the change) at SIZE (WxH), 10 fps, then
+    10 s of testsrc2."""
     path = os.path.join(folder, f"{kind}.mkv")
-    quiet = ["-f", "lavfi", "-i", "testsrc2=size=640x360:rate=10"]
+    width, height = size.split("x")
+    quiet = ["-f", "lavfi", "-i", f"testsrc2=size={size}:rate=10"]
     if kind == "dark":
-        change = ["-f", "lavfi", "-i", "color=c=0x101010:size=640x360:rate=10"]
+        change = ["-f", "lavfi", "-i", f"color=c=0x101010:size={size}:rate=10"]
         change_filter = "noise=alls=8:allf=t,format=yuv420p"
     else:
         change = ["-stream_loop", "-1", "-i", VTEST]
-        change_filter = "scale=640:360,fps=10,format=yuv420p"
+        change_filter = f"scale={width}:{height},fps=10,format=yuv420p"
     parts = [f"[0:v]trim=start=0:duration={LEAD_SECONDS},setpts=PTS-STARTPTS,format=yuv420p[lead]"]
     inputs = ["[lead]"]
     for i in range(cycles):
@@ -87,22 +90,28 @@ def write(path, text, mode=0o644):
     return path
 
 
-def agent_config(folder, video, url, local):
+def agent_config(folder, video, url, local, size):
+    """One stream at 640x360 (the camera's size); at any other size two: evidence at the camera's
+    size in H.264, and the 640x360 guidance copy (uplink.video) that local guidance and the server
+    look at."""
+    width, height = size.split("x")
+    two_streams = size != GUIDANCE_SIZE
+    copy = f"  video:\n    width: 640\n    height: 360\n    fps: 10\n" if two_streams else ""
     return write(os.path.join(folder, "agent.yaml"), f"""camera:
   source: file
   file: {video}
-  width: 640
-  height: 360
+  width: {width}
+  height: {height}
   fps: 10
 encoder:
-  preference: [libx265]
+  preference: [{"libx264" if two_streams else "libx265"}]
 recording:
   dir: {folder}/segments
 uplink:
   url: {url}
   allowInsecure: true
   tokenFile: {folder}/token
-speech:
+{copy}speech:
   sink: wav:{folder}/speech
 haptics:
   required: false
@@ -133,9 +142,9 @@ def utterance_starts(folder):
     return sorted(starts)
 
 
-def run(case, binaries, cycles, keep):
+def run(case, binaries, cycles, keep, size):
     folder = tempfile.mkdtemp(prefix=f"road-to-voice-{case}-")
-    video = footage(folder, "dark" if case == "dark" else "people", cycles)
+    video = footage(folder, "dark" if case == "dark" else "people", cycles, size)
     write(os.path.join(folder, "token"), TOKEN + "\n", 0o600)
     server = None
     if case == "server":
@@ -154,7 +163,7 @@ def run(case, binaries, cycles, keep):
     else:
         # Nothing listens there: local guidance starts 1 s after the agent does.
         url = f"ws://127.0.0.1:{free_port()}/v1/stream"
-    config = agent_config(folder, video, url, local=case != "server")
+    config = agent_config(folder, video, url, local=case != "server", size=size)
     with open(os.path.join(folder, "agent.out"), "w") as out, open(os.path.join(folder, "agent.err"), "w") as err:
         agent = subprocess.run([os.path.join(binaries, "dashcam-agent"), "record", "--config", config], stdout=out, stderr=err)
     if server:
@@ -206,16 +215,20 @@ def main():
     parser.add_argument("--cycles", type=int, default=8)
     parser.add_argument("--only", default="pedestrian,dark,server")
     parser.add_argument("--keep", action="store_true", help="keep each run's folder")
+    parser.add_argument("--camera", default=GUIDANCE_SIZE,
+                        help="the camera's WxH; other than 640x360, two streams: H.264 evidence at this size, "
+                             "the 640x360 HEVC guidance copy that both kinds of guidance look at")
     args = parser.parse_args()
     if not os.path.exists(VTEST):
         sys.exit(f"needs {VTEST} (apt-get install opencv-doc)")
     if shutil.which("soxi") is None:
         sys.exit("needs soxi (apt-get install sox)")
     binaries = os.path.abspath(args.bin)
-    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start; {args.cycles} changes per case")
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start; {args.cycles} changes per case; "
+          f"camera {args.camera}" + ("" if args.camera == GUIDANCE_SIZE else f", guidance copy {GUIDANCE_SIZE}"))
     rows = []
     for case in args.only.split(","):
-        delays, false_alarms, suppressed = run(case, binaries, args.cycles, args.keep)
+        delays, false_alarms, suppressed = run(case, binaries, args.cycles, args.keep, args.camera)
         print(f"{case}: " + " ".join(f"{d:.0f}" for d in delays) + f" ms; {false_alarms} spoken in quiet phases"
               f" ({suppressed} changes not measured: a warning within offline.repeatMs before them)")
         if delays:
