@@ -50,7 +50,7 @@ stop_tree() {
     kill -TERM "$1" 2>/dev/null || true
 }
 stop_roots() { [ -z "$ROOTS_PID" ] || stop_tree "$ROOTS_PID"; }
-trap stop_roots EXIT
+trap 'stop_roots; stop_idle' EXIT
 # Waited for before the first step that boots a VM or uses a root. The Swift tests and the release
 # build run beside the downloads: no test depends on the machine's pace (scripts/stress-tests.sh).
 wait_roots() {
@@ -69,6 +69,37 @@ fi
 step "Debian 12: resolve dependencies (Package.resolved)" swift package resolve "${RESOLVED_FLAGS[@]}"
 step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
 step "Debian 12: swift build --build-tests" swift build --build-tests "${DEBUG_BUILD_FLAGS[@]}"
+
+# The release builds run beside the steps before the ones that need them, in the idle scheduling
+# class: they get only the CPU the tests and the VMs leave, and give it back the moment those want
+# it. (SCHED_IDLE, which the compilers SwiftPM starts keep; a `nice` value they do not.) Debian
+# 12's beside the Swift tests, Debian 13's beside the Debian 12 VMs.
+IDLE_PIDS=()
+# idle_start VAR LOG CMD...: CMD in the background in the idle class, its output in LOG, its PID
+# in VAR.
+idle_start() {
+    local var=$1 log=$2; shift 2
+    echo "started beside the next steps, in the idle class: $* (log: $log)" >&2
+    chrt --idle 0 "$@" > "$log" 2>&1 < /dev/null &
+    printf -v "$var" %s "$!"
+    IDLE_PIDS+=("$!")
+}
+# idle_wait PID LOG: waits for it; when it failed, prints the end of its log and fails.
+idle_wait() {
+    if wait "$1"; then grep -A20 '^=== .*passed; times:' "$2" >&2 || true; return 0; fi
+    echo "failed; the end of $2:" >&2
+    tail -40 "$2" >&2
+    return 1
+}
+stop_idle() { local pid; for pid in "${IDLE_PIDS[@]}"; do stop_tree "$pid"; done; }
+RELEASE12_PID=
+if [ "${PACKAGE:-1}" != 0 ]; then
+    mkdir -p .build-release
+    rm -f .build-release/deb.path
+    idle_start RELEASE12_PID .build-release/build.log env DEB_SCRATCH="$PWD/.build-release" DEB_OUT="$PWD/.build-release/deb" \
+        bash -c 'start=$SECONDS; bash deploy/build-deb.sh > .build-release/deb.path && echo "=== Debian 12 release .deb passed; times:" >&2 && echo "  built in $((SECONDS - start)) s" >&2'
+fi
+
 for target in "${TEST_TARGETS[@]}"; do
     step "Debian 12: swift test $target" swift_tests "$target"
 done
@@ -86,15 +117,20 @@ step "Debian 12: owners' pages in a real browser" bash -c 'bash Tests/Browser/in
 # The package as shipped: a release build with the static Swift stdlib, listed by dpkg-deb and
 # checked by lintian (no error, no warning that is not overridden with a reason).
 if [ "${PACKAGE:-1}" != 0 ]; then
-    mkdir -p .build-release
-    step "Debian 12: release .deb" env DEB_SCRATCH="$PWD/.build-release" DEB_OUT="$PWD/.build-release/deb" \
-        bash deploy/build-deb.sh > .build-release/deb.path
+    step "Debian 12: release .deb (built beside the tests; the wait)" idle_wait "$RELEASE12_PID" .build-release/build.log
     step "Debian 12: dpkg-deb, lintian" bash deploy/check-deb.sh "$(cat .build-release/deb.path)"
 else
     echo "PACKAGE=0: release package skipped"
 fi
 
 step "roots and VM parts: made beside the build and tests (wait)" wait_roots
+
+RELEASE13_PID=
+if [ "${DEBIAN13:-1}" != 0 ] && [ "${PACKAGE:-1}" != 0 ]; then
+    mkdir -p .build-debian13
+    rm -f .build-debian13/deb.path
+    idle_start RELEASE13_PID .build-debian13/release-beside.log bash scripts/debian13.sh release_build
+fi
 
 # The agent the package ships (the release build; the debug one with PACKAGE=0), with the debug
 # build's guidance-server for case 30.
@@ -115,7 +151,10 @@ fi
 
 # Debian 13: its own root, libraries, lintian and VM userspace; the same steps (see the script).
 if [ "${DEBIAN13:-1}" != 0 ]; then
-    step "Debian 13: all of the above" bash scripts/debian13.sh test
+    if [ -n "$RELEASE13_PID" ]; then
+        step "Debian 13: release .deb (built beside the Debian 12 VMs; the wait)" idle_wait "$RELEASE13_PID" .build-debian13/release-beside.log
+    fi
+    step "Debian 13: all of the above" env DEBIAN13_RELEASE_BUILT="$([ -n "$RELEASE13_PID" ] && echo 1 || echo 0)" bash scripts/debian13.sh test
 else
     echo "DEBIAN13=0: Debian 13 skipped"
 fi
