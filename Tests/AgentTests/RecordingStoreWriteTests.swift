@@ -68,7 +68,7 @@ import Testing
         let start = Date(timeIntervalSince1970: 1_795_000_000)
         // The last second of the segment that starts at `start`, asked before it is written.
         let range = start.addingTimeInterval(4)...start.addingTimeInterval(4.5)
-        let asked = try store.protect(.time(range), now: start)
+        let asked = try store.protect(.time(range))
         #expect(asked.pendingUntilMs != nil)
 
         // Its first 20 of 50 frames were dropped: 3 s of video, 5 s of slots.
@@ -79,5 +79,24 @@ import Testing
         late.metadata.complete = false
         let recorded = store.record(late)
         #expect(recorded.path?.hasPrefix(StoredSegment.protectedFolder + "/") == true, "\(String(describing: recorded.path))")
+    }
+
+    /// `protect --last 10s` on a busy device: the encoder is 20 s behind the camera, and the
+    /// request is answered later than it was made. Nothing of its range is written yet; the
+    /// segments that cover it are kept as they are written, and the one after it is not.
+    @Test func aRangeAskedWhileTheRecordingIsBehindKeepsTheSegmentsStillToCome() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("store-write-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = try RecordingStore(
+            directory: root.path, retention: Retention(maxBytes: nil, protectedMaxBytes: 1 << 30, minFreeBytes: 0), segmentSeconds: 5)
+        let start = Date(timeIntervalSince1970: 1_795_000_000)
+        // Written so far: the segment of 0–5 s. The request covers 20–29 s.
+        _ = store.record(segment(seq: 0, at: start))
+        let asked = try store.protect(.time(start.addingTimeInterval(20)...start.addingTimeInterval(29)))
+        #expect(asked.protected.isEmpty && asked.pendingUntilMs == SegmentSelection.ms(start.addingTimeInterval(29)))
+
+        let paths = (1...6).map { store.record(segment(seq: $0, at: start.addingTimeInterval(Double($0) * 5))).path ?? "" }
+        let kept = paths.map { $0.hasPrefix(StoredSegment.protectedFolder + "/") }
+        #expect(kept == [false, false, false, true, true, false], "\(paths)")
     }
 }

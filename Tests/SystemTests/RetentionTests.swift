@@ -93,11 +93,11 @@ import Testing
         #expect(files(under: root).contains("2026-11-22/000001-20261122T080005.000Z.mp4"), "the earlier run's segment 1 stays")
 
         // 09:00:58–09:01:02 overlaps the segment from 09:01:00 only (09:00:05 ended at 09:00:10).
-        let byTime = try store.protect(try SegmentSelection.parse("2026-11-23T09:00:58Z..2026-11-23T09:01:02Z"), now: try date("20261123T091000"))
+        let byTime = try store.protect(try SegmentSelection.parse("2026-11-23T09:00:58Z..2026-11-23T09:01:02Z"))
         #expect(byTime.protected == ["protected/2026-11-23/000002-20261123T090100.000Z.mp4"] && byTime.pendingUntilMs == nil)
 
         // A range reaching past the newest segment keeps what is still to come, until its end.
-        let ahead = try store.protect(.time(try date("20261123T090108")...date("20261123T090112")), now: try date("20261123T090109"))
+        let ahead = try store.protect(.time(try date("20261123T090108")...date("20261123T090112")))
         #expect(ahead.protected == ["protected/2026-11-23/000003-20261123T090105.000Z.mp4"] && ahead.pendingUntilMs != nil)
         #expect(store.record(try segment(seq: 4, at: "20261123T090110.000Z", bytes: 100)).path == "protected/2026-11-23/000004-20261123T090110.000Z.mp4")
         #expect(store.record(try segment(seq: 5, at: "20261123T090115.000Z", bytes: 100)).path == "2026-11-23/000005-20261123T090115.000Z.mp4")

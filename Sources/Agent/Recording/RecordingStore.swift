@@ -190,7 +190,7 @@ public final class RecordingStore: Sendable {
     /// Moves the selected segments into `protected/`, then applies the protected cap to the
     /// segments protected before: a request never deletes what it keeps. When the request alone
     /// is more than the cap, its newest segments are kept and the oldest stay in the loop.
-    public func protect(_ selection: SegmentSelection, now: Date = .now) throws(OutputError) -> Protection {
+    public func protect(_ selection: SegmentSelection) throws(OutputError) -> Protection {
         try state.withLock { state throws(OutputError) in
             defer { counts.withLock { $0 = Self.usage(of: state.index) } }
             let stored = state.index
@@ -203,8 +203,13 @@ public final class RecordingStore: Sendable {
                 chosen = stored.reversed().filter { range.contains($0.seq) && seen.insert($0.seq).inserted }
             case .time(let range):
                 chosen = stored.filter { SegmentSelection.overlaps(range, start: $0.capturedAt, length: Double(segmentSeconds)) }
+                // What the range reaches past the newest segment written is still to come: being
+                // encoded, or not yet captured. However late the request is answered (a busy
+                // device), or however far the encoder is behind the camera, it is kept as it is
+                // written; a range that no segment reaches is dropped when the next one starts
+                // past it.
                 let newestEnd = stored.last.map { $0.capturedAt.addingTimeInterval(Double(segmentSeconds)) } ?? .distantPast
-                if range.upperBound >= max(newestEnd, now.addingTimeInterval(-Double(segmentSeconds))) {
+                if range.upperBound > newestEnd {
                     state.pending.append(range)
                     result.pendingUntilMs = SegmentSelection.ms(range.upperBound)
                 }
