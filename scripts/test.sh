@@ -50,6 +50,9 @@ stop_tree() {
     kill -TERM "$1" 2>/dev/null || true
 }
 stop_roots() { [ -z "$ROOTS_PID" ] || stop_tree "$ROOTS_PID"; }
+# And the builds started in the background in the idle class (below).
+IDLE_PIDS=()
+stop_idle() { local pid; for pid in "${IDLE_PIDS[@]}"; do stop_tree "$pid"; done; }
 trap 'stop_roots; stop_idle' EXIT
 # Waited for before the first step that boots a VM or uses a root. The Swift tests and the release
 # build run beside the downloads: no test depends on the machine's pace (scripts/stress-tests.sh).
@@ -70,36 +73,6 @@ step "Debian 12: resolve dependencies (Package.resolved)" swift package resolve 
 step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
 step "Debian 12: swift build --build-tests" swift build --build-tests "${DEBUG_BUILD_FLAGS[@]}"
 
-# The release builds run beside the steps before the ones that need them, in the idle scheduling
-# class: they get only the CPU the tests and the VMs leave, and give it back the moment those want
-# it. (SCHED_IDLE, which the compilers SwiftPM starts keep; a `nice` value they do not.) Debian
-# 12's beside the Swift tests, Debian 13's beside the Debian 12 VMs.
-IDLE_PIDS=()
-# idle_start VAR LOG CMD...: CMD in the background in the idle class, its output in LOG, its PID
-# in VAR.
-idle_start() {
-    local var=$1 log=$2; shift 2
-    echo "started beside the next steps, in the idle class: $* (log: $log)" >&2
-    chrt --idle 0 "$@" > "$log" 2>&1 < /dev/null &
-    printf -v "$var" %s "$!"
-    IDLE_PIDS+=("$!")
-}
-# idle_wait PID LOG: waits for it; when it failed, prints the end of its log and fails.
-idle_wait() {
-    if wait "$1"; then grep -A20 '^=== .*passed; times:' "$2" >&2 || true; return 0; fi
-    echo "failed; the end of $2:" >&2
-    tail -40 "$2" >&2
-    return 1
-}
-stop_idle() { local pid; for pid in "${IDLE_PIDS[@]}"; do stop_tree "$pid"; done; }
-RELEASE12_PID=
-if [ "${PACKAGE:-1}" != 0 ]; then
-    mkdir -p .build-release
-    rm -f .build-release/deb.path
-    idle_start RELEASE12_PID .build-release/build.log env DEB_SCRATCH="$PWD/.build-release" DEB_OUT="$PWD/.build-release/deb" \
-        bash -c 'start=$SECONDS; bash deploy/build-deb.sh > .build-release/deb.path && echo "=== Debian 12 release .deb passed; times:" >&2 && echo "  built in $((SECONDS - start)) s" >&2'
-fi
-
 for target in "${TEST_TARGETS[@]}"; do
     step "Debian 12: swift test $target" swift_tests "$target"
 done
@@ -117,13 +90,36 @@ step "Debian 12: owners' pages in a real browser" bash -c 'bash Tests/Browser/in
 # The package as shipped: a release build with the static Swift stdlib, listed by dpkg-deb and
 # checked by lintian (no error, no warning that is not overridden with a reason).
 if [ "${PACKAGE:-1}" != 0 ]; then
-    step "Debian 12: release .deb (built beside the tests; the wait)" idle_wait "$RELEASE12_PID" .build-release/build.log
+    mkdir -p .build-release
+    step "Debian 12: release .deb" env DEB_SCRATCH="$PWD/.build-release" DEB_OUT="$PWD/.build-release/deb" \
+        bash deploy/build-deb.sh > .build-release/deb.path
     step "Debian 12: dpkg-deb, lintian" bash deploy/check-deb.sh "$(cat .build-release/deb.path)"
 else
     echo "PACKAGE=0: release package skipped"
 fi
 
 step "roots and VM parts: made beside the build and tests (wait)" wait_roots
+
+# Debian 13's release build runs beside the Debian 12 VMs, in the idle scheduling class: it gets
+# only the CPU the VMs leave (under TCG they keep 1.1–1.3 of 2 cores busy), and gives it back the
+# moment they want it. (SCHED_IDLE, which the compilers SwiftPM starts keep; a `nice` value they
+# do not.) The Swift tests run alone: they share the machine only with the downloads.
+# idle_start VAR LOG CMD...: CMD in the background in the idle class, its output in LOG, its PID
+# in VAR.
+idle_start() {
+    local var=$1 log=$2; shift 2
+    echo "started beside the next steps, in the idle class: $* (log: $log)" >&2
+    chrt --idle 0 "$@" > "$log" 2>&1 < /dev/null &
+    printf -v "$var" %s "$!"
+    IDLE_PIDS+=("$!")
+}
+# idle_wait PID LOG: waits for it; when it failed, prints the end of its log and fails.
+idle_wait() {
+    if wait "$1"; then grep -A20 '^=== .*passed; times:' "$2" >&2 || true; return 0; fi
+    echo "failed; the end of $2:" >&2
+    tail -40 "$2" >&2
+    return 1
+}
 
 RELEASE13_PID=
 if [ "${DEBIAN13:-1}" != 0 ] && [ "${PACKAGE:-1}" != 0 ]; then

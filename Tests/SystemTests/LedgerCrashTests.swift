@@ -80,7 +80,7 @@ import TestSupport
             }
             for process in credits + readers {
                 let exited = await process.wait(for: .seconds(120)) { !$0.process.isRunning }
-                #expect(exited, "guidance-server \(process.process.arguments ?? []) still runs after 120 s")
+                #expect(exited, "guidance-server \(process.process.arguments ?? []) still runs after 120 s; its threads: \(exited ? "" : process.threads); stdout: \(process.stdout); stderr: \(process.stderr)")
                 if !exited { kill(process.pid, SIGKILL) }
                 process.process.waitUntilExit()
             }

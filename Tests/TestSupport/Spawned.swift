@@ -48,6 +48,21 @@ public final class Spawned {
         stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
     }
 
+    /// What each of its threads is doing, from /proc: name, state (R runs or waits for a CPU, S
+    /// sleeps, D waits for the disk), the kernel function it waits in, and its CPU time in ticks.
+    /// For the message of a test whose program did not end: starved, blocked, or stuck.
+    public var threads: String {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.sorted().map { task in
+            let folder = "/proc/\(pid)/task/\(task)/"
+            let read = { (name: String) in (try? String(contentsOfFile: folder + name, encoding: .utf8)) ?? "" }
+            // stat: "TID (comm) STATE ... utime stime ..." — the fields after the name's closing parenthesis.
+            let fields = read("stat").split(separator: ")").last.map { $0.split(separator: " ") } ?? []
+            let ticks = fields.count > 12 ? "\((Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0))" : "?"
+            return "\(read("comm").trimmingCharacters(in: .whitespacesAndNewlines)) \(fields.first ?? "?") in \(read("wchan")) cpu \(ticks)"
+        }.joined(separator: "; ")
+    }
+
     /// Polls `condition` every 10 ms; false if `timeout` passes first.
     /// Sleeps between polls without holding one of the few threads every test's tasks run on.
     @discardableResult
