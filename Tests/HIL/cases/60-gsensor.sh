@@ -126,10 +126,12 @@ if [ -s "$CASE_DIR/window.txt" ]; then
 import datetime, json, sys
 window = open(sys.argv[1]).read().split("\n")
 start, end = (float(x) for x in window[0].split())
-protected = {f for f in window[1:] if f}
+# By name: a segment written before the incident was moved into protected/ after its line.
+name = lambda path: path.rsplit("/", 1)[-1]
+protected = {name(f) for f in window[1:] if f}
 t = lambda s: datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 lines = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
-spans = {l["file"]: (t(l["capturedAt"]), t(l["capturedAt"]) + (l["frames"] + l["droppedFrames"]) / l["fps"], l) for l in lines if "file" in l}
+spans = {name(l["file"]): (t(l["capturedAt"]), t(l["capturedAt"]) + (l["frames"] + l["droppedFrames"]) / l["fps"], l) for l in lines if "file" in l}
 overlapping = {f for f, (b, e, _) in spans.items() if b < end and e > start}
 assert overlapping == protected, f"overlapping the window {sorted(overlapping)}, protected {sorted(protected)}"
 inside = sorted((spans[f] for f in protected), key=lambda span: span[0])
