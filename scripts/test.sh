@@ -50,10 +50,10 @@ stop_tree() {
     kill -TERM "$1" 2>/dev/null || true
 }
 stop_roots() { [ -z "$ROOTS_PID" ] || stop_tree "$ROOTS_PID"; }
-# And the builds started in the background in the idle class (below).
-IDLE_PIDS=()
-stop_idle() { local pid; for pid in "${IDLE_PIDS[@]}"; do stop_tree "$pid"; done; }
-trap 'stop_roots; stop_idle' EXIT
+# And Debian 13's release build, started in the background (below).
+RELEASE13_PID=
+stop_release13() { [ -z "$RELEASE13_PID" ] || stop_tree "$RELEASE13_PID"; }
+trap 'stop_roots; stop_release13' EXIT
 # Waited for before the first step that boots a VM or uses a root. The Swift tests and the release
 # build run beside the downloads: no test depends on the machine's pace (scripts/stress-tests.sh).
 wait_roots() {
@@ -72,7 +72,6 @@ fi
 step "Debian 12: resolve dependencies (Package.resolved)" swift package resolve "${RESOLVED_FLAGS[@]}"
 step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
 step "Debian 12: swift build --build-tests" swift build --build-tests "${DEBUG_BUILD_FLAGS[@]}"
-
 for target in "${TEST_TARGETS[@]}"; do
     step "Debian 12: swift test $target" swift_tests "$target"
 done
@@ -104,15 +103,6 @@ step "roots and VM parts: made beside the build and tests (wait)" wait_roots
 # only the CPU the VMs leave (under TCG they keep 1.1–1.3 of 2 cores busy), and gives it back the
 # moment they want it. (SCHED_IDLE, which the compilers SwiftPM starts keep; a `nice` value they
 # do not.) The Swift tests run alone: they share the machine only with the downloads.
-# idle_start VAR LOG CMD...: CMD in the background in the idle class, its output in LOG, its PID
-# in VAR.
-idle_start() {
-    local var=$1 log=$2; shift 2
-    echo "started beside the next steps, in the idle class: $* (log: $log)" >&2
-    chrt --idle 0 "$@" > "$log" 2>&1 < /dev/null &
-    printf -v "$var" %s "$!"
-    IDLE_PIDS+=("$!")
-}
 # idle_wait PID LOG: waits for it; when it failed, prints the end of its log and fails.
 idle_wait() {
     if wait "$1"; then grep -A20 '^=== .*passed; times:' "$2" >&2 || true; return 0; fi
@@ -120,12 +110,12 @@ idle_wait() {
     tail -40 "$2" >&2
     return 1
 }
-
-RELEASE13_PID=
 if [ "${DEBIAN13:-1}" != 0 ] && [ "${PACKAGE:-1}" != 0 ]; then
     mkdir -p .build-debian13
     rm -f .build-debian13/deb.path
-    idle_start RELEASE13_PID .build-debian13/release-beside.log bash scripts/debian13.sh release_build
+    echo "started beside the Debian 12 VMs, in the idle class: Debian 13's release .deb (log: .build-debian13/release-beside.log)" >&2
+    chrt --idle 0 bash scripts/debian13.sh release_build > .build-debian13/release-beside.log 2>&1 < /dev/null &
+    RELEASE13_PID=$!
 fi
 
 # The agent the package ships (the release build; the debug one with PACKAGE=0), with the debug
