@@ -170,7 +170,10 @@ def run(case, binaries, cycles, keep, size):
         server.send_signal(signal.SIGTERM)
         server.wait()
     lines = [json.loads(line) for line in open(os.path.join(folder, "agent.out")) if line.startswith("{")]
-    segments = sorted(lines, key=lambda line: parse_time(line["capturedAt"]))
+    # With two streams each segment has two lines, the evidence's and its guidance copy's (same
+    # seq and capturedAt): the evidence's are the recording's own.
+    segments = sorted((line for line in lines if line.get("stream") != "guidance"),
+                      key=lambda line: parse_time(line["capturedAt"]))
     starts = [start for start, _ in utterance_starts(folder)]
     delays, false_alarms, suppressed = [], 0, 0
     per_cycle = (QUIET_SECONDS + EVENT_SECONDS) // SEGMENT_SECONDS
