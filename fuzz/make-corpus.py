@@ -113,6 +113,15 @@ INCIDENT = {"type": "incident", "id": "20261126T080230.822Z", "at": "2026-11-26T
             "to": "2026-11-26T08:02:40.822Z", "peakG": 2.41, "seqs": [1, 2, 3], "final": False}
 
 
+CLIP = {"type": "clip", "id": "20261126T080230.822Z", "kind": "incident", "at": "2026-11-26T08:02:30.822Z",
+        "from": "2026-11-26T08:02:20.822Z", "to": "2026-11-26T08:02:40.822Z", "clock": "synced", "peakG": 2.41, "triggerMs": 10000,
+        "gps": [{"t": "2026-11-26T08:02:30Z", "mode": 3, "lat": 37.5665, "lon": 126.978, "speed": 13.89}]}
+
+
+def clip_part(offset, count):
+    return {"type": "clip_part", "id": CLIP["id"], "name": "seg-000001.mp4", "offset": offset, "bytes": count}
+
+
 def messages(mp4s):
     small = mp4s["hevc-64x36-1frame.mp4"]
     clip = mp4s["hevc-160x90-10fps-1s.mp4"]
@@ -151,6 +160,19 @@ def messages(mp4s):
     write("messages", "incident", size(4096) + text(HELLO) + text(compact(INCIDENT))
           + text(compact(dict(INCIDENT, final=True, seqs=[1, 2, 3, 4, 5, 6]))) + text(compact(dict(INCIDENT, id="../x")))
           + text(compact(dict(INCIDENT, to="2026-11-26T09:02:40.822Z"))) + text(compact(dict(INCIDENT, peakG=-1))))
+    # A clip: announced, one file in two parts (the second re-sent, and one of the wrong length),
+    # then announcements and parts that break a rule.
+    payload = clip[0]
+    half = len(payload) // 2
+    announced = dict(CLIP, files=[{"name": "seg-000001.mp4", "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}])
+    write("messages", "clip", size(4096) + text(HELLO) + text(compact(announced))
+          + text(compact(clip_part(0, half))) + binary(payload[:half])
+          + text(compact(clip_part(half, len(payload) - half))) + binary(payload[half:])
+          + text(compact(clip_part(0, half))) + binary(payload[:half])
+          + text(compact(clip_part(0, 10))) + binary(b"short")
+          + text(compact(dict(announced, id=".."))) + text(compact(dict(announced, kind="crash")))
+          + text(compact(dict(announced, files=[{"name": "../x.mp4", "bytes": 1, "sha256": "0" * 64}])))
+          + text(compact(clip_part(-1, 3))) + binary(b"abc") + text(compact(dict(clip_part(0, 3), name="clip.json"))) + binary(b"abc"))
     write("messages", "rejected-headers", size(4096) + text(HELLO)
           + text(header(-1, small)) + text(header(8, small, durationMs=10001)) + text(header(9, small, frames=-1))
           + text(header(10, small, sha256="XYZ")) + text(header(11, small, chunks=2)) + binary(small[0][:50])

@@ -11,6 +11,10 @@ public enum ClientMessage: Sendable, Equatable {
     /// whatever its analysis says. Sent when the incident opens and again, `final`, when it
     /// closes, with the same `id`; sent again on a new session until the incident is old.
     case incident(Incident)
+    /// An event's evidence to upload (additive): see ``Clip``.
+    case clip(Clip)
+    /// Bytes of a clip's file; one binary message follows.
+    case clipPart(ClipPart)
     case unknown(type: String)
 
     public struct Incident: Codable, Sendable, Equatable {
@@ -46,8 +50,7 @@ public enum ClientMessage: Sendable, Equatable {
 
         /// What is wrong with it, checked before anything is done with it; nil if nothing.
         public var problem: String? {
-            guard (1...Self.maxIDLength).contains(id.utf8.count),
-                  id.utf8.allSatisfy({ $0.isIDCharacter }) else {
+            guard ClientMessage.isID(id, maxLength: Self.maxIDLength) else {
                 return "an incident id must be 1 to \(Self.maxIDLength) letters, digits, '.', '_' or '-'"
             }
             guard peakG.isFinite, (0...Self.maxPeakG).contains(peakG) else { return "peakG must be within 0…\(Int(Self.maxPeakG))" }
@@ -185,6 +188,8 @@ public enum ClientMessage: Sendable, Equatable {
             case "segment": return .segment(try decoder.decode(SegmentHeader.self, from: data))
             case "auth": return .auth(try decoder.decode(Auth.self, from: data))
             case "incident": return .incident(try decoder.decode(Incident.self, from: data))
+            case "clip": return .clip(try decoder.decode(Clip.self, from: data))
+            case "clip_part": return .clipPart(try decoder.decode(ClipPart.self, from: data))
             case let other: return .unknown(type: other)
             }
         } catch {
@@ -198,6 +203,8 @@ public enum ClientMessage: Sendable, Equatable {
         case .segment(let header): JSONText.encode(Typed(type: "segment", body: header))
         case .auth(let auth): JSONText.encode(Typed(type: "auth", body: auth))
         case .incident(let incident): JSONText.encode(Typed(type: "incident", body: incident))
+        case .clip(let clip): JSONText.encode(Typed(type: "clip", body: clip))
+        case .clipPart(let part): JSONText.encode(Typed(type: "clip_part", body: part))
         case .unknown(let type): JSONText.encode(Typed(type: type, body: [String: String]()))
         }
     }
@@ -220,12 +227,4 @@ public enum CloseCode: UInt16, Sendable {
     case idle = 4001
     case unauthorized = 4401
     case quotaExhausted = 4402
-}
-
-private extension UInt8 {
-    var isIDCharacter: Bool {
-        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(self) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(self)
-            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self) || self == UInt8(ascii: ".") || self == UInt8(ascii: "_")
-            || self == UInt8(ascii: "-")
-    }
 }

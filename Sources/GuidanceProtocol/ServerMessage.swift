@@ -7,6 +7,8 @@ public enum ServerMessage: Sendable, Equatable {
     case guidance(Guidance)
     case usage(remainingSeconds: Int)
     case error(code: ErrorCode, message: String, seq: Int?)
+    /// How much of a clip's files the server holds (additive).
+    case clipHave(ClipHave)
     /// A `type` this version does not know: ignored, so servers can add messages.
     case unknown(type: String)
 
@@ -39,6 +41,9 @@ public enum ServerMessage: Sendable, Equatable {
         /// The model service behind the server is down: no guidance for now, though segments are
         /// still acknowledged. The agent says so once, not per segment.
         case guidanceUnavailable
+        /// A `clip` or `clip_part` that breaks a rule, or a clip file whose bytes did not match its
+        /// SHA-256 (the server dropped what it held of it: the car sends it again from 0).
+        case badClip
         case other(String)
 
         public init(rawValue: String) {
@@ -50,6 +55,7 @@ public enum ServerMessage: Sendable, Equatable {
             case "internal": .internal
             case "bad_message": .badMessage
             case "guidance_unavailable": .guidanceUnavailable
+            case "bad_clip": .badClip
             default: .other(rawValue)
             }
         }
@@ -63,6 +69,7 @@ public enum ServerMessage: Sendable, Equatable {
             case .internal: "internal"
             case .badMessage: "bad_message"
             case .guidanceUnavailable: "guidance_unavailable"
+            case .badClip: "bad_clip"
             case .other(let value): value
             }
         }
@@ -92,6 +99,8 @@ extension ServerMessage {
                 return .guidance(try decoder.decode(Guidance.self, from: data))
             case "usage":
                 return .usage(remainingSeconds: try decoder.decode(Usage.self, from: data).remainingSeconds)
+            case "clip_have":
+                return .clipHave(try decoder.decode(ClipHave.self, from: data))
             case "error":
                 let error = try decoder.decode(ErrorBody.self, from: data)
                 return .error(code: .init(rawValue: error.code), message: error.message ?? "", seq: error.seq)
@@ -114,6 +123,7 @@ extension ServerMessage {
         case .guidance(let guidance): Typed(type: "guidance", body: guidance)
         case .usage(let remaining): Usage(remainingSeconds: remaining)
         case .error(let code, let message, let seq): ErrorBody(code: code.rawValue, message: message, seq: seq)
+        case .clipHave(let have): Typed(type: "clip_have", body: have)
         case .unknown(let type): Envelope(type: type)
         }
         return JSONText.encode(object)

@@ -148,7 +148,7 @@ import Testing
                 == "FILE:2: unknown key 'analyzer.script' (valid keys here: analyzer.kind, analyzer.scriptFile, analyzer.order, analyzer.endpoint, analyzer.model, analyzer.apiKeyFile, analyzer.timeoutMs, analyzer.transcodeToH264, analyzer.keyframes, analyzer.visionFrames)")
         #expect(
             await failure(yaml: "camera:\n  fps: 10\n")
-                == "FILE:1: unknown key 'camera' (valid keys here: server, analyzer, usage, pairing, payments, log, ledger)")
+                == "FILE:1: unknown key 'camera' (valid keys here: server, analyzer, usage, pairing, payments, clips, log, ledger)")
         #expect(
             await failure(overrides: ["server.tokenFile": "t.yaml"])
                 == "command line: unknown key 'server.tokenFile' (did you mean 'server.tokensFile'?)")

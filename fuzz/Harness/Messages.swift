@@ -77,7 +77,7 @@ enum Messages {
                 case .close(let reason): reason
                 case .reject(_, let text, _, _): text
                 case .ignore(let text): text
-                case .open, .verified, .renewAuth, .keepIncident: nil
+                case .open, .verified, .renewAuth, .keepIncident, .announceClip, .clipPart: nil
                 }
                 if let said {
                     require(!said.unicodeScalars.contains { [.control, .format].contains($0.properties.generalCategory) },
@@ -91,6 +91,16 @@ enum Messages {
                             && incident.id.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0)) },
                             "incident id \(incident.id.debugDescription)")
                     require(incident.seqs.count <= ClientMessage.Incident.maxSeqs && incident.peakG.isFinite, "incident bounds: \(incident)")
+                case .announceClip(let clip):
+                    // Its id and file names become a folder and files of the server's: one path
+                    // component each, never `.` or `..`; every number checked.
+                    require(wasOpen && clip.problem(maxFileBytes: limits.maxClipFileBytes) == nil, "a clip announced before hello, or with a problem: \(clip)")
+                    require(isPathComponent(clip.id) && clip.files.allSatisfy { isPathComponent($0.name) }, "clip names \(clip.id.debugDescription)")
+                    require(clip.gps == nil || clip.validGPS != nil, "a clip's gps track out of range kept")
+                case .clipPart(let part, let data):
+                    require(wasOpen && part.problem(maxFileBytes: limits.maxClipFileBytes) == nil, "a clip part before hello, or with a problem: \(part)")
+                    require(data.count == part.bytes && binariesSinceText == 1, "a part of \(part.bytes) bytes carried \(data.count), after \(binariesSinceText) binary messages")
+                    require(isPathComponent(part.id) && isPathComponent(part.name), "clip part names \(part.name.debugDescription)")
                 case .renewAuth(let token):
                     require(wasOpen && (1...AccessTokens.maxLength).contains(token.utf8.count), "an auth token of \(token.utf8.count) bytes, or before hello")
                 case .close:
@@ -121,6 +131,12 @@ enum Messages {
                 }
             }
         }
+    }
+
+    /// One file or folder name of printable ASCII, without `/`, not `.` or `..` or hidden.
+    static func isPathComponent(_ name: String) -> Bool {
+        !name.isEmpty && !name.hasPrefix(".") && name.utf8.count <= 128
+            && name.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0)) }
     }
 
     static func check(_ segment: StreamSession.StateMachine.Verified, limits: StreamSession.StateMachine.Limits,

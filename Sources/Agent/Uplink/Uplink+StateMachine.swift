@@ -457,6 +457,9 @@ extension Uplink {
                 if code == .quotaExhausted { paused = true }
                 return [.log(.warning, "server error \(code.rawValue): \(text)\(seq.map { " (segment \($0))" } ?? "")"), .deliver(message)]
                     + drainedIfDone()
+            case .clipHave(let have):
+                // This agent announces no clips yet: an answer to one is not for it.
+                return [.log(.debug, "ignoring clip_have for clip \(have.id)")]
             case .unknown(let type):
                 return [.log(.debug, "ignoring message type \(type)")]
             }

@@ -15,7 +15,8 @@ extension ServerConfig {
             settings: .init(host: server.host, port: server.port, tls: tls, idleTimeoutSeconds: server.idleTimeoutSeconds,
                             keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections,
-                            maxConnectionsPerDevice: server.maxConnectionsPerDevice, closeTimeoutMs: server.closeTimeoutMs),
+                            maxConnectionsPerDevice: server.maxConnectionsPerDevice, closeTimeoutMs: server.closeTimeoutMs,
+                            clips: clips.dir.map { FileClipStore(root: $0) }, maxClipFileBytes: clips.maxFileMegabytes << 20),
             tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
             services: services, pairing: pairing, logger: logger)
     }

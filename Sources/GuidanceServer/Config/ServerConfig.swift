@@ -14,6 +14,7 @@ public struct ServerConfig: LoadableConfig {
     public var usage = Usage()
     public var pairing = PairingSection()
     public var payments = Payments()
+    public var clips = Clips()
     public var log = Log()
     /// Where usage is kept: `sqlite:PATH` (one server) or `postgres://…` (a fleet of instances).
     public var ledger = "sqlite:usage.sqlite"
@@ -106,6 +107,16 @@ public struct ServerConfig: LoadableConfig {
     public enum ProviderKind: String, CaseIterable, Sendable {
         case none
         case simulated
+    }
+
+    /// The clips cars upload for their owners (incidents, parking events, `protect`).
+    public struct Clips: Sendable, Equatable {
+        /// Folder the clip store keeps them in; nil takes none.
+        public var dir: String?
+        /// Largest clip file accepted.
+        public var maxFileMegabytes = 64
+
+        public init() {}
     }
 
     public struct Log: Sendable, Equatable {
@@ -238,6 +249,12 @@ extension ServerConfig {
         .string(
             "payments.webhookSecretFile", \.payments.webhookSecretFile, type: "path",
             "Secret the provider signs webhooks with (mode 0600; a relative path is in $STATE_DIRECTORY when systemd sets it); created with a random secret if missing (simulated)."),
+        .optionalString(
+            "clips.dir", \.clips.dir, type: "path",
+            "Folder the clips cars upload are kept in, DEVICE/CLIP/ (several instances share one folder, on storage all of them mount); unset takes no clips (a car's `clip` is answered bad_clip)."),
+        .int(
+            "clips.maxFileMegabytes", \.clips.maxFileMegabytes, 1...1024,
+            "Largest clip file (one evidence segment) accepted, in megabytes; a clip announcing a larger one is refused before any byte is read."),
         .choice("log.level", \.log.level, "Least severe log level that is printed."),
         .string(
             "ledger", \.ledger, type: "sqlite:PATH or postgres://…",

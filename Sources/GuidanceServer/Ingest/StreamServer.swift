@@ -59,6 +59,10 @@ public struct StreamServer: Sendable {
         /// the socket is closed whatever it does.
         public var closeTimeoutMs: Int
         public var closeDeadline: Duration { .milliseconds(closeTimeoutMs) }
+        /// Where the clips cars upload are kept; nil takes none.
+        public var clips: (any ClipStore)?
+        /// Largest clip file accepted, in bytes.
+        public var maxClipFileBytes: Int
 
         public init(host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
                     idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil,
@@ -66,7 +70,10 @@ public struct StreamServer: Sendable {
                     handshakeTimeoutMs: Int = ServerConfig.Server().handshakeTimeoutMs,
                     maxConnections: Int = ServerConfig.Server().maxConnections,
                     maxConnectionsPerDevice: Int = ServerConfig.Server().maxConnectionsPerDevice,
-                    closeTimeoutMs: Int = ServerConfig.Server().closeTimeoutMs) {
+                    closeTimeoutMs: Int = ServerConfig.Server().closeTimeoutMs,
+                    clips: (any ClipStore)? = nil, maxClipFileBytes: Int = ServerConfig.Clips().maxFileMegabytes << 20) {
+            self.clips = clips
+            self.maxClipFileBytes = maxClipFileBytes
             self.host = host
             self.port = port
             self.tls = tls

@@ -20,6 +20,8 @@ extension StreamSession {
             /// Longest `video.segmentMs` a `hello` may announce: segments last a minute at most, so ten
             /// leave a wide margin.
             public var maxSegmentMs = 10 * 60 * 1000
+            /// Largest clip file (`clip` `files[].bytes`) accepted; `clips.maxFileMegabytes`.
+            public var maxClipFileBytes = 64 * 1024 * 1024
 
             public init(maxSegmentBytes: Int) { self.maxSegmentBytes = maxSegmentBytes }
         }
@@ -67,6 +69,11 @@ extension StreamSession {
             case renewAuth(String)
             /// A valid `incident`: keep the segments it names.
             case keepIncident(ClientMessage.Incident)
+            /// A valid `clip`: say how much of each file is held (the clip store decides).
+            case announceClip(ClientMessage.Clip)
+            /// A `clip_part` and its bytes, exactly as many as it announced: the clip store appends
+            /// them if `offset` is what it holds.
+            case clipPart(ClientMessage.ClipPart, Data)
         }
 
         /// Why a message was refused, as a metric label: a closed set.
@@ -75,6 +82,8 @@ extension StreamSession {
             case chunks, base64, overrun, incomplete, size, digest
             /// The bytes are not one MP4 with one HEVC or H.264 video track.
             case video
+            /// A `clip` or `clip_part` that breaks a rule, or a part's bytes that are not what it said.
+            case clip
         }
 
         private struct Receiving: Sendable {
@@ -88,6 +97,8 @@ extension StreamSession {
             case awaitingHello
             case ready(Agent)
             case receiving(Agent, Receiving)
+            /// A `clip_part` was accepted: its one binary message is next.
+            case receivingClipPart(Agent, ClientMessage.ClipPart)
             /// A header was refused: its chunks are dropped, unread, until the next text message.
             case skipping(Agent)
             case closed
@@ -104,7 +115,7 @@ extension StreamSession {
         /// The `hello` has been accepted.
         public var isOpen: Bool {
             switch state {
-            case .ready, .receiving, .skipping: true
+            case .ready, .receiving, .receivingClipPart, .skipping: true
             case .awaitingHello, .closed: false
             }
         }
@@ -112,7 +123,7 @@ extension StreamSession {
         /// What the `hello` said, once accepted.
         public var agent: Agent? {
             switch state {
-            case .ready(let agent), .receiving(let agent, _), .skipping(let agent): agent
+            case .ready(let agent), .receiving(let agent, _), .receivingClipPart(let agent, _), .skipping(let agent): agent
             case .awaitingHello, .closed: nil
             }
         }
@@ -140,6 +151,10 @@ extension StreamSession {
                 let missing = Action.reject(
                     .badSegment, "got \(receiving.received) of \(receiving.chunks) chunks before the next message",
                     seq: receiving.header.seq, reason: .incomplete)
+                return [missing] + message(text, agent: agent)
+            case .receivingClipPart(let agent, let part):
+                state = .ready(agent)
+                let missing = Action.reject(.badClip, "clip \(part.id) file \(part.name): no bytes before the next message", seq: nil, reason: .clip)
                 return [missing] + message(text, agent: agent)
             }
         }
@@ -197,6 +212,24 @@ extension StreamSession {
             case .incident(let incident):
                 if let problem = incident.problem { return [.reject(.badMessage, problem, seq: nil, reason: .unreadable)] }
                 return [.keepIncident(incident)]
+            case .clip(var clip):
+                if let problem = clip.problem(maxFileBytes: limits.maxClipFileBytes) {
+                    return [.reject(.badClip, problem, seq: nil, reason: .clip)]
+                }
+                var actions: [Action] = []
+                if clip.gps != nil, clip.validGPS == nil {
+                    clip.gps = nil
+                    actions.append(.ignore("clip \(clip.id)'s gps track: more than \(ClientMessage.Clip.maxPositions) points or a value out of range"))
+                }
+                return actions + [.announceClip(clip)]
+            case .clipPart(let part):
+                if let problem = part.problem(maxFileBytes: limits.maxClipFileBytes) {
+                    // Its bytes are dropped, unread.
+                    state = .skipping(agent)
+                    return [.reject(.badClip, problem, seq: nil, reason: .clip)]
+                }
+                state = .receivingClipPart(agent, part)
+                return []
             case .segment(var header):
                 if let (reason, problem) = check(header, agent: agent) {
                     // Whatever chunks it announced are dropped, unread.
@@ -300,6 +333,14 @@ extension StreamSession {
                 return close("first message must be hello")
             case .ready:
                 return [.reject(.badMessage, "binary data without a segment header", seq: nil, reason: .outOfOrder)]
+            case .receivingClipPart(let agent, let part):
+                // One binary message per part, exactly as long as it said.
+                guard bytes.count == part.bytes else {
+                    state = .skipping(agent)
+                    return [.reject(.badClip, "clip \(part.id) file \(part.name): \(bytes.count) bytes, the part said \(part.bytes)", seq: nil, reason: .clip)]
+                }
+                state = .ready(agent)
+                return [.clipPart(part, Data(bytes))]
             case .receiving(let agent, var receiving):
                 // Out of `state` first, so the buffer has one owner and appending does not copy it.
                 state = .ready(agent)

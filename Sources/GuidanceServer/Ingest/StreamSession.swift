@@ -4,6 +4,7 @@ import GuidanceProtocol
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import NIOPosix
 import NIOWebSocket
 import Synchronization
 
@@ -143,7 +144,9 @@ public struct StreamSession: Sendable {
 
     private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease, end: Ending,
                          analysis: AsyncStream<ReceivedSegment>.Continuation) async throws {
-        var machine = StreamSession.StateMachine(limits: .init(maxSegmentBytes: settings.maxSegmentBytes))
+        var limits = StreamSession.StateMachine.Limits(maxSegmentBytes: settings.maxSegmentBytes)
+        limits.maxClipFileBytes = settings.maxClipFileBytes
+        var machine = StreamSession.StateMachine(limits: limits)
         var log = RateLimit(interval: .seconds(10))
         var incidents: IncidentKeeper?
         for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes + 1024) {
@@ -181,6 +184,14 @@ public struct StreamSession: Sendable {
                     logger.debug("session \(id): ignoring \(GuidanceText.loggable(what, limit: 200))", metadata: ["device": "\(device)"])
                 case .keepIncident(let incident):
                     keep(incident, in: &incidents)
+                case .announceClip(let clip):
+                    try await clipWork("clip \(clip.id)", log: &log, outbound: outbound) { store, device in
+                        .held(try store.announce(clip, device: device, now: .now))
+                    }
+                case .clipPart(let part, let bytes):
+                    try await clipWork("clip \(part.id) file \(part.name)", log: &log, outbound: outbound) { store, device in
+                        try store.append(part, bytes, device: device)
+                    }
                 case .renewAuth(let token):
                     if reauthorize(token) {
                         logger.debug("session \(id): access token renewed", metadata: ["device": "\(device)"])
@@ -190,6 +201,34 @@ public struct StreamSession: Sendable {
                 }
             }
             activity.touch()
+        }
+    }
+
+    /// A clip's description or part, carried out by the clip store on the blocking pool (whole,
+    /// even if the session ends meanwhile: a part is appended or not, never cut), and answered.
+    private func clipWork(_ what: String, log: inout RateLimit, outbound: WebSocketOutboundWriter,
+                          _ work: @escaping @Sendable (any ClipStore, String) throws -> ClipAppend) async throws {
+        guard let store = settings.clips else {
+            return try await reject(.badClip, "this server keeps no clips (clips.dir is unset)", seq: nil, reason: .clip, log: &log, outbound: outbound)
+        }
+        let result: ClipAppend
+        do {
+            result = try await uninterrupted { [device] in
+                try await NIOThreadPool.singleton.runIfActive { try work(store, device) }
+            }
+        } catch {
+            logger.error("session \(id): \(what): clip store: \(error)", metadata: ["device": "\(device)"])
+            return try await reject(.internal, "\(what): the clip store failed", seq: nil, reason: .clip, log: &log, outbound: outbound)
+        }
+        switch result {
+        case .held(let have):
+            if have.stored { logger.info("session \(id): \(what): the clip is stored whole", metadata: ["device": "\(device)"]) }
+            try await outbound.write(.text(ServerMessage.clipHave(have).encoded()))
+        case .refused(let text):
+            try await reject(.badClip, text, seq: nil, reason: .clip, log: &log, outbound: outbound)
+        case .mismatch(let have):
+            try await reject(.badClip, "\(what): its bytes do not match its SHA-256; dropped, send it again", seq: nil, reason: .clip, log: &log, outbound: outbound)
+            try await outbound.write(.text(ServerMessage.clipHave(have).encoded()))
         }
     }
 
