@@ -41,8 +41,7 @@ public enum ServerMessage: Sendable, Equatable {
         /// The model service behind the server is down: no guidance for now, though segments are
         /// still acknowledged. The agent says so once, not per segment.
         case guidanceUnavailable
-        /// A `clip` or `clip_part` that breaks a rule, or a clip file whose bytes did not match its
-        /// SHA-256 (the server dropped what it held of it: the car sends it again from 0).
+        /// A `clip` or `clip_part` that breaks a rule or could not be kept: nothing of it was.
         case badClip
         case other(String)
 

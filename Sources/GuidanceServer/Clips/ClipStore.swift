@@ -24,7 +24,8 @@ public enum ClipAppend: Sendable, Equatable {
     case held(ServerMessage.ClipHave)
     /// The part names no clip or file announced on this server, or reaches past its file.
     case refused(String)
-    /// The file's bytes are all in and their SHA-256 is not the one announced: dropped, held from 0.
+    /// The file's bytes are all in and their SHA-256 is not the one announced: dropped, held from 0
+    /// (the answer says so, and the car sends the file again).
     case mismatch(ServerMessage.ClipHave)
 }
 

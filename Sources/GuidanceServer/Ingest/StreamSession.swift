@@ -205,7 +205,9 @@ public struct StreamSession: Sendable {
     }
 
     /// A clip's description or part, carried out by the clip store on the blocking pool (whole,
-    /// even if the session ends meanwhile: a part is appended or not, never cut), and answered.
+    /// even if the session ends meanwhile: a part is appended or not, never cut), and answered:
+    /// each `clip` and `clip_part` gets exactly one answer, `clip_have` or a `bad_clip` error, in
+    /// the order they came, so the car can tell which is which.
     private func clipWork(_ what: String, log: inout RateLimit, outbound: WebSocketOutboundWriter,
                           _ work: @escaping @Sendable (any ClipStore, String) throws -> ClipAppend) async throws {
         guard let store = settings.clips else {
@@ -218,7 +220,7 @@ public struct StreamSession: Sendable {
             }
         } catch {
             logger.error("session \(id): \(what): clip store: \(error)", metadata: ["device": "\(device)"])
-            return try await reject(.internal, "\(what): the clip store failed", seq: nil, reason: .clip, log: &log, outbound: outbound)
+            return try await reject(.badClip, "\(what): the clip store failed; nothing of it was kept", seq: nil, reason: .clip, log: &log, outbound: outbound)
         }
         switch result {
         case .held(let have):
@@ -227,7 +229,8 @@ public struct StreamSession: Sendable {
         case .refused(let text):
             try await reject(.badClip, text, seq: nil, reason: .clip, log: &log, outbound: outbound)
         case .mismatch(let have):
-            try await reject(.badClip, "\(what): its bytes do not match its SHA-256; dropped, send it again", seq: nil, reason: .clip, log: &log, outbound: outbound)
+            // One answer per message: the car reads the file held from 0 again and sends it anew.
+            logger.warning("session \(id): \(what): the bytes do not match the file's SHA-256; dropped", metadata: ["device": "\(device)"])
             try await outbound.write(.text(ServerMessage.clipHave(have).encoded()))
         }
     }
