@@ -18,9 +18,10 @@ import WSClient
     ]
 
     /// Runs a server on a free port for the duration of `body`.
-    func withServer(usage: Int? = nil, idleSeconds: Int = 30, _ body: @Sendable (Int) async throws -> Void) async throws {
+    func withServer(usage: Int? = nil, idleSeconds: Int = 30, clips: (any ClipStore)? = nil,
+                    _ body: @Sendable (Int) async throws -> Void) async throws {
         let server = StreamServer(
-            settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: idleSeconds, usageSeconds: usage),
+            settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: idleSeconds, usageSeconds: usage, clips: clips),
             tokens: DeviceTokens(["good-token": "car-1", "other-token": "car-2"]),
             analyzer: ScriptedAnalyzer(items: Self.script, order: .order),
             ledger: SQLiteLedger(path: ":memory:", logger: Logger(label: "test-ledger")),
@@ -96,6 +97,45 @@ import WSClient
             #expect(remaining == nil)
             #expect(messages[1] == .ack(seq: 4))
             #expect(messages[2] == .guidance(.init(seq: 4, text: "보행자가 있습니다", lang: "ko-KR", clear: false, priority: .urgent)))
+        }
+    }
+
+    @Test func aClipCutMidwayGoesOnFromWhatTheServerHoldsOnTheNextSession() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("clips-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let data = [UInt8]((0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let clip = ClientMessage.Clip(
+            id: "20261129T080230.822Z", kind: "parking", at: "2026-11-29T08:02:30.822Z", from: "2026-11-29T08:02:20.822Z",
+            to: "2026-11-29T08:02:40.822Z", files: [.init(name: "a.mp4", bytes: data.count, sha256: sha256Hex(data))])
+        @Sendable func part(_ offset: Int, _ count: Int) -> [WebSocketMessage] {
+            [.text(ClientMessage.clipPart(.init(id: clip.id, name: "a.mp4", offset: offset, bytes: count)).encoded()),
+             .binary(ByteBuffer(bytes: data[offset..<offset + count]))]
+        }
+        @Sendable func answers(_ messages: [ServerMessage]) -> [ServerMessage.ClipHave] {
+            messages.compactMap { if case .clipHave(let have) = $0 { have } else { nil } }
+        }
+        try await withServer(clips: FileClipStore(root: folder.path)) { port in
+            // The first session ends after one part.
+            let (first, _) = try await converse(
+                port: port, send: [.text(Self.hello()), .text(ClientMessage.clip(clip).encoded())] + part(0, 65_536),
+                until: { answers($0).count >= 2 })
+            #expect(answers(first).map { $0.files.map(\.have) } == [[0], [65_536]])
+            // The next announces again and hears where to go on from; a stale part is not written twice.
+            let (second, _) = try await converse(
+                port: port, send: [.text(Self.hello()), .text(ClientMessage.clip(clip).encoded())] + part(0, 65_536)
+                    + part(65_536, 65_536) + part(131_072, data.count - 131_072),
+                until: { answers($0).count >= 4 })
+            #expect(answers(second).map { $0.files.map(\.have) } == [[65_536], [65_536], [131_072], [data.count]])
+            #expect(answers(second).map(\.stored) == [false, false, false, true])
+        }
+        let stored = try Data(contentsOf: folder.appendingPathComponent("car-1/\(clip.id)/a.mp4"))
+        #expect(sha256Hex(stored) == sha256Hex(data))
+        // A server that keeps no clips says so, and the session goes on.
+        try await withServer { port in
+            let (messages, _) = try await converse(
+                port: port, send: [.text(Self.hello()), .text(ClientMessage.clip(clip).encoded())],
+                until: { $0.contains { if case .error = $0 { true } else { false } } })
+            #expect(messages.contains { if case .error(.badClip, let text, nil) = $0 { text.contains("clips.dir") } else { false } })
         }
     }
 
