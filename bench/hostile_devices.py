@@ -14,7 +14,11 @@ headers whose frames/duration disagree with the file, odd but real files (H.264,
 8K stream in a 640x360 container, 600 frames, two tracks, fragmented, Matroska), non-UTF-8 and
 oversized text, binary before hello, bad frames (unmasked, RSV bits, fragmented control frames,
 absurd lengths), interleaved, missing and extra chunks, reconnect storms with one token, going
-silent mid-segment, never reading, and closing abruptly. Two well-behaved devices (the
+silent mid-segment, never reading, and closing abruptly; and clip uploads (`clips.dir` is set):
+announces and parts whose ids and names climb out of the store, hostile sizes and offsets, parts
+of clips never announced or another car's, bytes that do not match their SHA-256. After the run
+every file of the clip store must be inside it, named as the store names files, and every stored
+file must match the SHA-256 its clip announced. Two well-behaved devices (the
 `websockets` package's client) send a real HEVC segment every `--good-interval` seconds with
 correct headers and must get an `ack` for each.
 
@@ -411,6 +415,7 @@ HOSTILE_NUMBERS = ["10000000000", "9223372036854775807", "9223372036854775808", 
                    "4999.999999999999999", "1.0e3", "NaN", "Infinity", "-Infinity", "0x10", "00012", "1_000", '"5000"', '""',
                    '"-1"', "null", "true", "[]", "[5000]", "{}", '{"$numberLong":"5"}']
 HEADER_FIELDS = ["seq", "durationMs", "frames", "bytes", "chunks"]
+HOSTILE_PART_NUMBERS = [-1, 0, 65_537, 1 << 31, 2 ** 63 - 1, 2 ** 63, 10 ** 30, 1 << 40]
 
 
 class Device:
@@ -947,7 +952,68 @@ class Device:
         except (asyncio.TimeoutError, ConnectionError, OSError) as error:
             self.stats["hostile_exceptions"][type(error).__name__] += 1
 
-    ATTACKS = {"bad_headers": 3, "bad_digest": 2, "truncated": 2, "bitflip": 3, "box_fuzz": 3, "random_bytes": 2, "mismatch": 2,
+    async def clip_chaos(self):
+        """Clip uploads (docs/protocol.md, `clip`): hostile announces (ids and file names that
+        climb out of the store, absurd sizes and counts, wrong kinds and times), parts with
+        hostile offsets and lengths, parts of clips never announced or of another car's, a file
+        whose bytes do not match its SHA-256, and honest ones cut off and resumed."""
+        raw = await self.session()
+        if not raw:
+            return
+        name, real = self.real(accepted_only=False)
+        data = real["data"]
+        clip_id = self.rng.choice([f"c{self.index}-{self.rng.randint(0, 3)}", "20261129T080230.822Z"])
+        files = [{"name": "a.mp4", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}]
+        clip = {"type": "clip", "id": clip_id, "kind": "incident", "at": "2026-11-29T08:02:30.822Z",
+                "from": "2026-11-29T08:02:20.822Z", "to": "2026-11-29T08:02:40.822Z", "files": files}
+        hostile_clips = [
+            dict(clip, id=".."), dict(clip, id="../../etc"), dict(clip, id="/tmp/x"), dict(clip, id=""), dict(clip, id="a" * 65),
+            dict(clip, id="..\\x"), dict(clip, id="\u0000"), dict(clip, kind="crash"), dict(clip, files=[]),
+            dict(clip, files=files * 2), dict(clip, files=[dict(files[0], name=n) for n in self.rng.sample(
+                ["../a.mp4", "clip.json", ".mp4", "a.mp4.part", "a/b.mp4", "A" * 200 + ".mp4", "a.mp4\u0000", "..", "a.MP4"], 3)]),
+            dict(clip, files=[dict(files[0], bytes=self.rng.choice([0, -1, 2 ** 63 - 1, 1 << 40]))]),
+            dict(clip, files=[dict(files[0], sha256=self.rng.choice(["G" * 64, "0" * 63, "", None]))]),
+            dict(clip, at="2026-11-29T09:00:00Z"), dict(clip, gps=[{"t": "x", "mode": 9, "lat": 1e308}] * 400),
+            dict(clip, peakG=float("inf") if self.rng.random() < 0.5 else -1), dict(clip, triggerMs=-5),
+        ]
+        for _ in range(self.rng.randint(2, 6)):
+            bad = self.rng.choice(hostile_clips)
+            text = json.dumps(bad, allow_nan=True)
+            self.note("clip_chaos", "announce " + text[:300])
+            await raw.text(text)
+        # An honest announce, then parts: some honest, some hostile.
+        await raw.text(json.dumps(clip))
+        offset = 0
+        for _ in range(self.rng.randint(1, 8)):
+            roll = self.rng.random()
+            count = min(CHUNK, len(data) - offset)
+            part = {"type": "clip_part", "id": clip_id, "name": "a.mp4", "offset": offset, "bytes": count}
+            payload = data[offset:offset + count]
+            if roll < 0.15:
+                part["offset"] = self.rng.choice(HOSTILE_PART_NUMBERS)
+            elif roll < 0.3:
+                part["bytes"] = self.rng.choice(HOSTILE_PART_NUMBERS)
+            elif roll < 0.4:
+                part["id"] = self.rng.choice(["never-announced", f"c{(self.index + 1) % 8}-0", "..", "../c0-0"])
+            elif roll < 0.5:
+                part["name"] = self.rng.choice(["clip.json", "../../a.mp4", "b.mp4", "a.mp4.part"])
+            elif roll < 0.6:
+                payload = bytes(b ^ 0xFF for b in payload)  # right length, wrong bytes: a mismatch at the end
+            elif roll < 0.7:
+                payload = payload[:max(0, len(payload) - self.rng.randint(1, 10))] + os.urandom(self.rng.randint(0, 20))
+            text = json.dumps(part)
+            self.note("clip_chaos", "part " + text[:200], payload)
+            await raw.text(text)
+            if self.rng.random() < 0.9:
+                await raw.binary(payload)
+            if part["offset"] == offset and part["bytes"] == count and roll >= 0.5:
+                offset = min(len(data), offset + count)
+            if offset >= len(data):
+                break
+        await asyncio.sleep(self.rng.uniform(0, 0.5))
+        await raw.close(self.rng)
+
+    ATTACKS = {"clip_chaos": 3, "bad_headers": 3, "bad_digest": 2, "truncated": 2, "bitflip": 3, "box_fuzz": 3, "random_bytes": 2, "mismatch": 2,
                "odd_files": 3, "valid_burst": 2, "resend_conflict": 1, "text_junk": 2, "before_hello": 2, "bad_frames": 2,
                "chunk_chaos": 3, "storm": 1, "silent": 0.3, "never_read": 0.4, "abrupt": 2, "http_junk": 1}
 
@@ -1404,7 +1470,7 @@ def start_server(binary, folder, kind, hostile, endpoint, log_level):
     config = os.path.join(folder, "server.yaml")
     with open(config, "w") as f:
         f.write(f"server:\n  host: 127.0.0.1\n  port: 0\n  tokensFile: {folder}/tokens.yaml\n{analyzer}"
-                f"log:\n  level: {log_level}\nledger: sqlite:{folder}/usage.sqlite\n")
+                f"clips:\n  dir: {folder}/clips\nlog:\n  level: {log_level}\nledger: sqlite:{folder}/usage.sqlite\n")
     log_path = os.path.join(folder, "server.log")
     log = open(log_path, "w+")
     server = subprocess.Popen([binary, "--config", config], stdout=log, stderr=subprocess.STDOUT, cwd=folder)
@@ -1583,12 +1649,50 @@ def analyzer_run(kind, args, corpus, folder, seed, children):
             failures.append(f"well-behaved device {i} got {g['acked']} acks for {g['sent']} segments")
     if result["rss_peak_mib"] > args.max_rss_mib:
         failures.append(f"peak RSS {result['rss_peak_mib']} MiB is over {args.max_rss_mib} MiB")
+    clip_files, strays = clip_store_check(folder)
+    result["clip_files"] = clip_files
+    failures += strays
     result["failures"] = failures
     result["folder"] = folder
     if failures:
         result["server_log_tail"] = tail(log_path)
         recent.dump(os.path.join(folder, "last-inputs"))
     return result
+
+
+def clip_store_check(folder):
+    """What the clip attacks left: every file inside clips/<device>/<clip id>/, named as the store
+    names its files, and every stored file equal to the SHA-256 its clip.json announced. Returns
+    the counts and a failure for each file out of place."""
+    counts, failures = collections.Counter(), []
+    root = os.path.join(folder, "clips")
+    for here, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(here, name)
+            relative = os.path.relpath(path, root)
+            if not path.startswith(root + os.sep):
+                # The run's own files are at the top (configs, logs, the ledger); a clip's names
+                # anywhere else, or any file in another folder, climbed out of the store.
+                store_like = name in ("clip.json", "clip.json.tmp") or name.endswith((".mp4", ".part"))
+                if (here != folder or store_like) and not path.startswith(os.path.join(folder, "last-inputs")):
+                    failures.append(f"a file outside the clip store: {path}")
+                continue
+            parts = relative.split(os.sep)
+            if len(parts) != 3 or parts[0].startswith(".") or parts[1].startswith(".") or not re.fullmatch(r"[A-Za-z0-9._-]+", parts[2]):
+                failures.append(f"a clip store file out of place: {relative!r}")
+                continue
+            if name == "clip.json":
+                counts["clips"] += 1
+                record = json.load(open(path))
+                for file in record["clip"]["files"]:
+                    stored = os.path.join(here, file["name"])
+                    if os.path.exists(stored):
+                        counts["files stored"] += 1
+                        if hashlib.sha256(open(stored, "rb").read()).hexdigest() != file["sha256"]:
+                            failures.append(f"a stored clip file that does not match its SHA-256: {stored}")
+            elif name.endswith(".part"):
+                counts["parts held"] += 1
+    return dict(counts), failures
 
 
 def summary(results, max_rss):
@@ -1602,6 +1706,8 @@ def summary(results, max_rss):
         ("server CPU, s", lambda r: r["server_cpu_s"]),
         ("hostile frames sent / connections", lambda r: f"{r['hostile_frames_sent']} / {r['hostile_connections']}"),
         ("well-behaved segments sent / acknowledged / guided", lambda r: f"{r['good_sent']} / {r['good_acked']} / {r['good_guidance']}"),
+        ("clip store after the clip attacks: clips / files stored (each matching its SHA-256) / parts held",
+         lambda r: f"{r['clip_files'].get('clips', 0)} / {r['clip_files'].get('files stored', 0)} / {r['clip_files'].get('parts held', 0)}"),
         ("ack latency p50 / p95 / max, ms", lambda r: f"{r['ack_ms_p50']} / {r['ack_ms_p95']} / {r['ack_ms_max']}"),
         ("sessions left 40 s after the end", lambda r: r.get("sessions_left_after_40s")),
         ("/metrics not answered within 10 s", lambda r: r["metrics_timeouts"]),

@@ -137,7 +137,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: root) }
         let clip = Self.clip(files: [Self.file("a.mp4", Self.first), Self.file("b.mp4", Self.second)])
         let start = try store.announce(clip, device: "car-1", now: .now)
-        #expect(start == .init(id: clip.id, files: [.init(name: "a.mp4", have: 0), .init(name: "b.mp4", have: 0)], stored: false))
+        #expect(start == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: 0), .init(name: "b.mp4", have: 0)], stored: false)))
 
         #expect(try Self.send(Self.first, name: "a.mp4", from: 0, to: store)
                 == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: Self.first.count)], stored: false)))
@@ -150,7 +150,7 @@ import Testing
         #expect(listed.count == 1 && listed[0].isStored && listed[0].clip == clip && listed[0].have == [Self.first.count, Self.second.count])
         #expect(try store.clips(device: "car-2").isEmpty, "another car's clips are not this one's")
         // Announced again (a new session): nothing left to send.
-        #expect(try store.announce(clip, device: "car-1", now: .now).stored)
+        #expect(try store.announce(clip, device: "car-1", now: .now).answer?.stored == true)
         #expect(try store.delete(device: "car-1", id: clip.id))
         #expect(try store.clips(device: "car-1").isEmpty && !FileManager.default.fileExists(atPath: folder.path))
         #expect(try !store.delete(device: "car-1", id: clip.id))
@@ -172,7 +172,7 @@ import Testing
         try handle.close()
         // The new session's announce says where to go on from; a part re-sent from where the car
         // last heard is not written twice.
-        #expect(try store.announce(clip, device: "car-1", now: .now).files == [.init(name: "a.mp4", have: 100_000)])
+        #expect(try store.announce(clip, device: "car-1", now: .now).answer?.files == [.init(name: "a.mp4", have: 100_000)])
         #expect(try store.append(.init(id: clip.id, name: "a.mp4", offset: 65_536, bytes: 65_536), Data(Self.first[65_536..<131_072]), device: "car-1")
                 == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: 100_000)], stored: false)))
         #expect(try Self.send(Self.first, name: "a.mp4", from: 100_000, to: store)
@@ -201,13 +201,29 @@ import Testing
         _ = try store.announce(clip, device: "car-1", now: .now)
         // Every byte on disk, not yet checked or renamed: a kill between the two.
         try Data(Self.second).write(to: root.appendingPathComponent("car-1/\(clip.id)/a.mp4.part"))
-        #expect(try store.announce(clip, device: "car-1", now: .now) == .init(id: clip.id, files: [.init(name: "a.mp4", have: Self.second.count)], stored: true))
+        #expect(try store.announce(clip, device: "car-1", now: .now) == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: Self.second.count)], stored: true)))
         // Or a part, if the car's part comes first.
         let again = Self.clip(id: "c2", files: [Self.file("a.mp4", Self.second)])
         _ = try store.announce(again, device: "car-1", now: .now)
         try Data(Self.second).write(to: root.appendingPathComponent("car-1/c2/a.mp4.part"))
         #expect(try store.append(.init(id: "c2", name: "a.mp4", offset: 0, bytes: 10), Data(Self.second[0..<10]), device: "car-1")
                 == .held(.init(id: "c2", files: [.init(name: "a.mp4", have: Self.second.count)], stored: true)))
+    }
+
+    @Test func aCarsClipsStayWithinItsShareOfTheStore() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("clips-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = FileClipStore(root: root.path, maxBytesPerDevice: 250_000)
+        let first = Self.clip(id: "c1", files: [Self.file("a.mp4", Self.first)])  // 200 000
+        let second = Self.clip(id: "c2", files: [Self.file("b.mp4", Self.second)])  // 70 000
+        #expect(try store.announce(first, device: "car-1", now: .now).answer != nil)
+        #expect(try store.announce(second, device: "car-1", now: .now)
+                == .refused("clip c2: its 70000 bytes and the 200000 this car keeps already are more than its 250000"))
+        #expect(try store.announce(first, device: "car-1", now: .now).answer != nil, "announced again, it does not count twice")
+        #expect(try store.announce(second, device: "car-2", now: .now).answer != nil, "each car has its own share")
+        #expect(try store.delete(device: "car-1", id: "c1"))
+        #expect(try store.announce(second, device: "car-1", now: .now).answer != nil, "room again once the owner deletes one")
+        #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent("car-1/c1").path))
     }
 
     @Test func whatTheCarDescribesAnewIsHeldAnewAndNothingElseIsTaken() throws {
@@ -218,7 +234,7 @@ import Testing
         _ = try store.append(.init(id: clip.id, name: "a.mp4", offset: 0, bytes: 100), Data(Self.first[0..<100]), device: "car-1")
         // The same name with other bytes: another file.
         let changed = Self.clip(files: [Self.file("a.mp4", Self.second)])
-        #expect(try store.announce(changed, device: "car-1", now: .now).files == [.init(name: "a.mp4", have: 0)])
+        #expect(try store.announce(changed, device: "car-1", now: .now).answer?.files == [.init(name: "a.mp4", have: 0)])
         // Parts of files or clips never announced, or past a file's end, are refused.
         #expect(try store.append(.init(id: clip.id, name: "z.mp4", offset: 0, bytes: 1), Data([1]), device: "car-1")
                 == .refused("clip \(clip.id) file z.mp4 was not announced"))
@@ -235,4 +251,9 @@ import Testing
         _ = try store.announce(clip, device: "..", now: .now)
         #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent("_../\(clip.id)/clip.json").path))
     }
+}
+
+extension ClipAppend {
+    /// The answer, if the store took the message.
+    var answer: ServerMessage.ClipHave? { if case .held(let have) = self { have } else { nil } }
 }

@@ -7,8 +7,9 @@ public import GuidanceProtocol
 /// Every call blocks on storage: callers run it off the event loop.
 public protocol ClipStore: Sendable {
     /// Keeps the clip's description (the newest one sent wins) and says how much of each of its
-    /// files is held. A file the car now describes differently (size or SHA-256) is held from 0.
-    func announce(_ clip: ClientMessage.Clip, device: String, now: Date) throws -> ServerMessage.ClipHave
+    /// files is held (`.held`). A file the car now describes differently (size or SHA-256) is held
+    /// from 0. A clip that would take the car past its share of the store is `.refused`.
+    func announce(_ clip: ClientMessage.Clip, device: String, now: Date) throws -> ClipAppend
     /// Appends a part's bytes if its offset is what is held (``ClipPartRule``); a file whose last
     /// byte came is checked against its SHA-256 and stored, or dropped.
     func append(_ part: ClientMessage.ClipPart, _ bytes: Data, device: String) throws -> ClipAppend
@@ -22,7 +23,8 @@ public protocol ClipStore: Sendable {
 public enum ClipAppend: Sendable, Equatable {
     /// What is held of the part's file now (and whether the whole clip is stored): the answer.
     case held(ServerMessage.ClipHave)
-    /// The part names no clip or file announced on this server, or reaches past its file.
+    /// The part names no clip or file announced on this server, or reaches past its file; or the
+    /// clip would take the car past its share of the store.
     case refused(String)
     /// The file's bytes are all in and their SHA-256 is not the one announced: dropped, held from 0
     /// (the answer says so, and the car sends the file again).

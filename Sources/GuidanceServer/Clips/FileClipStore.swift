@@ -17,10 +17,16 @@ import Glibc
 /// only of what survives a power cut.
 public struct FileClipStore: ClipStore {
     public let root: String
+    /// What one car's clips may take of the store, announced bytes of every clip it keeps there;
+    /// nil is no bound.
+    public let maxBytesPerDevice: Int?
     static let recordName = "clip.json"
     static let partSuffix = ".part"
 
-    public init(root: String) { self.root = root }
+    public init(root: String, maxBytesPerDevice: Int? = nil) {
+        self.root = root
+        self.maxBytesPerDevice = maxBytesPerDevice
+    }
 
     struct Record: Codable {
         var device: String
@@ -28,8 +34,17 @@ public struct FileClipStore: ClipStore {
         var receivedAt: String
     }
 
-    public func announce(_ clip: ClientMessage.Clip, device: String, now: Date) throws -> ServerMessage.ClipHave {
+    public func announce(_ clip: ClientMessage.Clip, device: String, now: Date) throws -> ClipAppend {
         let folder = folder(device: device, id: clip.id)
+        if let limit = maxBytesPerDevice {
+            // Each file ≤ clips.maxFileMegabytes and at most 48 of them: the sums cannot overflow.
+            let others = (try? clips(device: device))?.filter { $0.clip.id != clip.id }
+                .reduce(0) { $0 + $1.clip.files.reduce(0) { $0 + $1.bytes } } ?? 0
+            let needed = clip.files.reduce(0) { $0 + $1.bytes }
+            guard others + needed <= limit else {
+                return .refused("clip \(clip.id): its \(needed) bytes and the \(others) this car keeps already are more than its \(limit)")
+            }
+        }
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         // A file described differently than before is another file: what was held of it goes.
         if let previous = try? record(in: folder) {
@@ -51,7 +66,7 @@ public struct FileClipStore: ClipStore {
             guard flock(fd, LOCK_EX) == 0 else { continue }
             _ = try finish(file, fd: fd, in: folder)
         }
-        return answer(clip, in: folder, only: nil)
+        return .held(answer(clip, in: folder, only: nil))
     }
 
     public func append(_ part: ClientMessage.ClipPart, _ bytes: Data, device: String) throws -> ClipAppend {

@@ -16,7 +16,7 @@ extension ServerConfig {
                             keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections,
                             maxConnectionsPerDevice: server.maxConnectionsPerDevice, closeTimeoutMs: server.closeTimeoutMs,
-                            clips: clips.dir.map { FileClipStore(root: $0) }, maxClipFileBytes: clips.maxFileMegabytes << 20),
+                            clips: clips.dir.map { FileClipStore(root: $0, maxBytesPerDevice: clips.maxMegabytesPerCar << 20) }, maxClipFileBytes: clips.maxFileMegabytes << 20),
             tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
             services: services, pairing: pairing, logger: logger)
     }

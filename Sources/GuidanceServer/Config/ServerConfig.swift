@@ -115,6 +115,8 @@ public struct ServerConfig: LoadableConfig {
         public var dir: String?
         /// Largest clip file accepted.
         public var maxFileMegabytes = 64
+        /// What one car's clips may take of the store.
+        public var maxMegabytesPerCar = 4096
 
         public init() {}
     }
@@ -255,6 +257,9 @@ extension ServerConfig {
         .int(
             "clips.maxFileMegabytes", \.clips.maxFileMegabytes, 1...1024,
             "Largest clip file (one evidence segment) accepted, in megabytes; a clip announcing a larger one is refused before any byte is read."),
+        .int(
+            "clips.maxMegabytesPerCar", \.clips.maxMegabytesPerCar, 1...1_048_576,
+            "What one car's clips may take of the store, in megabytes (announced sizes of every clip it keeps); a clip that would go past it is refused (bad_clip) until older ones are deleted."),
         .choice("log.level", \.log.level, "Least severe log level that is printed."),
         .string(
             "ledger", \.ledger, type: "sqlite:PATH or postgres://…",

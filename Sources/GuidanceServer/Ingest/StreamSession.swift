@@ -186,7 +186,7 @@ public struct StreamSession: Sendable {
                     keep(incident, in: &incidents)
                 case .announceClip(let clip):
                     try await clipWork("clip \(clip.id)", log: &log, outbound: outbound) { store, device in
-                        .held(try store.announce(clip, device: device, now: .now))
+                        try store.announce(clip, device: device, now: .now)
                     }
                 case .clipPart(let part, let bytes):
                     try await clipWork("clip \(part.id) file \(part.name)", log: &log, outbound: outbound) { store, device in
