@@ -137,6 +137,14 @@ import WSClient
                 until: { $0.contains { if case .error = $0 { true } else { false } } })
             #expect(messages.contains { if case .error(.badClip, let text, nil) = $0 { text.contains("clips.dir") } else { false } })
         }
+        // A store that cannot write says so without naming its paths, and the session goes on.
+        try await withServer(clips: FileClipStore(root: "/dev/null/clips")) { port in
+            let (messages, _) = try await converse(
+                port: port, send: [.text(Self.hello()), .text(ClientMessage.clip(clip).encoded())],
+                until: { $0.contains { if case .error = $0 { true } else { false } } })
+            let said = messages.compactMap { if case .error(.badClip, let text, nil) = $0 { text } else { nil } }
+            #expect(said == ["clip \(clip.id): the clip store failed; nothing of it was kept"])
+        }
     }
 
     @Test func aWrongDigestIsABadSegmentAndTheSessionGoesOn() async throws {

@@ -189,7 +189,7 @@ public struct StreamSession: Sendable {
                         try store.announce(clip, device: device, now: .now)
                     }
                 case .clipPart(let part, let bytes):
-                    try await clipWork("clip \(part.id) file \(part.name)", log: &log, outbound: outbound) { store, device in
+                    try await clipWork("clip \(part.id) file \(part.name)", part: true, log: &log, outbound: outbound) { store, device in
                         try store.append(part, bytes, device: device)
                     }
                 case .renewAuth(let token):
@@ -208,7 +208,7 @@ public struct StreamSession: Sendable {
     /// even if the session ends meanwhile: a part is appended or not, never cut), and answered:
     /// each `clip` and `clip_part` gets exactly one answer, `clip_have` or a `bad_clip` error, in
     /// the order they came, so the car can tell which is which.
-    private func clipWork(_ what: String, log: inout RateLimit, outbound: WebSocketOutboundWriter,
+    private func clipWork(_ what: String, part: Bool = false, log: inout RateLimit, outbound: WebSocketOutboundWriter,
                           _ work: @escaping @Sendable (any ClipStore, String) throws -> ClipAppend) async throws {
         guard let store = settings.clips else {
             return try await reject(.badClip, "this server keeps no clips (clips.dir is unset)", seq: nil, reason: .clip, log: &log, outbound: outbound)
@@ -219,18 +219,31 @@ public struct StreamSession: Sendable {
                 try await NIOThreadPool.singleton.runIfActive { try work(store, device) }
             }
         } catch {
-            logger.error("session \(id): \(what): clip store: \(error)", metadata: ["device": "\(device)"])
-            return try await reject(.badClip, "\(what): the clip store failed; nothing of it was kept", seq: nil, reason: .clip, log: &log, outbound: outbound)
+            // The server's own paths and errors stay in its log; the car hears only that it failed.
+            metrics.rejected(.clip)
+            if log.allows(now: Self.now()) {
+                let suppressed = log.takeSuppressed()
+                logger.error("session \(id): \(what): clip store: \(error)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
+                             metadata: ["device": "\(device)"])
+            }
+            let text = ServerMessage.error(code: .badClip, message: "\(what): the clip store failed; nothing of it was kept", seq: nil).encoded()
+            return try await outbound.write(.text(text))
         }
         switch result {
         case .held(let have):
-            if have.stored { logger.info("session \(id): \(what): the clip is stored whole", metadata: ["device": "\(device)"]) }
+            // Once per clip: when its last part made it whole (an announce of a stored clip says nothing new).
+            if part, have.stored { logger.info("session \(id): \(what): the clip is stored whole", metadata: ["device": "\(device)"]) }
             try await outbound.write(.text(ServerMessage.clipHave(have).encoded()))
         case .refused(let text):
             try await reject(.badClip, text, seq: nil, reason: .clip, log: &log, outbound: outbound)
         case .mismatch(let have):
             // One answer per message: the car reads the file held from 0 again and sends it anew.
-            logger.warning("session \(id): \(what): the bytes do not match the file's SHA-256; dropped", metadata: ["device": "\(device)"])
+            metrics.rejected(.clip)
+            if log.allows(now: Self.now()) {
+                let suppressed = log.takeSuppressed()
+                logger.warning("session \(id): \(what): the bytes do not match the file's SHA-256; dropped\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
+                               metadata: ["device": "\(device)"])
+            }
             try await outbound.write(.text(ServerMessage.clipHave(have).encoded()))
         }
     }
