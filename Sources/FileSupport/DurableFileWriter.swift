@@ -95,7 +95,9 @@ public enum DurableFileWriter {
     }
 
     /// Writes straight from the buffer: no second copy of a multi-megabyte segment.
-    private static func writeAll(_ bytes: [UInt8], to fd: Int32) -> (code: Int32?, reason: String)? {
+    /// Writes every byte to `fd` (again after `EINTR`); the error number and its text if it could
+    /// not (no number: the disk took fewer bytes and said nothing).
+    public static func writeAll(_ bytes: [UInt8], to fd: Int32) -> (code: Int32?, reason: String)? {
         var written = 0
         while written < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }

@@ -96,7 +96,7 @@ public struct FileClipStore: ClipStore {
         case .overrun:
             return .refused("clip \(part.id) file \(part.name): offset \(part.offset) and \(bytes.count) bytes reach past its \(file.bytes)")
         case .append:
-            try Self.writeAll(bytes, to: fd, path: partPath)
+            if let failure = DurableFileWriter.writeAll(Array(bytes), to: fd) { throw ClipStoreError(path: partPath, failure.code ?? EIO) }
         }
         guard held + bytes.count == file.bytes else { return .held(answer(record.clip, in: folder, only: file.name)) }
         let stored = try finish(file, fd: fd, in: folder)
@@ -173,20 +173,6 @@ public struct FileClipStore: ClipStore {
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
               attributes[.type] as? FileAttributeType == .typeRegular else { return nil }
         return (attributes[.size] as? NSNumber)?.intValue
-    }
-
-    private static func writeAll(_ bytes: Data, to fd: Int32, path: String) throws {
-        try bytes.withUnsafeBytes { buffer in
-            var written = 0
-            while written < buffer.count {
-                let count = write(fd, buffer.baseAddress! + written, buffer.count - written)
-                if count < 0 {
-                    if errno == EINTR { continue }
-                    throw ClipStoreError(path: path, errno)
-                }
-                written += count
-            }
-        }
     }
 
     /// Lower-case hex SHA-256 of the file, read a megabyte at a time.
