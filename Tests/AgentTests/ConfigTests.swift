@@ -211,7 +211,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(!message.contains("encoder."))
     #expect(
         try await failure(yaml: "network:\n  port: 1\n")
-            == "FILE:1: unknown key 'network' (valid keys here: device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, sensors, incident, parking, status, log)")
+            == "FILE:1: unknown key 'network' (valid keys here: device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, sensors, incident, parking, upload, status, log)")
 }
 
 /// Keys three deep (`sensors.accel.device`): the group is a mapping of its own, with the same checks.
@@ -233,7 +233,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(message.hasPrefix("FILE:1: 'camera' must be a mapping of keys such as camera.source, camera.device, "))
     #expect(
         try await failure(yaml: "- camera\n")
-            == "FILE:1: the top level must be a mapping of keys such as device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, sensors, incident, parking, status, log")
+            == "FILE:1: the top level must be a mapping of keys such as device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, sensors, incident, parking, upload, status, log")
 }
 
 @Test(arguments: [

@@ -128,8 +128,11 @@ struct RecordCommand: AsyncParsableCommand {
                                      announcer: announcer, paired: { await uplink?.tokenAvailable() }, logger: logger)
             }
         }
+        // Incidents, parked clips and `protect` go up to the owner.
+        let clips = uplink.map { EventClips(store: store, uplink: $0, gps: gps?.track, board: board,
+                                            segmentSeconds: config.encoder.segmentSeconds, logger: logger) }
         let control = ControlRequests(board: board, store: store, uplink: uplink, server: config.uplink.url, voice: voice,
-                                      haptics: haptics, watch: watch, pairing: pairing)
+                                      haptics: haptics, watch: watch, pairing: pairing, clips: clips)
 
         let reloader = ConfigReloader(running: config, logger: logger) { [file = self.config] in
             try await AgentConfig.load(file: file, overrides: overrides)
@@ -158,7 +161,7 @@ struct RecordCommand: AsyncParsableCommand {
         let stopRequested = StopFlag()
         let parking = config.makeParkingService(pipeline: pipeline, uplink: uplink, board: board,
                                                 announce: { await announcer.say($0) }, logger: logger)
-        let recording = RecordingService(
+        var recording = RecordingService(
             pipeline: pipeline, store: store, uplink: uplink, board: board, logger: logger,
             started: { await announcer.started() },
             stopping: {
@@ -166,6 +169,7 @@ struct RecordCommand: AsyncParsableCommand {
                 notifier.stopping()
             },
             clipSaved: parking.map { $0.clipSaved })
+        recording.clips = clips
         // A paired car (no token file) whose credentials the server refused asks it again:
         // renewed, it connects at once; refused (unpaired), it forgets them and offers a new code.
         var refused: (@Sendable () async -> Void)?
@@ -190,6 +194,8 @@ struct RecordCommand: AsyncParsableCommand {
         if let offline, let watch { services.append(LocalGuidanceService(guidance: offline, watch: watch)) }
         if let pairing { services.append(pairing) }
         if let gps { services.append(GPSService(receiver: gps.receiver, track: gps.track, board: board, logger: logger)) }
+        // Before the G-sensor: stopped after it, so an incident it saves while stopping is still kept for upload.
+        if let clips { services.append(clips) }
         if var incidents = try config.makeIncidentService(store: store, uplink: uplink, board: board, motor: haptics,
                                                           announce: { await announcer.say($0) }, logger: logger) {
             // While parked, an impact records a clip with its pre-roll instead.
@@ -197,6 +203,7 @@ struct RecordCommand: AsyncParsableCommand {
                 incidents.parked = .init(isParked: { parking.state.isParked }, detector: config.parkedImpactSettings,
                                          impact: { pipeline.impact() })
             }
+            incidents.clips = clips
             services.append(incidents)
         }
         if let parking { services.append(parking) }

@@ -62,8 +62,8 @@ extension ClipUploads {
             /// Bytes the server holds of each file, by name, from its last answer on this session.
             var have: [String: Int]?
             /// `bad_clip` answers on this session, whatever came between them: a server that takes
-        /// the announce but refuses every part does not get the same part again and again.
-        var refusals = 0
+            /// the announce but refuses every part does not get the same part again and again.
+            var refusals = 0
             var setAside = false
         }
 
@@ -89,11 +89,17 @@ extension ClipUploads {
         public init(settings: Settings) { self.settings = settings }
 
         /// Clips waiting, oldest first, and the bytes of them the server is not known to hold.
-        public var waiting: [(id: String, bytesLeft: Int)] {
+        public var waiting: [(id: String, clip: ClientMessage.Clip, bytesLeft: Int)] {
             pending.map { entry in
-                (entry.clip.id, entry.clip.files.reduce(0) { $0 + $1.bytes - min($1.bytes, entry.have?[$1.name] ?? 0) })
+                (entry.clip.id, entry.clip, entry.clip.files.reduce(0) { $0 + $1.bytes - min($1.bytes, entry.have?[$1.name] ?? 0) })
             }
         }
+
+        /// Bytes of parts sent on `day` (the count is of the last day a part was asked for).
+        public func bytesToday(on day: Int) -> Int { self.day == day ? bytesToday : 0 }
+
+        /// Is an answer to a `clip` or `clip_part` awaited on this session?
+        public var awaitingAnswer: Bool { !asked.isEmpty }
 
         /// A clip to send (or its newer description: the same id): announced on the session open now,
         /// if any, and on every session until it is stored.
@@ -104,6 +110,17 @@ extension ClipUploads {
                 pending.append(Pending(clip: clip))
             }
             if sessionOpen, !unsentAnnounces.contains(clip.id) { unsentAnnounces.append(clip.id) }
+        }
+
+        /// A clip that cannot be sent (its files are gone from the card): forgotten, and when the
+        /// part just taken by ``next(segmentsWaiting:day:)`` was of it, that part was not sent.
+        public mutating func withdraw(_ id: String) {
+            if case .part(let part)? = asked.last, part.id == id {
+                asked.removeLast()
+                bytesToday -= min(bytesToday, part.bytes)
+            }
+            pending.removeAll { $0.clip.id == id }
+            unsentAnnounces.removeAll { $0 == id }
         }
 
         /// A session opened: every clip is announced on it, and nothing the server said before counts.

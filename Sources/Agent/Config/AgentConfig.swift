@@ -21,6 +21,7 @@ public struct AgentConfig: LoadableConfig {
     public var sensors = Sensors()
     public var incident = Incident()
     public var parking = Parking()
+    public var upload = Upload()
     public var status = Status()
     public var log = Log()
 
@@ -227,6 +228,19 @@ public struct AgentConfig: LoadableConfig {
         public var afterSeconds = 10
 
         public init() {}
+    }
+
+    /// Clips for the owner (incidents, parking events, `protect`): when they may go up.
+    public struct Upload: Sendable, Equatable {
+        /// Megabytes of clips a day; unset is no limit.
+        public var dailyMegabytes: Int?
+        public var when: UploadWhen = .always
+
+        public init() {}
+    }
+
+    public enum UploadWhen: String, CaseIterable, Sendable {
+        case always, wifi
     }
 
     public struct Status: Sendable, Equatable {
@@ -496,6 +510,12 @@ extension AgentConfig {
         .int(
             "parking.afterSeconds", \.parking.afterSeconds, 1...60,
             "... and runs this long after the last trigger, up to a minute in all."),
+        .optionalInt(
+            "upload.dailyMegabytes", \.upload.dailyMegabytes, 1...1_000_000,
+            "Megabytes of evidence clips (incidents, parking events, `protect`) uploaded for the owner a day, counted from local midnight; the rest waits for the next day, on the card. Unset: no limit."),
+        .choice(
+            "upload.when", \.upload.when,
+            "When clips upload: `always`, or `wifi` only while the uplink's default route is on a wireless LAN interface (the kernel's `DEVTYPE=wlan`). Guidance segments always go, and always first."),
         .string(
             "status.socket", \.status.socket, type: "path",
             "Unix socket where `dashcam-agent status` and `say-status` reach the running agent."),

@@ -42,6 +42,8 @@ public struct IncidentService: Service {
     let logger: Logger
     /// While the car is parked, impacts (at `parking.sensitivity`) record a parked clip instead.
     var parked: ParkedImpacts?
+    /// Each saved incident's evidence goes to the owner.
+    var clips: EventClips?
 
     /// What an impact does while the car is parked: the parked watch records a clip with its
     /// pre-roll (no continuous recording runs to protect).
@@ -216,6 +218,8 @@ public struct IncidentService: Service {
         if !stopping { await waitForSegments(until: Self.wallClock(incident.end)) }
         let entry = await record(incident, at: at, state: "saved", listing: listing)
         logger.notice("g-sensor: incident saved: \(incident.impacts) impact(s), peak \(Self.g(incident.peakG)) g, \(entry.files.count) segment(s) from \(entry.from) to \(entry.to)")
+        clips?.record(.incident(id: entry.id, at: at, from: Self.wallClock(incident.start), to: Self.wallClock(incident.end),
+                                peakG: entry.peakG, paths: entry.files))
         guard !stopping, !Task.isCancelled else { return }
         await announce(.incidentSaved)
         vibrate()
@@ -254,16 +258,9 @@ public struct IncidentService: Service {
         return entry
     }
 
-    /// Until the recording has written the segment that holds `end`: a segment reaching past it
-    /// is on the disk. On a busy board the recording may run seconds behind the clock, so the
-    /// wait is long (``finishWait``); it ends early only if the recording stops.
+    /// Until the recording has written the segment that holds `end` (``RecordingStore/waitForSegments(until:segmentSeconds:within:)``).
     private func waitForSegments(until end: Date) async {
-        let deadline = ContinuousClock.now + Self.finishWait
-        while ContinuousClock.now < deadline, !Task.isCancelled {
-            let newest = store.segments(overlapping: end...end.addingTimeInterval(Double(settings.segmentSeconds))).last
-            if let newest, newest.capturedAt.addingTimeInterval(Double(settings.segmentSeconds)) >= end { return }
-            try? await Task.sleep(for: .milliseconds(250))
-        }
+        await store.waitForSegments(until: end, segmentSeconds: settings.segmentSeconds, within: Self.finishWait)
     }
 
     /// The longest an incident waits for its last segment before it is saved with what is there.

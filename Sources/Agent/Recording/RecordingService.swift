@@ -25,6 +25,8 @@ struct RecordingService: Service {
     let stopping: @Sendable () -> Void
     /// A parked car's clip was written (its path, relative to the folder).
     var clipSaved: (@Sendable (String) -> Void)? = nil
+    /// ... and goes to the owner.
+    var clips: EventClips? = nil
 
     func run() async throws {
         try await withGracefulShutdownHandler {
@@ -53,7 +55,10 @@ struct RecordingService: Service {
                 // One line per segment, written at once: a reader sees each as soon as it is on disk.
                 FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: recorded.path) + "\n").utf8))
                 board.recorded(segment.metadata, written: recorded.path != nil, capBytes: store.retention.maxBytes)
-                if segment.metadata.parking != nil, let path = recorded.path { clipSaved?(path) }
+                if segment.metadata.parking != nil, let path = recorded.path {
+                    clipSaved?(path)
+                    clips?.record(.parked(segment.metadata, path: path))
+                }
                 board.update { $0.recording?.droppedSegments = pipeline.droppedSegments }
             }
         } onGracefulShutdown: { [pipeline, stopping] in

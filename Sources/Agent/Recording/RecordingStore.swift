@@ -321,3 +321,16 @@ public final class RecordingStore: Sendable {
     }
 }
 
+extension RecordingStore {
+    /// Until the recording has written the segment that holds `end`: a segment reaching past it
+    /// is on the disk. On a busy board the recording may run seconds behind the clock, so the
+    /// wait may be long (`within`); it ends early only if the task is cancelled (the recording stops).
+    public func waitForSegments(until end: Date, segmentSeconds: Int, within: Duration, while going: @Sendable () -> Bool = { true }) async {
+        let deadline = ContinuousClock.now + within
+        while ContinuousClock.now < deadline, !Task.isCancelled, going() {
+            let newest = segments(overlapping: end...end.addingTimeInterval(Double(segmentSeconds))).last
+            if let newest, newest.capturedAt.addingTimeInterval(Double(segmentSeconds)) >= end { return }
+            try? await Task.sleep(for: .milliseconds(250))
+        }
+    }
+}

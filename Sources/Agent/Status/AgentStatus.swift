@@ -279,6 +279,35 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         }
     }
 
+    /// Clips the car owes its owner's server (``ClipUploads``).
+    public struct Uploads: Codable, Sendable, Equatable {
+        public struct Clip: Codable, Sendable, Equatable {
+            public var id: String
+            public var kind: String
+            public var at: String
+            /// Bytes the server is not known to hold yet.
+            public var bytesLeft: Int
+        }
+
+        /// Oldest first.
+        public var waiting: [Clip] = []
+        /// Why no part goes now: `nothing` (uploading), `session`, `segments`, `answer`, `budget`, `wifi`.
+        public var waitingFor: String
+        /// `always` or `wifi` (`upload.when`).
+        public var when: String
+        /// Bytes of clips sent today, and the day's limit (`upload.dailyMegabytes`; nil: none).
+        public var bytesToday = 0
+        public var dailyBytes: Int?
+        /// Clips the server confirmed since the agent started.
+        public var stored = 0
+
+        public init(waitingFor: String, when: String, dailyBytes: Int?) {
+            self.waitingFor = waitingFor
+            self.when = when
+            self.dailyBytes = dailyBytes
+        }
+    }
+
     public var camera: Camera
     public var encoder: String
     /// With two streams: each one's encoder, size, and data per hour.
@@ -303,6 +332,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var clock: Clock?
     /// Nil without `parking.ignition.line`.
     public var parking: Parking?
+    /// Nil without an uplink.
+    public var uploads: Uploads?
 
     public init(camera: Camera, encoder: String, speech: Speech, haptics: HapticsStatus) {
         self.camera = camera
@@ -389,6 +420,17 @@ public struct AgentStatus: Codable, Sendable, Equatable {
             for incident in incidents.list {
                 lines.append(String(format: "  incident %@: %.2f g, %d impact(s), %@ to %@, %@; %d file(s)", incident.at, incident.peakG,
                                     incident.impacts, incident.from, incident.to, incident.state, incident.files.count))
+            }
+        }
+        if let uploads {
+            var line = "uploads: \(uploads.waiting.count) clip(s) waiting (\(Self.megabytes(Int64(uploads.waiting.reduce(0) { $0 + $1.bytesLeft }))))"
+            if !uploads.waiting.isEmpty { line += ", " + (uploads.waitingFor == "nothing" ? "uploading" : "waiting for \(uploads.waitingFor)") }
+            line += "; \(Self.megabytes(Int64(uploads.bytesToday))) today"
+            if let limit = uploads.dailyBytes { line += " of \(Self.megabytes(Int64(limit)))" }
+            line += "; when: \(uploads.when); \(uploads.stored) stored since start"
+            lines.append(line)
+            for clip in uploads.waiting {
+                lines.append("  clip \(clip.id) (\(clip.kind)) at \(clip.at): \(Self.megabytes(Int64(clip.bytesLeft))) to send")
             }
         }
         lines.append("speech: \(speech.output), \(speech.locale); spoken \(speech.spoken), cut off \(speech.cutOff), replaced \(speech.replaced), failed \(speech.failures)")

@@ -12,6 +12,8 @@ struct ControlRequests: Sendable {
     let haptics: Haptics
     var watch: RoadWatch? = nil
     var pairing: DevicePairingService? = nil
+    /// What `protect` keeps goes to the owner.
+    var clips: EventClips? = nil
 
     func answer(_ request: String) async -> String {
         switch request {
@@ -36,7 +38,12 @@ struct ControlRequests: Sendable {
                 // The client checks too; a request line can come from anything that reaches the socket.
                 try selection.check(String(request.prefix(64)))
                 // Moves and fsyncs: on the blocking pool, not the cooperative one.
-                return Self.json(try await NIOThreadPool.singleton.runIfActive { try store.protect(selection) })
+                let protection = try await NIOThreadPool.singleton.runIfActive { try store.protect(selection) }
+                switch selection {
+                case .time(let range): clips?.record(.protected(range, requestedAt: Date()))
+                case .sequence: if !protection.protected.isEmpty { clips?.record(.protectedFiles(protection.protected, requestedAt: Date())) }
+                }
+                return Self.json(protection)
             } catch {
                 return Self.json(["error": "\(error)"])
             }
@@ -75,6 +82,7 @@ struct ControlRequests: Sendable {
             status.uplink.reconnects = stats.reconnects
             status.uplink.paused = paused
             status.uplink.notSent = max(0, status.camera.segments - stats.acked)
+            status.uploads = await uplink.uploads
             if let pairing {
                 status.uplink.pairingCode = pairing.currentCode
                 if let stored = pairing.credentials.current {

@@ -22,7 +22,9 @@ extension AgentConfig {
                             queueMaxAgeMs: uplink.queueMaxAgeMs, guidanceMaxAgeMs: guidance.maxAgeMs,
                             liveness: uplink.livenessMs.map { .milliseconds($0) },
                             connectTimeout: .milliseconds(uplink.connectTimeoutMs), drain: .milliseconds(uplink.drainMs),
-                            restartSpread: .milliseconds(uplink.restartSpreadMs)),
+                            restartSpread: .milliseconds(uplink.restartSpreadMs),
+                            clips: .init(dailyBytes: upload.dailyMegabytes.map { $0 << 20 }, wifiOnly: upload.when == .wifi),
+                            clipCustody: ClipCustody(root: URL(fileURLWithPath: recording.dir))),
             logger: logger)
     }
 }

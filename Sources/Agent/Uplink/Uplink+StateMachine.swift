@@ -53,10 +53,13 @@ extension Uplink {
             /// After close 1012 (the server is restarting): the reconnect waits a random time up to
             /// this, so that the server's fleet comes back spread out, not all in the same second.
             public var restartSpread: Duration
+            /// The clips' budget and network (`upload.*`).
+            public var clips: ClipUploads.StateMachine.Settings
 
             public init(backoff: Backoff = Backoff(), liveness: Duration, ping: Duration, drain: Duration,
                         guidanceMaxAge: Duration, queueSegments: Int, queueMaxAgeMs: Int,
-                        restartSpread: Duration = .milliseconds(AgentConfig.UplinkSettings().restartSpreadMs)) {
+                        restartSpread: Duration = .milliseconds(AgentConfig.UplinkSettings().restartSpreadMs),
+                        clips: ClipUploads.StateMachine.Settings = .init()) {
                 self.backoff = backoff
                 self.liveness = liveness
                 self.ping = ping
@@ -65,6 +68,7 @@ extension Uplink {
                 self.queueSegments = queueSegments
                 self.queueMaxAgeMs = queueMaxAgeMs
                 self.restartSpread = restartSpread
+                self.clips = clips
             }
         }
 
@@ -81,6 +85,8 @@ extension Uplink {
             /// A message for the guidance router.
             case deliver(ServerMessage)
             case log(Logger.Level, String)
+            /// The server holds every file of the clip: it leaves the car's custody.
+            case clipStored(String)
             /// Nothing is left to do: `run` returns.
             case finish
         }
@@ -105,6 +111,8 @@ extension Uplink {
 
         public let settings: Settings
         public private(set) var custody: Custody
+        /// The clips owed to the owner's server, sent between segments on the same session.
+        public private(set) var clips: ClipUploads.StateMachine
         public private(set) var stats = Stats()
         /// Uploads stop on 4402 (usage exhausted) until usage comes back; recording goes on.
         public private(set) var paused = false
@@ -142,6 +150,7 @@ extension Uplink {
             self.backoff = settings.backoff
             self.random = random
             self.custody = Custody(maxCount: settings.queueSegments, maxAgeMs: settings.queueMaxAgeMs)
+            self.clips = ClipUploads.StateMachine(settings: settings.clips)
         }
 
         /// The session segments go to, once it has said `hello`.
@@ -181,6 +190,7 @@ extension Uplink {
 
         private mutating func closeAll() -> [Action] {
             stopping = .closing
+            clips.closed()
             var actions: [Action] = []
             if let session = current {
                 current = nil
@@ -213,6 +223,7 @@ extension Uplink {
             guard case .running = stopping, !parked else { return [] }
             parked = true
             retryAt = nil
+            clips.closed()
             var actions: [Action] = [.log(.notice, "the car is parked: no session until it drives again")]
             if let session = current {
                 current = nil
@@ -308,6 +319,60 @@ extension Uplink {
             }
         }
 
+        // MARK: - Clips
+
+        /// A clip to upload (``ClipUploads/StateMachine/add(_:)``): announced on the session open
+        /// now, if any, and on every new one until the server has stored it.
+        public mutating func clip(_ clip: ClientMessage.Clip, now: UInt64) -> [Action] {
+            clips.add(clip)
+            if let session = current, session.opened, !paused { return [.wakeSender(session.id)] }
+            return []
+        }
+
+        /// A clip whose files are gone from the card: it cannot be sent.
+        public mutating func withdrawClip(_ id: String) -> [Action] {
+            clips.withdraw(id)
+            return [.clipStored(id)]
+        }
+
+        /// The uplink's interface is (or is not) a wireless LAN (`upload.when: wifi`).
+        public mutating func network(wifi: Bool) -> [Action] {
+            let was = clips.onWifi
+            clips.network(wifi: wifi)
+            if wifi, !was, let session = current, session.opened, !paused { return [.wakeSender(session.id)] }
+            return []
+        }
+
+        /// The clip message `session` sends next, if any: only while the session is open and not
+        /// draining, and a part only while no segment waits to be sent (the road goes first).
+        /// `day` is the local calendar day, for `upload.dailyMegabytes`.
+        public mutating func nextClipMessage(session id: SessionID, day: Int, now: UInt64) -> ClipUploads.StateMachine.Send? {
+            guard let session = current, session.id == id, session.opened, !paused, case .running = stopping else { return nil }
+            let send = clips.next(segmentsWaiting: !custody.unsent.isEmpty, day: day)
+            if send != nil, current?.awaitingSince == nil { current?.awaitingSince = now }
+            return send
+        }
+
+        /// Nothing outstanding (no segment in flight, no clip answer awaited, welcomed): the
+        /// silence clock stops; otherwise it restarts at this answer.
+        private mutating func settle(now: UInt64) {
+            let idle = custody.inFlight.isEmpty && !clips.awaitingAnswer && current?.welcomed == true
+            current?.awaitingSince = idle ? nil : now
+        }
+
+        private func clipEvents(_ events: [ClipUploads.StateMachine.Event]) -> [Action] {
+            events.flatMap { event -> [Action] in
+                switch event {
+                case .stored(let id):
+                    return [.log(.notice, "clip \(id) is stored on the server"), .clipStored(id)]
+                case .dropped(let clip, let file):
+                    return [.log(.warning, "the server dropped what it held of clip \(clip)'s \(file) (its bytes did not match); sending it again")]
+                case .refused(let clip, let reason, let setAside):
+                    return [.log(.warning, "the server refused clip \(clip): \(reason)" + (setAside ? "; tried again on the next session" : "; announcing it again"))]
+                }
+            }
+        }
+
         // MARK: - Session events
 
         /// The upgrade succeeded and `hello` was written.
@@ -319,7 +384,8 @@ extension Uplink {
             current?.lastHeard = now
             current?.awaitingSince = now
             stats.sessions += 1
-            return !paused && !custody.isEmpty ? [.wakeSender(id)] : []
+            clips.opened()
+            return !paused && !(custody.isEmpty && clips.waiting.isEmpty) ? [.wakeSender(id)] : []
         }
 
         public mutating func connectFailed(_ id: SessionID, _ failure: ConnectFailure, now: UInt64) -> [Action] {
@@ -378,6 +444,7 @@ extension Uplink {
             guard let session = current, session.id == id else { return [] }
             current = nil
             custody.takeBackInFlight()
+            clips.closed()
             if isClosingDown { return finishIfDone() }
             if case .draining = stopping { return closeAll() }
             stats.reconnects += 1
@@ -419,7 +486,7 @@ extension Uplink {
             case .welcome(let session, let remaining):
                 guard isCurrent else { return [] }
                 current?.welcomed = true
-                if custody.inFlight.isEmpty { current?.awaitingSince = nil }
+                if custody.inFlight.isEmpty, !clips.awaitingAnswer { current?.awaitingSince = nil }
                 return [.log(.info, "session \(session) open")] + report(.connected(session: session)) + resume(remaining: remaining)
                     + [.deliver(message)]
             case .ack(let seq):
@@ -438,10 +505,7 @@ extension Uplink {
                     }
                 }
                 // Progress: the silence clock restarts, and stops once nothing is awaited.
-                if isCurrent {
-                    let idle = custody.inFlight.isEmpty && current?.welcomed == true
-                    current?.awaitingSince = idle ? nil : now
-                }
+                if isCurrent { settle(now: now) }
                 return actions + [.deliver(message)] + drainedIfDone()
             case .guidance(let guidance):
                 awaitingGuidance[guidance.seq] = nil
@@ -452,14 +516,21 @@ extension Uplink {
                 return [.deliver(message)] + drainedIfDone()
             case .usage(let remaining):
                 return resume(remaining: remaining) + [.deliver(message)]
+            case .error(.badClip, let text, _):
+                guard isCurrent else { return [] }
+                let events = clips.refused(text)
+                settle(now: now)
+                return clipEvents(events) + [.wakeSender(id)]
             case .error(let code, let text, let seq):
                 if let seq { awaitingGuidance[seq] = nil }
                 if code == .quotaExhausted { paused = true }
                 return [.log(.warning, "server error \(code.rawValue): \(text)\(seq.map { " (segment \($0))" } ?? "")"), .deliver(message)]
                     + drainedIfDone()
             case .clipHave(let have):
-                // This agent announces no clips yet: an answer to one is not for it.
-                return [.log(.debug, "ignoring clip_have for clip \(have.id)")]
+                guard isCurrent else { return [] }
+                let events = clips.heard(have)
+                settle(now: now)
+                return clipEvents(events) + [.wakeSender(id)]
             case .unknown(let type):
                 return [.log(.debug, "ignoring message type \(type)")]
             }
@@ -493,7 +564,8 @@ extension Uplink {
             guard let session = current, session.opened else { return [] }
             let silent = now - min(now, session.lastHeard)
             if let since = session.awaitingSince, silent >= settings.liveness.ns, now - min(now, since) >= settings.liveness.ns / 2 {
-                let what = custody.inFlight.isEmpty ? "the welcome" : "\(custody.inFlight.count) unacknowledged segment(s)"
+                let what = !custody.inFlight.isEmpty ? "\(custody.inFlight.count) unacknowledged segment(s)"
+                    : clips.awaitingAnswer ? "a clip's answer" : "the welcome"
                 stats.reconnects += 1
                 return [.log(.warning, "no answer from the server for \(Duration.nanoseconds(Int64(clamping: silent)).spoken) with \(what) outstanding; opening a new session")]
                     + abandonCurrent(now: now)
@@ -514,6 +586,7 @@ extension Uplink {
             if let session = current {
                 current = nil
                 custody.takeBackInFlight()
+                clips.closed()
                 if session.opened {
                     closing.insert(session.id)
                     actions.append(.close(session.id, code: .goingAway, grace: settings.closeGrace))

@@ -3,6 +3,7 @@ public import GuidanceProtocol
 public import HAL
 public import Logging
 import NIOCore
+import NIOPosix
 public import NIOSSL
 
 /// Streams segments to the guidance server and hands its answers back.
@@ -32,12 +33,17 @@ public actor Uplink {
         public var drain: Duration
         /// After the server's close 1012 (it is restarting): a random wait up to this before reconnecting.
         public var restartSpread: Duration
+        /// Clips for the owner: their budget and network (`upload.*`), and where they are kept
+        /// until stored (nil: the car keeps no recording, so it has no clips).
+        public var clips: ClipUploads.StateMachine.Settings
+        public var clipCustody: ClipCustody?
 
         public init(url: String, token: TokenSource, tls: TLSConfiguration?, hello: ClientMessage.Hello,
                     payload: AgentConfig.Payload, ping: Duration, backoff: Backoff = Backoff(), queueSegments: Int,
                     queueMaxAgeMs: Int, guidanceMaxAgeMs: Int, liveness: Duration? = nil,
                     connectTimeout: Duration = .seconds(5), drain: Duration = .milliseconds(1500),
-                    restartSpread: Duration = .milliseconds(AgentConfig.UplinkSettings().restartSpreadMs)) {
+                    restartSpread: Duration = .milliseconds(AgentConfig.UplinkSettings().restartSpreadMs),
+                    clips: ClipUploads.StateMachine.Settings = .init(), clipCustody: ClipCustody? = nil) {
             self.url = url
             self.token = token
             self.tls = tls
@@ -52,6 +58,8 @@ public actor Uplink {
             self.connectTimeout = connectTimeout
             self.drain = drain
             self.restartSpread = restartSpread
+            self.clips = clips
+            self.clipCustody = clipCustody
         }
     }
 
@@ -104,6 +112,9 @@ public actor Uplink {
     private var sessions: [SessionID: SessionHandle] = [:]
     private let (spawns, spawnSink) = AsyncStream.makeStream(of: SessionID.self)
     private var finishedWaiters: [CheckedContinuation<Void, Never>] = []
+    /// The clips in custody, by id: where their files are.
+    private var clipEntries: [String: ClipCustody.Entry] = [:]
+    private var clipsStored = 0
 
     /// What the actor keeps of a running session.
     private struct SessionHandle {
@@ -125,7 +136,8 @@ public actor Uplink {
         self.machine = StateMachine(settings: .init(
             backoff: settings.backoff, liveness: settings.liveness, ping: settings.ping, drain: settings.drain,
             guidanceMaxAge: .milliseconds(settings.guidanceMaxAgeMs),
-            queueSegments: settings.queueSegments, queueMaxAgeMs: settings.queueMaxAgeMs, restartSpread: settings.restartSpread))
+            queueSegments: settings.queueSegments, queueMaxAgeMs: settings.queueMaxAgeMs, restartSpread: settings.restartSpread,
+            clips: settings.clips))
         (messages, messageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
         (states, stateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }
@@ -155,11 +167,61 @@ public actor Uplink {
         perform(machine.tokenAvailable(now: MonotonicClock.now()))
     }
 
+    /// A clip for the owner: kept on the card (``ClipCustody``) before it is first announced,
+    /// then uploaded between segments until the server has stored it.
+    public func upload(_ entry: ClipCustody.Entry) async {
+        if let custody = settings.clipCustody {
+            do {
+                try await NIOThreadPool.singleton.runIfActive { try custody.keep(entry) }
+            } catch {
+                // Still sent while the agent runs; only a restart would forget it.
+                logger.error("uplink: cannot keep clip \(entry.clip.id) on the card: \(error); it is uploaded, but not after a restart")
+            }
+        }
+        clipEntries[entry.clip.id] = entry
+        logger.notice("uplink: clip \(entry.clip.id) (\(entry.clip.kind), \(entry.clip.files.count) file(s), \(entry.clip.files.reduce(0) { $0 + $1.bytes }) bytes) to upload")
+        perform(machine.clip(entry.clip, now: MonotonicClock.now()))
+    }
+
+    /// The clips waiting, for `status`.
+    public var uploads: AgentStatus.Uploads {
+        let local = Self.localDay()
+        var status = AgentStatus.Uploads(waitingFor: machine.clips.whyWaiting(segmentsWaiting: !machine.custody.unsent.isEmpty).rawValue,
+                                         when: settings.clips.wifiOnly ? "wifi" : "always", dailyBytes: settings.clips.dailyBytes)
+        status.waiting = machine.clips.waiting.map { .init(id: $0.id, kind: $0.clip.kind, at: $0.clip.at, bytesLeft: $0.bytesLeft) }
+        status.bytesToday = machine.clips.bytesToday(on: local)
+        status.stored = clipsStored
+        return status
+    }
+
+    /// The local calendar day, in days since 1970: the day `upload.dailyMegabytes` counts.
+    static func localDay(_ date: Date = Date(), zone: TimeZone = .current) -> Int {
+        Int(((date.timeIntervalSince1970 + Double(zone.secondsFromGMT(for: date))) / 86_400).rounded(.down))
+    }
+
+    /// The clips an earlier run kept and the server has not stored yet.
+    private func loadClips() async {
+        guard let custody = settings.clipCustody else { return }
+        guard let (entries, unreadable) = try? await NIOThreadPool.singleton.runIfActive({ custody.all() }) else { return }
+        for path in unreadable { logger.error("uplink: \(path) is not a clip this agent can read; left on the card, not uploaded") }
+        if !entries.isEmpty { logger.notice("uplink: \(entries.count) clip(s) kept from before still to upload") }
+        for entry in entries where clipEntries[entry.clip.id] == nil {
+            clipEntries[entry.clip.id] = entry
+            perform(machine.clip(entry.clip, now: MonotonicClock.now()))
+        }
+    }
+
     /// Runs sessions until ``shutdown()`` has drained; each network change opens a new session.
-    public func run(networkChanges: AsyncStream<NetworkChange>) async {
+    /// `path`: the network as it is at the start (for `upload.when: wifi`).
+    public func run(networkChanges: AsyncStream<NetworkChange>, path: NetworkPath? = nil,
+                    isWireless: @escaping @Sendable (NetworkPath) -> Bool = WirelessLAN.carries) async {
+        if let path { perform(machine.network(wifi: isWireless(path))) }
+        await loadClips()
         await withDiscardingTaskGroup { group in
             group.addTask { [self] in
-                for await change in networkChanges { await self.perform { $0.networkChanged("\(change)", now: $1) } }
+                for await change in networkChanges {
+                    await self.perform { $0.network(wifi: isWireless(change.new)) + $0.networkChanged("\(change)", now: $1) }
+                }
             }
             group.addTask { [self] in await self.tickUntilCancelled() }
             perform(machine.start(now: MonotonicClock.now()))
@@ -211,6 +273,9 @@ public actor Uplink {
                 messageSink.yield(message)
             case .log(let level, let text):
                 logger.log(level: level, "uplink: \(text)")
+            case .clipStored(let id):
+                if clipEntries.removeValue(forKey: id) != nil { clipsStored += 1 }
+                settings.clipCustody?.release(id)
             case .finish:
                 spawnSink.finish()
             }
@@ -354,15 +419,54 @@ public actor Uplink {
                     return
                 }
             }
-            while let segment = await nextToSend(id) {
+            // Segments, then one clip message, then segments again: a part goes only when no
+            // segment waits, so a segment waits behind at most one part (64 KiB).
+            while true {
+                while let segment = await nextToSend(id) {
+                    do {
+                        try await send(segment, connection: connection)
+                    } catch {
+                        // The connection is going: the segment stays in flight and is re-sent on the next session.
+                        return
+                    }
+                    await sent(segment, on: id)
+                }
+                guard let message = await nextClipMessage(id) else { break }
                 do {
-                    try await send(segment, connection: connection)
+                    switch message {
+                    case .announce(let clip):
+                        try await connection.send(text: ClientMessage.clip(clip).encoded())
+                    case .part(let part):
+                        guard let bytes = await clipBytes(part) else { continue }
+                        try await connection.send(text: ClientMessage.clipPart(part).encoded())
+                        try await connection.send(binary: bytes[...])
+                    }
                 } catch {
-                    // The connection is going: the segment stays in flight and is re-sent on the next session.
+                    // What the server did not answer is asked again on the next session.
                     return
                 }
-                await sent(segment, on: id)
             }
+        }
+    }
+
+    private func nextClipMessage(_ id: SessionID) -> ClipUploads.StateMachine.Send? {
+        machine.nextClipMessage(session: id, day: Self.localDay(), now: MonotonicClock.now())
+    }
+
+    /// A part's bytes from the card; nil when the file is gone (the clip is given up: it can
+    /// never be whole on the server).
+    private func clipBytes(_ part: ClientMessage.ClipPart) async -> [UInt8]? {
+        guard let entry = clipEntries[part.id] else {
+            perform(machine.withdrawClip(part.id))
+            return nil
+        }
+        let custody = settings.clipCustody ?? ClipCustody(root: URL(fileURLWithPath: "/nonexistent"))
+        do {
+            return try await NIOThreadPool.singleton.runIfActive { try custody.read(part, of: entry) }
+        } catch {
+            logger.error("uplink: clip \(part.id) cannot be uploaded: \(error); it stays on the card, the server does not get it")
+            perform(machine.withdrawClip(part.id))
+            return nil
         }
     }
 

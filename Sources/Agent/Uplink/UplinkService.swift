@@ -11,27 +11,29 @@ struct UplinkService: Service {
     let logger: Logger
 
     func run() async {
-        let changes = networkChanges()
+        let (changes, path) = networkChanges()
         await withDiscardingTaskGroup { group in
             group.addTask { [uplink] in
                 // Cancelled (the run ended on its own) or told to stop: either way, drain and close.
                 try? await gracefulShutdown()
                 await uplink.shutdown()
             }
-            await uplink.run(networkChanges: changes)
+            await uplink.run(networkChanges: changes, path: path)
             group.cancelAll()
         }
         let stats = await uplink.stats
         logger.notice("uplink: sent \(stats.sent), acked \(stats.acked), re-sent \(stats.resent), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)")
     }
 
-    /// Changes of the default route or its addresses, which make the uplink open a new session.
-    private func networkChanges() -> AsyncStream<NetworkChange> {
+    /// Changes of the default route or its addresses, which make the uplink open a new session,
+    /// and the path now (is it a wireless LAN, for `upload.when`).
+    private func networkChanges() -> (AsyncStream<NetworkChange>, NetworkPath?) {
         do {
-            return try RTNetlinkMonitor(logger: logger).changes()
+            let monitor = try RTNetlinkMonitor(logger: logger)
+            return (monitor.changes(), monitor.currentPath)
         } catch {
             logger.warning("uplink: \(error); network changes will not trigger a new session")
-            return AsyncStream { $0.finish() }
+            return (AsyncStream { $0.finish() }, nil)
         }
     }
 }

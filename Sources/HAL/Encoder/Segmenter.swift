@@ -148,18 +148,69 @@ private let hexDigits = Array("0123456789abcdef".utf8)
 
 /// SHA-256 of a segment, in lower-case hex, by libavutil (linked already for the encoder).
 func sha256Hex(_ bytes: [UInt8]) -> String {
-    var digest = [UInt8](repeating: 0, count: 32)
-    guard let context = av_sha_alloc() else { preconditionFailure("av_sha_alloc: out of memory") }
-    defer { av_free(UnsafeMutableRawPointer(context)) }
-    av_sha_init(context, 256)
-    bytes.withUnsafeBufferPointer { av_sha_update(context, $0.baseAddress, $0.count) }
-    av_sha_final(context, &digest)
-    // Lower-case hex by table: `String(format:)` would go through Foundation's string formatting.
-    var text: [UInt8] = []
-    text.reserveCapacity(64)
-    for byte in digest {
-        text.append(hexDigits[Int(byte >> 4)])
-        text.append(hexDigits[Int(byte & 0x0f)])
+    var digest = SHA256Digest()
+    digest.update(bytes)
+    return digest.finish()
+}
+
+/// SHA-256 a piece at a time, by libavutil: a file is hashed without being read whole.
+struct SHA256Digest: ~Copyable {
+    private let context: OpaquePointer
+
+    init() {
+        guard let context = av_sha_alloc() else { preconditionFailure("av_sha_alloc: out of memory") }
+        av_sha_init(context, 256)
+        self.context = context
     }
-    return String(decoding: text, as: UTF8.self)
+
+    deinit { av_free(UnsafeMutableRawPointer(context)) }
+
+    func update(_ bytes: UnsafeRawBufferPointer) {
+        av_sha_update(context, bytes.bindMemory(to: UInt8.self).baseAddress, bytes.count)
+    }
+
+    func update(_ bytes: [UInt8]) { bytes.withUnsafeBytes { update($0) } }
+
+    /// Lower-case hex of the digest.
+    consuming func finish() -> String {
+        var digest = [UInt8](repeating: 0, count: 32)
+        av_sha_final(context, &digest)
+        // Lower-case hex by table: `String(format:)` would go through Foundation's string formatting.
+        var text: [UInt8] = []
+        text.reserveCapacity(64)
+        for byte in digest {
+            text.append(hexDigits[Int(byte >> 4)])
+            text.append(hexDigits[Int(byte & 0x0f)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}
+
+public enum FileDigest {
+    /// Lower-case hex SHA-256 of the file at `path` and its size, read a megabyte at a time.
+    public static func sha256(ofFile path: String) throws(FileDigestError) -> (hex: String, bytes: Int) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { throw FileDigestError(path: path, code: errno) }
+        defer { close(fd) }
+        var digest = SHA256Digest()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var total = 0
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw FileDigestError(path: path, code: errno)
+            }
+            if count == 0 { break }
+            buffer.withUnsafeBytes { digest.update(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            total += count
+        }
+        return (digest.finish(), total)
+    }
+}
+
+public struct FileDigestError: Error, CustomStringConvertible {
+    public let path: String
+    public let code: Int32
+    public var description: String { "\(path): \(String(cString: strerror(code)))" }
 }
