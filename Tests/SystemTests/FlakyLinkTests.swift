@@ -106,6 +106,23 @@ import Testing
         await echo.stop()
     }
 
+    /// The trip wire: the server's bytes pass until the chosen words come the chosen time; those
+    /// never arrive, and both sides are closed.
+    @Test func theTripWireCutsWhenTheServerSaysTheWordsTheNthTime() async throws {
+        let echo = try await EchoServer()
+        let link = try await FlakyLink(targetPort: echo.port, cutWhenServerSends: ("ok", 2))
+        let client = try await Client(port: link.port)
+        try await client.send(Array("ok".utf8))
+        #expect(await eventually { client.received == Array("ok".utf8) })
+        #expect(!link.tripped)
+        try await client.send(Array("ok".utf8))
+        #expect(await eventually { !client.isOpen })
+        #expect(await eventually { echo.closes == 1 })
+        #expect(link.tripped && client.received == Array("ok".utf8), "the second answer never came")
+        await link.stop()
+        await echo.stop()
+    }
+
     @Test func eachConnectionStartsAsToldAndFailsAlone() async throws {
         let echo = try await EchoServer()
         let link = try await FlakyLink(targetPort: echo.port) { $0 == 0 ? .neverAnswer : .forward }

@@ -6,7 +6,8 @@ import Testing
 import TestSupport
 
 /// The G-sensor end to end, with the built agent and server: a shock saves an incident, the car
-/// says so, `status` lists it, its segments are protected on the car and kept by the server.
+/// says so, `status` lists it, its segments are protected on the car and kept by the server, and
+/// its clip reaches the owner's clip store through a link that dies in the middle of the upload.
 ///
 /// The accelerometer here is a folder laid out as an IIO device's sysfs folder is (`name`,
 /// `in_accel_*_raw`, per-axis scales, `sampling_frequency` and its list, as Debian's `st_accel`
@@ -38,23 +39,32 @@ import TestSupport
         }
     }
 
-    @Test func aShockSavesAnIncidentTheCarSaysAndTheServerKeeps() async throws {
+    @Test func aShockSavesAnIncidentTheCarSaysTheServerKeepsAndItsClipSurvivesACutLink() async throws {
         let keep = FileManager.default.temporaryDirectory.appendingPathComponent("keep-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: keep, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: keep) }
         // The server finds the road clear every time: no guidance is spoken over the phrase.
         try Data("- clear: true\n".utf8).write(to: keep.appendingPathComponent("clear.yaml"))
+        let clipStore = keep.appendingPathComponent("clips")
         let server = try await ServerProcess(server: ["keepDir": keep.path],
-                                             analyzer: ["kind": "scripted", "scriptFile": keep.appendingPathComponent("clear.yaml").path])
+                                             analyzer: ["kind": "scripted", "scriptFile": keep.appendingPathComponent("clear.yaml").path],
+                                             extra: "clips:\n  dir: \(clipStore.path)")
         defer { server.stop() }
+        // The road between car and server. The answer to the clip's first part (the server's
+        // second `clip_have`: the first answers the announce) never arrives: the link dies there,
+        // both ways at once, and the next attempt finds it still down (an upgrade that never
+        // comes); the one after that goes through.
+        let link = try await FlakyLink(targetPort: server.port, cutWhenServerSends: ("\"clip_have\"", 2)) { index in
+            index == 1 ? .neverAnswer : .forward
+        }
         let files = try LoopFiles()
         defer { files.remove() }
         try files.write("token", "good-token\n", mode: 0o600)
         let sensor = try FakeIIO(in: files.folder)
         // The uplink holds every segment until it is delivered (a busy machine makes them late;
         // by default late ones are left to the disk): this test is about what the server keeps.
-        let config = try files.agentConfig(url: "ws://127.0.0.1:\(server.port)/v1/stream", segmentSeconds: 1,
-                                           uplink: ["queueSegments": "100", "queueMaxAgeMs": "600000"], extra: """
+        let config = try files.agentConfig(url: "ws://127.0.0.1:\(link.port)/v1/stream", segmentSeconds: 1,
+                                           uplink: ["queueSegments": "100", "queueMaxAgeMs": "600000", "connectTimeoutMs": "2000"], extra: """
             sensors:
               accel:
                 device: \(sensor.folder.path)
@@ -153,7 +163,43 @@ import TestSupport
             let probed = try FFprobe.probe(kept.appendingPathComponent(folder).appendingPathComponent(mp4))
             #expect(probed.codec == "hevc", "\(mp4): \(probed)")
         }
+
+        // The clip: cut mid-upload, it went on from what the server held on a later session and
+        // arrived once, every file whole and equal to the car's.
+        let clipID = "incident-" + incident.id
+        let logged = { (spawned: Spawned) in spawned.stderr.contains("uplink: clip \(clipID) is stored on the server") }
+        #expect(await agent.wait(for: .seconds(240), until: logged),
+                "\(agent.stderr.split(separator: "\n").filter { $0.contains("clip") || $0.contains("session") }.suffix(30).joined(separator: "\n")); server: \(server.process.stderr.split(separator: "\n").filter { $0.contains("clip") }.suffix(20).joined(separator: "\n"))")
+        #expect(link.tripped && link.connections >= 3, "the link died mid-upload (\(link.connections) connections)")
+        #expect(agent.stderr.components(separatedBy: "uplink: clip \(clipID) is stored on the server").count == 2, "stored once")
+        // ... and the session after the cut went on from what the server held, not from the start.
+        let resumed = agent.stderr.split(separator: "\n").first { $0.contains("uplink: clip \(clipID): the server holds ") }
+        let heldBefore = resumed.flatMap { Int($0.components(separatedBy: "the server holds ").last?.split(separator: " ").first ?? "") }
+        #expect((heldBefore ?? 0) > 0, "\(resumed.map(String.init) ?? "no resume logged")")
+        let clipFolders = try FileManager.default.subpathsOfDirectory(atPath: clipStore.path).filter { $0.hasSuffix("/" + clipID) }
+        #expect(clipFolders.count == 1, "\(clipFolders)")
+        let clipFolder = clipStore.appendingPathComponent(try #require(clipFolders.first))
+        let held = try FileManager.default.contentsOfDirectory(atPath: clipFolder.path).sorted()
+        let carFiles = incident.files.map { ($0 as NSString).lastPathComponent }.sorted()
+        #expect(held == (carFiles + ["clip.json"]).sorted(), "no part left over, nothing twice: \(held)")
+        for path in incident.files {
+            let name = (path as NSString).lastPathComponent
+            let car = try Data(contentsOf: recordings.appendingPathComponent(path))
+            let stored = try Data(contentsOf: clipFolder.appendingPathComponent(name))
+            #expect(sha256Hex(stored) == sha256Hex(car), "\(name)")
+        }
+        let clipRecord = try JSONSerialization.jsonObject(with: Data(contentsOf: clipFolder.appendingPathComponent("clip.json"))) as? [String: Any]
+        let described = try #require(clipRecord?["clip"] as? [String: Any], "\(String(describing: clipRecord))")
+        #expect(described["kind"] as? String == "incident" && described["at"] as? String == incident.at, "\(described)")
+        #expect((described["peakG"] as? Double).map { abs($0 - incident.peakG) < 0.01 } == true, "\(described)")
+        // The car keeps nothing in custody once the server has it, and says so in `status`.
+        let uploads = try FileManager.default.contentsOfDirectory(atPath: recordings.appendingPathComponent(ClipCustody.folder).path)
+        #expect(uploads.filter { $0.hasSuffix(".json") }.isEmpty, "\(uploads)")
+        let after = try await Command.executeAsync(RecordCommandTests.agent, ["status", "--json", "--socket", files.path("status.sock")])
+        let uploadStatus = try JSONDecoder().decode(AgentStatus.self, from: Data(after.stdout.utf8)).uploads
+        #expect(uploadStatus?.stored == 1 && uploadStatus?.waiting.isEmpty == true, "\(after.stdout)")
         #expect(agent.stop() == 0, "\(agent.stderr.suffix(2000))")
+        await link.stop()
     }
 
     @Test func aMissingSensorIsRetriedAndRecordingGoesOn() async throws {

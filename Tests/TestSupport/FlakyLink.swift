@@ -22,17 +22,25 @@ public final class FlakyLink: Sendable {
 
     private let channel: any Channel
     private let links = NIOLockedValueBox<[Int: Link]>([:])
+    private let tripWire: TripWire?
     public var port: Int { channel.localAddress?.port ?? 0 }
     /// Connections accepted so far.
     public var connections: Int { links.withLockedValue { $0.count } }
 
     /// Listens on 127.0.0.1 and an ephemeral port; connection n (from 0) starts as `start(n)`.
     /// `receiveBuffer` sets SO_RCVBUF on accepted sockets, so `stopReading` pushes back quickly.
+    /// `cutWhenServerSends`: the connection whose target (the server) sends these bytes for the
+    /// `count`th time in all is cut at that moment (as ``cut(_:)`` does), those bytes undelivered.
+    /// A server's frames are not masked, so a test can cut the link at a point of the protocol
+    /// (the answer to an upload's first part) instead of at a time.
     public init(
         targetPort: Int, targetHost: String = "127.0.0.1", receiveBuffer: Int? = nil,
+        cutWhenServerSends: (bytes: String, count: Int)? = nil,
         start: @escaping @Sendable (Int) -> Start = { _ in .forward }
     ) async throws {
         let links = self.links
+        let tripWire = cutWhenServerSends.map { TripWire(needle: Array($0.bytes.utf8), count: $0.count) }
+        self.tripWire = tripWire
         var bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
         if let receiveBuffer {
@@ -43,7 +51,7 @@ public final class FlakyLink: Sendable {
             // Accepted channels are set up on their own event loops, in no fixed order; they are
             // numbered here, on the listener's loop, in the order they were accepted.
             server.eventLoop.makeCompletedFuture {
-                try server.pipeline.syncOperations.addHandler(Numbering(links: links))
+                try server.pipeline.syncOperations.addHandler(Numbering(links: links, tripWire: tripWire))
             }
         }
         .childChannelInitializer { client in
@@ -120,13 +128,11 @@ public final class FlakyLink: Sendable {
     /// Closes connection `index` on both sides at once, with a reset, as a server killed
     /// mid-segment would.
     public func cut(_ index: Int) {
-        guard let link = link(index) else { return }
-        link.setMode(.cut)
-        Self.reset(link.client)
-        if let target = link.target.withLockedValue({ $0 }) {
-            Self.reset(target)
-        }
+        link(index)?.cut()
     }
+
+    /// The trip wire (`cutWhenServerSends`) has cut a connection.
+    public var tripped: Bool { tripWire?.tripped ?? false }
 
     /// Stops listening and closes every connection.
     public func stop() async {
@@ -144,7 +150,7 @@ public final class FlakyLink: Sendable {
     }
 
     /// SO_LINGER 0 turns the close into a RST.
-    private static func reset(_ channel: any Channel) {
+    fileprivate static func reset(_ channel: any Channel) {
         let noLinger = linger(l_onoff: 1, l_linger: 0)
         let set = (channel as? any SocketOptionProvider)?.setSoLinger(noLinger) ?? channel.eventLoop.makeSucceededVoidFuture()
         set.whenComplete { _ in channel.close(promise: nil) }
@@ -157,13 +163,15 @@ private final class Numbering: ChannelInboundHandler {
     typealias InboundOut = any Channel
 
     private let links: NIOLockedValueBox<[Int: Link]>
+    private let tripWire: TripWire?
 
-    init(links: NIOLockedValueBox<[Int: Link]>) {
+    init(links: NIOLockedValueBox<[Int: Link]>, tripWire: TripWire?) {
         self.links = links
+        self.tripWire = tripWire
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let link = Link(client: unwrapInboundIn(data))
+        let link = Link(client: unwrapInboundIn(data), tripWire: tripWire)
         links.withLockedValue { $0[$0.count] = link }
         context.fireChannelRead(data)
     }
@@ -184,12 +192,21 @@ private final class Link: Sendable {
 
     let client: any Channel
     let target = NIOLockedValueBox<(any Channel)?>(nil)
+    let tripWire: TripWire?
     private let modeBox: NIOLockedValueBox<Mode>
     var mode: Mode { modeBox.withLockedValue { $0 } }
 
-    init(client: any Channel) {
+    init(client: any Channel, tripWire: TripWire?) {
         self.client = client
+        self.tripWire = tripWire
         self.modeBox = NIOLockedValueBox(.forward)
+    }
+
+    /// Closes both sides at once, with a reset.
+    func cut() {
+        setMode(.cut)
+        FlakyLink.reset(client)
+        if let target = target.withLockedValue({ $0 }) { FlakyLink.reset(target) }
     }
 
     func setMode(_ mode: Mode) {
@@ -248,7 +265,12 @@ private final class Glue: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard link.mode == .forward else { return }
-        partner?.partnerWrite(unwrapInboundIn(data))
+        let bytes = unwrapInboundIn(data)
+        if context.channel !== link.client, let wire = link.tripWire, wire.trips(on: bytes.readableBytesView) {
+            link.cut()
+            return
+        }
+        partner?.partnerWrite(bytes)
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -313,6 +335,34 @@ private final class Glue: ChannelDuplexHandler {
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(capacity: 0))).whenComplete { _ in
             channel.close(promise: nil)
+        }
+    }
+}
+
+/// Counts the times the servers sent `needle` (within one read); trips once, at the `count`th.
+private final class TripWire: Sendable {
+    let needle: [UInt8]
+    private let count: Int
+    private let state = NIOLockedValueBox<(seen: Int, tripped: Bool)>((0, false))
+
+    init(needle: [UInt8], count: Int) {
+        self.needle = needle
+        self.count = count
+    }
+
+    var tripped: Bool { state.withLockedValue { $0.tripped } }
+
+    func trips(on bytes: ByteBufferView) -> Bool {
+        let haystack = Array(bytes)
+        guard !needle.isEmpty, haystack.count >= needle.count else { return false }
+        var found = 0
+        for start in 0...(haystack.count - needle.count) where haystack[start..<(start + needle.count)].elementsEqual(needle) { found += 1 }
+        guard found > 0 else { return false }
+        return state.withLockedValue { state in
+            guard !state.tripped else { return false }
+            state.seen += found
+            if state.seen >= count { state.tripped = true }
+            return state.tripped
         }
     }
 }

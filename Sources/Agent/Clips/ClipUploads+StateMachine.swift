@@ -50,6 +50,9 @@ extension ClipUploads {
             case dropped(clip: String, file: String)
             /// The server refused a clip or part; `setAside`: not tried again on this session.
             case refused(clip: String, reason: String, setAside: Bool)
+            /// The first answer on a session: the server already holds `held` of the clip's `bytes`
+            /// (an upload cut short before), and the upload goes on from there.
+            case resuming(clip: String, held: Int, bytes: Int)
         }
 
         /// Why nothing is sent now, for `status`.
@@ -198,12 +201,16 @@ extension ClipUploads {
                 return [.stored(answer.id)]
             }
             var events: [Event] = []
+            let first = pending[index].have == nil
             var have = pending[index].have ?? [:]
             for held in answer.files where pending[index].clip.files.contains(where: { $0.name == held.name }) {
                 if let before = have[held.name], held.have < before { events.append(.dropped(clip: answer.id, file: held.name)) }
                 have[held.name] = max(0, held.have)
             }
             pending[index].have = have
+            let clip = pending[index].clip
+            let held = clip.files.reduce(0) { $0 + min($1.bytes, have[$1.name] ?? 0) }
+            if first, held > 0 { events.append(.resuming(clip: answer.id, held: held, bytes: clip.files.reduce(0) { $0 + $1.bytes })) }
             return events
         }
 

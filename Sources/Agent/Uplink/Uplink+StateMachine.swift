@@ -367,6 +367,8 @@ extension Uplink {
                     return [.log(.notice, "clip \(id) is stored on the server"), .clipStored(id)]
                 case .dropped(let clip, let file):
                     return [.log(.warning, "the server dropped what it held of clip \(clip)'s \(file) (its bytes did not match); sending it again")]
+                case .resuming(let clip, let held, let bytes):
+                    return [.log(.notice, "clip \(clip): the server holds \(held) of its \(bytes) bytes; the upload goes on from there")]
                 case .refused(let clip, let reason, let setAside):
                     return [.log(.warning, "the server refused clip \(clip): \(reason)" + (setAside ? "; tried again on the next session" : "; announcing it again"))]
                 }
