@@ -78,6 +78,49 @@ import Testing
         #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == .part(.init(id: "c1", name: "a.mp4", offset: 0, bytes: 65_536)))
     }
 
+    /// Segments every 5 s, a part's round trip of 200 ms: a part goes only if twice that fits
+    /// before the next segment is due, so the segment finds the link clear.
+    static func pacedWithAPartAnswered() -> Machine {
+        var m = UplinkStateMachineTests.connected()
+        for (seq, at) in [(0, t0), (1, t0 + 5 * second)] {
+            _ = m.segment(UplinkStateMachineTests.seg(seq, at: at), now: at)
+            #expect(UplinkStateMachineTests.drainSends(&m, SessionID(1), now: at) == [seq])
+            _ = m.received(.ack(seq: seq), on: SessionID(1), now: at)
+        }
+        let t5 = t0 + 5 * second
+        _ = m.clip(Self.one, now: t5)
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: t5) == .announce(Self.one))
+        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 0)], stored: false)), on: SessionID(1), now: t5)
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: t5 + second) == .part(.init(id: "c1", name: "a.mp4", offset: 0, bytes: 65_536)))
+        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 65_536)], stored: false)), on: SessionID(1),
+                       now: t5 + second + 200_000_000)
+        #expect(m.partRoundTrip == 200_000_000)
+        return m
+    }
+
+    @Test func partsPauseWhenALiveSegmentIsDueAndGoOnOnceItIsSent() {
+        var m = Self.pacedWithAPartAnswered()
+        let due = Self.t0 + 10 * Self.second
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: due - 500_000_000) != nil, "0.5 s before: room for a part")
+        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 98_000)], stored: false)), on: SessionID(1),
+                       now: due - 400_000_000)
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: due - 300_000_000) == nil, "0.3 s before: the segment's time")
+        #expect(m.clips.waiting.first?.bytesLeft == 2_000)
+        _ = m.segment(UplinkStateMachineTests.seg(2, at: due), now: due)
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: due) == nil, "the segment goes first")
+        #expect(UplinkStateMachineTests.drainSends(&m, SessionID(1), now: due) == [2])
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: due) == .part(.init(id: "c1", name: "a.mp4", offset: 98_000, bytes: 2_000)))
+    }
+
+    @Test func aSegmentThatDoesNotComeHoldsThePartsBackHalfAPeriodAtMost() {
+        var m = Self.pacedWithAPartAnswered()
+        let due = Self.t0 + 10 * Self.second
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: due - 100_000_000) == nil)
+        #expect(m.nextDeadline.map { $0 <= due + 2_500_000_000 } == true)
+        #expect(m.tick(now: due + 2_500_000_000) == [.wakeSender(SessionID(1))], "the camera may have stopped: the clip goes on")
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: due + 2_500_000_000) != nil)
+    }
+
     /// A server without a clip store refuses the announce: set aside until the next session,
     /// never sent part by part, and the refusal is logged, not delivered to the driver.
     @Test func aRefusedAnnounceIsSetAsideUntilTheNextSession() {

@@ -113,6 +113,17 @@ extension Uplink {
         public private(set) var custody: Custody
         /// The clips owed to the owner's server, sent between segments on the same session.
         public private(set) var clips: ClipUploads.StateMachine
+        /// The segments' pace, for the clips' quiet time (``segmentDueSoon(now:)``): when the last
+        /// one came, and the time between the last two.
+        private var lastSegmentAt: UInt64?
+        private var segmentPeriod: UInt64?
+        /// When the part awaiting its answer was sent, and the round trip of parts lately (the
+        /// longest, decaying by an eighth at each new one).
+        private var partSentAt: UInt64?
+        public private(set) var partRoundTrip: UInt64 = 0
+        /// Parts are held back until then (a segment is due); the sender is woken at that time
+        /// if the segment has not come.
+        private var clipHoldUntil: UInt64?
         public private(set) var stats = Stats()
         /// Uploads stop on 4402 (usage exhausted) until usage comes back; recording goes on.
         public private(set) var paused = false
@@ -129,6 +140,8 @@ extension Uplink {
         private var stopping = Stopping.running
         /// Capture times of segments sent, for the stale-guidance rule.
         private var captureTimes: [Int: UInt64] = [:]
+        /// When segments sent were closed, for the acknowledgement's delay in the log.
+        private var closeTimes: [Int: UInt64] = [:]
         /// Acknowledged segments whose guidance has not come yet (a drain waits for them).
         private var awaitingGuidance: [Int: UInt64] = [:]
         private var notFoundLog = RateLimit(interval: .seconds(60))
@@ -166,6 +179,7 @@ extension Uplink {
             if let session = current, session.opened {
                 times.append(session.lastHeard + (session.awaitingSince != nil ? settings.liveness : settings.ping * 2).ns)
             }
+            if let clipHoldUntil { times.append(clipHoldUntil) }
             return times.min()
         }
 
@@ -190,7 +204,7 @@ extension Uplink {
 
         private mutating func closeAll() -> [Action] {
             stopping = .closing
-            clips.closed()
+            closeClips()
             var actions: [Action] = []
             if let session = current {
                 current = nil
@@ -223,7 +237,7 @@ extension Uplink {
             guard case .running = stopping, !parked else { return [] }
             parked = true
             retryAt = nil
-            clips.closed()
+            closeClips()
             var actions: [Action] = [.log(.notice, "the car is parked: no session until it drives again")]
             if let session = current {
                 current = nil
@@ -250,6 +264,13 @@ extension Uplink {
         // MARK: - Segments
 
         public mutating func segment(_ segment: Segment, now: UInt64) -> [Action] {
+            if let last = lastSegmentAt, now > last {
+                // Between 0.1 s and a minute: anything else is a pause (parking, a stall), not a pace.
+                let interval = now - last
+                segmentPeriod = (100_000_000...60_000_000_000).contains(interval) ? interval : nil
+            }
+            lastSegmentAt = now
+            clipHoldUntil = nil
             var actions = countDrops(custody.push(segment, now: now), now: now)
             if let session = current, session.opened, !paused { actions.append(.wakeSender(session.id)) }
             return actions
@@ -292,6 +313,8 @@ extension Uplink {
                 if let highestSent, next.metadata.seq <= highestSent { stats.resent += 1 }
                 captureTimes[next.metadata.seq] = next.metadata.captureStartMonotonicNs
                 if captureTimes.count > 64, let oldest = captureTimes.keys.min() { captureTimes[oldest] = nil }
+                closeTimes[next.metadata.seq] = next.closedMonotonicNs
+                if closeTimes.count > 64, let oldest = closeTimes.keys.min() { closeTimes[oldest] = nil }
                 if current?.awaitingSince == nil { current?.awaitingSince = now }
             }
             return (next, actions)
@@ -348,9 +371,39 @@ extension Uplink {
         /// `day` is the local calendar day, for `upload.dailyMegabytes`.
         public mutating func nextClipMessage(session id: SessionID, day: Int, now: UInt64) -> ClipUploads.StateMachine.Send? {
             guard let session = current, session.id == id, session.opened, !paused, case .running = stopping else { return nil }
-            let send = clips.next(segmentsWaiting: !custody.unsent.isEmpty, day: day)
+            let dueSoon = segmentDueSoon(now: now)
+            if let dueSoon, clips.whyWaiting(segmentsWaiting: false) == .nothing { clipHoldUntil = dueSoon }
+            let send = clips.next(segmentsWaiting: !custody.unsent.isEmpty || dueSoon != nil, day: day)
             if send != nil, current?.awaitingSince == nil { current?.awaitingSince = now }
+            if case .part = send { partSentAt = now }
             return send
+        }
+
+        /// A live segment is due before a part could be sent and answered: nil, or until when
+        /// parts wait for it. The next segment is due a period after the last; a part is let go
+        /// only if twice the parts' round trip (at least 20 ms) fits before that, so the segment
+        /// finds the link clear and its acknowledgement is not held up behind a clip. A segment
+        /// later than half a period is not waited for any longer.
+        public func segmentDueSoon(now: UInt64) -> UInt64? {
+            guard let last = lastSegmentAt, let period = segmentPeriod else { return nil }
+            let due = last + period, giveUp = due + period / 2
+            let margin = max(2 * partRoundTrip, 20_000_000)
+            return now + margin >= due && now < giveUp ? giveUp : nil
+        }
+
+        /// The session ends: what it did not answer is asked again on the next.
+        private mutating func closeClips() {
+            clips.closed()
+            partSentAt = nil
+            clipHoldUntil = nil
+        }
+
+        /// The answer to a part came: its round trip counts.
+        private mutating func partAnswered(now: UInt64) {
+            guard let sent = partSentAt else { return }
+            partSentAt = nil
+            let trip = now > sent ? now - sent : 0
+            partRoundTrip = max(trip, partRoundTrip - partRoundTrip / 8)
         }
 
         /// Nothing outstanding (no segment in flight, no clip answer awaited, welcomed): the
@@ -446,7 +499,7 @@ extension Uplink {
             guard let session = current, session.id == id else { return [] }
             current = nil
             custody.takeBackInFlight()
-            clips.closed()
+            closeClips()
             if isClosingDown { return finishIfDone() }
             if case .draining = stopping { return closeAll() }
             stats.reconnects += 1
@@ -496,6 +549,9 @@ extension Uplink {
                 switch custody.acknowledge(seq: seq) {
                 case .released:
                     stats.acked += 1
+                    if let closed = closeTimes.removeValue(forKey: seq), now > closed {
+                        actions.append(.log(.debug, "segment \(seq) acknowledged \(Double((now - closed) / 1000) / 1000) ms after it closed"))
+                    }
                     awaitingGuidance[seq] = now
                     if awaitingGuidance.count > 16, let oldest = awaitingGuidance.keys.min() { awaitingGuidance[oldest] = nil }
                 case .late:
@@ -520,6 +576,7 @@ extension Uplink {
                 return resume(remaining: remaining) + [.deliver(message)]
             case .error(.badClip, let text, _):
                 guard isCurrent else { return [] }
+                partAnswered(now: now)
                 let events = clips.refused(text)
                 settle(now: now)
                 return clipEvents(events) + [.wakeSender(id)]
@@ -530,6 +587,7 @@ extension Uplink {
                     + drainedIfDone()
             case .clipHave(let have):
                 guard isCurrent else { return [] }
+                partAnswered(now: now)
                 let events = clips.heard(have)
                 settle(now: now)
                 return clipEvents(events) + [.wakeSender(id)]
@@ -556,6 +614,16 @@ extension Uplink {
 
         /// Deadlines: a retry that is due, a silent session, a drain that ran out.
         public mutating func tick(now: UInt64) -> [Action] {
+            var woken: [Action] = []
+            if let hold = clipHoldUntil, now >= hold {
+                // The segment the parts waited for did not come: they go on.
+                clipHoldUntil = nil
+                if let session = current, session.opened, !paused { woken = [.wakeSender(session.id)] }
+            }
+            return woken + deadlines(now: now)
+        }
+
+        private mutating func deadlines(now: UInt64) -> [Action] {
             if case .draining(let until) = stopping, now >= until {
                 return [.log(.notice, "shutdown: \(custody.count) segment(s) not acknowledged within \(settings.drain.spoken); closing")] + closeAll()
             }
@@ -588,7 +656,7 @@ extension Uplink {
             if let session = current {
                 current = nil
                 custody.takeBackInFlight()
-                clips.closed()
+                closeClips()
                 if session.opened {
                     closing.insert(session.id)
                     actions.append(.close(session.id, code: .goingAway, grace: settings.closeGrace))
