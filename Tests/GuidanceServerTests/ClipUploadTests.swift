@@ -111,6 +111,25 @@ import Testing
 
     // MARK: - The store
 
+    /// `clips.retentionDays`: what came before the cutoff goes, whole or not, and a folder an
+    /// announce left without its description goes by its own age.
+    @Test func clipsOlderThanTheRetentionAreDeleted() throws {
+        let (store, root) = try Self.store()
+        defer { try? FileManager.default.removeItem(at: root) }
+        let now = Date()
+        let file = Self.file("a.mp4", Self.second)
+        _ = try store.announce(Self.clip(id: "old", files: [file]), device: "car-1", now: now.addingTimeInterval(-31 * 86_400))
+        _ = try store.announce(Self.clip(id: "new", files: [file]), device: "car-1", now: now.addingTimeInterval(-29 * 86_400))
+        _ = try store.announce(Self.clip(id: "other", files: [file]), device: "car-2", now: now.addingTimeInterval(-40 * 86_400))
+        let torn = root.appendingPathComponent("car-2/torn")
+        try FileManager.default.createDirectory(at: torn, withIntermediateDirectories: true)
+        try FileManager.default.setAttributes([.modificationDate: now.addingTimeInterval(-35 * 86_400)], ofItemAtPath: torn.path)
+        #expect(try store.expire(before: now.addingTimeInterval(-30 * 86_400)) == 3)
+        #expect(try store.clips(device: "car-1").map(\.clip.id) == ["new"])
+        #expect(try store.clips(device: "car-2").isEmpty && !FileManager.default.fileExists(atPath: torn.path))
+        #expect(try store.expire(before: now.addingTimeInterval(-30 * 86_400)) == 0, "a second sweep finds nothing")
+    }
+
     static func store() throws -> (FileClipStore, URL) {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("clips-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)

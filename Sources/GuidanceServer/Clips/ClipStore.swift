@@ -17,6 +17,12 @@ public protocol ClipStore: Sendable {
     func clips(device: String) throws -> [StoredClip]
     /// Deletes a clip and its files; false if there was none.
     func delete(device: String, id: String) throws -> Bool
+    /// Where a stored file of a clip is on this machine, to serve it from; nil if it is not
+    /// stored whole (or the store keeps no files here).
+    func path(device: String, id: String, name: String) -> String?
+    /// Deletes every clip whose description last came before `cutoff` (`clips.retentionDays`),
+    /// whole or not; returns how many. Several instances may sweep one store at once.
+    func expire(before cutoff: Date) throws -> Int
 }
 
 /// What became of a `clip_part`.

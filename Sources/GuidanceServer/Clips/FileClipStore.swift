@@ -137,6 +137,36 @@ public struct FileClipStore: ClipStore {
         return true
     }
 
+    public func path(device: String, id: String, name: String) -> String? {
+        guard ClientMessage.Clip.isClipID(id), ClientMessage.Clip.isFileName(name) else { return nil }
+        let path = folder(device: device, id: id) + "/" + name
+        return Self.size(of: path) != nil ? path : nil
+    }
+
+    public func expire(before cutoff: Date) throws -> Int {
+        let devices = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+        var deleted = 0
+        for device in devices where !device.hasPrefix(".") {
+            let deviceFolder = root + "/" + device
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: deviceFolder)) ?? [] where ClientMessage.Clip.isClipID(name) {
+                let folder = deviceFolder + "/" + name
+                // A folder without a readable description is a clip whose announce was cut short:
+                // its own age (the folder's time) counts.
+                let received = (try? record(in: folder)).flatMap { try? Date($0.receivedAt, strategy: .iso8601) }
+                    ?? (try? FileManager.default.attributesOfItem(atPath: folder)[.modificationDate] as? Date) ?? nil
+                guard let received, received < cutoff else { continue }
+                do {
+                    try FileManager.default.removeItem(atPath: folder)
+                    deleted += 1
+                } catch where !FileManager.default.fileExists(atPath: folder) {
+                    continue  // another instance swept it first
+                }
+            }
+            if deleted > 0 { DurableFileWriter.syncFolder(deviceFolder) }
+        }
+        return deleted
+    }
+
     // MARK: - On disk
 
     /// The clip's folder; its id was checked (``ClientMessage/Clip/isClipID(_:)``): no `/`, no `..`.

@@ -11,14 +11,16 @@ extension ServerConfig {
                            pairing: Pairing? = nil) throws -> StreamServer {
         let analyzer = try makeAnalyzer(ledger: ledger, logger: logger)
         let tls = server.tlsCertFile.flatMap { cert in server.tlsKeyFile.map { (certificateFile: cert, keyFile: $0) } }
+        let clipStore = clips.dir.map { FileClipStore(root: $0, maxBytesPerDevice: clips.maxMegabytesPerCar << 20) }
+        let retention = clipStore.map { ClipRetention(store: $0, days: clips.retentionDays, now: { Date() }, logger: logger) }
         return StreamServer(
             settings: .init(host: server.host, port: server.port, tls: tls, idleTimeoutSeconds: server.idleTimeoutSeconds,
                             keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections,
                             maxConnectionsPerDevice: server.maxConnectionsPerDevice, closeTimeoutMs: server.closeTimeoutMs,
-                            clips: clips.dir.map { FileClipStore(root: $0, maxBytesPerDevice: clips.maxMegabytesPerCar << 20) }, maxClipFileBytes: clips.maxFileMegabytes << 20),
+                            clips: clipStore, maxClipFileBytes: clips.maxFileMegabytes << 20),
             tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
-            services: services, pairing: pairing, logger: logger)
+            services: services + (retention.map { [$0] } ?? []), pairing: pairing, logger: logger)
     }
 
     /// The analyzer `analyzer.kind` names. Its files (script, API key) are configuration: a

@@ -117,6 +117,8 @@ public struct ServerConfig: LoadableConfig {
         public var maxFileMegabytes = 64
         /// What one car's clips may take of the store.
         public var maxMegabytesPerCar = 4096
+        /// Clips are deleted this many days after they came.
+        public var retentionDays = 30
 
         public init() {}
     }
@@ -260,6 +262,9 @@ extension ServerConfig {
         .int(
             "clips.maxMegabytesPerCar", \.clips.maxMegabytesPerCar, 1...1_048_576,
             "What one car's clips may take of the store, in megabytes (announced sizes of every clip it keeps); a clip that would go past it is refused (bad_clip) until older ones are deleted."),
+        .int(
+            "clips.retentionDays", \.clips.retentionDays, 1...3650,
+            "Clips are deleted this many days after the car sent them, whole or not (checked every hour, by every instance); an owner deletes one sooner on its event page."),
         .choice("log.level", \.log.level, "Least severe log level that is printed."),
         .string(
             "ledger", \.ledger, type: "sqlite:PATH or postgres://…",

@@ -56,6 +56,8 @@ struct OwnerPages: Sendable {
     let metrics: ServerMetrics
     /// Where the simulated provider posts its webhooks (this server); `nil` until it listens.
     let webhookBase: @Sendable () -> String?
+    /// The clips cars uploaded (``ClipStore``), shown on the events pages; nil: no such pages.
+    var clips: (any ClipStore)? = nil
     let logger: Logger
     let now: @Sendable () -> Int64
 
@@ -163,6 +165,7 @@ struct OwnerPages: Sendable {
         if let provider {
             router.post("/webhooks/payments/\(provider.name)") { request, _ in try await webhook(request, provider: provider) }
         }
+        if let clips { addEvents(to: router, clips: clips) }
     }
 
     // MARK: - Pages
@@ -171,25 +174,25 @@ struct OwnerPages: Sendable {
         page("message", session, ["title": "No such payment", "next": "/", "nextLabel": "Back to my cars"], status: .notFound)
     }
 
-    private func render(_ template: String, _ values: [String: Any]) -> String {
+    func render(_ template: String, _ values: [String: Any]) -> String {
         library.render(values, withTemplate: template) ?? "template \(template) is missing"
     }
 
-    private func html(_ status: HTTPResponse.Status, _ body: String, cookies: [Cookie] = []) -> Response {
+    func html(_ status: HTTPResponse.Status, _ body: String, cookies: [Cookie] = []) -> Response {
         var headers: HTTPFields = [
             .contentType: "text/html; charset=utf-8", .cacheControl: "no-store",
-            .contentSecurityPolicy: "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            .contentSecurityPolicy: "default-src 'none'; style-src 'self'; media-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
             .init("X-Content-Type-Options")!: "nosniff", .init("Referrer-Policy")!: "no-referrer",
         ]
         for cookie in cookies { headers.append(.init(name: .setCookie, value: cookie.description)) }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
     }
 
-    private func page(_ template: String, _ session: WebSession, _ values: [String: Any], status: HTTPResponse.Status = .ok) -> Response {
+    func page(_ template: String, _ session: WebSession, _ values: [String: Any], status: HTTPResponse.Status = .ok) -> Response {
         html(status, render(template, values.merging(["signedIn": true, "csrf": session.csrf]) { a, _ in a }))
     }
 
-    private func redirect(_ location: String, cookies: [Cookie] = []) -> Response {
+    func redirect(_ location: String, cookies: [Cookie] = []) -> Response {
         var response = Response(status: .seeOther, headers: [.location: location, .cacheControl: "no-store"])
         for cookie in cookies { response.headers.append(.init(name: .setCookie, value: cookie.description)) }
         return response
@@ -240,7 +243,7 @@ struct OwnerPages: Sendable {
         await FormBody.read(request, maxBytes: Self.maxFormBytes) ?? [:]
     }
 
-    private func signedIn(_ request: Request, _ body: (WebSession) async throws -> Response) async throws -> Response {
+    func signedIn(_ request: Request, _ body: (WebSession) async throws -> Response) async throws -> Response {
         guard let session = try await current(request) else { return redirect("/signin") }
         return try await body(session)
     }
@@ -257,7 +260,7 @@ struct OwnerPages: Sendable {
     static func stamp(_ passwordHash: String) -> String { String(PairingEndpoints.hash(passwordHash).prefix(16)) }
 
     /// A form of a signed-in owner: refused unless its CSRF value is the session's.
-    private func signedInForm(_ request: Request, _ body: (WebSession, [String: String]) async throws -> Response) async throws -> Response {
+    func signedInForm(_ request: Request, _ body: (WebSession, [String: String]) async throws -> Response) async throws -> Response {
         guard let session = try await current(request) else { return redirect("/signin") }
         let fields = try await form(request)
         guard let csrf = fields["csrf"], Self.same(csrf, session.csrf) else {

@@ -1,0 +1,168 @@
+import Foundation
+import GuidanceProtocol
+import Hummingbird
+import HTTPTypes
+import Logging
+import NIOCore
+import NIOPosix
+
+/// The owner's events: the clips their cars uploaded (incidents, parking events, `protect`),
+/// newest first, each with its place and a page that plays, downloads and deletes it.
+///
+/// A clip is its owner's alone: every route looks the car up among the signed-in owner's cars
+/// first, and answers a car or clip that is not theirs exactly as one that does not exist (404),
+/// so nothing tells another owner's clips apart from none.
+extension OwnerPages {
+    func addEvents(to router: Router<GuidanceRequestContext>, clips: any ClipStore) {
+        router.get("/events") { request, _ in try await signedIn(request) { try await eventsPage($0, clips: clips, notice: nil) } }
+        router.get("/events/:device/:id") { request, context in
+            let (device, id) = (context.parameters.get("device") ?? "", context.parameters.get("id") ?? "")
+            return try await signedIn(request) { session in
+                guard let (car, clip) = try await ownedClip(session, device: device, id: id, clips: clips) else { return noSuchEvent(session) }
+                return try await eventPage(session, car: car, clip: clip, clips: clips)
+            }
+        }
+        router.get("/events/:device/:id/files/:name") { request, context in
+            let (device, id, name) = (context.parameters.get("device") ?? "", context.parameters.get("id") ?? "", context.parameters.get("name") ?? "")
+            return try await signedIn(request) { session in
+                guard let (_, clip) = try await ownedClip(session, device: device, id: id, clips: clips),
+                      let index = clip.clip.files.firstIndex(where: { $0.name == name }), clip.have[index] == clip.clip.files[index].bytes,
+                      let path = clips.path(device: device, id: id, name: name)
+                else { return noSuchEvent(session) }
+                return try await file(request, context: context, path: path, size: clip.clip.files[index].bytes,
+                                      download: request.uri.queryParameters.get("download") == "1" ? name : nil)
+            }
+        }
+        router.post("/events/:device/:id/delete") { request, context in
+            let (device, id) = (context.parameters.get("device") ?? "", context.parameters.get("id") ?? "")
+            return try await signedInForm(request) { session, _ in
+                guard try await ownedClip(session, device: device, id: id, clips: clips) != nil,
+                      try await NIOThreadPool.singleton.runIfActive({ try clips.delete(device: device, id: id) })
+                else { return noSuchEvent(session) }
+                logger.notice("owner deleted a clip", metadata: ["owner": "\(session.owner)", "device": "\(device)", "clip": "\(id)"])
+                return try await eventsPage(session, clips: clips, notice: "The event and its video were deleted.")
+            }
+        }
+    }
+
+    private func noSuchEvent(_ session: WebSession) -> Response {
+        page("message", session, ["title": "No such event", "next": "/events", "nextLabel": "Back to the events"], status: .notFound)
+    }
+
+    /// The clip, if its car is the owner's.
+    private func ownedClip(_ session: WebSession, device: String, id: String, clips: any ClipStore) async throws -> (OwnedDevice, StoredClip)? {
+        guard ClientMessage.Clip.isClipID(id), let car = try await store.devices(owner: session.owner).first(where: { $0.device == device }) else { return nil }
+        let found = try await NIOThreadPool.singleton.runIfActive { try clips.clips(device: device).first { $0.clip.id == id } }
+        return found.map { (car, $0) }
+    }
+
+    private func eventsPage(_ session: WebSession, clips: any ClipStore, notice: String?) async throws -> Response {
+        let cars = try await store.devices(owner: session.owner)
+        var rows: [(at: String, row: [String: Any])] = []
+        for car in cars {
+            let held = try await NIOThreadPool.singleton.runIfActive { try clips.clips(device: car.device) }
+            for stored in held {
+                rows.append((stored.clip.at, Self.eventRow(stored, car: car)))
+            }
+        }
+        var values: [String: Any] = ["title": "Events", "events": rows.sorted { $0.at > $1.at }.map(\.row), "hasEvents": !rows.isEmpty]
+        if let notice { values["notice"] = notice }
+        return page("events", session, values)
+    }
+
+    private func eventPage(_ session: WebSession, car: OwnedDevice, clip: StoredClip, clips: any ClipStore) async throws -> Response {
+        var files: [[String: Any]] = []
+        for (file, have) in zip(clip.clip.files, clip.have) {
+            var row: [String: Any] = ["name": file.name, "size": Self.megabytes(file.bytes)]
+            if have == file.bytes, let path = clips.path(device: car.device, id: clip.clip.id, name: file.name) {
+                let codec = try await NIOThreadPool.singleton.runIfActive { VideoCodecSniffer.codec(ofFile: path) }
+                row["url"] = "/events/\(car.device)/\(clip.clip.id)/files/\(file.name)"
+                row["playable"] = codec != .hevc
+                row["hevc"] = codec == .hevc
+            } else {
+                row["uploading"] = "\(Self.megabytes(have)) of \(Self.megabytes(file.bytes)) uploaded"
+            }
+            files.append(row)
+        }
+        var values = Self.eventRow(clip, car: car)
+        values["title"] = "\(Self.kindText(clip.clip.kind)), \(values["time"] ?? "")"
+        values["files"] = files
+        values["anyHEVC"] = files.contains { $0["hevc"] as? Bool == true }
+        return page("event", session, values)
+    }
+
+    /// What the list and the page show of a clip.
+    static func eventRow(_ stored: StoredClip, car: OwnedDevice) -> [String: Any] {
+        let clip = stored.clip
+        var row: [String: Any] = [
+            "device": car.device, "id": clip.id, "car": car.label, "kind": kindText(clip.kind),
+            "time": (try? Date(clip.at, strategy: .iso8601)).map { UTCTimeText.minutes(Int64($0.timeIntervalSince1970 * 1000)) } ?? clip.at,
+            "state": stored.isStored ? "whole" : "uploading: \(megabytes(stored.have.reduce(0, +))) of \(megabytes(clip.files.reduce(0) { $0 + $1.bytes }))",
+        ]
+        if let peakG = clip.peakG { row["peakG"] = String(format: "%.1f g", peakG) }
+        if let place = clip.validGPS?.first(where: { $0.lat != nil && $0.lon != nil }), let lat = place.lat, let lon = place.lon {
+            let (latText, lonText) = (String(format: "%.5f", lat), String(format: "%.5f", lon))
+            row["place"] = "\(latText), \(lonText)"
+            row["map"] = "https://www.openstreetmap.org/?mlat=\(latText)&mlon=\(lonText)#map=17/\(latText)/\(lonText)"
+        }
+        return row
+    }
+
+    static func kindText(_ kind: String) -> String {
+        switch kind {
+        case "incident": "Impact while driving"
+        case "parking": "Parked car"
+        case "protect": "Saved by hand"
+        default: "Event"
+        }
+    }
+
+    static func megabytes(_ bytes: Int) -> String {
+        bytes >= 1 << 20 ? String(format: "%.1f MB", Double(bytes) / 1_048_576) : "\((bytes + 1023) / 1024) KB"
+    }
+
+    /// A stored clip file, whole or the one range asked for (`206`), streamed from the disk.
+    private func file(_ request: Request, context: GuidanceRequestContext, path: String, size: Int, download: String?) async throws -> Response {
+        var headers: HTTPFields = [
+            .contentType: "video/mp4", .acceptRanges: "bytes", .cacheControl: "private, no-store",
+            .init("X-Content-Type-Options")!: "nosniff", .contentSecurityPolicy: "default-src 'none'; sandbox",
+        ]
+        if let download { headers[.contentDisposition] = "attachment; filename=\"\(download)\"" }
+        let io = FileIO(threadPool: .singleton)
+        switch ByteRange.parse(request.headers[.range], size: size) {
+        case .whole:
+            headers[.contentLength] = "\(size)"
+            return Response(status: .ok, headers: headers, body: try await io.loadFile(path: path, context: context))
+        case .part(let range):
+            headers[.contentRange] = "bytes \(range.lowerBound)-\(range.upperBound)/\(size)"
+            headers[.contentLength] = "\(range.count)"
+            return Response(status: .partialContent, headers: headers, body: try await io.loadFile(path: path, range: range, context: context))
+        case .unsatisfiable:
+            headers[.contentRange] = "bytes */\(size)"
+            headers[.contentLength] = "0"
+            return Response(status: .rangeNotSatisfiable, headers: headers)
+        }
+    }
+}
+
+/// Which codec an MP4's video track is in, from its sample entry (`avc1`/`avc3` or `hvc1`/`hev1`),
+/// looked for in the file's first and last megabyte (where `moov` is).
+enum VideoCodecSniffer {
+    enum Codec: Equatable { case h264, hevc, unknown }
+
+    static func codec(ofFile path: String) -> Codec {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return .unknown }
+        defer { try? handle.close() }
+        var bytes = (try? handle.read(upToCount: 1 << 20)) ?? Data()
+        if let end = try? handle.seekToEnd(), end > 2 << 20 {
+            try? handle.seek(toOffset: end - (1 << 20))
+            bytes.append((try? handle.read(upToCount: 1 << 20)) ?? Data())
+        } else {
+            bytes.append((try? handle.readToEnd()) ?? Data())
+        }
+        for (tag, codec) in [("hvc1", Codec.hevc), ("hev1", .hevc), ("avc1", .h264), ("avc3", .h264)] where bytes.range(of: Data(tag.utf8)) != nil {
+            return codec
+        }
+        return .unknown
+    }
+}
