@@ -8,11 +8,14 @@ real dashcam-agent pairing itself.
 The flow, as an owner lives it: set a password from the operator's one-time link, sign in, type
 the code the car said (read from the car's log, in lower case with spaces), see the car named
 on the approval page, approve, see the car with its remaining usage, buy usage through the
-simulated provider (Pay), see the new total, unpair, and hear the car offer a new code. Each
+simulated provider (Pay), see the new total, keep the last seconds with `protect` and watch the
+clip that went up by itself play on its event page (seek, download, delete), unpair, and hear the
+car offer a new code. Each
 page is checked for labels on every input and headings in order, and shot at a phone's width
 (390 px) into --out. At the end the server's log is searched for every secret of the flow.
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -160,6 +163,8 @@ payments:
   provider: simulated
   products: ["1 hour=3600=4.99 EUR"]
   webhookSecretFile: {path("webhook.secret")}
+clips:
+  dir: {path("clips")}
 ledger: sqlite:{path("usage.sqlite")}
 """)
     server_log = open(path("server.log"), "w")
@@ -185,11 +190,14 @@ ledger: sqlite:{path("usage.sqlite")}
   fps: 10
   pace: realtime
 encoder:
-  preference: [libx265]
+  preference: [libx264]
   segmentSeconds: 2
 recording:
   dir: {path("segments")}
 uplink:
+  video:
+    width: 320
+    height: 180
   url: ws://127.0.0.1:{port}/v1/stream
   allowInsecure: true
   tokenFile: {path("token")}
@@ -213,7 +221,8 @@ status:
 
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=390,844"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=390,844",
+                 "--autoplay-policy=no-user-gesture-required"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     secrets = {"user code": code.replace(" ", ""), "password": "correct horse battery"}
@@ -306,6 +315,8 @@ status:
         secrets["password hash"] = ledger.execute("SELECT password_hash FROM owners").fetchone()[0]
         ledger.close()
 
+        events(driver, base, binaries, path, out, secrets)
+
         # The sessions page lists this browser's session, marked as such.
         driver.get(base + "/sessions")
         check("(this browser)" in driver.page_source and len(driver.find_elements(By.CSS_SELECTOR, "li.session")) == 1,
@@ -335,6 +346,64 @@ status:
     for name, value in secrets.items():
         check(bool(value) and value not in log, f"the server's log does not show the {name}")
     check("Bearer" not in log and "Authorization" not in log, "the server's log shows no Authorization header")
+
+
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def fetch(url, cookie, headers=None):
+    """A GET with the owner's session cookie (or none), redirects not followed: status, headers, body."""
+    request = urllib.request.Request(url, headers=dict(headers or {}, **({"Cookie": "session=" + cookie} if cookie else {})))
+    try:
+        with urllib.request.build_opener(NoRedirects).open(request) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def events(driver, base, binaries, path, out, secrets):
+    """The driver keeps the last seconds; the clip goes up by itself, lists on Events, plays on its
+    page, answers a seek with 206, downloads as the car's own bytes, and is deleted."""
+    kept = subprocess.run([os.path.join(binaries, "dashcam-agent"), "protect", "--last", "6s", "--socket", path("status.sock"), "--json"],
+                          capture_output=True, text=True)
+    check(kept.returncode == 0, f"protect keeps the last seconds ({kept.stdout.strip()[:200]} {kept.stderr.strip()[:200]})")
+    wait_for("the clip is stored on the server", lambda: re.search(r"uplink: clip (protect-\S+) is stored on the server", read(path("agent.log"))),
+             limit=240)
+    driver.get(base + "/events")
+    entry = driver.find_element(By.CSS_SELECTOR, ".event")
+    check("Saved by hand" in entry.text and "whole" in entry.text, f"Events lists the clip ({entry.text!r})")
+    accessible(driver, "events", out)
+    submit(driver, ".event a")
+    accessible(driver, "event", out)
+    video = driver.find_element(By.TAG_NAME, "video")
+    wait_for("the video has data to play", lambda: driver.execute_script("return arguments[0].readyState", video) >= 2)
+    driver.execute_script("arguments[0].muted = true; arguments[0].play();", video)
+    wait_for("the video plays", lambda: driver.execute_script("return arguments[0].currentTime", video) > 0.2)
+    check(True, "the event page plays the clip (readyState >= 2, currentTime advances)")
+    driver.set_window_size(1280, 900)
+    driver.save_screenshot(os.path.join(out, "event-1280.png"))
+    driver.set_window_size(390, 844)
+    cookie = secrets["session cookie"]
+    url = video.get_attribute("src")
+    status, headers, body = fetch(url, cookie, {"Range": "bytes=100-199"})
+    check(status == 206 and len(body) == 100 and headers.get("Content-Range", "").startswith("bytes 100-199/"),
+          f"a seek is answered 206 with the bytes asked ({status}, {headers.get('Content-Range')})")
+    status, headers, whole = fetch(url + "?download=1", cookie)
+    name = url.rsplit("/", 1)[1]
+    car_files = [os.path.join(root, file) for root, _, files in os.walk(path("segments")) for file in files if file == name]
+    car = open(car_files[0], "rb").read() if car_files else b""
+    check(status == 200 and "attachment" in headers.get("Content-Disposition", "") and whole and
+          hashlib.sha256(whole).hexdigest() == hashlib.sha256(car).hexdigest(), f"the download is the car's file, byte for byte ({status}, {len(whole)} bytes)")
+    status, _, _ = fetch(url, None)
+    check(status in (303, 302), f"signed out, the file is not served ({status})")
+    status, _, _ = fetch(base + "/events/car-9/" + url.split("/")[-3] + "/files/" + name, cookie)
+    check(status == 404, f"a car that is not the owner's has no events ({status})")
+    submit(driver, "form[action$='/delete'] button")
+    check("were deleted" in driver.page_source and not driver.find_elements(By.CSS_SELECTOR, ".event"), "the event is deleted")
+    status, _, _ = fetch(url, cookie)
+    check(status == 404, f"a deleted clip is gone ({status})")
 
 
 if __name__ == "__main__":
