@@ -12,7 +12,8 @@ import GuidanceServer
 /// - 4: a product in the config (`NAME=SECONDS=PRICE`);
 /// - 5: any text shown in an owner page (a car's name, a label, a reflected link token), escaped
 ///   by scalar: no raw `"`, `'`, `<` or `>` scalar may come out, and every `&` starts an entity;
-/// - 6: a new password: accepted only if bcrypt would read it whole (at most 72 bytes, no NUL).
+/// - 6: a new password: accepted only if bcrypt would read it whole (at most 72 bytes, no NUL);
+/// - 7: a `Range` header of a clip's download: a part is always within the file.
 enum Pairing {
     static let secret = Array("fuzzing secret, 32 bytes long...".utf8)
     static let provider = SimulatedProvider(secret: secret)
@@ -25,7 +26,7 @@ enum Pairing {
         guard let kind = input.first else { return }
         let rest = Data(input.dropFirst())
         let text = String(decoding: rest, as: UTF8.self)
-        switch kind % 7 {
+        switch kind % 8 {
         case 0:
             if let fields = FormBody.parse(Substring(text)) {
                 require(fields.count <= text.utf8.count / 1 + 1, "more fields than bytes")
@@ -69,6 +70,12 @@ enum Pairing {
                 let rest = String(String.UnicodeScalarView(escaped[index...].prefix(6)))
                 require(["&lt;", "&gt;", "&amp;", "&quot;", "&#39;"].contains { rest.unicodeScalars.starts(with: $0.unicodeScalars) },
                         "a raw & from \(text.debugDescription)")
+            }
+        case 7:
+            for size in [0, 1, 1000, 1 << 40] {
+                if case .part(let range) = ByteRange.parse(text, size: size) {
+                    require(range.lowerBound >= 0 && range.upperBound < size, "a range outside a file of \(size) bytes: \(text.debugDescription)")
+                }
             }
         case 6:
             if PasswordRules.problem(text, again: text) == nil {

@@ -3,13 +3,13 @@ import Foundation
 /// The one byte range of an HTTP `Range` header a clip's download answers (RFC 9110 §14): the
 /// whole file when there is none or it is not one this server reads, the bytes asked for, or
 /// none (`416`) when they start past the end. Several ranges are answered with the whole file.
-enum ByteRange: Equatable, Sendable {
+public enum ByteRange: Equatable, Sendable {
     case whole
     case part(ClosedRange<Int>)
     case unsatisfiable
 
     /// `header` as sent, for a file of `size` bytes. Numbers are checked before any arithmetic.
-    static func parse(_ header: String?, size: Int) -> ByteRange {
+    public static func parse(_ header: String?, size: Int) -> ByteRange {
         guard let header, header.utf8.count <= 200, size >= 0 else { return .whole }
         let trimmed = header.trimmingCharacters(in: .whitespaces)
         guard trimmed.lowercased().hasPrefix("bytes=") else { return .whole }
