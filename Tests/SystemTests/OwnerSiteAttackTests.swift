@@ -1,5 +1,6 @@
 import Foundation
 import GuidanceProtocol
+import GuidanceServer
 import Testing
 import TestSupport
 
@@ -316,6 +317,55 @@ import TestSupport
         #expect(page.status == 200)
         #expect(try await owner.submit(checkout, from: page, ["decision": "pay"]).status == 303)
         #expect(try await owner.get("/").body.contains("1 h 10 min"))
+    }
+
+    /// The events pages: a car's clip is its owner's alone. A stranger is sent to sign in,
+    /// another owner finds nothing (the same 404 as for a clip that does not exist) and cannot
+    /// delete it, a forged form is refused, and the owner gets a seek answered 206.
+    @Test func anEventIsItsOwnersAlone() async throws {
+        let clips = FileManager.default.temporaryDirectory.appendingPathComponent("clips-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: clips) }
+        let server = try await Self.server(extra: "clips:\n  dir: \(clips.path)")
+        let car = try await Self.waitingCar(server)
+        let owner = try await Self.signedIn(server, "ana@example.org", address: "192.0.2.80")
+        let approve = try await owner.submit("/pair", from: try await owner.get("/pair"), ["code": car.userCode])
+        _ = try await owner.submit("/pair/decide", from: approve, ["code": car.userCode, "decision": "approve"])
+        let device = try #require(try await Self.poll(server, car.deviceCode).json["device_id"] as? String)
+        // The car's upload, as the store takes it from a session.
+        let bytes = [UInt8]((0..<5_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let store = FileClipStore(root: clips.path)
+        let clip = ClientMessage.Clip(id: "incident-1", kind: "incident", at: "2026-11-29T08:02:30.822Z", from: "2026-11-29T08:02:20.822Z",
+                                      to: "2026-11-29T08:02:40.822Z", peakG: 2.4,
+                                      files: [.init(name: "000001-20261129T080220.822Z.mp4", bytes: bytes.count, sha256: sha256Hex(bytes))],
+                                      gps: [.init(t: "2026-11-29T08:02:30Z", mode: 3, lat: 48.85837, lon: 2.29448)])
+        _ = try store.announce(clip, device: device, now: Date())
+        _ = try store.append(.init(id: clip.id, name: clip.files[0].name, offset: 0, bytes: bytes.count), Data(bytes), device: device)
+        let event = "/events/\(device)/\(clip.id)", file = "/events/\(device)/\(clip.id)/files/\(clip.files[0].name)"
+
+        let list = try await owner.get("/events")
+        #expect(list.status == 200 && list.body.contains(event) && list.body.contains("48.85837, 2.29448") && list.body.contains("2.4 g"), "\(list.body)")
+        #expect(list.body.contains("https://www.openstreetmap.org/?mlat=48.85837&amp;mlon=2.29448"), "the map link, escaped")
+        let page = try await owner.get(event)
+        #expect(page.status == 200 && page.header("Content-Security-Policy").first?.contains("media-src 'self'") == true)
+        let seek = try await owner.get(file, headers: ["Range: bytes=1000-1999"])
+        #expect(seek.status == 206 && seek.header("Content-Range") == ["bytes 1000-1999/5000"], "\(seek.status) \(seek.headers)")
+
+        let stranger = OwnerBrowser(port: server.port, address: "203.0.113.80")
+        for path in ["/events", event, file] { #expect(try await stranger.get(path).status == 303, "\(path)") }
+        #expect(try await stranger.post(event + "/delete", ["csrf": "x"]).location == "/signin")
+        let other = try await Self.signedIn(server, "bo@example.org", address: "192.0.2.81", name: "Bo")
+        let othersEvents = try await other.get("/events")
+        #expect(othersEvents.status == 200 && !othersEvents.body.contains(clip.id))
+        for path in [event, file, "/events/\(device)/incident-2", "/events/\(device)/..%2F..%2Fetc/files/passwd"] {
+            #expect(try await other.get(path).status == 404, "\(path)")
+        }
+        #expect(try await other.submit(event + "/delete", from: try await other.get("/events"), [:]).status == 404)
+        #expect(try await owner.post(event + "/delete", ["csrf": "forged"]).status == 403)
+        #expect(try store.clips(device: device).count == 1, "neither deleted it")
+        let deleted = try await owner.submit(event + "/delete", from: page, [:])
+        #expect(deleted.status == 200 && deleted.body.contains("were deleted"))
+        let gone = try await owner.get(file)
+        #expect(try store.clips(device: device).isEmpty && gone.status == 404)
     }
 
     /// Audit finding 9: bcrypt reads 72 bytes up to the first NUL, and the length rule counted
