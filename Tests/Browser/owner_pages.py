@@ -139,6 +139,15 @@ def main():
     print("all checks passed; screenshots in " + out)
 
 
+def driver_options():
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=390,844",
+                 "--autoplay-policy=no-user-gesture-required"):
+        options.add_argument(flag)
+    return options
+
+
 def run(binaries, out, folder, processes):
     path = lambda name: os.path.join(folder, name)  # noqa: E731
     with open(path("tokens.yaml"), "w") as file:
@@ -219,12 +228,7 @@ status:
     spoken = wait_for("the car says a code", lambda: re.findall(r"pairing: enter the code (\d{3} \d{3} \d{3})", read(path("agent.log"))))
     code = spoken[0]
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=390,844",
-                 "--autoplay-policy=no-user-gesture-required"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=driver_options())
     secrets = {"user code": code.replace(" ", ""), "password": "correct horse battery"}
     try:
         driver.set_window_size(390, 844)
@@ -400,6 +404,27 @@ def events(driver, base, binaries, path, out, secrets):
     check(status in (303, 302), f"signed out, the file is not served ({status})")
     status, _, _ = fetch(base + "/events/car-9/" + url.split("/")[-3] + "/files/" + name, cookie)
     check(status == 404, f"a car that is not the owner's has no events ({status})")
+    # A link for the insurer: it works signed out (a browser without the owner's cookie plays the
+    # video), and not once revoked.
+    submit(driver, "form[action$='/share'] button")
+    link = driver.find_element(By.CSS_SELECTOR, ".share-link").get_attribute("value")
+    check("/shared/" in link, f"a share link is made ({link[:60]}...)")
+    stranger = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=driver_options())
+    try:
+        stranger.set_window_size(390, 844)
+        stranger.get(link)
+        accessible(stranger, "shared", out)
+        shared_video = stranger.find_element(By.TAG_NAME, "video")
+        wait_for("the shared video has data to play", lambda: stranger.execute_script("return arguments[0].readyState", shared_video) >= 2)
+        check("Sign out" not in stranger.page_source and "Family car" not in stranger.page_source,
+              "the shared page plays the clip in a browser that never signed in, and shows nothing of the owner's")
+        stranger.set_window_size(1280, 900)
+        stranger.save_screenshot(os.path.join(out, "shared-1280.png"))
+    finally:
+        stranger.quit()
+    submit(driver, "form[action$='/revoke'] button")
+    status, _, _ = fetch(link, None)
+    check("no longer works" in driver.page_source and status == 404, f"a revoked link stops working ({status})")
     submit(driver, "form[action$='/delete'] button")
     check("were deleted" in driver.page_source and not driver.find_elements(By.CSS_SELECTOR, ".event"), "the event is deleted")
     status, _, _ = fetch(url, cookie)

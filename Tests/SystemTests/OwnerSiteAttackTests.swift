@@ -360,6 +360,29 @@ import TestSupport
             #expect(try await other.get(path).status == 404, "\(path)")
         }
         #expect(try await other.submit(event + "/delete", from: try await other.get("/events"), [:]).status == 404)
+        #expect(try await other.submit(event + "/share", from: try await other.get("/events"), ["days": "30"]).status == 404)
+
+        // A link for someone without an account: the clip and nothing else, until revoked.
+        let shared = try await owner.submit(event + "/share", from: page, ["days": "7"])
+        let link = try #require(shared.body.components(separatedBy: "class=\"share-link\" readonly value=\"").dropFirst().first?
+            .split(separator: "\"").first.map(String.init), "\(shared.body)")
+        let path = String(link[try #require(link.range(of: "/shared/")).lowerBound...])
+        let insurer = OwnerBrowser(port: server.port, address: "198.51.100.80")
+        let seen = try await insurer.get(path)
+        #expect(seen.status == 200 && seen.body.contains(path + "/files/") && !seen.body.contains("Ana") && !seen.body.contains("/events"),
+                "\(seen.body)")
+        let fileName = clip.files[0].name
+        #expect(try await insurer.get(path + "/files/" + fileName, headers: ["Range: bytes=0-9"]).status == 206)
+        let token = String(path.dropFirst("/shared/".count))
+        let tampered = "/shared/" + String(token.prefix(10)) + (token.dropFirst(10).first == "A" ? "B" : "A") + String(token.dropFirst(11))
+        #expect(try await insurer.get(tampered).status == 404)
+        let revoke = try #require(shared.body.components(separatedBy: "action=\"").dropFirst().map { $0.split(separator: "\"")[0] }
+            .first { $0.hasSuffix("/revoke") }.map(String.init))
+        #expect(try await other.submit(revoke, from: try await other.get("/events"), [:]).status == 404, "not another owner's to revoke")
+        #expect(try await insurer.get(path).status == 200)
+        #expect(try await owner.submit(revoke, from: shared, [:]).status == 200)
+        let (revokedPage, revokedFile) = (try await insurer.get(path), try await insurer.get(path + "/files/" + fileName))
+        #expect(revokedPage.status == 404 && revokedFile.status == 404, "revoked")
         #expect(try await owner.post(event + "/delete", ["csrf": "forged"]).status == 403)
         #expect(try store.clips(device: device).count == 1, "neither deleted it")
         let deleted = try await owner.submit(event + "/delete", from: page, [:])

@@ -17,6 +17,10 @@ public protocol ClipStore: Sendable {
     func clips(device: String) throws -> [StoredClip]
     /// Deletes a clip and its files; false if there was none.
     func delete(device: String, id: String) throws -> Bool
+    /// The clip's share links, newest first; none for a clip that has none (or does not exist).
+    func shares(device: String, id: String) throws -> [ClipShare]
+    /// Keeps a share link's record, new or changed (revoked); false if the clip does not exist.
+    func putShare(_ share: ClipShare, device: String, id: String) throws -> Bool
     /// Where a stored file of a clip is on this machine, to serve it from; nil if it is not
     /// stored whole (or the store keeps no files here).
     func path(device: String, id: String, name: String) -> String?
@@ -35,6 +39,25 @@ public enum ClipAppend: Sendable, Equatable {
     /// The file's bytes are all in and their SHA-256 is not the one announced: dropped, held from 0
     /// (the answer says so, and the car sends the file again).
     case mismatch(ServerMessage.ClipHave)
+}
+
+/// A link an owner made to show one clip to someone without an account (an insurer): signed
+/// (``ShareLinks``), and good until it expires or is revoked.
+public struct ClipShare: Codable, Sendable, Equatable {
+    /// 16 random hex digits: which link of the clip.
+    public var id: String
+    public var createdAtMs: Int64
+    public var expiresAtMs: Int64
+    public var revoked: Bool
+
+    public init(id: String, createdAtMs: Int64, expiresAtMs: Int64, revoked: Bool = false) {
+        self.id = id
+        self.createdAtMs = createdAtMs
+        self.expiresAtMs = expiresAtMs
+        self.revoked = revoked
+    }
+
+    public func isLive(nowMs: Int64) -> Bool { !revoked && nowMs < expiresAtMs }
 }
 
 /// A clip as the store holds it.

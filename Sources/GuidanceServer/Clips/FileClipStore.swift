@@ -137,6 +137,31 @@ public struct FileClipStore: ClipStore {
         return true
     }
 
+    static let sharesName = "shares.json"
+
+    public func shares(device: String, id: String) throws -> [ClipShare] {
+        guard ClientMessage.Clip.isClipID(id) else { return [] }
+        let path = folder(device: device, id: id) + "/" + Self.sharesName
+        guard let data = FileManager.default.contents(atPath: path) else { return [] }
+        return try JSONDecoder().decode([ClipShare].self, from: data).sorted { $0.createdAtMs > $1.createdAtMs }
+    }
+
+    public func putShare(_ share: ClipShare, device: String, id: String) throws -> Bool {
+        guard ClientMessage.Clip.isClipID(id) else { return false }
+        let folder = folder(device: device, id: id)
+        guard (try? record(in: folder)) != nil else { return false }
+        // Changes to one clip's links are serialised on its folder, across instances too.
+        let lock = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
+        guard lock >= 0 else { throw ClipStoreError(path: folder, errno) }
+        defer { close(lock) }
+        guard flock(lock, LOCK_EX) == 0 else { throw ClipStoreError(path: folder, errno) }
+        var all = try shares(device: device, id: id).filter { $0.id != share.id }
+        all.append(share)
+        let path = folder + "/" + Self.sharesName
+        try DurableFileWriter.write(Array(try JSONEncoder().encode(all)), to: path, temporary: path + ".tmp")
+        return true
+    }
+
     public func path(device: String, id: String, name: String) -> String? {
         guard ClientMessage.Clip.isClipID(id), ClientMessage.Clip.isFileName(name) else { return nil }
         let path = folder(device: device, id: id) + "/" + name

@@ -75,6 +75,12 @@ public struct AccessTokens: Sendable {
         return Self.base64URL(Data(mac))
     }
 
+    /// An HMAC of `text` under the signing key, for another use than access tokens (`purpose`
+    /// keeps the uses apart): every instance computes the same one.
+    func mac(_ purpose: String, _ text: String) -> Data {
+        Data(HMAC<SHA256>.authenticationCode(for: Data((purpose + ":" + text).utf8), using: key))
+    }
+
     static func base64URL(_ data: Data) -> String {
         data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")

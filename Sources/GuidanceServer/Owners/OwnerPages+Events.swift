@@ -19,7 +19,7 @@ extension OwnerPages {
             let (device, id) = (context.parameters.get("device") ?? "", context.parameters.get("id") ?? "")
             return try await signedIn(request) { session in
                 guard let (car, clip) = try await ownedClip(session, device: device, id: id, clips: clips) else { return noSuchEvent(session) }
-                return try await eventPage(session, car: car, clip: clip, clips: clips)
+                return try await eventPage(request, session, car: car, clip: clip, clips: clips)
             }
         }
         router.get("/events/:device/:id/files/:name") { request, context in
@@ -43,6 +43,90 @@ extension OwnerPages {
                 return try await eventsPage(session, clips: clips, notice: "The event and its video were deleted.")
             }
         }
+        guard let shareLinks else { return }
+        router.post("/events/:device/:id/share") { request, context in
+            let (device, id) = (context.parameters.get("device") ?? "", context.parameters.get("id") ?? "")
+            return try await signedInForm(request) { session, form in
+                guard let (car, clip) = try await ownedClip(session, device: device, id: id, clips: clips) else { return noSuchEvent(session) }
+                let days = Int(form["days"] ?? "").flatMap { Self.shareDays.contains($0) ? $0 : nil } ?? 7
+                let created = now()
+                let share = ClipShare(id: Self.shareID(), createdAtMs: created, expiresAtMs: created + Int64(days) * 86_400_000)
+                guard try await NIOThreadPool.singleton.runIfActive({ try clips.putShare(share, device: device, id: id) }) else {
+                    return noSuchEvent(session)
+                }
+                logger.notice("owner shared a clip", metadata: ["owner": "\(session.owner)", "clip": "\(id)", "days": "\(days)"])
+                return try await eventPage(request, session, car: car, clip: clip, clips: clips,
+                                           notice: "A link that works for \(days) day\(days == 1 ? "" : "s") is below. Anyone who has it sees this event's video, and nothing else.")
+            }
+        }
+        router.post("/events/:device/:id/shares/:share/revoke") { request, context in
+            let (device, id, shareID) = (context.parameters.get("device") ?? "", context.parameters.get("id") ?? "", context.parameters.get("share") ?? "")
+            return try await signedInForm(request) { session, _ in
+                guard let (car, clip) = try await ownedClip(session, device: device, id: id, clips: clips),
+                      var share = try await NIOThreadPool.singleton.runIfActive({ try clips.shares(device: device, id: id).first { $0.id == shareID } })
+                else { return noSuchEvent(session) }
+                share.revoked = true
+                _ = try await NIOThreadPool.singleton.runIfActive { [share] in try clips.putShare(share, device: device, id: id) }
+                logger.notice("owner revoked a clip's link", metadata: ["owner": "\(session.owner)", "clip": "\(id)"])
+                return try await eventPage(request, session, car: car, clip: clip, clips: clips, notice: "That link no longer works.")
+            }
+        }
+        router.get("/shared/:token") { request, context in
+            let token = context.parameters.get("token") ?? ""
+            return try await shared(request, context, token: token, links: shareLinks, clips: clips) { grant, clip in
+                var values = Self.eventRow(clip, car: OwnedDevice(device: grant.device, label: "", pairedAtMs: 0, lastSeenAtMs: nil, recentGuidance: []))
+                values["title"] = "\(Self.kindText(clip.clip.kind)), \(values["time"] ?? "")"
+                values["expires"] = UTCTimeText.minutes(grant.expires * 1000)
+                values["files"] = try await fileRows(clip, device: grant.device, clips: clips, urlBase: "/shared/\(token)")
+                values["anyHEVC"] = (values["files"] as? [[String: Any]])?.contains { $0["hevc"] as? Bool == true } ?? false
+                return html(.ok, render("shared", values))
+            }
+        }
+        router.get("/shared/:token/files/:name") { request, context in
+            let (token, name) = (context.parameters.get("token") ?? "", context.parameters.get("name") ?? "")
+            return try await shared(request, context, token: token, links: shareLinks, clips: clips) { grant, clip in
+                guard let index = clip.clip.files.firstIndex(where: { $0.name == name }), clip.have[index] == clip.clip.files[index].bytes,
+                      let path = clips.path(device: grant.device, id: grant.clip, name: name)
+                else { return html(.notFound, render("message", ["title": "No such file"])) }
+                return try await file(request, context: context, path: path, size: clip.clip.files[index].bytes,
+                                      download: request.uri.queryParameters.get("download") == "1" ? name : nil)
+            }
+        }
+    }
+
+    static let shareDays = [1, 7, 30]
+
+    static func shareID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return String(format: "%016llx", generator.next() as UInt64)
+    }
+
+    /// A shared link's clip, if the link is one this server signed, not expired, not revoked,
+    /// and its clip is still kept; otherwise one answer for every reason. Counted per client
+    /// address (a link is 256 bits: this only bounds the work a stranger makes).
+    private func shared(_ request: Request, _ context: GuidanceRequestContext, token: String, links: ShareLinks, clips: any ClipStore,
+                        _ body: (ShareLinks.Grant, StoredClip) async throws -> Response) async throws -> Response {
+        let throttle = Throttle("share-address:\(Self.address(request, context))", CodeEntryLimiter.linksPerAddress)
+        let tried = now()
+        if let wait = try await store.attempt([throttle], nowMs: tried) {
+            var response = html(.tooManyRequests, render("message", ["title": "Too many tries", "problem": "Try again in \(Self.minutes(wait))."]))
+            response.headers[.retryAfter] = "\(max(1, wait))"
+            return response
+        }
+        guard let grant = links.verify(token, nowSeconds: tried / 1000),
+              let (share, clip) = try await NIOThreadPool.singleton.runIfActive({ () throws -> (ClipShare, StoredClip)? in
+                  guard let share = try clips.shares(device: grant.device, id: grant.clip).first(where: { $0.id == grant.share }),
+                        let clip = try clips.clips(device: grant.device).first(where: { $0.clip.id == grant.clip }) else { return nil }
+                  return (share, clip)
+              }),
+              share.isLive(nowMs: tried), share.expiresAtMs / 1000 == grant.expires
+        else {
+            noisy.log(logger, .notice, "a shared link was refused (not signed here, expired, revoked, or its clip deleted)")
+            return html(.notFound, render("message", ["title": "This link does not work",
+                                                      "problem": "It has expired, was withdrawn by the car's owner, or its video was deleted."]))
+        }
+        try await store.forgive([throttle.key], atMs: tried)
+        return try await body(grant, clip)
     }
 
     private func noSuchEvent(_ session: WebSession) -> Response {
@@ -70,13 +154,43 @@ extension OwnerPages {
         return page("events", session, values)
     }
 
-    private func eventPage(_ session: WebSession, car: OwnedDevice, clip: StoredClip, clips: any ClipStore) async throws -> Response {
+    private func eventPage(_ request: Request, _ session: WebSession, car: OwnedDevice, clip: StoredClip, clips: any ClipStore,
+                           notice: String? = nil) async throws -> Response {
+        let files = try await fileRows(clip, device: car.device, clips: clips, urlBase: "/events/\(car.device)/\(clip.clip.id)")
+        var values = Self.eventRow(clip, car: car)
+        values["title"] = "\(Self.kindText(clip.clip.kind)), \(values["time"] ?? "")"
+        values["files"] = files
+        values["anyHEVC"] = files.contains { $0["hevc"] as? Bool == true }
+        if let notice { values["notice"] = notice }
+        if let shareLinks {
+            let origin = (secureCookies ? "https://" : "http://") + (request.head.authority ?? "")
+            let at = now()
+            let shares = try await NIOThreadPool.singleton.runIfActive { try clips.shares(device: car.device, id: clip.clip.id) }
+            values["sharing"] = true
+            values["shareDays"] = Self.shareDays.map { ["days": $0, "selected": $0 == 7] }
+            values["shares"] = shares.map { share -> [String: Any] in
+                var row: [String: Any] = ["share": share.id, "created": UTCTimeText.minutes(share.createdAtMs), "expires": UTCTimeText.minutes(share.expiresAtMs)]
+                if share.isLive(nowMs: at) {
+                    row["live"] = true
+                    row["link"] = origin + "/shared/" + shareLinks.token(.init(device: car.device, clip: clip.clip.id, share: share.id,
+                                                                               expires: share.expiresAtMs / 1000))
+                } else {
+                    row["state"] = share.revoked ? "revoked" : "expired"
+                }
+                return row
+            }
+        }
+        return page("event", session, values)
+    }
+
+    /// Each file of a clip: playable here or HEVC (download only), or still uploading.
+    private func fileRows(_ clip: StoredClip, device: String, clips: any ClipStore, urlBase: String) async throws -> [[String: Any]] {
         var files: [[String: Any]] = []
         for (file, have) in zip(clip.clip.files, clip.have) {
             var row: [String: Any] = ["name": file.name, "size": Self.megabytes(file.bytes)]
-            if have == file.bytes, let path = clips.path(device: car.device, id: clip.clip.id, name: file.name) {
+            if have == file.bytes, let path = clips.path(device: device, id: clip.clip.id, name: file.name) {
                 let codec = try await NIOThreadPool.singleton.runIfActive { VideoCodecSniffer.codec(ofFile: path) }
-                row["url"] = "/events/\(car.device)/\(clip.clip.id)/files/\(file.name)"
+                row["url"] = "\(urlBase)/files/\(file.name)"
                 row["playable"] = codec != .hevc
                 row["hevc"] = codec == .hevc
             } else {
@@ -84,11 +198,7 @@ extension OwnerPages {
             }
             files.append(row)
         }
-        var values = Self.eventRow(clip, car: car)
-        values["title"] = "\(Self.kindText(clip.clip.kind)), \(values["time"] ?? "")"
-        values["files"] = files
-        values["anyHEVC"] = files.contains { $0["hevc"] as? Bool == true }
-        return page("event", session, values)
+        return files
     }
 
     /// What the list and the page show of a clip.

@@ -58,6 +58,8 @@ struct OwnerPages: Sendable {
     let webhookBase: @Sendable () -> String?
     /// The clips cars uploaded (``ClipStore``), shown on the events pages; nil: no such pages.
     var clips: (any ClipStore)? = nil
+    /// Signs and checks the links that show one clip without an account.
+    var shareLinks: ShareLinks? = nil
     let logger: Logger
     let now: @Sendable () -> Int64
 
