@@ -376,8 +376,20 @@ def events(driver, base, binaries, path, out, secrets):
     wait_for("the clip is stored on the server", lambda: re.search(r"uplink: clip (protect-\S+) is stored on the server", read(path("agent.log"))),
              limit=240)
     driver.get(base + "/events")
+    check("Times are shown in UTC" in driver.page_source, "Events asks once for the owner's time zone")
+    # The owner's time zone and language: times in Seoul, written the Korean way.
+    driver.get(base + "/settings")
+    accessible(driver, "settings", out)
+    from selenium.webdriver.support.ui import Select
+    Select(driver.find_element(By.ID, "timeZone")).select_by_value("Asia/Seoul")
+    Select(driver.find_element(By.ID, "language")).select_by_value("ko")
+    submit(driver, "main button[type=submit]")
+    check("Saved." in driver.page_source, "the settings are saved")
+    driver.get(base + "/events")
     entry = driver.find_element(By.CSS_SELECTOR, ".event")
     check("Saved by hand" in entry.text and "whole" in entry.text, f"Events lists the clip ({entry.text!r})")
+    check("년" in entry.text and "GMT+9" in entry.text and "Times are shown in UTC" not in driver.page_source,
+          f"its time is Seoul's, written in Korean ({entry.text!r})")
     accessible(driver, "events", out)
     submit(driver, ".event a")
     accessible(driver, "event", out)

@@ -130,6 +130,28 @@ import Testing
         #expect(try store.expire(before: now.addingTimeInterval(-30 * 86_400)) == 0, "a second sweep finds nothing")
     }
 
+    /// A link made while the clip is deleted: either the link is kept and the clip deleted after,
+    /// or the clip is gone first and the link refused; never a folder left with only a link in it
+    /// (which a clip uploaded again under the same id would bring back to life).
+    @Test func aShareAndADeleteAtOnceLeaveNothingBehind() throws {
+        let (store, root) = try Self.store()
+        defer { try? FileManager.default.removeItem(at: root) }
+        let file = Self.file("a.mp4", Self.second)
+        for round in 0..<30 {
+            let id = "race-\(round)"
+            _ = try store.announce(Self.clip(id: id, files: [file]), device: "car-1", now: Date())
+            DispatchQueue.concurrentPerform(iterations: 8) { index in
+                if index == 3 {
+                    _ = try? store.delete(device: "car-1", id: id)
+                } else {
+                    _ = try? store.putShare(ClipShare(id: "\(index)", createdAtMs: 0, expiresAtMs: 1), device: "car-1", id: id)
+                }
+            }
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("car-1").path).isEmpty)
+        #expect(try store.clips(device: "car-1").isEmpty)
+    }
+
     static func store() throws -> (FileClipStore, URL) {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("clips-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)

@@ -385,10 +385,28 @@ import TestSupport
         #expect(revokedPage.status == 404 && revokedFile.status == 404, "revoked")
         #expect(try await owner.post(event + "/delete", ["csrf": "forged"]).status == 403)
         #expect(try store.clips(device: device).count == 1, "neither deleted it")
+        // A second clip's link, made before the car is unpaired (below).
+        var second = clip
+        second.id = "incident-2"
+        _ = try store.announce(second, device: device, now: Date())
+        _ = try store.append(.init(id: second.id, name: second.files[0].name, offset: 0, bytes: bytes.count), Data(bytes), device: device)
+        let secondPage = try await owner.get("/events/\(device)/incident-2")
+        let beforeUnpair = try await owner.submit("/events/\(device)/incident-2/share", from: secondPage, ["days": "30"])
+        let lastLink = try #require(beforeUnpair.body.components(separatedBy: "class=\"share-link\" readonly value=\"").dropFirst().first?
+            .split(separator: "\"").first.map(String.init), "\(beforeUnpair.body)")
+        let lastPath = String(lastLink[try #require(lastLink.range(of: "/shared/")).lowerBound...])
+        #expect(try await insurer.get(lastPath).status == 200)
+        // A Host header with more than a host name in it does not make the link point elsewhere.
+        let tricked = try await owner.get("/events/\(device)/incident-2", headers: ["Host: 127.0.0.1:1@evil.example"])
+        #expect(!tricked.body.contains("evil.example/shared") && tricked.body.contains("value=\"/shared/"), "\(tricked.body)")
+
         let deleted = try await owner.submit(event + "/delete", from: page, [:])
         #expect(deleted.status == 200 && deleted.body.contains("were deleted"))
         let gone = try await owner.get(file)
-        #expect(try store.clips(device: device).isEmpty && gone.status == 404)
+        #expect(try store.clips(device: device).map(\.clip.id) == ["incident-2"] && gone.status == 404)
+        // Unpaired, the car's links are over: its owner could no longer revoke them.
+        #expect(try await owner.submit("/devices/\(device)/unpair", from: try await owner.get("/"), [:]).status == 200)
+        #expect(try await insurer.get(lastPath).status == 404, "unpaired: its links are over")
     }
 
     /// Audit finding 9: bcrypt reads 72 bytes up to the first NUL, and the length rule counted

@@ -15,6 +15,8 @@ public protocol ClipStore: Sendable {
     func append(_ part: ClientMessage.ClipPart, _ bytes: Data, device: String) throws -> ClipAppend
     /// The device's clips, newest first.
     func clips(device: String) throws -> [StoredClip]
+    /// One clip of the device, if it is kept.
+    func clip(device: String, id: String) throws -> StoredClip?
     /// Deletes a clip and its files; false if there was none.
     func delete(device: String, id: String) throws -> Bool
     /// The clip's share links, newest first; none for a clip that has none (or does not exist).

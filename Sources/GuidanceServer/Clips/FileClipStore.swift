@@ -120,7 +120,7 @@ public struct FileClipStore: ClipStore {
     public func clips(device: String) throws -> [StoredClip] {
         let deviceFolder = root + "/" + Self.folderName(device)
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: deviceFolder) else { return [] }
-        return names.compactMap { name -> StoredClip? in
+        return names.filter(ClientMessage.Clip.isClipID).compactMap { name -> StoredClip? in
             let folder = deviceFolder + "/" + name
             guard let record = try? record(in: folder) else { return nil }
             let have = answer(record.clip, in: folder, only: nil).files.map(\.have)
@@ -128,12 +128,35 @@ public struct FileClipStore: ClipStore {
         }.sorted { ($0.clip.at, $0.clip.id) > ($1.clip.at, $1.clip.id) }
     }
 
+    public func clip(device: String, id: String) throws -> StoredClip? {
+        guard ClientMessage.Clip.isClipID(id) else { return nil }
+        let folder = folder(device: device, id: id)
+        guard let record = try? record(in: folder) else { return nil }
+        return StoredClip(device: record.device, clip: record.clip, receivedAt: record.receivedAt,
+                          have: answer(record.clip, in: folder, only: nil).files.map(\.have))
+    }
+
     public func delete(device: String, id: String) throws -> Bool {
         guard ClientMessage.Clip.isClipID(id) else { return false }
-        let folder = folder(device: device, id: id)
-        guard FileManager.default.fileExists(atPath: folder) else { return false }
-        try FileManager.default.removeItem(atPath: folder)
-        DurableFileWriter.syncFolder(containing: folder)
+        return try remove(folder(device: device, id: id))
+    }
+
+    /// Takes a clip's folder away whole: under its lock (a share link being added finishes first,
+    /// or finds it gone), renamed out of the store's names in one step, then deleted. A crash
+    /// between the two leaves a `.deleted-…` folder that ``expire(before:)`` removes.
+    private func remove(_ folder: String) throws -> Bool {
+        let lock = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
+        guard lock >= 0 else { return false }
+        defer { close(lock) }
+        guard flock(lock, LOCK_EX) == 0 else { throw ClipStoreError(path: folder, errno) }
+        let parent = (folder as NSString).deletingLastPathComponent
+        let gone = parent + "/.deleted-" + (folder as NSString).lastPathComponent + "-" + UUID().uuidString
+        guard rename(folder, gone) == 0 else {
+            if errno == ENOENT { return false }  // another instance took it first
+            throw ClipStoreError(path: folder, errno)
+        }
+        DurableFileWriter.syncFolder(parent)
+        try? FileManager.default.removeItem(atPath: gone)
         return true
     }
 
@@ -149,12 +172,13 @@ public struct FileClipStore: ClipStore {
     public func putShare(_ share: ClipShare, device: String, id: String) throws -> Bool {
         guard ClientMessage.Clip.isClipID(id) else { return false }
         let folder = folder(device: device, id: id)
-        guard (try? record(in: folder)) != nil else { return false }
-        // Changes to one clip's links are serialised on its folder, across instances too.
+        // Changes to one clip's links are serialised on its folder, across instances too, and
+        // with its deletion (``remove(_:)``): a folder deleted meanwhile is not written to.
         let lock = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
-        guard lock >= 0 else { throw ClipStoreError(path: folder, errno) }
+        guard lock >= 0 else { return false }
         defer { close(lock) }
         guard flock(lock, LOCK_EX) == 0 else { throw ClipStoreError(path: folder, errno) }
+        guard (try? record(in: folder)) != nil else { return false }
         var all = try shares(device: device, id: id).filter { $0.id != share.id }
         all.append(share)
         let path = folder + "/" + Self.sharesName
@@ -173,19 +197,20 @@ public struct FileClipStore: ClipStore {
         var deleted = 0
         for device in devices where !device.hasPrefix(".") {
             let deviceFolder = root + "/" + device
-            for name in (try? FileManager.default.contentsOfDirectory(atPath: deviceFolder)) ?? [] where ClientMessage.Clip.isClipID(name) {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: deviceFolder)) ?? [] {
                 let folder = deviceFolder + "/" + name
+                if name.hasPrefix(".deleted-") {
+                    // A delete a crash cut between its rename and its removal.
+                    try? FileManager.default.removeItem(atPath: folder)
+                    continue
+                }
+                guard ClientMessage.Clip.isClipID(name) else { continue }
                 // A folder without a readable description is a clip whose announce was cut short:
                 // its own age (the folder's time) counts.
                 let received = (try? record(in: folder)).flatMap { try? Date($0.receivedAt, strategy: .iso8601) }
                     ?? (try? FileManager.default.attributesOfItem(atPath: folder)[.modificationDate] as? Date) ?? nil
                 guard let received, received < cutoff else { continue }
-                do {
-                    try FileManager.default.removeItem(atPath: folder)
-                    deleted += 1
-                } catch where !FileManager.default.fileExists(atPath: folder) {
-                    continue  // another instance swept it first
-                }
+                if try remove(folder) { deleted += 1 }
             }
             if deleted > 0 { DurableFileWriter.syncFolder(deviceFolder) }
         }

@@ -200,7 +200,8 @@ public struct StreamServer: Sendable {
                 OwnerPages(store: owners, ledger: ledger, sessions: sessions, library: library, products: pairing.products,
                            provider: pairing.provider, allowance: pairing.allowance, secureCookies: pairing.secureCookies,
                            unpaired: pairing.unpaired, metrics: metrics, webhookBase: { listening.withLock { $0 } }, clips: settings.clips,
-                           shareLinks: ShareLinks(tokens: pairing.tokens), logger: logger,
+                           shareLinks: ShareLinks(tokens: pairing.tokens), publicOrigin: OwnerPages.origin(of: pairing.verificationURI),
+                           logger: logger,
                            now: pairing.now)
                     .add(to: router)
             }

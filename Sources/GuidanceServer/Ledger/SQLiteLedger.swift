@@ -129,6 +129,8 @@ public final class SQLiteLedger: UsageLedger {
         ("device_authorizations", "looked_up_by", "INTEGER"),
         ("device_authorizations", "wrong_decisions", "INTEGER NOT NULL DEFAULT 0"),
         ("web_sessions", "owner", "INTEGER"),
+        ("owners", "time_zone", "TEXT"),
+        ("owners", "language", "TEXT"),
     ]
 
     /// Opens (and creates, the first time) the ledger at `path`, and waits until it is ready, so

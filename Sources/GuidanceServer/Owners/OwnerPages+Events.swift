@@ -5,6 +5,7 @@ import HTTPTypes
 import Logging
 import NIOCore
 import NIOPosix
+import Synchronization
 
 /// The owner's events: the clips their cars uploaded (incidents, parking events, `protect`),
 /// newest first, each with its place and a page that plays, downloads and deletes it.
@@ -14,7 +15,7 @@ import NIOPosix
 /// so nothing tells another owner's clips apart from none.
 extension OwnerPages {
     func addEvents(to router: Router<GuidanceRequestContext>, clips: any ClipStore) {
-        router.get("/events") { request, _ in try await signedIn(request) { try await eventsPage($0, clips: clips, notice: nil) } }
+        router.get("/events") { request, _ in try await signedIn(request) { try await eventsPage(request, $0, clips: clips, notice: nil) } }
         router.get("/events/:device/:id") { request, context in
             let (device, id) = (context.parameters.get("device") ?? "", context.parameters.get("id") ?? "")
             return try await signedIn(request) { session in
@@ -40,7 +41,7 @@ extension OwnerPages {
                       try await NIOThreadPool.singleton.runIfActive({ try clips.delete(device: device, id: id) })
                 else { return noSuchEvent(session) }
                 logger.notice("owner deleted a clip", metadata: ["owner": "\(session.owner)", "device": "\(device)", "clip": "\(id)"])
-                return try await eventsPage(session, clips: clips, notice: "The event and its video were deleted.")
+                return try await eventsPage(request, session, clips: clips, notice: "The event and its video were deleted.")
             }
         }
         guard let shareLinks else { return }
@@ -74,9 +75,11 @@ extension OwnerPages {
         router.get("/shared/:token") { request, context in
             let token = context.parameters.get("token") ?? ""
             return try await shared(request, context, token: token, links: shareLinks, clips: clips) { grant, clip in
-                var values = Self.eventRow(clip, car: OwnedDevice(device: grant.device, label: "", pairedAtMs: 0, lastSeenAtMs: nil, recentGuidance: []))
+                // The viewer has no settings: UTC, written in their browser's language.
+                let clock = OwnerClock(timeZone: nil, language: Self.language(acceptLanguage: request.headers[.acceptLanguage]))
+                var values = Self.eventRow(clip, car: OwnedDevice(device: grant.device, label: "", pairedAtMs: 0, lastSeenAtMs: nil, recentGuidance: []), clock: clock)
                 values["title"] = "\(Self.kindText(clip.clip.kind)), \(values["time"] ?? "")"
-                values["expires"] = UTCTimeText.minutes(grant.expires * 1000)
+                values["expires"] = clock.text(grant.expires * 1000)
                 values["files"] = try await fileRows(clip, device: grant.device, clips: clips, urlBase: "/shared/\(token)")
                 values["anyHEVC"] = (values["files"] as? [[String: Any]])?.contains { $0["hevc"] as? Bool == true } ?? false
                 return html(.ok, render("shared", values))
@@ -95,6 +98,22 @@ extension OwnerPages {
     }
 
     static let shareDays = [1, 7, 30]
+
+    /// `scheme://host[:port]` of `pairing.verificationURI`, where owners reach the pages.
+    static func origin(of uri: String?) -> String? {
+        guard let uri, let parts = URLComponents(string: uri), let scheme = parts.scheme, ["http", "https"].contains(scheme),
+              let host = parts.host, !host.isEmpty else { return nil }
+        return "\(scheme)://\(parts.percentEncodedHost ?? host)" + (parts.port.map { ":\($0)" } ?? "")
+    }
+
+    /// The request's host if it is a plain host name or address with an optional port (nothing
+    /// else a client could put there: no user, no path); otherwise no origin (a relative link).
+    static func origin(host: String?, secure: Bool) -> String {
+        guard let host, !host.isEmpty, host.utf8.count <= 255,
+              host.unicodeScalars.allSatisfy({ $0.isASCII && (CharacterSet.alphanumerics.contains($0) || ".-:[]".unicodeScalars.contains($0)) })
+        else { return "" }
+        return (secure ? "https://" : "http://") + host
+    }
 
     static func shareID() -> String {
         var generator = SystemRandomNumberGenerator()
@@ -116,10 +135,13 @@ extension OwnerPages {
         guard let grant = links.verify(token, nowSeconds: tried / 1000),
               let (share, clip) = try await NIOThreadPool.singleton.runIfActive({ () throws -> (ClipShare, StoredClip)? in
                   guard let share = try clips.shares(device: grant.device, id: grant.clip).first(where: { $0.id == grant.share }),
-                        let clip = try clips.clips(device: grant.device).first(where: { $0.clip.id == grant.clip }) else { return nil }
+                        let clip = try clips.clip(device: grant.device, id: grant.clip) else { return nil }
                   return (share, clip)
               }),
-              share.isLive(nowMs: tried), share.expiresAtMs / 1000 == grant.expires
+              share.isLive(nowMs: tried), share.expiresAtMs / 1000 == grant.expires,
+              // The car is still the owner's who made the link: unpaired (or paired again to
+              // someone else), its links are over, as its events are to them.
+              try await store.devices(owner: grant.owner).contains(where: { $0.device == grant.device })
         else {
             noisy.log(logger, .notice, "a shared link was refused (not signed here, expired, revoked, or its clip deleted)")
             return html(.notFound, render("message", ["title": "This link does not work",
@@ -136,43 +158,46 @@ extension OwnerPages {
     /// The clip, if its car is the owner's.
     private func ownedClip(_ session: WebSession, device: String, id: String, clips: any ClipStore) async throws -> (OwnedDevice, StoredClip)? {
         guard ClientMessage.Clip.isClipID(id), let car = try await store.devices(owner: session.owner).first(where: { $0.device == device }) else { return nil }
-        let found = try await NIOThreadPool.singleton.runIfActive { try clips.clips(device: device).first { $0.clip.id == id } }
+        let found = try await NIOThreadPool.singleton.runIfActive { try clips.clip(device: device, id: id) }
         return found.map { (car, $0) }
     }
 
-    private func eventsPage(_ session: WebSession, clips: any ClipStore, notice: String?) async throws -> Response {
+    private func eventsPage(_ request: Request, _ session: WebSession, clips: any ClipStore, notice: String?) async throws -> Response {
         let cars = try await store.devices(owner: session.owner)
+        let clock = try await ownerClock(request, session)
         var rows: [(at: String, row: [String: Any])] = []
         for car in cars {
             let held = try await NIOThreadPool.singleton.runIfActive { try clips.clips(device: car.device) }
             for stored in held {
-                rows.append((stored.clip.at, Self.eventRow(stored, car: car)))
+                rows.append((stored.clip.at, Self.eventRow(stored, car: car, clock: clock)))
             }
         }
         var values: [String: Any] = ["title": "Events", "events": rows.sorted { $0.at > $1.at }.map(\.row), "hasEvents": !rows.isEmpty]
         if let notice { values["notice"] = notice }
+        if !clock.isZoneChosen { values["askZone"] = true }
         return page("events", session, values)
     }
 
     private func eventPage(_ request: Request, _ session: WebSession, car: OwnedDevice, clip: StoredClip, clips: any ClipStore,
                            notice: String? = nil) async throws -> Response {
         let files = try await fileRows(clip, device: car.device, clips: clips, urlBase: "/events/\(car.device)/\(clip.clip.id)")
-        var values = Self.eventRow(clip, car: car)
+        let clock = try await ownerClock(request, session)
+        var values = Self.eventRow(clip, car: car, clock: clock)
         values["title"] = "\(Self.kindText(clip.clip.kind)), \(values["time"] ?? "")"
         values["files"] = files
         values["anyHEVC"] = files.contains { $0["hevc"] as? Bool == true }
         if let notice { values["notice"] = notice }
         if let shareLinks {
-            let origin = (secureCookies ? "https://" : "http://") + (request.head.authority ?? "")
+            let origin = publicOrigin ?? Self.origin(host: request.head.authority, secure: secureCookies)
             let at = now()
             let shares = try await NIOThreadPool.singleton.runIfActive { try clips.shares(device: car.device, id: clip.clip.id) }
             values["sharing"] = true
             values["shareDays"] = Self.shareDays.map { ["days": $0, "selected": $0 == 7] }
             values["shares"] = shares.map { share -> [String: Any] in
-                var row: [String: Any] = ["share": share.id, "created": UTCTimeText.minutes(share.createdAtMs), "expires": UTCTimeText.minutes(share.expiresAtMs)]
+                var row: [String: Any] = ["share": share.id, "created": clock.text(share.createdAtMs), "expires": clock.text(share.expiresAtMs)]
                 if share.isLive(nowMs: at) {
                     row["live"] = true
-                    row["link"] = origin + "/shared/" + shareLinks.token(.init(device: car.device, clip: clip.clip.id, share: share.id,
+                    row["link"] = origin + "/shared/" + shareLinks.token(.init(owner: session.owner, device: car.device, clip: clip.clip.id, share: share.id,
                                                                                expires: share.expiresAtMs / 1000))
                 } else {
                     row["state"] = share.revoked ? "revoked" : "expired"
@@ -189,7 +214,7 @@ extension OwnerPages {
         for (file, have) in zip(clip.clip.files, clip.have) {
             var row: [String: Any] = ["name": file.name, "size": Self.megabytes(file.bytes)]
             if have == file.bytes, let path = clips.path(device: device, id: clip.clip.id, name: file.name) {
-                let codec = try await NIOThreadPool.singleton.runIfActive { VideoCodecSniffer.codec(ofFile: path) }
+                let codec = try await NIOThreadPool.singleton.runIfActive { VideoCodecSniffer.shared.codec(ofFile: path, bytes: file.bytes) }
                 row["url"] = "\(urlBase)/files/\(file.name)"
                 row["playable"] = codec != .hevc
                 row["hevc"] = codec == .hevc
@@ -202,14 +227,14 @@ extension OwnerPages {
     }
 
     /// What the list and the page show of a clip.
-    static func eventRow(_ stored: StoredClip, car: OwnedDevice) -> [String: Any] {
+    static func eventRow(_ stored: StoredClip, car: OwnedDevice, clock: OwnerClock) -> [String: Any] {
         let clip = stored.clip
         var row: [String: Any] = [
             "device": car.device, "id": clip.id, "car": car.label, "kind": kindText(clip.kind),
-            "time": (try? Date(clip.at, strategy: .iso8601)).map { UTCTimeText.minutes(Int64($0.timeIntervalSince1970 * 1000)) } ?? clip.at,
+            "time": (try? Date(clip.at, strategy: .iso8601)).map { clock.text(Int64($0.timeIntervalSince1970 * 1000)) } ?? clip.at,
             "state": stored.isStored ? "whole" : "uploading: \(megabytes(stored.have.reduce(0, +))) of \(megabytes(clip.files.reduce(0) { $0 + $1.bytes }))",
         ]
-        if let peakG = clip.peakG { row["peakG"] = String(format: "%.1f g", peakG) }
+        if let peakG = clip.peakG { row["peakG"] = peakG.formatted(.number.precision(.fractionLength(1)).locale(Locale(identifier: clock.language ?? "en"))) + " g" }
         if let place = clip.validGPS?.first(where: { $0.lat != nil && $0.lon != nil }), let lat = place.lat, let lon = place.lon {
             let (latText, lonText) = (String(format: "%.5f", lat), String(format: "%.5f", lon))
             row["place"] = "\(latText), \(lonText)"
@@ -257,8 +282,23 @@ extension OwnerPages {
 
 /// Which codec an MP4's video track is in, from its sample entry (`avc1`/`avc3` or `hvc1`/`hev1`),
 /// looked for in the file's first and last megabyte (where `moov` is).
-enum VideoCodecSniffer {
-    enum Codec: Equatable { case h264, hevc, unknown }
+final class VideoCodecSniffer: Sendable {
+    enum Codec: Equatable, Sendable { case h264, hevc, unknown }
+
+    /// What was found, by path and size: a file is read once, however often its page is shown.
+    private let known = Mutex<[String: (bytes: Int, codec: Codec)]>([:])
+    static let shared = VideoCodecSniffer()
+    static let remembered = 4096
+
+    func codec(ofFile path: String, bytes: Int) -> Codec {
+        if let found = known.withLock({ $0[path] }), found.bytes == bytes { return found.codec }
+        let codec = Self.codec(ofFile: path)
+        known.withLock { known in
+            if known.count >= Self.remembered { known.removeAll(keepingCapacity: true) }
+            known[path] = (bytes, codec)
+        }
+        return codec
+    }
 
     static func codec(ofFile path: String) -> Codec {
         guard let handle = FileHandle(forReadingAtPath: path) else { return .unknown }

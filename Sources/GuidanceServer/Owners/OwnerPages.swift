@@ -60,6 +60,9 @@ struct OwnerPages: Sendable {
     var clips: (any ClipStore)? = nil
     /// Signs and checks the links that show one clip without an account.
     var shareLinks: ShareLinks? = nil
+    /// Where the pages are reached from outside (`https://HOST`), from `pairing.verificationURI`;
+    /// nil: the request's own host, if it is a plain host name.
+    var publicOrigin: String? = nil
     let logger: Logger
     let now: @Sendable () -> Int64
 
@@ -167,6 +170,7 @@ struct OwnerPages: Sendable {
         if let provider {
             router.post("/webhooks/payments/\(provider.name)") { request, _ in try await webhook(request, provider: provider) }
         }
+        addSettings(to: router)
         if let clips { addEvents(to: router, clips: clips) }
     }
 

@@ -23,6 +23,10 @@ public protocol OwnerStore: Sendable {
     /// The owner with this address and their password hash (`nil` before one is set).
     func account(email: String) async throws -> (owner: Owner, passwordHash: String?)?
 
+    /// How the owner's pages show times and numbers (nothing chosen: UTC, the browser's language).
+    func preferences(owner: Int64) async throws -> OwnerPreferences
+    func setPreferences(owner: Int64, _ preferences: OwnerPreferences) async throws
+
     /// The owner's cars, paired first first.
     func devices(owner: Int64) async throws -> [OwnedDevice]
     /// Renames a car of this owner; `false` if it is not theirs.
@@ -92,4 +96,16 @@ public struct StoredWebSession: Sendable, Equatable {
     public var id: String
     public var value: Data
     public var expiresAtMs: Int64?
+}
+
+/// What an owner chose for their pages: an IANA time zone (`Asia/Seoul`) and one of the languages
+/// the cars speak (`ko`); nil is not chosen yet.
+public struct OwnerPreferences: Sendable, Equatable {
+    public var timeZone: String?
+    public var language: String?
+
+    public init(timeZone: String? = nil, language: String? = nil) {
+        self.timeZone = timeZone
+        self.language = language
+    }
 }

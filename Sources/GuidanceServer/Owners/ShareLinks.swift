@@ -9,6 +9,8 @@ struct ShareLinks: Sendable {
 
     /// What a link grants.
     struct Grant: Codable, Equatable, Sendable {
+        /// The owner who made it: the link works only while the car is still theirs.
+        var owner: Int64
         var device: String
         var clip: String
         var share: String
@@ -30,8 +32,9 @@ struct ShareLinks: Sendable {
     func verify(_ token: String, nowSeconds: Int64) -> Grant? {
         guard token.utf8.count <= Self.maxLength else { return nil }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, let signature = AccessTokens.unbase64URL(parts[1]),
-              Self.same(signature, tokens.mac(Self.purpose, String(parts[0]))),
+        // The signature compared as text, as it is written: one link has one spelling.
+        guard parts.count == 2,
+              Self.same(Data(parts[1].utf8), Data(AccessTokens.base64URL(tokens.mac(Self.purpose, String(parts[0]))).utf8)),
               let payload = AccessTokens.unbase64URL(parts[0]),
               let grant = try? JSONDecoder().decode(Grant.self, from: payload), nowSeconds < grant.expires
         else { return nil }
