@@ -77,9 +77,16 @@ import TestSupport
         let cars = try await browser.get("/")
         #expect(cars.status == 200 && cars.header("Strict-Transport-Security") == ["max-age=31536000"])
 
-        // The proxy's access log keeps paths, never the link's token; /metrics is not public in any spelling.
+        // A shared event's link (its token is in the path), answered or not.
+        let sharedToken = "eyJzZWNyZXQiOiJzaGFyZWQgbGluayJ9.c2lnbmF0dXJl"
+        _ = try await browser.get("/shared/\(sharedToken)")
+        _ = try await browser.get("/shared/\(sharedToken)/files/000001-20261129T080220.822Z.mp4")
+
+        // The proxy's access log keeps paths, never a link's token; /metrics is not public in any spelling.
         let accessLog = try String(contentsOf: folder.appendingPathComponent("access.log"), encoding: .utf8)
         #expect(accessLog.contains("/set-password") && !accessLog.contains("token="), "\(accessLog)")
+        #expect(accessLog.contains("GET /shared/- ") && accessLog.contains("GET /shared/-/files/000001-20261129T080220.822Z.mp4 ")
+                && !accessLog.contains(sharedToken), "\(accessLog)")
         for path in ["/metrics", "/metrics/", "/metrics//"] { #expect(try await browser.get(path).status == 404, "\(path)") }
 
         // Straight to the server from this machine, without the proxy's header: plain HTTP, no
