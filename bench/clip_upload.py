@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A clip's upload over a car's uplink, and what it does to guidance: the packaged `dashcam-agent`
 and the release `guidance-server`, each in its own network namespace, joined by a veth pair
-shaped with netem like a mobile uplink (default 20 Mbit/s up, 50 Mbit/s down, 25 ms each way).
+shaped like a mobile uplink: a token bucket (`tc tbf`, default 20 Mbit/s up, 50 Mbit/s down, a
+queue of up to 400 ms as a mobile network's buffers hold), and with `--delay` a one-way delay by
+netem where the kernel has it.
 
   baseline  the agent streams 5-s guidance segments; each one's acknowledgement delay (segment
             closed -> `ack` read), which the agent logs at debug level.
@@ -54,11 +56,15 @@ def namespaces(tag, up, down, delay_ms):
     ip("-n", srv, "link", "set", "vs", "up")
     ip("-n", car, "link", "set", "va", "up")
     ip("-n", car, "route", "add", "default", "via", SERVER_IP, "dev", "va")
-    # The car's uplink and the server's downlink, each with its one-way delay. The queue holds a
-    # second of the uplink's rate, as a mobile network's buffers do.
+    # The car's uplink and the server's downlink: a rate, a queue of up to 400 ms, and with
+    # delay_ms a one-way delay (netem) before it.
     for ns, dev, rate in ((car, "va", up), (srv, "vs", down)):
-        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "netem",
-                        "delay", f"{delay_ms}ms", "rate", f"{rate}mbit", "limit", "2000"], check=True)
+        tc = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev]
+        if delay_ms:
+            subprocess.run(tc + ["root", "handle", "1:", "netem", "delay", f"{delay_ms}ms"], check=True)
+            subprocess.run(tc + ["parent", "1:1", "handle", "10:", "tbf", "rate", f"{rate}mbit", "burst", "32kbit", "latency", "400ms"], check=True)
+        else:
+            subprocess.run(tc + ["root", "tbf", "rate", f"{rate}mbit", "burst", "32kbit", "latency", "400ms"], check=True)
     return srv, car
 
 
@@ -110,7 +116,7 @@ def main():
     parser.add_argument("--clip-mb", type=int, default=120)
     parser.add_argument("--up", type=float, default=20, help="Mbit/s from the car")
     parser.add_argument("--down", type=float, default=50, help="Mbit/s to the car")
-    parser.add_argument("--delay", type=int, default=25, help="ms each way")
+    parser.add_argument("--delay", type=int, default=0, help="ms each way (netem; not every kernel has it)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root: network namespaces and tc")
@@ -133,7 +139,7 @@ def main():
             if server.wait_for(lambda text: "listening on" in text, 30) is None:
                 sys.exit("the server did not start:\n" + server.stderr())
             port = int(next(line for line in server.stderr().splitlines() if "listening on" in line).rsplit(":", 1)[1])
-            print(f"link: {args.up:g} Mbit/s up, {args.down:g} down, {args.delay} ms each way (netem)")
+            print(f"link: {args.up:g} Mbit/s up, {args.down:g} down (tbf, 400 ms queue), {args.delay} ms each way")
 
             recordings = os.path.join(folder, "recordings")
             baseline_text, _ = run_agent(args.agent, folder, car, port, recordings,

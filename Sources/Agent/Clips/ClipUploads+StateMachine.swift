@@ -179,6 +179,15 @@ extension ClipUploads {
             return .nothing
         }
 
+        /// The part that would go next (if nothing else held it back), and whether it is a file's
+        /// last: the server then checks the whole file's SHA-256 and makes it durable before it
+        /// answers, the slowest answer of all.
+        public var upcomingPart: (part: ClientMessage.ClipPart, finishesFile: Bool)? {
+            guard let part = nextPart(),
+                  let file = pending.first(where: { $0.clip.id == part.id })?.clip.files.first(where: { $0.name == part.name }) else { return nil }
+            return (part, part.offset + part.bytes == file.bytes)
+        }
+
         private func nextPart() -> ClientMessage.ClipPart? {
             for entry in pending where !entry.setAside {
                 guard let have = entry.have else { continue }

@@ -120,7 +120,11 @@ extension Uplink {
         /// When the part awaiting its answer was sent, and the round trip of parts lately (the
         /// longest, decaying by an eighth at each new one).
         private var partSentAt: UInt64?
+        private var partFinishedFile = false
         public private(set) var partRoundTrip: UInt64 = 0
+        /// The same for a file's last part, which the server answers only once it has checked the
+        /// file's SHA-256 and made it durable (tens to hundreds of ms for a big file).
+        public private(set) var finishRoundTrip: UInt64?
         /// Parts are held back until then (a segment is due); the sender is woken at that time
         /// if the segment has not come.
         private var clipHoldUntil: UInt64?
@@ -371,23 +375,30 @@ extension Uplink {
         /// `day` is the local calendar day, for `upload.dailyMegabytes`.
         public mutating func nextClipMessage(session id: SessionID, day: Int, now: UInt64) -> ClipUploads.StateMachine.Send? {
             guard let session = current, session.id == id, session.opened, !paused, case .running = stopping else { return nil }
-            let dueSoon = segmentDueSoon(now: now)
+            let finishes = clips.upcomingPart?.finishesFile ?? false
+            let dueSoon = segmentDueSoon(now: now, finishingAFile: finishes)
             if let dueSoon, clips.whyWaiting(segmentsWaiting: false) == .nothing { clipHoldUntil = dueSoon }
             let send = clips.next(segmentsWaiting: !custody.unsent.isEmpty || dueSoon != nil, day: day)
             if send != nil, current?.awaitingSince == nil { current?.awaitingSince = now }
-            if case .part = send { partSentAt = now }
+            if case .part = send {
+                partSentAt = now
+                partFinishedFile = finishes
+            }
             return send
         }
 
         /// A live segment is due before a part could be sent and answered: nil, or until when
         /// parts wait for it. The next segment is due a period after the last; a part is let go
-        /// only if twice the parts' round trip (at least 20 ms) fits before that, so the segment
-        /// finds the link clear and its acknowledgement is not held up behind a clip. A segment
-        /// later than half a period is not waited for any longer.
-        public func segmentDueSoon(now: UInt64) -> UInt64? {
+        /// only if twice its expected round trip (at least 20 ms) fits before that, so the segment
+        /// finds the link and the server's session clear and its acknowledgement is not held up
+        /// behind a clip. A file's last part expects the longer round trip of the server's check
+        /// (four times a part's until one was seen). A segment later than half a period is not
+        /// waited for any longer.
+        public func segmentDueSoon(now: UInt64, finishingAFile: Bool = false) -> UInt64? {
             guard let last = lastSegmentAt, let period = segmentPeriod else { return nil }
             let due = last + period, giveUp = due + period / 2
-            let margin = max(2 * partRoundTrip, 20_000_000)
+            let trip = finishingAFile ? max(finishRoundTrip ?? 4 * partRoundTrip, partRoundTrip) : partRoundTrip
+            let margin = max(2 * trip, 20_000_000)
             return now + margin >= due && now < giveUp ? giveUp : nil
         }
 
@@ -395,6 +406,7 @@ extension Uplink {
         private mutating func closeClips() {
             clips.closed()
             partSentAt = nil
+            partFinishedFile = false
             clipHoldUntil = nil
         }
 
@@ -403,7 +415,12 @@ extension Uplink {
             guard let sent = partSentAt else { return }
             partSentAt = nil
             let trip = now > sent ? now - sent : 0
-            partRoundTrip = max(trip, partRoundTrip - partRoundTrip / 8)
+            if partFinishedFile {
+                // The last file's check: its size decides, so the latest one counts.
+                finishRoundTrip = trip
+            } else {
+                partRoundTrip = max(trip, partRoundTrip - partRoundTrip / 8)
+            }
         }
 
         /// Nothing outstanding (no segment in flight, no clip answer awaited, welcomed): the
