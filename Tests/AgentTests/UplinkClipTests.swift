@@ -134,6 +134,28 @@ import Testing
         #expect(early.nextClipMessage(session: SessionID(1), day: 1, now: due - 50_000_000) != nil, "50 ms before it")
     }
 
+    /// An agent just started: the first segment's time is not known
+    /// yet, so parts wait for it, and for at most two segments' length.
+    @Test func partsWaitForTheFirstSegmentOfASession() {
+        var m = Machine(settings: .init(liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
+                                        queueSegments: 3, queueMaxAgeMs: 15_000, segmentPeriod: .seconds(2)))
+        _ = m.start(now: Self.t0)
+        _ = m.opened(SessionID(1), now: Self.t0)
+        _ = m.received(.welcome(session: "s1", remainingSeconds: nil), on: SessionID(1), now: Self.t0)
+        _ = m.clip(Self.one, now: Self.t0)
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == .announce(Self.one), "announced at once")
+        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 0)], stored: false)), on: SessionID(1), now: Self.t0)
+        var cameraless = m
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0 + Self.second) == nil, "no segment yet")
+        _ = m.segment(UplinkStateMachineTests.seg(0, at: Self.t0 + 1_500_000_000), now: Self.t0 + 1_500_000_000)
+        #expect(UplinkStateMachineTests.drainSends(&m, SessionID(1), now: Self.t0 + 1_500_000_000) == [0])
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0 + 1_500_000_000) != nil, "right after it")
+        // A camera that gives nothing holds the clip back two segments' length, no more.
+        #expect(cameraless.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0 + 3 * Self.second) == nil)
+        #expect(cameraless.tick(now: Self.t0 + 4 * Self.second).contains(.wakeSender(SessionID(1))))
+        #expect(cameraless.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0 + 4 * Self.second) != nil)
+    }
+
     @Test func aSegmentThatDoesNotComeHoldsThePartsBackHalfAPeriodAtMost() {
         var m = Self.pacedWithAPartAnswered()
         let due = Self.t0 + 10 * Self.second

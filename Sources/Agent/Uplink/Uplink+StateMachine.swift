@@ -55,11 +55,13 @@ extension Uplink {
             public var restartSpread: Duration
             /// The clips' budget and network (`upload.*`).
             public var clips: ClipUploads.StateMachine.Settings
+            /// The segments' length (`encoder.segmentSeconds`): their pace until two have come.
+            public var segmentPeriod: Duration?
 
             public init(backoff: Backoff = Backoff(), liveness: Duration, ping: Duration, drain: Duration,
                         guidanceMaxAge: Duration, queueSegments: Int, queueMaxAgeMs: Int,
                         restartSpread: Duration = .milliseconds(AgentConfig.UplinkSettings().restartSpreadMs),
-                        clips: ClipUploads.StateMachine.Settings = .init()) {
+                        clips: ClipUploads.StateMachine.Settings = .init(), segmentPeriod: Duration? = nil) {
                 self.backoff = backoff
                 self.liveness = liveness
                 self.ping = ping
@@ -69,6 +71,7 @@ extension Uplink {
                 self.queueMaxAgeMs = queueMaxAgeMs
                 self.restartSpread = restartSpread
                 self.clips = clips
+                self.segmentPeriod = segmentPeriod
             }
         }
 
@@ -394,8 +397,17 @@ extension Uplink {
         /// behind a clip. A file's last part expects the longer round trip of the server's check
         /// (four times a part's until one was seen). A segment later than half a period is not
         /// waited for any longer.
+        ///
+        /// Before the first segment its time is not known: parts wait for it, up to two
+        /// segments' length after the session opened (a camera that gives none does not hold the
+        /// clips back for ever).
         public func segmentDueSoon(now: UInt64, finishingAFile: Bool = false) -> UInt64? {
-            guard let last = lastSegmentAt, let period = segmentPeriod else { return nil }
+            guard let period = segmentPeriod ?? settings.segmentPeriod?.ns, period > 0 else { return nil }
+            guard let last = lastSegmentAt else {
+                guard let opened = current?.openedAt else { return nil }
+                let until = opened + 2 * period
+                return now < until ? until : nil
+            }
             let due = last + period, giveUp = due + period / 2
             let trip = finishingAFile ? max(finishRoundTrip ?? 4 * partRoundTrip, partRoundTrip) : partRoundTrip
             let margin = max(2 * trip, 20_000_000)

@@ -137,7 +137,7 @@ public actor Uplink {
             backoff: settings.backoff, liveness: settings.liveness, ping: settings.ping, drain: settings.drain,
             guidanceMaxAge: .milliseconds(settings.guidanceMaxAgeMs),
             queueSegments: settings.queueSegments, queueMaxAgeMs: settings.queueMaxAgeMs, restartSpread: settings.restartSpread,
-            clips: settings.clips))
+            clips: settings.clips, segmentPeriod: settings.hello.video.segmentMs > 0 ? .milliseconds(settings.hello.video.segmentMs) : nil))
         (messages, messageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
         (states, stateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }
