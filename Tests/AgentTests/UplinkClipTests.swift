@@ -14,6 +14,21 @@ import Testing
     static let second = UplinkStateMachineTests.second
     static let one = ClipUploadsTests.clip("c1", files: [("a.mp4", 100_000)])
 
+    /// A machine with these settings, session #1 open and welcomed at `t0`, and ``one`` announced
+    /// at once and answered: the server holds none of it.
+    static func announced(clips: ClipUploads.StateMachine.Settings = .init(), segmentPeriod: Duration? = nil, _ announcing: Comment,
+                          sourceLocation: SourceLocation = #_sourceLocation) -> Machine {
+        var m = Machine(settings: .init(liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
+                                        queueSegments: 3, queueMaxAgeMs: 15_000, clips: clips, segmentPeriod: segmentPeriod))
+        _ = m.start(now: t0)
+        _ = m.opened(SessionID(1), now: t0)
+        _ = m.received(.welcome(session: "s1", remainingSeconds: nil), on: SessionID(1), now: t0)
+        _ = m.clip(one, now: t0)
+        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: t0) == .announce(one), announcing, sourceLocation: sourceLocation)
+        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 0)], stored: false)), on: SessionID(1), now: t0)
+        return m
+    }
+
     @Test func aClipGoesBetweenSegmentsAndLeavesWhenTheServerStoresIt() {
         var m = UplinkStateMachineTests.connected()
         #expect(m.clip(Self.one, now: Self.t0) == [.wakeSender(SessionID(1))])
@@ -64,14 +79,7 @@ import Testing
 
     /// Only on wireless LAN with `upload.when: wifi`; the sender wakes when the car joins one.
     @Test func wifiOnlyClipsWaitForAWirelessLAN() {
-        var m = Machine(settings: .init(liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
-                                        queueSegments: 3, queueMaxAgeMs: 15_000, clips: .init(wifiOnly: true)))
-        _ = m.start(now: Self.t0)
-        _ = m.opened(SessionID(1), now: Self.t0)
-        _ = m.received(.welcome(session: "s1", remainingSeconds: nil), on: SessionID(1), now: Self.t0)
-        _ = m.clip(Self.one, now: Self.t0)
-        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == .announce(Self.one), "announced on any network")
-        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 0)], stored: false)), on: SessionID(1), now: Self.t0)
+        var m = Self.announced(clips: .init(wifiOnly: true), "announced on any network")
         #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == nil)
         #expect(m.clips.whyWaiting(segmentsWaiting: false) == .wifi)
         #expect(m.network(wifi: true) == [.wakeSender(SessionID(1))])
@@ -137,14 +145,7 @@ import Testing
     /// An agent just started: the first segment's time is not known
     /// yet, so parts wait for it, and for at most two segments' length.
     @Test func partsWaitForTheFirstSegmentOfASession() {
-        var m = Machine(settings: .init(liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
-                                        queueSegments: 3, queueMaxAgeMs: 15_000, segmentPeriod: .seconds(2)))
-        _ = m.start(now: Self.t0)
-        _ = m.opened(SessionID(1), now: Self.t0)
-        _ = m.received(.welcome(session: "s1", remainingSeconds: nil), on: SessionID(1), now: Self.t0)
-        _ = m.clip(Self.one, now: Self.t0)
-        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == .announce(Self.one), "announced at once")
-        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 0)], stored: false)), on: SessionID(1), now: Self.t0)
+        var m = Self.announced(segmentPeriod: .seconds(2), "announced at once")
         var cameraless = m
         #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0 + Self.second) == nil, "no segment yet")
         _ = m.segment(UplinkStateMachineTests.seg(0, at: Self.t0 + 1_500_000_000), now: Self.t0 + 1_500_000_000)

@@ -36,7 +36,7 @@ extension OwnerPages {
     private func settingsPage(_ request: Request, _ session: WebSession, notice: String?, problem: String? = nil,
                               status: HTTPResponse.Status = .ok) async throws -> Response {
         let chosen = try await store.preferences(owner: session.owner)
-        let clock = try await ownerClock(request, session)
+        let clock = ownerClock(request, chosen)
         var values: [String: Any] = [
             "title": "Settings",
             "zones": TimeZone.knownTimeZoneIdentifiers.sorted().map { ["zone": $0, "selected": $0 == chosen.timeZone] },
@@ -51,9 +51,12 @@ extension OwnerPages {
     /// How this owner's pages write times: their time zone (UTC until chosen) and language (else
     /// the browser's first one the cars speak, else English).
     func ownerClock(_ request: Request, _ session: WebSession) async throws -> OwnerClock {
-        let chosen = try await store.preferences(owner: session.owner)
-        return OwnerClock(timeZone: chosen.timeZone.flatMap(TimeZone.init(identifier:)),
-                          language: chosen.language ?? Self.language(acceptLanguage: request.headers[.acceptLanguage]))
+        ownerClock(request, try await store.preferences(owner: session.owner))
+    }
+
+    func ownerClock(_ request: Request, _ chosen: OwnerPreferences) -> OwnerClock {
+        OwnerClock(timeZone: chosen.timeZone.flatMap(TimeZone.init(identifier:)),
+                   language: chosen.language ?? Self.language(acceptLanguage: request.headers[.acceptLanguage]))
     }
 
     /// The first language of an `Accept-Language` header the cars speak (by primary subtag,
