@@ -134,6 +134,37 @@ import TestSupport
         }
     }
 
+    /// A car's drive, written by two instances one after the other (a handover): one trip that
+    /// grows, a new one after a pause, a segment sent again adds nothing, and the sweep forgets
+    /// what ended before its cutoff.
+    @Test(arguments: Kind.allCases)
+    func tripsGrowAcrossInstancesAndExpire(kind: Kind) async throws {
+        let t0 = self.t0
+        try await withTwo(kind) { one, two, _ in
+            func points(from start: Int64, count: Int, lat: Double) -> [TrackPoint] {
+                (0..<count).map { TrackPoint(atMs: start + Int64($0) * 2_000, lat: lat + Double($0) * 0.0002, lon: 127.0, speed: 10 + Double($0)) }
+            }
+            try await one.recordTrack(device: "car-a", points: points(from: t0, count: 3, lat: 37.5))
+            try await two.recordTrack(device: "car-a", points: points(from: t0 + 6_000, count: 3, lat: 37.5006))
+            try await one.recordTrack(device: "car-a", points: points(from: t0 + 6_000, count: 3, lat: 37.5006))
+            let later = t0 + TripRules.pauseMs + 20_000
+            try await two.recordTrack(device: "car-a", points: points(from: later, count: 2, lat: 37.6))
+            let trips = try await one.trips(device: "car-a", sinceMs: 0, limit: 10)
+            #expect(trips.map(\.startMs) == [later, t0])
+            let first = try #require(trips.last)
+            #expect(first.endMs == t0 + 10_000 && first.topSpeed == 12)
+            // Six steps of 0.0002 degrees of latitude: about 22.2 m each.
+            #expect(abs(first.distanceMeters - 5 * 22.24) < 1, "\(first.distanceMeters)")
+            #expect(try await two.track(device: "car-a", fromMs: first.startMs, toMs: first.endMs).count == 6)
+            #expect(try await two.trip(device: "car-a", startMs: t0) == first)
+            #expect(try await two.trips(device: "car-a", sinceMs: t0 + 1, limit: 10).map(\.startMs) == [later])
+            #expect(try await two.trips(device: "car-b", sinceMs: 0, limit: 10).isEmpty)
+            try await one.expireTrips(beforeMs: later)
+            #expect(try await two.trips(device: "car-a", sinceMs: 0, limit: 10).map(\.startMs) == [later])
+            #expect(try await two.track(device: "car-a", fromMs: 0, toMs: later - 1).isEmpty)
+        }
+    }
+
     /// Only the owner who looked a code up decides it; anyone else deciding it is a wrong guess
     /// against the owner, the address and the code, which is locked after three.
     @Test(arguments: Kind.allCases)

@@ -12,7 +12,9 @@ extension ServerConfig {
         let analyzer = try makeAnalyzer(ledger: ledger, logger: logger)
         let tls = server.tlsCertFile.flatMap { cert in server.tlsKeyFile.map { (certificateFile: cert, keyFile: $0) } }
         let clipStore = clips.dir.map { FileClipStore(root: $0, maxBytesPerDevice: clips.maxMegabytesPerCar << 20) }
-        let retention = clipStore.map { ClipRetention(store: $0, days: clips.retentionDays, now: { Date() }, logger: logger) }
+        let trips: (any TripStore)? = pairing?.owners
+        let retention = clipStore != nil || trips != nil
+            ? ClipRetention(store: clipStore, trips: trips, days: clips.retentionDays, now: { Date() }, logger: logger) : nil
         return StreamServer(
             settings: .init(host: server.host, port: server.port, tls: tls, idleTimeoutSeconds: server.idleTimeoutSeconds,
                             keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,

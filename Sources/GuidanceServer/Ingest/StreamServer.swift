@@ -177,7 +177,14 @@ public struct StreamServer: Sendable {
                                         observer: byStaticToken ? nil : owners.map { owners in
                                             StreamSession.Observer(
                                                 opened: { try? await owners.seen(device: device, nowMs: clock?() ?? 0) },
-                                                guided: { text in try? await owners.recordGuidance(device: device, text: text, nowMs: clock?() ?? 0) })
+                                                guided: { text in try? await owners.recordGuidance(device: device, text: text, nowMs: clock?() ?? 0) },
+                                                tracked: { gps in
+                                                    do {
+                                                        try await owners.recordTrack(device: device, points: TripRules.points(gps))
+                                                    } catch {
+                                                        logger.error("cannot keep a segment's track: \(error)", metadata: ["device": "\(device)"])
+                                                    }
+                                                })
                                         },
                                         reauthorize: { token in
                                             guard !byStaticToken, let claims = accessClaims("Bearer " + token), claims.sub == device else { return false }

@@ -37,6 +37,8 @@ public struct StreamSession: Sendable {
     public struct Observer: Sendable {
         var opened: @Sendable () async -> Void
         var guided: @Sendable (String) async -> Void
+        /// A segment's GPS track, once, when the segment is first acknowledged.
+        var tracked: @Sendable ([ClientMessage.SegmentHeader.Position]) async -> Void = { _ in }
     }
 
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
@@ -354,6 +356,7 @@ public struct StreamSession: Sendable {
         logger.info("segment \(header.seq) verified", metadata: ["device": "\(device)", "bytes": "\(segment.data.count)"])
         try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
         metrics.acknowledged(after: ContinuousClock.now - arrived)
+        if let gps = header.gps, !gps.isEmpty { await observer?.tracked(gps) }
         if let folder = settings.keepDir {
             let file = URL(fileURLWithPath: folder).appendingPathComponent(Self.keptName(device: device, stream: charge.stream, seq: header.seq))
             do {

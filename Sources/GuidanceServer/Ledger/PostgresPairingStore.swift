@@ -23,7 +23,7 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
     /// The client belongs to the ledger, which closes it.
     public func shutdown() async throws {}
 
-    private func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         try await schema.ensure()
         return try await PostgresUnit.transaction(client, logger: logger, body)
     }

@@ -131,6 +131,18 @@ actor PostgresSchema {
         "CREATE TABLE IF NOT EXISTS device_guidance (device TEXT NOT NULL, at BIGINT NOT NULL, text TEXT NOT NULL)",
         "CREATE INDEX IF NOT EXISTS device_guidance_device ON device_guidance (device, at)",
         """
+        CREATE TABLE IF NOT EXISTS device_trips (
+            device TEXT NOT NULL, start_at BIGINT NOT NULL, end_at BIGINT NOT NULL, distance_m DOUBLE PRECISION NOT NULL,
+            top_speed DOUBLE PRECISION NOT NULL, start_lat DOUBLE PRECISION NOT NULL, start_lon DOUBLE PRECISION NOT NULL,
+            end_lat DOUBLE PRECISION NOT NULL, end_lon DOUBLE PRECISION NOT NULL, PRIMARY KEY (device, start_at))
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS device_track (
+            device TEXT NOT NULL, at BIGINT NOT NULL, lat DOUBLE PRECISION NOT NULL, lon DOUBLE PRECISION NOT NULL, speed DOUBLE PRECISION NOT NULL)
+        """,
+        "CREATE INDEX IF NOT EXISTS device_track_device ON device_track (device, at)",
+        "CREATE INDEX IF NOT EXISTS device_track_at ON device_track (at)",
+        """
         CREATE TABLE IF NOT EXISTS payments (
             provider TEXT NOT NULL, payment_id TEXT NOT NULL, owner BIGINT NOT NULL, device TEXT NOT NULL, product TEXT NOT NULL,
             seconds BIGINT NOT NULL CHECK (seconds > 0), price TEXT NOT NULL, status TEXT NOT NULL, created_at BIGINT NOT NULL,

@@ -96,6 +96,15 @@ public final class SQLiteLedger: UsageLedger {
         "CREATE TABLE IF NOT EXISTS web_sessions (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires_at INTEGER)",
         "CREATE TABLE IF NOT EXISTS device_guidance (device TEXT NOT NULL, at INTEGER NOT NULL, text TEXT NOT NULL)",
         "CREATE INDEX IF NOT EXISTS device_guidance_device ON device_guidance (device, at)",
+        // The cars' drives (``TripStore``): a summary per trip, and its points.
+        """
+        CREATE TABLE IF NOT EXISTS device_trips (
+            device TEXT NOT NULL, start_at INTEGER NOT NULL, end_at INTEGER NOT NULL, distance_m REAL NOT NULL, top_speed REAL NOT NULL,
+            start_lat REAL NOT NULL, start_lon REAL NOT NULL, end_lat REAL NOT NULL, end_lon REAL NOT NULL, PRIMARY KEY (device, start_at))
+        """,
+        "CREATE TABLE IF NOT EXISTS device_track (device TEXT NOT NULL, at INTEGER NOT NULL, lat REAL NOT NULL, lon REAL NOT NULL, speed REAL NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS device_track_device ON device_track (device, at)",
+        "CREATE INDEX IF NOT EXISTS device_track_at ON device_track (at)",
         """
         CREATE TABLE IF NOT EXISTS payments (
             provider TEXT NOT NULL, payment_id TEXT NOT NULL, owner INTEGER NOT NULL, device TEXT NOT NULL,

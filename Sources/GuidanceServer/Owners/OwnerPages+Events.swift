@@ -41,7 +41,7 @@ extension OwnerPages {
                       try await NIOThreadPool.singleton.runIfActive({ try clips.delete(device: device, id: id) })
                 else { return noSuchEvent(session) }
                 logger.notice("owner deleted a clip", metadata: ["owner": "\(session.owner)", "device": "\(device)", "clip": "\(id)"])
-                return try await eventsPage(request, session, clips: clips, notice: "The event and its video were deleted.")
+                return try await eventsPage(request, session, clips: clips, notice: t("The event and its video were deleted."))
             }
         }
         guard let shareLinks else { return }
@@ -57,7 +57,7 @@ extension OwnerPages {
                 }
                 logger.notice("owner shared a clip", metadata: ["owner": "\(session.owner)", "clip": "\(id)", "days": "\(days)"])
                 return try await eventPage(request, session, car: car, clip: clip, clips: clips,
-                                           notice: "A link that works for \(days) day\(days == 1 ? "" : "s") is below. Anyone who has it sees this event's video, and nothing else.")
+                                           notice: t("A link that works for {days} is below. Anyone who has it sees this event's video, and nothing else.", ["days": t.days(days)]))
             }
         }
         router.post("/events/:device/:id/shares/:share/revoke") { request, context in
@@ -69,14 +69,14 @@ extension OwnerPages {
                 share.revoked = true
                 _ = try await NIOThreadPool.singleton.runIfActive { [share] in try clips.putShare(share, device: device, id: id) }
                 logger.notice("owner revoked a clip's link", metadata: ["owner": "\(session.owner)", "clip": "\(id)"])
-                return try await eventPage(request, session, car: car, clip: clip, clips: clips, notice: "That link no longer works.")
+                return try await eventPage(request, session, car: car, clip: clip, clips: clips, notice: t("That link no longer works."))
             }
         }
         router.get("/shared/:token") { request, context in
             let token = context.parameters.get("token") ?? ""
             return try await shared(request, context, token: token, links: shareLinks, clips: clips) { grant, clip in
                 // The viewer has no settings: UTC, written in their browser's language.
-                let clock = OwnerClock(timeZone: nil, language: Self.language(acceptLanguage: request.headers[.acceptLanguage]))
+                let clock = OwnerClock(timeZone: nil, language: t.language)
                 var values = Self.eventRow(clip, car: OwnedDevice(device: grant.device, label: "", pairedAtMs: 0, lastSeenAtMs: nil, recentGuidance: []), clock: clock)
                 values["title"] = "\(Self.kindText(clip.clip.kind)), \(values["time"] ?? "")"
                 values["expires"] = clock.text(grant.expires * 1000)
@@ -90,7 +90,7 @@ extension OwnerPages {
             return try await shared(request, context, token: token, links: shareLinks, clips: clips) { grant, clip in
                 guard let index = clip.clip.files.firstIndex(where: { $0.name == name }), clip.have[index] == clip.clip.files[index].bytes,
                       let path = clips.path(device: grant.device, id: grant.clip, name: name)
-                else { return html(.notFound, render("message", ["title": "No such file"])) }
+                else { return html(.notFound, render("message", ["title": t("No such file")])) }
                 return try await file(request, context: context, path: path, size: clip.clip.files[index].bytes,
                                       download: request.uri.queryParameters.get("download") == "1" ? name : nil)
             }
@@ -128,7 +128,7 @@ extension OwnerPages {
         let throttle = Throttle("share-address:\(Self.address(request, context))", CodeEntryLimiter.linksPerAddress)
         let tried = now()
         if let wait = try await store.attempt([throttle], nowMs: tried) {
-            var response = html(.tooManyRequests, render("message", ["title": "Too many tries", "problem": "Try again in \(Self.minutes(wait))."]))
+            var response = html(.tooManyRequests, render("message", ["title": t("Too many tries"), "problem": t("Try again in {wait}.", ["wait": t.minutes(Self.minutes(wait))])]))
             response.headers[.retryAfter] = "\(max(1, wait))"
             return response
         }
@@ -144,15 +144,15 @@ extension OwnerPages {
               try await store.devices(owner: grant.owner).contains(where: { $0.device == grant.device })
         else {
             noisy.log(logger, .notice, "a shared link was refused (not signed here, expired, revoked, or its clip deleted)")
-            return html(.notFound, render("message", ["title": "This link does not work",
-                                                      "problem": "It has expired, was withdrawn by the car's owner, or its video was deleted."]))
+            return html(.notFound, render("message", ["title": t("This link does not work"),
+                                                      "problem": t("It has expired, was withdrawn by the car's owner, or its video was deleted.")]))
         }
         try await store.forgive([throttle.key], atMs: tried)
         return try await body(grant, clip)
     }
 
     private func noSuchEvent(_ session: WebSession) -> Response {
-        page("message", session, ["title": "No such event", "next": "/events", "nextLabel": "Back to the events"], status: .notFound)
+        page("message", session, ["title": t("No such event"), "next": "/events", "nextLabel": t("Back to the events")], status: .notFound)
     }
 
     /// The clip, if its car is the owner's.
@@ -164,7 +164,7 @@ extension OwnerPages {
 
     private func eventsPage(_ request: Request, _ session: WebSession, clips: any ClipStore, notice: String?) async throws -> Response {
         let cars = try await store.devices(owner: session.owner)
-        let clock = try await ownerClock(request, session)
+        let clock = try await ownerClock(session)
         var rows: [(at: String, row: [String: Any])] = []
         for car in cars {
             let held = try await NIOThreadPool.singleton.runIfActive { try clips.clips(device: car.device) }
@@ -172,7 +172,7 @@ extension OwnerPages {
                 rows.append((stored.clip.at, Self.eventRow(stored, car: car, clock: clock)))
             }
         }
-        var values: [String: Any] = ["title": "Events", "events": rows.sorted { $0.at > $1.at }.map(\.row), "hasEvents": !rows.isEmpty]
+        var values: [String: Any] = ["title": t("Events"), "events": rows.sorted { $0.at > $1.at }.map(\.row), "hasEvents": !rows.isEmpty]
         if let notice { values["notice"] = notice }
         if !clock.isZoneChosen { values["askZone"] = true }
         return page("events", session, values)
@@ -181,7 +181,7 @@ extension OwnerPages {
     private func eventPage(_ request: Request, _ session: WebSession, car: OwnedDevice, clip: StoredClip, clips: any ClipStore,
                            notice: String? = nil) async throws -> Response {
         let files = try await fileRows(clip, device: car.device, clips: clips, urlBase: "/events/\(car.device)/\(clip.clip.id)")
-        let clock = try await ownerClock(request, session)
+        let clock = try await ownerClock(session)
         var values = Self.eventRow(clip, car: car, clock: clock)
         values["title"] = "\(Self.kindText(clip.clip.kind)), \(values["time"] ?? "")"
         values["files"] = files
@@ -192,7 +192,7 @@ extension OwnerPages {
             let at = now()
             let shares = try await NIOThreadPool.singleton.runIfActive { try clips.shares(device: car.device, id: clip.clip.id) }
             values["sharing"] = true
-            values["shareDays"] = Self.shareDays.map { ["days": $0, "selected": $0 == 7] }
+            values["shareDays"] = Self.shareDays.map { ["days": $0, "label": t.days($0), "selected": $0 == 7] }
             values["shares"] = shares.map { share -> [String: Any] in
                 var row: [String: Any] = ["share": share.id, "created": clock.text(share.createdAtMs), "expires": clock.text(share.expiresAtMs)]
                 if share.isLive(nowMs: at) {
@@ -200,7 +200,7 @@ extension OwnerPages {
                     row["link"] = origin + "/shared/" + shareLinks.token(.init(owner: session.owner, device: car.device, clip: clip.clip.id, share: share.id,
                                                                                expires: share.expiresAtMs / 1000))
                 } else {
-                    row["state"] = share.revoked ? "revoked" : "expired"
+                    row["state"] = share.revoked ? t("revoked") : t("expired")
                 }
                 return row
             }
@@ -219,7 +219,7 @@ extension OwnerPages {
                 row["playable"] = codec != .hevc
                 row["hevc"] = codec == .hevc
             } else {
-                row["uploading"] = "\(Self.megabytes(have)) of \(Self.megabytes(file.bytes)) uploaded"
+                row["uploading"] = t("{have} of {size} uploaded", ["have": Self.megabytes(have), "size": Self.megabytes(file.bytes)])
             }
             files.append(row)
         }
@@ -229,12 +229,13 @@ extension OwnerPages {
     /// What the list and the page show of a clip.
     static func eventRow(_ stored: StoredClip, car: OwnedDevice, clock: OwnerClock) -> [String: Any] {
         let clip = stored.clip
+        let t = PageText.current
         var row: [String: Any] = [
             "device": car.device, "id": clip.id, "car": car.label, "kind": kindText(clip.kind),
             "time": (try? Date(clip.at, strategy: .iso8601)).map { clock.text(Int64($0.timeIntervalSince1970 * 1000)) } ?? clip.at,
-            "state": stored.isStored ? "whole" : "uploading: \(megabytes(stored.have.reduce(0, +))) of \(megabytes(clip.files.reduce(0) { $0 + $1.bytes }))",
+            "state": stored.isStored ? t("whole") : t("uploading: {have} of {size}", ["have": megabytes(stored.have.reduce(0, +)), "size": megabytes(clip.files.reduce(0) { $0 + $1.bytes })]),
         ]
-        if let peakG = clip.peakG { row["peakG"] = peakG.formatted(.number.precision(.fractionLength(1)).locale(Locale(identifier: clock.language ?? "en"))) + " g" }
+        if let peakG = clip.peakG { row["peakG"] = t.number(peakG, fractionDigits: 1) + " g" }
         if let place = clip.validGPS?.first(where: { $0.lat != nil && $0.lon != nil }), let lat = place.lat, let lon = place.lon {
             let (latText, lonText) = (String(format: "%.5f", lat), String(format: "%.5f", lon))
             row["place"] = "\(latText), \(lonText)"
@@ -244,11 +245,12 @@ extension OwnerPages {
     }
 
     static func kindText(_ kind: String) -> String {
-        switch kind {
-        case "incident": "Impact while driving"
-        case "parking": "Parked car"
-        case "protect": "Saved by hand"
-        default: "Event"
+        let t = PageText.current
+        return switch kind {
+        case "incident": t("Impact while driving")
+        case "parking": t("Parked car")
+        case "protect": t("Saved by hand")
+        default: t("Event")
         }
     }
 

@@ -21,12 +21,14 @@ extension OwnerPages {
                 let zone = (form["timeZone"] ?? "").trimmingCharacters(in: .whitespaces)
                 let language = form["language"] ?? ""
                 guard zone.isEmpty || Self.timeZones.contains(zone), language.isEmpty || Self.languages.contains(where: { $0.code == language }) else {
-                    return try await settingsPage(request, session, notice: nil, problem: "Choose a time zone and a language from the lists.",
+                    return try await settingsPage(request, session, notice: nil, problem: t("Choose a time zone and a language from the lists."),
                                                   status: .badRequest)
                 }
                 try await store.setPreferences(owner: session.owner, OwnerPreferences(timeZone: zone.isEmpty ? nil : zone,
                                                                                        language: language.isEmpty ? nil : language))
-                return try await settingsPage(request, session, notice: "Saved.")
+                // The page that answers is already in the language just chosen.
+                let text = PageText.of(language.isEmpty ? Self.language(acceptLanguage: request.headers[.acceptLanguage]) : language)
+                return try await PageText.$current.withValue(text) { try await settingsPage(request, session, notice: t("Saved.")) }
             }
         }
     }
@@ -36,9 +38,9 @@ extension OwnerPages {
     private func settingsPage(_ request: Request, _ session: WebSession, notice: String?, problem: String? = nil,
                               status: HTTPResponse.Status = .ok) async throws -> Response {
         let chosen = try await store.preferences(owner: session.owner)
-        let clock = ownerClock(request, chosen)
+        let clock = ownerClock(chosen)
         var values: [String: Any] = [
-            "title": "Settings",
+            "title": t("Settings"),
             "zones": TimeZone.knownTimeZoneIdentifiers.sorted().map { ["zone": $0, "selected": $0 == chosen.timeZone] },
             "languages": Self.languages.map { ["code": $0.code, "name": $0.name, "selected": $0.code == chosen.language] },
             "now": clock.text(Int64(Date().timeIntervalSince1970 * 1000)),
@@ -48,15 +50,14 @@ extension OwnerPages {
         return page("settings", session, values, status: status)
     }
 
-    /// How this owner's pages write times: their time zone (UTC until chosen) and language (else
-    /// the browser's first one the cars speak, else English).
-    func ownerClock(_ request: Request, _ session: WebSession) async throws -> OwnerClock {
-        ownerClock(request, try await store.preferences(owner: session.owner))
+    /// How this owner's pages write times: in their time zone (UTC until chosen), in the page's
+    /// language (``PageText/current``: theirs, else the browser's first one the cars speak).
+    func ownerClock(_ session: WebSession) async throws -> OwnerClock {
+        ownerClock(try await store.preferences(owner: session.owner))
     }
 
-    func ownerClock(_ request: Request, _ chosen: OwnerPreferences) -> OwnerClock {
-        OwnerClock(timeZone: chosen.timeZone.flatMap(TimeZone.init(identifier:)),
-                   language: chosen.language ?? Self.language(acceptLanguage: request.headers[.acceptLanguage]))
+    func ownerClock(_ chosen: OwnerPreferences) -> OwnerClock {
+        OwnerClock(timeZone: chosen.timeZone.flatMap(TimeZone.init(identifier:)), language: PageText.current.language)
     }
 
     /// The first language of an `Accept-Language` header the cars speak (by primary subtag,

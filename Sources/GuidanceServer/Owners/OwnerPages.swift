@@ -78,15 +78,16 @@ struct OwnerPages: Sendable {
     static let maxFormBytes = 8 * 1024
 
     func add(to router: Router<GuidanceRequestContext>) {
+        router.add(middleware: PageLanguage())
         router.get("/static/owner.css") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/css; charset=utf-8", .cacheControl: "max-age=300"],
                      body: .init(byteBuffer: ByteBuffer(string: OwnerTemplates.stylesheet)))
         }
-        router.get("/signin") { request, _ in try await prePage(request, "signin", ["title": "Sign in"]) }
+        router.get("/signin") { request, _ in try await prePage(request, "signin", ["title": t("Sign in")]) }
         router.post("/signin") { request, context in try await signIn(request, address: Self.address(request, context)) }
         router.post("/signout") { request, _ in try await signOut(request) }
         router.get("/set-password") { request, _ in
-            try await prePage(request, "set-password", ["title": "Set your password", "token": request.uri.queryParameters.get("token") ?? ""])
+            try await prePage(request, "set-password", ["title": t("Set your password"), "token": request.uri.queryParameters.get("token") ?? ""])
         }
         router.post("/set-password") { request, context in try await setPassword(request, address: Self.address(request, context)) }
         router.get("/sessions") { request, _ in try await signedIn(request) { try await sessionsPage(request, $0, notice: nil) } }
@@ -94,7 +95,7 @@ struct OwnerPages: Sendable {
             let id = context.parameters.get("id") ?? ""
             return try await signedInForm(request) { session, _ in
                 guard try await store.endWebSession(owner: session.owner, id: id) else {
-                    return try await sessionsPage(request, session, notice: nil, problem: "That session had already ended.")
+                    return try await sessionsPage(request, session, notice: nil, problem: t("That session had already ended."))
                 }
                 logger.notice("owner ended a session", metadata: ["owner": "\(session.owner)"])
                 // Ending this browser's own session signs it out.
@@ -105,7 +106,7 @@ struct OwnerPages: Sendable {
         router.get("/pair") { request, _ in
             try await signedIn(request) { session in
                 let code = String((request.uri.queryParameters.get("code") ?? "").prefix(32))
-                return page("pair", session, ["title": "Pair a car", "code": DeviceCodes.normalize(code).map(DeviceCodes.grouped) ?? ""])
+                return page("pair", session, ["title": t("Pair a car"), "code": DeviceCodes.normalize(code).map(DeviceCodes.grouped) ?? ""])
             }
         }
         router.post("/pair") { request, context in
@@ -120,31 +121,31 @@ struct OwnerPages: Sendable {
             let device = context.parameters.get("device") ?? ""
             return try await signedInForm(request) { session, form in
                 let label = Self.cleanLabel(form["label"] ?? "")
-                guard !label.isEmpty else { return try await devicesPage(session, notice: nil, problem: "A car's name cannot be empty.") }
+                guard !label.isEmpty else { return try await devicesPage(session, notice: nil, problem: t("A car's name cannot be empty.")) }
                 let renamed = try await store.rename(device: device, owner: session.owner, label: label)
-                return try await devicesPage(session, notice: renamed ? "Renamed to \(label)." : nil, problem: renamed ? nil : "That car is not yours.")
+                return try await devicesPage(session, notice: renamed ? t("Renamed to {name}.", ["name": label]) : nil, problem: renamed ? nil : "That car is not yours.")
             }
         }
         router.post("/devices/:device/unpair") { request, context in
             let device = context.parameters.get("device") ?? ""
             return try await signedInForm(request) { session, _ in
                 guard try await store.unpair(device: device, owner: session.owner, nowMs: now()) else {
-                    return try await devicesPage(session, notice: nil, problem: "That car is not yours.")
+                    return try await devicesPage(session, notice: nil, problem: t("That car is not yours."))
                 }
                 // Its live stream is closed now (4401), its access token refused from now on.
                 unpaired.add(device)
                 logger.notice("device unpaired by its owner", metadata: ["device": "\(device)", "owner": "\(session.owner)"])
-                return try await devicesPage(session, notice: "The car was unpaired. It will offer a new code.", problem: nil)
+                return try await devicesPage(session, notice: t("The car was unpaired. It will offer a new code."), problem: nil)
             }
         }
         router.get("/buy") { request, _ in
             try await signedIn(request) { session in
                 let device = request.uri.queryParameters.get("device") ?? ""
                 guard let car = try await store.devices(owner: session.owner).first(where: { $0.device == device }) else {
-                    return try await devicesPage(session, notice: nil, problem: "That car is not yours.")
+                    return try await devicesPage(session, notice: nil, problem: t("That car is not yours."))
                 }
                 let offered = provider == nil ? [] : products.enumerated().map { ["index": $0.offset, "name": $0.element.name, "price": $0.element.price, "device": device] as [String: Any] }
-                return page("buy", session, ["title": "Buy usage for \(car.label)", "products": offered])
+                return page("buy", session, ["title": t("Buy usage for {name}", ["name": car.label]), "products": offered])
             }
         }
         router.post("/buy") { request, _ in try await signedInForm(request) { session, form in try await buy(session, form) } }
@@ -156,7 +157,7 @@ struct OwnerPages: Sendable {
                 return try await signedIn(request) { session in
                     guard let payment = try await store.payment(provider: simulated.name, id: id), payment.status == .pending,
                           payment.owner == session.owner else { return noSuchPayment(session) }
-                    return page("checkout", session, ["title": "Simulated payment", "price": payment.price,
+                    return page("checkout", session, ["title": t("Simulated payment"), "price": payment.price,
                                                       "product": payment.product, "payment": payment.id])
                 }
             }
@@ -172,17 +173,24 @@ struct OwnerPages: Sendable {
         }
         addSettings(to: router)
         if let clips { addEvents(to: router, clips: clips) }
+        addTrips(to: router)
     }
 
     // MARK: - Pages
 
     private func noSuchPayment(_ session: WebSession) -> Response {
-        page("message", session, ["title": "No such payment", "next": "/", "nextLabel": "Back to my cars"], status: .notFound)
+        page("message", session, ["title": t("No such payment"), "next": "/", "nextLabel": t("Back to my cars")], status: .notFound)
     }
 
+    /// A page in the request's language (``PageText/current``): its phrases, and `lang` for `<html>`.
     func render(_ template: String, _ values: [String: Any]) -> String {
-        library.render(values, withTemplate: template) ?? "template \(template) is missing"
+        let text = PageText.current
+        let values = values.merging(["t": text.lambda, "lang": text.language]) { a, _ in a }
+        return library.render(values, withTemplate: template) ?? "template \(template) is missing"
     }
+
+    /// This request's texts: ``PageText/current``.
+    var t: PageText { PageText.current }
 
     func html(_ status: HTTPResponse.Status, _ body: String, cookies: [Cookie] = []) -> Response {
         var headers: HTTPFields = [
@@ -213,17 +221,18 @@ struct OwnerPages: Sendable {
 
     private func devicesPage(_ session: WebSession, notice: String?, problem: String?) async throws -> Response {
         let cars = try await store.devices(owner: session.owner)
+        let clock = try await ownerClock(session)
         var rows: [[String: Any]] = []
         for car in cars {
             let balance = try await ledger.balance(device: car.device)
-            let remaining = balance.remaining(allowance: allowance).map(Self.spoken) ?? "unlimited"
+            let remaining = balance.remaining(allowance: allowance).map { Self.spoken($0, t) } ?? t("unlimited")
             rows.append([
-                "device": car.device, "label": car.label, "remaining": remaining, "pairedSince": Self.date(car.pairedAtMs),
-                "lastSeen": car.lastSeenAtMs.map(Self.date) ?? "not yet",
-                "guidance": car.recentGuidance.map { ["at": Self.date($0.atMs), "text": $0.text] },
+                "device": car.device, "label": car.label, "remaining": remaining, "pairedSince": clock.text(car.pairedAtMs),
+                "lastSeen": car.lastSeenAtMs.map(clock.text) ?? t("not yet"),
+                "guidance": car.recentGuidance.map { ["at": clock.text($0.atMs), "text": $0.text] },
             ])
         }
-        var values: [String: Any] = ["title": "My cars", "devices": rows]
+        var values: [String: Any] = ["title": t("My cars"), "devices": rows]
         if let notice { values["notice"] = notice }
         if let problem { values["problem"] = problem }
         return page("devices", session, values)
@@ -231,13 +240,14 @@ struct OwnerPages: Sendable {
 
     private func sessionsPage(_ request: Request, _ session: WebSession, notice: String?, problem: String? = nil) async throws -> Response {
         let current = Self.sessionID(request)
+        let clock = try await ownerClock(session)
         let rows: [[String: Any]] = try await store.webSessions(owner: session.owner, nowMs: now()).map { stored in
             let value = try? JSONDecoder().decode(WebSession.self, from: stored.value)
             return ["id": stored.id, "current": stored.id == current,
-                    "created": value?.createdAtMs.map(Self.date) ?? "before sessions were listed",
-                    "agent": value?.agent ?? "a browser", "expires": stored.expiresAtMs.map(Self.date) ?? "never"]
+                    "created": value?.createdAtMs.map(clock.text) ?? t("before sessions were listed"),
+                    "agent": value?.agent ?? t("a browser"), "expires": stored.expiresAtMs.map(clock.text) ?? t("never")]
         }.sorted { ($0["current"] as? Bool ?? false) && !($1["current"] as? Bool ?? false) }
-        var values: [String: Any] = ["title": "Signed-in sessions", "sessions": rows]
+        var values: [String: Any] = ["title": t("Signed-in sessions"), "sessions": rows]
         if let notice { values["notice"] = notice }
         if let problem { values["problem"] = problem }
         return page("sessions", session, values)
@@ -251,7 +261,13 @@ struct OwnerPages: Sendable {
 
     func signedIn(_ request: Request, _ body: (WebSession) async throws -> Response) async throws -> Response {
         guard let session = try await current(request) else { return redirect("/signin") }
-        return try await body(session)
+        return try await inOwnersLanguage(session) { try await body(session) }
+    }
+
+    /// The owner's chosen language, where they chose one, for what `body` renders.
+    private func inOwnersLanguage(_ session: WebSession, _ body: () async throws -> Response) async throws -> Response {
+        guard let language = try await store.preferences(owner: session.owner).language else { return try await body() }
+        return try await PageText.$current.withValue(.of(language)) { try await body() }
     }
 
     /// The request's session, if it is one and its owner's password is still the one it was
@@ -271,9 +287,9 @@ struct OwnerPages: Sendable {
         let fields = try await form(request)
         guard let csrf = fields["csrf"], Self.same(csrf, session.csrf) else {
             noisy.log(logger, .warning, "refused a form without the session's CSRF value", metadata: ["owner": "\(session.owner)"])
-            return html(.forbidden, render("message", ["title": "This form has expired", "next": "/", "nextLabel": "Start again"]))
+            return html(.forbidden, render("message", ["title": t("This form has expired"), "next": "/", "nextLabel": t("Start again")]))
         }
-        return try await body(session, fields)
+        return try await inOwnersLanguage(session) { try await body(session, fields) }
     }
 
     /// A form before sign-in: its CSRF value must be the cookie's.
@@ -285,7 +301,7 @@ struct OwnerPages: Sendable {
 
     private func signIn(_ request: Request, address: String) async throws -> Response {
         guard let fields = try await preForm(request) else {
-            return try await prePage(request, "signin", ["title": "Sign in", "problem": "The form had expired. Please sign in again."], status: .forbidden)
+            return try await prePage(request, "signin", ["title": t("Sign in"), "problem": t("The form had expired. Please sign in again.")], status: .forbidden)
         }
         let email = Self.normalizedEmail(fields["email"] ?? "")
         let password = fields["password"] ?? ""
@@ -295,8 +311,8 @@ struct OwnerPages: Sendable {
         let tried = now()
         if let wait = try await store.attempt(throttles, nowMs: tried) {
             noisy.log(logger, .warning, "sign-in refused: too many tries", metadata: ["account": "\(PairingEndpoints.fingerprint(email))"])
-            return try await prePage(request, "signin", ["title": "Sign in", "email": email,
-                                                         "problem": "Too many tries. Try again in \(Self.minutes(wait))."], status: .tooManyRequests)
+            return try await prePage(request, "signin", ["title": t("Sign in"), "email": email,
+                                                         "problem": t("Too many tries. Try again in {wait}.", ["wait": t.minutes(Self.minutes(wait))])], status: .tooManyRequests)
         }
         let account = try await store.account(email: email)
         // bcrypt takes a quarter of a second on purpose: off the event loop, and done for an
@@ -311,11 +327,11 @@ struct OwnerPages: Sendable {
             // Not a try: nothing was checked. Counted, a stranger keeping the hashes busy would
             // lock every owner who tried meanwhile out.
             try await store.forgive(throttles.map(\.key), atMs: tried)
-            return try await busy(request, "signin", ["title": "Sign in", "email": email])
+            return try await busy(request, "signin", ["title": t("Sign in"), "email": email])
         }
         guard let owner = account?.owner, account?.passwordHash != nil, matches else {
             noisy.log(logger, .notice, "a sign-in failed", metadata: ["account": "\(PairingEndpoints.fingerprint(email))"])
-            return try await prePage(request, "signin", ["title": "Sign in", "email": email, "problem": "That address and password do not match."],
+            return try await prePage(request, "signin", ["title": t("Sign in"), "email": email, "problem": t("That address and password do not match.")],
                                      status: .unauthorized)
         }
         try await store.forgive(throttles.map(\.key), atMs: tried)
@@ -331,7 +347,7 @@ struct OwnerPages: Sendable {
     /// The page again with 503: too many passwords are being hashed right now.
     private func busy(_ request: Request, _ template: String, _ values: [String: Any]) async throws -> Response {
         noisy.log(logger, .warning, "a password page was answered 503: \(PasswordHashing.maxWaiting) hashes already waiting")
-        var response = try await prePage(request, template, values.merging(["problem": "The server is busy. Try again in a moment."]) { $1 },
+        var response = try await prePage(request, template, values.merging(["problem": t("The server is busy. Try again in a moment.")]) { $1 },
                                           status: .serviceUnavailable)
         response.headers[.retryAfter] = "2"
         return response
@@ -348,22 +364,22 @@ struct OwnerPages: Sendable {
 
     private func setPassword(_ request: Request, address: String) async throws -> Response {
         guard let fields = try await preForm(request) else {
-            return try await prePage(request, "signin", ["title": "Sign in", "problem": "The form had expired. Open the link again."], status: .forbidden)
+            return try await prePage(request, "signin", ["title": t("Sign in"), "problem": t("The form had expired. Open the link again.")], status: .forbidden)
         }
         let token = fields["token"] ?? "", password = fields["password"] ?? ""
         if let problem = PasswordRules.problem(password, again: fields["again"]) {
-            return try await prePage(request, "set-password", ["title": "Set your password", "token": token, "problem": problem],
+            return try await prePage(request, "set-password", ["title": t("Set your password"), "token": token, "problem": problem],
                                      status: .badRequest)
         }
         // Every cheap check before bcrypt: the link tried (counted per address) and live.
         let throttle = Throttle("link-address:\(address)", CodeEntryLimiter.linksPerAddress)
         let tried = now()
         if let wait = try await store.attempt([throttle], nowMs: tried) {
-            return try await prePage(request, "signin", ["title": "Sign in", "problem": "Too many tries. Try again in \(Self.minutes(wait))."],
+            return try await prePage(request, "signin", ["title": t("Sign in"), "problem": t("Too many tries. Try again in {wait}.", ["wait": t.minutes(Self.minutes(wait))])],
                                      status: .tooManyRequests)
         }
         let tokenHash = PairingEndpoints.hash(token)
-        let gone = { try await prePage(request, "signin", ["title": "Sign in", "problem": "That link was used or has expired. Ask for a new one."],
+        let gone = { try await prePage(request, "signin", ["title": t("Sign in"), "problem": t("That link was used or has expired. Ask for a new one.")],
                                        status: .gone) }
         guard try await store.passwordLinkOwner(tokenHash: tokenHash, nowMs: tried) != nil else {
             noisy.log(logger, .notice, "a password link did not match", metadata: ["link": "\(String(tokenHash.prefix(6)))"])
@@ -375,12 +391,12 @@ struct OwnerPages: Sendable {
             hash = try await PasswordHashing.shared.hash(password)
             metrics.passwordHashed()
         } catch is PasswordHashing.Busy {
-            return try await busy(request, "set-password", ["title": "Set your password", "token": token])
+            return try await busy(request, "set-password", ["title": t("Set your password"), "token": token])
         }
         // Spending the link also spends the owner's other links and ends their sessions.
         guard let owner = try await store.usePasswordLink(tokenHash: tokenHash, passwordHash: hash, nowMs: now()) else { return try await gone() }
         logger.notice("owner set a password; their other links and every session of theirs are ended", metadata: ["owner": "\(owner)"])
-        return try await prePage(request, "signin", ["title": "Sign in", "notice": "Your password is set. Sign in."])
+        return try await prePage(request, "signin", ["title": t("Sign in"), "notice": t("Your password is set. Sign in.")])
     }
 
     // MARK: - Pairing
@@ -388,17 +404,17 @@ struct OwnerPages: Sendable {
     private func lookUp(_ address: String, _ session: WebSession, _ fields: [String: String]) async throws -> Response {
         let typed = fields["code"] ?? ""
         guard let code = DeviceCodes.normalize(typed) else {
-            return page("pair", session, ["title": "Pair a car", "problem": "A car's code is nine digits."], status: .badRequest)
+            return page("pair", session, ["title": t("Pair a car"), "problem": t("A car's code is nine digits.")], status: .badRequest)
         }
         switch try await store.lookUp(userCode: code, owner: session.owner, address: address, nowMs: now()) {
         case .pending(let deviceName, _):
-            return page("approve", session, ["title": "Pair this car?", "deviceName": deviceName, "code": code])
+            return page("approve", session, ["title": t("Pair this car?"), "deviceName": deviceName, "code": code])
         case .wrong:
             noisy.log(logger, .notice, "a pairing code did not match", metadata: ["owner": "\(session.owner)", "code": "\(PairingEndpoints.fingerprint(code))"])
-            return page("pair", session, ["title": "Pair a car", "problem": "No car is waiting with that code. Check it and try again."],
+            return page("pair", session, ["title": t("Pair a car"), "problem": t("No car is waiting with that code. Check it and try again.")],
                         status: .badRequest)
         case .limited(let seconds):
-            return page("pair", session, ["title": "Pair a car", "problem": "Too many wrong codes. Try again in \(Self.minutes(seconds))."],
+            return page("pair", session, ["title": t("Pair a car"), "problem": t("Too many wrong codes. Try again in {wait}.", ["wait": t.minutes(Self.minutes(seconds))])],
                         status: .tooManyRequests)
         }
     }
@@ -412,21 +428,21 @@ struct OwnerPages: Sendable {
         case .decided:
             logger.notice(approve ? "pairing approved" : "pairing denied", metadata: ["owner": "\(session.owner)"])
             return html(.ok, render("message", [
-                "title": approve ? "The car is being paired" : "The car was not paired", "signedIn": true, "csrf": session.csrf,
-                "notice": approve ? "In a few seconds the car says the name of your account." : "The car will offer a new code.",
-                "next": "/", "nextLabel": "My cars",
+                "title": approve ? t("The car is being paired") : t("The car was not paired"), "signedIn": true, "csrf": session.csrf,
+                "notice": approve ? t("In a few seconds the car says the name of your account.") : t("The car will offer a new code."),
+                "next": "/", "nextLabel": t("My cars"),
             ]))
         case .gone:
-            return page("pair", session, ["title": "Pair a car", "problem": "That code has expired or was used. The car says a new one."],
+            return page("pair", session, ["title": t("Pair a car"), "problem": t("That code has expired or was used. The car says a new one.")],
                         status: .gone)
         case .wrong, .locked:
             noisy.log(logger, .notice, outcome == .locked ? "a pairing code did not match; the code it named is locked"
                                                           : "a pairing code did not match at a decision",
                       metadata: ["owner": "\(session.owner)", "code": "\(PairingEndpoints.fingerprint(code))"])
-            return page("pair", session, ["title": "Pair a car", "problem": "No car is waiting with that code. Type the code the car says."],
+            return page("pair", session, ["title": t("Pair a car"), "problem": t("No car is waiting with that code. Type the code the car says.")],
                         status: .badRequest)
         case .limited(let seconds):
-            return page("pair", session, ["title": "Pair a car", "problem": "Too many wrong codes. Try again in \(Self.minutes(seconds))."],
+            return page("pair", session, ["title": t("Pair a car"), "problem": t("Too many wrong codes. Try again in {wait}.", ["wait": t.minutes(Self.minutes(seconds))])],
                         status: .tooManyRequests)
         }
     }
@@ -435,11 +451,11 @@ struct OwnerPages: Sendable {
 
     private func buy(_ session: WebSession, _ fields: [String: String]) async throws -> Response {
         guard let provider, let index = Int(fields["product"] ?? ""), products.indices.contains(index) else {
-            return try await devicesPage(session, notice: nil, problem: "That product is not offered.")
+            return try await devicesPage(session, notice: nil, problem: t("That product is not offered."))
         }
         let device = fields["device"] ?? ""
         guard try await store.devices(owner: session.owner).contains(where: { $0.device == device }) else {
-            return try await devicesPage(session, notice: nil, problem: "That car is not yours.")
+            return try await devicesPage(session, notice: nil, problem: t("That car is not yours."))
         }
         let product = products[index]
         let payment = Payment(provider: provider.name, id: "pay_" + Self.random(), owner: session.owner, device: device,
@@ -525,10 +541,9 @@ struct OwnerPages: Sendable {
         request.cookies[sessionCookie].map { WebSessionRows.storedKey(sessionKeyPrefix + $0.value) }
     }
 
-    /// `3 minutes`, `1 minute`: a wait in seconds, rounded up.
-    static func minutes(_ seconds: Int) -> String {
-        let minutes = max(1, (seconds + 59) / 60)
-        return minutes == 1 ? "1 minute" : "\(minutes) minutes"
+    /// A wait in seconds as whole minutes, rounded up.
+    static func minutes(_ seconds: Int) -> Int {
+        max(1, (seconds + 59) / 60)
     }
 
     static func random() -> String {
@@ -552,11 +567,11 @@ struct OwnerPages: Sendable {
         String(text.trimmingCharacters(in: .whitespacesAndNewlines).lowercased().prefix(254))
     }
 
-    /// `2 h 5 min`, `45 min`, `30 s`.
-    static func spoken(_ seconds: Int) -> String {
-        if seconds >= 3600 { return "\(seconds / 3600) h \(seconds % 3600 / 60) min" }
-        if seconds >= 60 { return "\(seconds / 60) min" }
-        return "\(seconds) s"
+    /// `2 h 5 min`, `45 min`, `30 s` (in the page's language).
+    static func spoken(_ seconds: Int, _ t: PageText) -> String {
+        if seconds >= 3600 { return t("{h} h {m} min", ["h": t.number(seconds / 3600), "m": t.number(seconds % 3600 / 60)]) }
+        if seconds >= 60 { return t("{m} min", ["m": t.number(seconds / 60)]) }
+        return t("{s} s", ["s": t.number(seconds)])
     }
 
     static func date(_ ms: Int64) -> String {

@@ -1,9 +1,9 @@
 public import Foundation
 
 /// What the owners' pages keep: accounts and their one-time password links, the cars each owner
-/// paired, the last guidance each car was given, and purchases. In the ledger's database beside
+/// paired, the last guidance each car was given, their drives (``TripStore``), and purchases. In the ledger's database beside
 /// pairings and usage (``SQLitePairingStore``); one transaction per call.
-public protocol OwnerStore: Sendable {
+public protocol OwnerStore: TripStore {
     /// A new owner with no password yet; `nil` if the address has an account already.
     func createOwner(email: String, displayName: String, nowMs: Int64) async throws -> Int64?
     /// Stores a one-time link token (its hash) to set `owner`'s password, valid until `expiresAtMs`.
