@@ -9,33 +9,48 @@ The flow, as an owner lives it: set a password from the operator's one-time link
 the code the car said (read from the car's log, in lower case with spaces), see the car named
 on the approval page, approve, see the car with its remaining usage, buy usage through the
 simulated provider (Pay), see the new total, keep the last seconds with `protect` and watch the
-clip that went up by itself play on its event page (seek, download, delete), unpair, and hear the
-car offer a new code. Each
-page is checked for labels on every input and headings in order, and shot at a phone's width
-(390 px) into --out. At the end the server's log is searched for every secret of the flow.
+clip that went up by itself play on its event page (seek, download, share, delete), read the pages
+in Korean and Japanese with local times, see the drive (the car's GPS from Debian's gpsd, fed NMEA)
+drawn on its trip page, unpair, and hear the car offer a new code. Each page is checked for labels
+on every input and headings in order, by axe-core (no serious or critical violation), and shot at
+a phone's width (390 px) and a desktop's (1280 px) into --out. At the end the server's log is
+searched for every secret of the flow.
 """
 import argparse
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
+import threading
 import urllib.request
 
 from selenium import webdriver
+from selenium_axe_python import Axe
 from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 FAILURES = []
+TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../Sources/GuidanceServer/Owners/Pages/text")
+
+
+def phrase(language, english):
+    """What the pages say for `english` in `language`, from the server's own catalog."""
+    if language == "en":
+        return english
+    with open(os.path.join(TEXT, language + ".json"), encoding="utf-8") as file:
+        return json.load(file)[english]
 
 
 def check(condition, what):
@@ -109,6 +124,17 @@ def accessible(driver, page, out):
         return problems;""")
     check(not problems, f"{page}: accessible at 390 px {problems if problems else ''}")
     driver.save_screenshot(os.path.join(out, f"{page}.png"))
+    # axe-core (Deque's rules, WCAG 2.1 A and AA and best practices), run in the page.
+    axe = Axe(driver)
+    axe.inject()
+    results = axe.run()
+    with open(os.path.join(out, f"axe-{page}.json"), "w") as file:
+        json.dump({"url": results.get("url"), "violations": results["violations"]}, file, indent=1)
+    grave = [f"{v['id']} ({v['impact']}, {len(v['nodes'])}x)" for v in results["violations"] if v.get("impact") in ("serious", "critical")]
+    check(not grave, f"{page}: axe-core finds no serious or critical violation {grave if grave else ''}")
+    driver.set_window_size(1280, 900)
+    driver.save_screenshot(os.path.join(out, f"{page}-1280.png"))
+    driver.set_window_size(390, 844)
 
 
 def main():
@@ -139,8 +165,10 @@ def main():
     print("all checks passed; screenshots in " + out)
 
 
-def driver_options():
+def driver_options(language="en-US"):
     options = webdriver.ChromeOptions()
+    options.add_argument("--lang=" + language)
+    options.add_experimental_option("prefs", {"intl.accept_languages": language})
     options.binary_location = "/usr/bin/chromium"
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=390,844",
                  "--autoplay-policy=no-user-gesture-required"):
@@ -190,7 +218,8 @@ ledger: sqlite:{path("usage.sqlite")}
     link = made.stdout.strip().replace("http://127.0.0.1:0", base)
     check(link.startswith(base + "/set-password?token="), "owner add prints a one-time link")
 
-    # The car: no token file, no credentials: it pairs.
+    # The car: no token file, no credentials: it pairs. Its GPS is gpsd's.
+    gpsd = Gpsd(folder, processes)
     with open(path("agent.yaml"), "w") as file:
         file.write(f"""camera:
   source: test-pattern
@@ -218,6 +247,9 @@ speech:
   sink: wav:{path("speech")}
 haptics:
   required: false
+sensors:
+  gps:
+    gpsd: 127.0.0.1:{gpsd.port}
 status:
   socket: {path("status.sock")}
 """)
@@ -352,6 +384,52 @@ status:
     check("Bearer" not in log and "Authorization" not in log, "the server's log shows no Authorization header")
 
 
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Gpsd:
+    """Debian's gpsd on loopback, fed NMEA over UDP once a second as a receiver would: a car
+    driving at 54 km/h (29.2 knots) on a wide curve from north to east (about 15 m a second)."""
+
+    def __init__(self, folder, processes):
+        self.port, self.feed_port = free_port(), free_port()
+        processes.append(subprocess.Popen(["/usr/sbin/gpsd", "-N", "-n", "-S", str(self.port), "-F", os.path.join(folder, "gpsd.sock"),
+                                           f"udp://127.0.0.1:{self.feed_port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.stopped = threading.Event()
+        threading.Thread(target=self.feed, daemon=True).start()
+
+    @staticmethod
+    def sentences(lat, lon, now):
+        stamp = time.gmtime(now)
+        clock, date = time.strftime("%H%M%S.00", stamp), time.strftime("%d%m%y", stamp)
+
+        def angle(value, digits):
+            degrees = int(abs(value))
+            return f"{degrees:0{digits}d}{(abs(value) - degrees) * 60:07.4f}"
+        where = f"{angle(lat, 2)},{'N' if lat >= 0 else 'S'},{angle(lon, 3)},{'E' if lon >= 0 else 'W'}"
+        bodies = [f"GPRMC,{clock},A,{where},29.2,45.0,{date},,,A", f"GPGGA,{clock},{where},1,08,0.9,35.0,M,18.0,M,,",
+                  "GPGSA,A,3,01,02,03,04,05,06,07,08,,,,,1.5,0.9,1.2"]
+        out = []
+        for body in bodies:
+            checksum = 0
+            for byte in body.encode():
+                checksum ^= byte
+            out.append(f"${body}*{checksum:02X}\r\n".encode())
+        return out
+
+    def feed(self):
+        lat, lon, heading = 37.5665, 126.978, 0.0
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            while not self.stopped.wait(1):
+                heading = min(heading + 0.02, 1.5)
+                lat, lon = lat + 0.000135 * math.cos(heading), lon + 0.00017 * math.sin(heading)
+                for sentence in self.sentences(lat, lon, time.time()):
+                    sender.sendto(sentence, ("127.0.0.1", self.feed_port))
+
+
 class NoRedirects(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
         return None
@@ -377,18 +455,15 @@ def events(driver, base, binaries, path, out, secrets):
              limit=240)
     driver.get(base + "/events")
     check("Times are shown in UTC" in driver.page_source, "Events asks once for the owner's time zone")
-    # The owner's time zone and language: times in Seoul, written the Korean way.
-    driver.get(base + "/settings")
-    accessible(driver, "settings", out)
-    from selenium.webdriver.support.ui import Select
-    Select(driver.find_element(By.ID, "timeZone")).select_by_value("Asia/Seoul")
-    Select(driver.find_element(By.ID, "language")).select_by_value("ko")
-    submit(driver, "main button[type=submit]")
-    check("Saved." in driver.page_source, "the settings are saved")
+    # The owner's time zone and language: the pages in Korean, times in Seoul written the Korean way.
+    settings(driver, base, out, "Asia/Seoul", "ko")
+    check(phrase("ko", "Saved.") in driver.page_source and language_of(driver) == "ko",
+          "the settings are saved, and the page that says so is already in Korean")
     driver.get(base + "/events")
     entry = driver.find_element(By.CSS_SELECTOR, ".event")
-    check("Saved by hand" in entry.text and "whole" in entry.text, f"Events lists the clip ({entry.text!r})")
-    check("년" in entry.text and "GMT+9" in entry.text and "Times are shown in UTC" not in driver.page_source,
+    check(driver.find_element(By.TAG_NAME, "h1").text == phrase("ko", "Events") and phrase("ko", "Saved by hand") in entry.text
+          and phrase("ko", "whole") in entry.text, f"Events lists the clip, in Korean ({entry.text!r})")
+    check("년" in entry.text and "GMT+9" in entry.text and not driver.find_elements(By.CSS_SELECTOR, "p.notice a[href='/settings']"),
           f"its time is Seoul's, written in Korean ({entry.text!r})")
     accessible(driver, "events", out)
     submit(driver, ".event a")
@@ -421,10 +496,13 @@ def events(driver, base, binaries, path, out, secrets):
     submit(driver, "form[action$='/share'] button")
     link = driver.find_element(By.CSS_SELECTOR, ".share-link").get_attribute("value")
     check("/shared/" in link, f"a share link is made ({link[:60]}...)")
-    stranger = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=driver_options())
+    # The insurer's browser asks for Japanese (Accept-Language): the shared page is in Japanese.
+    stranger = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=driver_options("ja"))
     try:
         stranger.set_window_size(390, 844)
         stranger.get(link)
+        check(language_of(stranger) == "ja" and phrase("ja", "When") in stranger.page_source,
+              "the shared page is in the language the viewer's browser asks for (Japanese)")
         accessible(stranger, "shared", out)
         shared_video = stranger.find_element(By.TAG_NAME, "video")
         wait_for("the shared video has data to play", lambda: stranger.execute_script("return arguments[0].readyState", shared_video) >= 2)
@@ -436,11 +514,50 @@ def events(driver, base, binaries, path, out, secrets):
         stranger.quit()
     submit(driver, "form[action$='/revoke'] button")
     status, _, _ = fetch(link, None)
-    check("no longer works" in driver.page_source and status == 404, f"a revoked link stops working ({status})")
+    check(phrase("ko", "That link no longer works.") in driver.page_source and status == 404, f"a revoked link stops working ({status})")
     submit(driver, "form[action$='/delete'] button")
-    check("were deleted" in driver.page_source and not driver.find_elements(By.CSS_SELECTOR, ".event"), "the event is deleted")
+    check(phrase("ko", "The event and its video were deleted.") in driver.page_source and not driver.find_elements(By.CSS_SELECTOR, ".event"),
+          "the event is deleted")
     status, _, _ = fetch(url, cookie)
     check(status == 404, f"a deleted clip is gone ({status})")
+    trips(driver, base, out)
+    # Back to the browser's language (English) for what follows.
+    settings(driver, base, None, "Asia/Tokyo", "")
+
+
+def language_of(driver):
+    return driver.find_element(By.TAG_NAME, "html").get_attribute("lang")
+
+
+def settings(driver, base, out, zone, language):
+    from selenium.webdriver.support.ui import Select
+    driver.get(base + "/settings")
+    if out:
+        accessible(driver, "settings", out)
+    Select(driver.find_element(By.ID, "timeZone")).select_by_value(zone)
+    Select(driver.find_element(By.ID, "language")).select_by_value(language)
+    submit(driver, "main button[type=submit]")
+
+
+def trips(driver, base, out):
+    """The car has driven since it paired (gpsd's fixes on every segment): in Japanese, with
+    times in Tokyo, the drive is listed and its track drawn."""
+    settings(driver, base, None, "Asia/Tokyo", "ja")
+    check(phrase("ja", "Saved.") in driver.page_source and language_of(driver) == "ja", "the pages are in Japanese now")
+    wait_for("a trip is listed", lambda: driver.get(base + "/trips") or driver.find_elements(By.CSS_SELECTOR, ".trip"))
+    entry = driver.find_element(By.CSS_SELECTOR, ".trip")
+    check(driver.find_element(By.TAG_NAME, "h1").text == phrase("ja", "Trips") and "年" in entry.text and "km" in entry.text,
+          f"Trips lists the drive, in Japanese with the date written the Japanese way ({entry.text!r})")
+    accessible(driver, "trips", out)
+    submit(driver, ".trip a")
+    points = driver.find_element(By.CSS_SELECTOR, "svg polyline").get_attribute("points").split()
+    facts = {dt.text: dd.text for dt, dd in zip(driver.find_elements(By.CSS_SELECTOR, "dt"), driver.find_elements(By.CSS_SELECTOR, "dd"))}
+    distance = float(re.sub(r"[^0-9.]", "", facts.get(phrase("ja", "Distance"), "")) or 0)
+    speed = re.sub(r"[^0-9]", "", facts.get(phrase("ja", "Top speed"), ""))
+    check(len(points) >= 2 and distance > 0 and speed == "54",
+          f"the trip's page draws its track ({len(points)} points) with its distance ({distance} km) and top speed ({speed} km/h)")
+    check(not driver.find_elements(By.CSS_SELECTOR, "img, iframe, [src^='http']"), "the track is drawn from the points alone: no outside tiles")
+    accessible(driver, "trip", out)
 
 
 if __name__ == "__main__":

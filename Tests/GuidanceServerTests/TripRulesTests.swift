@@ -8,7 +8,7 @@ import Testing
     typealias Position = ClientMessage.SegmentHeader.Position
 
     static func second(_ s: Int, lat: Double? = 37.5, lon: Double? = 127, speed: Double? = 10, mode: Int = 3) -> Position {
-        Position(t: "2026-11-30T01:00:\(s < 10 ? "0" : "")\(s)Z", mode: mode, lat: lat, lon: lon, speed: speed)
+        Position(t: "2026-11-30T01:00:\(s < 10 ? "0" : "")\(s)\(s % 2 == 0 ? ".000" : "")Z", mode: mode, lat: lat, lon: lon, speed: speed)
     }
 
     @Test func aSegmentsFixesAreSpacedAndKeepTheFastestSpeedBetween() {

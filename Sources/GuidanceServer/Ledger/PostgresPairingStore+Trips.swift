@@ -33,11 +33,11 @@ extension PostgresPairingStore: TripStore {
         }
     }
 
-    public func trips(device: String, sinceMs: Int64, limit: Int) async throws -> [Trip] {
+    public func trips(device: String, limit: Int) async throws -> [Trip] {
         try await select(
             """
             SELECT start_at, end_at, distance_m, top_speed, start_lat, start_lon, end_lat, end_lon FROM device_trips
-            WHERE device = \(device) AND start_at >= \(sinceMs) ORDER BY start_at DESC LIMIT \(Int64(limit))
+            WHERE device = \(device) ORDER BY start_at DESC LIMIT \(Int64(limit))
             """, device: device)
     }
 

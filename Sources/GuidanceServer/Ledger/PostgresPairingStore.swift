@@ -424,6 +424,9 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
                 logger: logger).decode(Int32.self) { done = true }
             guard done else { return false }
             try await db.query("UPDATE refresh_families SET revoked_at = \(nowMs) WHERE device = \(device) AND revoked_at IS NULL", logger: logger)
+            // Its drives were this owner's: the car's next owner starts with none.
+            try await db.query("DELETE FROM device_trips WHERE device = \(device)", logger: logger)
+            try await db.query("DELETE FROM device_track WHERE device = \(device)", logger: logger)
             return true
         }
     }

@@ -124,6 +124,9 @@ extension SQLitePairingStore: OwnerStore {
             else { return false }
             _ = try await db.query("UPDATE refresh_families SET revoked_at = ? WHERE device = ? AND revoked_at IS NULL",
                                    [.integer(Int(nowMs)), .text(device)])
+            // Its drives were this owner's: the car's next owner starts with none.
+            _ = try await db.query("DELETE FROM device_trips WHERE device = ?", [.text(device)])
+            _ = try await db.query("DELETE FROM device_track WHERE device = ?", [.text(device)])
             return true
         }
     }

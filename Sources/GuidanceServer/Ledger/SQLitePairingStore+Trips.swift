@@ -26,10 +26,10 @@ extension SQLitePairingStore: TripStore {
         }
     }
 
-    public func trips(device: String, sinceMs: Int64, limit: Int) async throws -> [Trip] {
+    public func trips(device: String, limit: Int) async throws -> [Trip] {
         try await read { db in
-            try await db.query("SELECT * FROM device_trips WHERE device = ? AND start_at >= ? ORDER BY start_at DESC LIMIT ?",
-                               [.text(device), .integer(Int(sinceMs)), .integer(limit)]).map { Self.trip($0, device: device) }
+            try await db.query("SELECT * FROM device_trips WHERE device = ? ORDER BY start_at DESC LIMIT ?",
+                               [.text(device), .integer(limit)]).map { Self.trip($0, device: device) }
         }
     }
 

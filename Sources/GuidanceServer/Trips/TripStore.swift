@@ -4,8 +4,9 @@ public protocol TripStore: Sendable {
     /// Adds a segment's points (``TripRules/points(_:)``) to the car's trips: in one transaction,
     /// so a trip's summary and its points never disagree.
     func recordTrack(device: String, points: [TrackPoint]) async throws
-    /// The car's trips that started at or after `sinceMs`, newest first, at most `limit`.
-    func trips(device: String, sinceMs: Int64, limit: Int) async throws -> [Trip]
+    /// The car's trips, newest first, at most `limit`. Unpairing a car forgets its trips: they
+    /// were its owner's, and the next owner starts with none.
+    func trips(device: String, limit: Int) async throws -> [Trip]
     /// One trip of the car, by its start.
     func trip(device: String, startMs: Int64) async throws -> Trip?
     /// The car's points within `fromMs ... toMs`, oldest first.
