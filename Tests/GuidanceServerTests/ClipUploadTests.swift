@@ -298,3 +298,17 @@ extension ClipAppend {
     /// The answer, if the store took the message.
     var answer: ServerMessage.ClipHave? { if case .held(let have) = self { have } else { nil } }
 }
+
+/// The owner's share of the store, as a rule on numbers (``ClipQuota``).
+@Suite struct ClipQuotaTests {
+    @Test func aClipFitsTheOwnersShareOrIsRefusedSayingWhy() {
+        let file = ClipUploadTests.file("a.mp4", [UInt8](repeating: 1, count: 300))
+        let held = [StoredClip(device: "car-a", clip: ClipUploadTests.clip(id: "old", files: [file]), receivedAt: "", have: [300]),
+                    StoredClip(device: "car-b", clip: ClipUploadTests.clip(id: "new", files: [file]), receivedAt: "", have: [0])]
+        let new = ClipUploadTests.clip(id: "new", files: [file])
+        #expect(ClipQuota.refusal(new, device: "car-b", held: held, limitBytes: 600) == nil, "its own earlier announce is not counted")
+        #expect(ClipQuota.refusal(new, device: "car-c", held: held, limitBytes: 600)?.contains("600") == true, "another car's clip of that id is")
+        #expect(ClipQuota.refusal(ClipUploadTests.clip(id: "third", files: [file]), device: "car-a", held: held, limitBytes: 899) != nil)
+        #expect(ClipQuota.refusal(ClipUploadTests.clip(id: "third", files: [file]), device: "car-a", held: held, limitBytes: 900) == nil)
+    }
+}

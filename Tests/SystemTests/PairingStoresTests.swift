@@ -1,4 +1,5 @@
 import Foundation
+import GuidanceProtocol
 import Hummingbird
 @testable import GuidanceServer
 import Logging
@@ -165,6 +166,48 @@ import TestSupport
             try await one.expireTrips(beforeMs: later)
             #expect(try await two.trips(device: "car-a", limit: 10).map(\.startMs) == [later])
             #expect(try await two.track(device: "car-a", fromMs: 0, toMs: later - 1).isEmpty)
+        }
+    }
+
+    /// The clips of all one owner's cars share `clips.maxMegabytesPerOwner`: a clip past it is
+    /// refused (the car keeps it), a clip announced again is not counted twice, and deleting an
+    /// older one makes room. Another owner's clips do not count.
+    @Test func anOwnersCarsShareTheirClipQuota() async throws {
+        let t0 = self.t0
+        try await withTwo(.sqlite) { store, _, _ in
+            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("quota-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: folder) }
+            let clips = FileClipStore(root: folder.path)
+            let ana = try #require(try await store.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
+            let bo = try #require(try await store.createOwner(email: "bo@example.org", displayName: "Bo", nowMs: t0))
+            for (index, (owner, car)) in [(ana, "car-a"), (ana, "car-b"), (bo, "car-c")].enumerated() {
+                let code = "11122233\(index)"
+                _ = try await store.startAuthorization(deviceCodeHash: "dc\(index)", deviceName: car, nowMs: t0, settings: .init(),
+                                                       newUserCode: { code })
+                _ = try await store.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0)
+                _ = try await store.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0)
+                _ = try await store.poll(deviceCodeHash: "dc\(index)", nowMs: t0 + 1, settings: .init(), newDevice: car,
+                                         refreshTokenHash: "r\(index)", refreshExpiresAtMs: t0 + 1_000_000)
+            }
+            func clip(_ id: String, bytes: Int) -> ClientMessage.Clip {
+                .init(id: id, kind: "parking", at: "2026-11-29T08:02:30Z", from: "2026-11-29T08:02:20Z", to: "2026-11-29T08:02:40Z",
+                      files: [.init(name: "a.mp4", bytes: bytes, sha256: String(repeating: "0", count: 64))])
+            }
+            let limit = 1000
+            func refusal(_ clip: ClientMessage.Clip, _ car: String) async throws -> String? {
+                try await ClipQuota.refusal(clip, device: car, owners: store, store: clips, limitBytes: limit)
+            }
+            #expect(try await refusal(clip("one", bytes: 600), "car-a") == nil)
+            _ = try clips.announce(clip("one", bytes: 600), device: "car-a", now: Date())
+            _ = try clips.announce(clip("bos", bytes: 900), device: "car-c", now: Date())
+            #expect(try await refusal(clip("one", bytes: 600), "car-a") == nil, "announced again, counted once")
+            #expect(try await refusal(clip("two", bytes: 400), "car-b") == nil)
+            let refused = try #require(try await refusal(clip("two", bytes: 401), "car-b"))
+            #expect(refused.contains("clips.maxMegabytesPerOwner") && refused.contains("600"), "\(refused)")
+            #expect(try await refusal(clip("three", bytes: 100), "car-c") == nil, "Bo's 900 are Bo's")
+            _ = try clips.delete(device: "car-a", id: "one")
+            #expect(try await refusal(clip("two", bytes: 401), "car-b") == nil, "room once the owner deleted the older clip")
+            #expect(try await refusal(clip("x", bytes: 5000), "car-unpaired") == nil, "a car without an owner has only its own share")
         }
     }
 

@@ -20,7 +20,8 @@ extension ServerConfig {
                             keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections,
                             maxConnectionsPerDevice: server.maxConnectionsPerDevice, closeTimeoutMs: server.closeTimeoutMs,
-                            clips: clipStore, maxClipFileBytes: clips.maxFileMegabytes << 20),
+                            clips: clipStore, maxClipFileBytes: clips.maxFileMegabytes << 20,
+                            maxClipBytesPerOwner: clips.maxMegabytesPerOwner << 20),
             tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
             services: services + (retention.map { [$0] } ?? []), pairing: pairing, logger: logger)
     }

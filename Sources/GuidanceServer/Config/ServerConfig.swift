@@ -117,6 +117,8 @@ public struct ServerConfig: LoadableConfig {
         public var maxFileMegabytes = 64
         /// What one car's clips may take of the store.
         public var maxMegabytesPerCar = 4096
+        /// What the clips of all one owner's cars may take of the store.
+        public var maxMegabytesPerOwner = 8192
         /// Clips are deleted this many days after they came.
         public var retentionDays = 30
 
@@ -262,6 +264,9 @@ extension ServerConfig {
         .int(
             "clips.maxMegabytesPerCar", \.clips.maxMegabytesPerCar, 1...1_048_576,
             "What one car's clips may take of the store, in megabytes (announced sizes of every clip it keeps); a clip that would go past it is refused (bad_clip) until older ones are deleted."),
+        .int(
+            "clips.maxMegabytesPerOwner", \.clips.maxMegabytesPerOwner, 1...1_048_576,
+            "What the clips of all one owner's cars may take of the store, in megabytes; a clip that would go past it is refused (bad_clip, the car keeps it and offers it again on its next session) and the owner's Events page says their storage is full."),
         .int(
             "clips.retentionDays", \.clips.retentionDays, 1...3650,
             "Clips are deleted this many days after the car sent them, whole or not (checked every hour, by every instance); an owner deletes one sooner on its event page."),

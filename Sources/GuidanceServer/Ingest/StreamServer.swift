@@ -63,6 +63,8 @@ public struct StreamServer: Sendable {
         public var clips: (any ClipStore)?
         /// Largest clip file accepted, in bytes.
         public var maxClipFileBytes: Int
+        /// What the clips of one owner's cars may take of the store, in bytes (``ClipQuota``).
+        public var maxClipBytesPerOwner: Int
 
         public init(host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
                     idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil,
@@ -71,9 +73,11 @@ public struct StreamServer: Sendable {
                     maxConnections: Int = ServerConfig.Server().maxConnections,
                     maxConnectionsPerDevice: Int = ServerConfig.Server().maxConnectionsPerDevice,
                     closeTimeoutMs: Int = ServerConfig.Server().closeTimeoutMs,
-                    clips: (any ClipStore)? = nil, maxClipFileBytes: Int = ServerConfig.Clips().maxFileMegabytes << 20) {
+                    clips: (any ClipStore)? = nil, maxClipFileBytes: Int = ServerConfig.Clips().maxFileMegabytes << 20,
+                    maxClipBytesPerOwner: Int = ServerConfig.Clips().maxMegabytesPerOwner << 20) {
             self.clips = clips
             self.maxClipFileBytes = maxClipFileBytes
+            self.maxClipBytesPerOwner = maxClipBytesPerOwner
             self.host = host
             self.port = port
             self.tls = tls
@@ -178,6 +182,17 @@ public struct StreamServer: Sendable {
                                             StreamSession.Observer(
                                                 opened: { try? await owners.seen(device: device, nowMs: clock?() ?? 0) },
                                                 guided: { text in try? await owners.recordGuidance(device: device, text: text, nowMs: clock?() ?? 0) },
+                                                admitClip: { clip in
+                                                    guard let store = settings.clips else { return nil }
+                                                    do {
+                                                        return try await ClipQuota.refusal(clip, device: device, owners: owners, store: store,
+                                                                                           limitBytes: settings.maxClipBytesPerOwner)
+                                                    } catch {
+                                                        // The store's own checks still hold (clips.maxMegabytesPerCar).
+                                                        logger.error("cannot count the owner's clips: \(error)", metadata: ["device": "\(device)"])
+                                                        return nil
+                                                    }
+                                                },
                                                 tracked: { gps in
                                                     do {
                                                         try await owners.recordTrack(device: device, points: TripRules.points(gps))
@@ -207,6 +222,7 @@ public struct StreamServer: Sendable {
                 OwnerPages(store: owners, ledger: ledger, sessions: sessions, library: library, products: pairing.products,
                            provider: pairing.provider, allowance: pairing.allowance, secureCookies: pairing.secureCookies,
                            unpaired: pairing.unpaired, metrics: metrics, webhookBase: { listening.withLock { $0 } }, clips: settings.clips,
+                           clipBytesPerOwner: settings.maxClipBytesPerOwner,
                            shareLinks: ShareLinks(tokens: pairing.tokens), publicOrigin: OwnerPages.origin(of: pairing.verificationURI),
                            logger: logger,
                            now: pairing.now)

@@ -37,6 +37,8 @@ public struct StreamSession: Sendable {
     public struct Observer: Sendable {
         var opened: @Sendable () async -> Void
         var guided: @Sendable (String) async -> Void
+        /// Whether the car's owner has room for a clip it announces: nil, or why not (``ClipQuota``).
+        var admitClip: @Sendable (ClientMessage.Clip) async -> String? = { _ in nil }
         /// A segment's GPS track, once, when the segment is first acknowledged.
         var tracked: @Sendable ([ClientMessage.SegmentHeader.Position]) async -> Void = { _ in }
     }
@@ -187,8 +189,12 @@ public struct StreamSession: Sendable {
                 case .keepIncident(let incident):
                     keep(incident, in: &incidents)
                 case .announceClip(let clip):
-                    try await clipWork("clip \(clip.id)", log: &log, outbound: outbound) { store, device in
-                        try store.announce(clip, device: device, now: .now)
+                    if let refusal = await observer?.admitClip(clip) {
+                        try await reject(.badClip, refusal, seq: nil, reason: .clip, log: &log, outbound: outbound)
+                    } else {
+                        try await clipWork("clip \(clip.id)", log: &log, outbound: outbound) { store, device in
+                            try store.announce(clip, device: device, now: .now)
+                        }
                     }
                 case .clipPart(let part, let bytes):
                     try await clipWork("clip \(part.id) file \(part.name)", part: true, log: &log, outbound: outbound) { store, device in

@@ -166,13 +166,22 @@ extension OwnerPages {
         let cars = try await store.devices(owner: session.owner)
         let clock = try await ownerClock(session)
         var rows: [(at: String, row: [String: Any])] = []
+        var used = 0
         for car in cars {
             let held = try await NIOThreadPool.singleton.runIfActive { try clips.clips(device: car.device) }
             for stored in held {
                 rows.append((stored.clip.at, Self.eventRow(stored, car: car, clock: clock)))
+                used += ClipQuota.bytes(stored.clip)
             }
         }
         var values: [String: Any] = ["title": t("Events"), "events": rows.sorted { $0.at > $1.at }.map(\.row), "hasEvents": !rows.isEmpty]
+        if let limit = clipBytesPerOwner {
+            values["storage"] = t("Your events take {used} of the {limit} your account keeps.", ["used": Self.megabytes(used), "limit": Self.megabytes(limit)])
+            // A clip past the limit waits in its car (ClipQuota): the owner is the one who can make room.
+            if used >= limit - limit / 10 {
+                values["storageFull"] = t("Your storage is nearly full. New events wait in the car until you delete older ones here.")
+            }
+        }
         if let notice { values["notice"] = notice }
         if !clock.isZoneChosen { values["askZone"] = true }
         return page("events", session, values)

@@ -58,6 +58,8 @@ struct OwnerPages: Sendable {
     let webhookBase: @Sendable () -> String?
     /// The clips cars uploaded (``ClipStore``), shown on the events pages; nil: no such pages.
     var clips: (any ClipStore)? = nil
+    /// What the clips of one owner's cars may take of the store (``ClipQuota``), shown on Events.
+    var clipBytesPerOwner: Int? = nil
     /// Signs and checks the links that show one clip without an account.
     var shareLinks: ShareLinks? = nil
     /// Where the pages are reached from outside (`https://HOST`), from `pairing.verificationURI`;
