@@ -10,7 +10,7 @@ import Testing
         ("en;q=0.1, de;q=0.9", "de"), ("pt-BR", "pt"), ("ko;q=0, es", "es"), ("", nil), ("tlh", nil),
     ] as [(String, String?)])
     func theBrowsersFirstLanguageTheCarsSpeak(header: String, expected: String?) {
-        #expect(OwnerPages.language(acceptLanguage: header) == expected)
+        #expect(PageText.language(acceptLanguage: header) == expected)
     }
 
     @Test func aTimeIsWrittenInTheOwnersZoneAndLanguage() throws {

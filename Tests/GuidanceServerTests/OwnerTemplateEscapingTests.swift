@@ -86,7 +86,7 @@ import Testing
         #expect(names.count >= 8)
         // In every language: a translated phrase holding a value escapes it as the page does.
         for name in names {
-          for language in OwnerPages.languages.map({ PageText.of($0.code) }) {
+          for language in PageText.languages.map({ PageText.of($0.code) }) {
             let plain = try #require(library.render(Self.values("x", language), withTemplate: name))
             let counts = { (page: String) in Self.markup.map { mark in page.unicodeScalars.filter { $0 == mark }.count } }
             await propertyCheck(count: language.language == "en" ? 60 : 12, input: Self.hostile) { text in

@@ -40,7 +40,7 @@ import Testing
     @Test func everyCatalogHasEveryPhraseWithItsValuesAndMarkup() throws {
         let phrases = try Self.phrases()
         #expect(phrases.count > 100)
-        #expect(Set(PageText.catalogs.keys) == Set(OwnerPages.languages.map(\.code)).subtracting(["en"]))
+        #expect(Set(PageText.catalogs.keys) == Set(PageText.languages.map(\.code)).subtracting(["en"]))
         for (language, catalog) in PageText.catalogs {
             let missing = phrases.subtracting(catalog.keys), stale = Set(catalog.keys).subtracting(phrases)
             #expect(missing.isEmpty, "\(language) lacks \(missing.sorted())")

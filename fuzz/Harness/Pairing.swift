@@ -13,7 +13,9 @@ import GuidanceServer
 /// - 5: any text shown in an owner page (a car's name, a label, a reflected link token), escaped
 ///   by scalar: no raw `"`, `'`, `<` or `>` scalar may come out, and every `&` starts an entity;
 /// - 6: a new password: accepted only if bcrypt would read it whole (at most 72 bytes, no NUL);
-/// - 7: a `Range` header of a clip's download: a part is always within the file.
+/// - 7: a `Range` header of a clip's download: a part is always within the file;
+/// - 8: an `Accept-Language` header: a language the pages are written in, or none; the page
+///   texts of it render a phrase with a value escaped.
 enum Pairing {
     static let secret = Array("fuzzing secret, 32 bytes long...".utf8)
     static let provider = SimulatedProvider(secret: secret)
@@ -26,7 +28,7 @@ enum Pairing {
         guard let kind = input.first else { return }
         let rest = Data(input.dropFirst())
         let text = String(decoding: rest, as: UTF8.self)
-        switch kind % 8 {
+        switch kind % 9 {
         case 0:
             if let fields = FormBody.parse(Substring(text)) {
                 require(fields.count <= text.utf8.count / 1 + 1, "more fields than bytes")
@@ -76,6 +78,12 @@ enum Pairing {
                 if case .part(let range) = ByteRange.parse(text, size: size) {
                     require(range.lowerBound >= 0 && range.upperBound < size, "a range outside a file of \(size) bytes: \(text.debugDescription)")
                 }
+            }
+        case 8:
+            if let language = PageText.language(acceptLanguage: text) {
+                require(PageText.languages.contains { $0.code == language }, "a language the pages are not written in: \(language)")
+                let text = PageText.of(language)
+                require(text.language == language && !text("Buy usage for {name}", ["name": "x"]).contains("{name}"), "a phrase left unfilled")
             }
         case 6:
             if PasswordRules.problem(text, again: text) == nil {

@@ -6,12 +6,6 @@ import NIOCore
 /// The owner's settings: the time zone their pages show times in (asked once: a page without
 /// script cannot learn the browser's), and the language dates and numbers are written in.
 extension OwnerPages {
-    /// The languages the cars speak, with their own names.
-    static let languages: [(code: String, name: String)] = [
-        ("en", "English"), ("ko", "한국어"), ("ja", "日本語"), ("zh", "中文"), ("de", "Deutsch"), ("es", "Español"), ("fr", "Français"),
-        ("pt", "Português"),
-    ]
-
     func addSettings(to router: Router<GuidanceRequestContext>) {
         router.get("/settings") { request, _ in
             try await signedIn(request) { session in try await settingsPage(request, session, notice: nil) }
@@ -20,14 +14,14 @@ extension OwnerPages {
             try await signedInForm(request) { session, form in
                 let zone = (form["timeZone"] ?? "").trimmingCharacters(in: .whitespaces)
                 let language = form["language"] ?? ""
-                guard zone.isEmpty || Self.timeZones.contains(zone), language.isEmpty || Self.languages.contains(where: { $0.code == language }) else {
+                guard zone.isEmpty || Self.timeZones.contains(zone), language.isEmpty || PageText.languages.contains(where: { $0.code == language }) else {
                     return try await settingsPage(request, session, notice: nil, problem: t("Choose a time zone and a language from the lists."),
                                                   status: .badRequest)
                 }
                 try await store.setPreferences(owner: session.owner, OwnerPreferences(timeZone: zone.isEmpty ? nil : zone,
                                                                                        language: language.isEmpty ? nil : language))
                 // The page that answers is already in the language just chosen.
-                let text = PageText.of(language.isEmpty ? Self.language(acceptLanguage: request.headers[.acceptLanguage]) : language)
+                let text = PageText.of(language.isEmpty ? PageText.language(acceptLanguage: request.headers[.acceptLanguage]) : language)
                 return try await PageText.$current.withValue(text) { try await settingsPage(request, session, notice: t("Saved.")) }
             }
         }
@@ -42,7 +36,7 @@ extension OwnerPages {
         var values: [String: Any] = [
             "title": t("Settings"),
             "zones": TimeZone.knownTimeZoneIdentifiers.sorted().map { ["zone": $0, "selected": $0 == chosen.timeZone] },
-            "languages": Self.languages.map { ["code": $0.code, "name": $0.name, "selected": $0.code == chosen.language] },
+            "languages": PageText.languages.map { ["code": $0.code, "name": $0.name, "selected": $0.code == chosen.language] },
             "now": clock.text(Int64(Date().timeIntervalSince1970 * 1000)),
         ]
         if let notice { values["notice"] = notice }
@@ -58,23 +52,6 @@ extension OwnerPages {
 
     func ownerClock(_ chosen: OwnerPreferences) -> OwnerClock {
         OwnerClock(timeZone: chosen.timeZone.flatMap(TimeZone.init(identifier:)), language: PageText.current.language)
-    }
-
-    /// The first language of an `Accept-Language` header the cars speak (by primary subtag,
-    /// ignoring q=0); nil if none.
-    static func language(acceptLanguage: String?) -> String? {
-        guard let header = acceptLanguage, header.utf8.count <= 512 else { return nil }
-        let ranked = header.split(separator: ",").enumerated().compactMap { index, item -> (tag: String, q: Double, index: Int)? in
-            let parts = item.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
-            guard let tag = parts.first?.lowercased(), !tag.isEmpty else { return nil }
-            let q = parts.dropFirst().first { $0.hasPrefix("q=") }.flatMap { Double($0.dropFirst(2)) } ?? 1
-            return q > 0 && q <= 1 ? (tag, q, index) : nil
-        }.sorted { ($0.q, -$0.index) > ($1.q, -$1.index) }
-        for entry in ranked {
-            let primary = String(entry.tag.split(separator: "-").first ?? "")
-            if languages.contains(where: { $0.code == primary }) { return primary }
-        }
-        return nil
     }
 }
 

@@ -1,6 +1,6 @@
 import Foundation
 import Hummingbird
-import Mustache
+public import Mustache
 
 /// The owners' pages in the language the owner reads: the eight languages the cars speak.
 ///
@@ -10,15 +10,15 @@ import Mustache
 /// with `{name}` placeholders. Each other language is one JSON object of English → its text in
 /// `Owners/Pages/text/<code>.json`; a phrase missing there is shown in English, and a test keeps
 /// every catalog complete.
-struct PageText: Sendable {
-    let language: String
+public struct PageText: Sendable {
+    public let language: String
     private let phrases: [String: String]
 
-    static let english = PageText(language: "en", phrases: [:])
+    public static let english = PageText(language: "en", phrases: [:])
 
     /// The request's texts, set for the request by the owners' router (the owner's chosen
     /// language, else the browser's first one the cars speak, else English).
-    @TaskLocal static var current = english
+    @TaskLocal public static var current = english
 
     init(language: String, phrases: [String: String]) {
         self.language = language
@@ -26,14 +26,14 @@ struct PageText: Sendable {
     }
 
     /// The texts of `language` (English if it is not one the pages are written in).
-    static func of(_ language: String?) -> PageText {
+    public static func of(_ language: String?) -> PageText {
         guard let language, language != "en", let phrases = catalogs[language] else { return english }
         return PageText(language: language, phrases: phrases)
     }
 
     /// `english` in this language, each `{name}` replaced by its value (values are plain text:
     /// the page escapes the whole when it shows it).
-    func callAsFunction(_ english: String, _ values: [String: String] = [:]) -> String {
+    public func callAsFunction(_ english: String, _ values: [String: String] = [:]) -> String {
         var text = phrases[english] ?? english
         for (name, value) in values { text = text.replacingOccurrences(of: "{\(name)}", with: value) }
         return text
@@ -41,25 +41,48 @@ struct PageText: Sendable {
 
     /// `{{#t}}…{{/t}}`: the section's own text translated, then rendered with the page's values
     /// and escaped by scalar, as everything else on the page.
-    var lambda: MustacheLambda {
+    public var lambda: MustacheLambda {
         let phrases = phrases
         return MustacheLambda { (text: String) -> Any? in HTMLText.pragma + (phrases[text] ?? text) }
     }
 
+    /// The languages the cars speak, with their own names.
+    public static let languages: [(code: String, name: String)] = [
+        ("en", "English"), ("ko", "한국어"), ("ja", "日本語"), ("zh", "中文"), ("de", "Deutsch"), ("es", "Español"), ("fr", "Français"),
+        ("pt", "Português"),
+    ]
+
+    /// The first language of an `Accept-Language` header the cars speak (by primary subtag,
+    /// ignoring q=0); nil if none.
+    public static func language(acceptLanguage: String?) -> String? {
+        guard let header = acceptLanguage, header.utf8.count <= 512 else { return nil }
+        let ranked = header.split(separator: ",").enumerated().compactMap { index, item -> (tag: String, q: Double, index: Int)? in
+            let parts = item.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard let tag = parts.first?.lowercased(), !tag.isEmpty else { return nil }
+            let q = parts.dropFirst().first { $0.hasPrefix("q=") }.flatMap { Double($0.dropFirst(2)) } ?? 1
+            return q > 0 && q <= 1 ? (tag, q, index) : nil
+        }.sorted { ($0.q, -$0.index) > ($1.q, -$1.index) }
+        for entry in ranked {
+            let primary = String(entry.tag.split(separator: "-").first ?? "")
+            if languages.contains(where: { $0.code == primary }) { return primary }
+        }
+        return nil
+    }
+
     /// Waits: `1 minute`, `3 minutes`.
-    func minutes(_ count: Int) -> String {
+    public func minutes(_ count: Int) -> String {
         count == 1 ? self("1 minute") : self("{n} minutes", ["n": number(count)])
     }
 
-    func days(_ count: Int) -> String {
+    public func days(_ count: Int) -> String {
         count == 1 ? self("1 day") : self("{n} days", ["n": number(count)])
     }
 
-    func number(_ value: Int) -> String {
+    public func number(_ value: Int) -> String {
         value.formatted(.number.locale(Locale(identifier: language)))
     }
 
-    func number(_ value: Double, fractionDigits: Int) -> String {
+    public func number(_ value: Double, fractionDigits: Int) -> String {
         value.formatted(.number.precision(.fractionLength(fractionDigits)).locale(Locale(identifier: language)))
     }
 
@@ -81,7 +104,7 @@ struct PageText: Sendable {
 /// choice replaces it in ``OwnerPages/signedIn(_:_:)``).
 struct PageLanguage<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        try await PageText.$current.withValue(.of(OwnerPages.language(acceptLanguage: request.headers[.acceptLanguage]))) {
+        try await PageText.$current.withValue(.of(PageText.language(acceptLanguage: request.headers[.acceptLanguage]))) {
             try await next(request, context)
         }
     }
