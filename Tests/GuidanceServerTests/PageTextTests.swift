@@ -66,6 +66,28 @@ import Testing
         #expect(!page.contains("<script>") && page.contains("&quot;&gt;&lt;script&gt;"))
     }
 
+    /// A phrase inside an inverted section over an empty list would render nothing (swift-mustache
+    /// renders a lambda's text against the list): the pages say "none" with a flag instead, and
+    /// no template names a list there.
+    @Test func aPhraseForNothingIsShown() async throws {
+        let library = try await OwnerTemplates.library()
+        let text = PageText.of("ja")
+        let devices = try #require(library.render(["t": text.lambda, "devices": [] as [Any], "hasDevices": false], withTemplate: "devices"))
+        #expect(devices.contains(text("No car is paired to your account yet. <a href=\"/pair\">Pair a car</a>.")))
+        let guidance = try #require(library.render(["t": text.lambda, "devices": [["device": "d", "guidance": [] as [Any], "hasGuidance": false]],
+                                                    "hasDevices": true], withTemplate: "devices"))
+        #expect(guidance.contains(text("None yet.")))
+        let events = try #require(library.render(["t": text.lambda, "events": [] as [Any], "hasEvents": false], withTemplate: "events"))
+        #expect(events.contains(text("No event yet. When a car feels an impact, records something while parked, or is told to keep a clip, it sends the video here.")))
+        let inverted = /\{\{\^([a-zA-Z]+)\}\}/
+        for file in try FileManager.default.contentsOfDirectory(atPath: Self.owners.path + "/Pages") where file.hasSuffix(".mustache") {
+            let template = try String(contentsOfFile: Self.owners.path + "/Pages/" + file, encoding: .utf8)
+            for name in template.matches(of: inverted).map({ String($0.output.1) }) {
+                #expect(["place", "current", "signedIn", "askZone"].contains(name) || name.hasPrefix("has"), "\(file): {{^\(name)}} may be a list")
+            }
+        }
+    }
+
     @Test func placeholdersAndCountsAreWrittenForTheLanguage() {
         let german = PageText.of("de"), english = PageText.english
         #expect(english.minutes(1) == "1 minute" && english.minutes(3) == "3 minutes")

@@ -147,7 +147,7 @@ struct OwnerPages: Sendable {
                     return try await devicesPage(session, notice: nil, problem: t("That car is not yours."))
                 }
                 let offered = provider == nil ? [] : products.enumerated().map { ["index": $0.offset, "name": $0.element.name, "price": $0.element.price, "device": device] as [String: Any] }
-                return page("buy", session, ["title": t("Buy usage for {name}", ["name": car.label]), "products": offered])
+                return page("buy", session, ["title": t("Buy usage for {name}", ["name": car.label]), "products": offered, "hasProducts": !offered.isEmpty])
             }
         }
         router.post("/buy") { request, _ in try await signedInForm(request) { session, form in try await buy(session, form) } }
@@ -231,10 +231,10 @@ struct OwnerPages: Sendable {
             rows.append([
                 "device": car.device, "label": car.label, "remaining": remaining, "pairedSince": clock.text(car.pairedAtMs),
                 "lastSeen": car.lastSeenAtMs.map(clock.text) ?? t("not yet"),
-                "guidance": car.recentGuidance.map { ["at": clock.text($0.atMs), "text": $0.text] },
+                "guidance": car.recentGuidance.map { ["at": clock.text($0.atMs), "text": $0.text] }, "hasGuidance": !car.recentGuidance.isEmpty,
             ])
         }
-        var values: [String: Any] = ["title": t("My cars"), "devices": rows]
+        var values: [String: Any] = ["title": t("My cars"), "devices": rows, "hasDevices": !rows.isEmpty]
         if let notice { values["notice"] = notice }
         if let problem { values["problem"] = problem }
         return page("devices", session, values)
