@@ -192,6 +192,13 @@ import Testing
         #expect(try store.clips(device: "car-2").isEmpty, "another car's clips are not this one's")
         // Announced again (a new session): nothing left to send.
         #expect(try store.announce(clip, device: "car-1", now: .now).answer?.stored == true)
+        // Described otherwise once stored (a stolen car's other video under its id): refused, and
+        // what was stored (and may be shared) stays as it came.
+        let forged = Self.clip(kind: "parking", files: [Self.file("a.mp4", Self.second)], at: "2025-01-01T00:00:00.000Z")
+        guard case .refused(let why) = try store.announce(forged, device: "car-1", now: .now) else { Issue.record("a stored clip replaced"); return }
+        #expect(why.contains("not replaced"))
+        #expect(try store.clip(device: "car-1", id: clip.id)?.clip == clip)
+        #expect(try Data(contentsOf: folder.appendingPathComponent("a.mp4")) == Data(Self.first))
         #expect(try store.delete(device: "car-1", id: clip.id))
         #expect(try store.clips(device: "car-1").isEmpty && !FileManager.default.fileExists(atPath: folder.path))
         #expect(try !store.delete(device: "car-1", id: clip.id))

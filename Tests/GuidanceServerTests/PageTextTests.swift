@@ -92,6 +92,8 @@ import Testing
         let german = PageText.of("de"), english = PageText.english
         #expect(english.minutes(1) == "1 minute" && english.minutes(3) == "3 minutes")
         #expect(english.days(7) == "7 days")
+        #expect(english("Renamed to {name}.", ["name": "{name} {n}"]) == "Renamed to {name} {n}.", "a value is not filled in again")
+        #expect(english("Trip of {name}, {time}", ["time": "x"]) == "Trip of {name}, x")
         #expect(german.number(1234) == "1.234")
         #expect(german.days(30).contains("30") && german.days(30) != "30 days")
         #expect(PageText.of("tlh").language == "en" && PageText.of(nil)("Sign in") == "Sign in")

@@ -15,11 +15,18 @@ import Testing
         let gps: [Position] = [Self.second(0, speed: 5), Self.second(1, speed: 30), Self.second(2, speed: 6), Self.second(3, speed: 7),
                                Self.second(4, speed: 8), Self.second(5, lat: nil, lon: nil, mode: 1), Self.second(6, speed: 1000.5),
                                Position(t: "not a time", mode: 3, lat: 37, lon: 127), Self.second(7, speed: 9, mode: 2)]
-        let points = TripRules.points(gps)
+        let now: Int64 = 1_796_000_400_000  // 2026-11-30T01:00:00Z
+        let points = TripRules.points(gps, nowMs: now)
         let seconds: [Int64] = points.map { ($0.atMs - points[0].atMs) / 1000 }
         #expect(seconds == [0, 2, 4, 7])
         // The 30 m/s of second 1 is kept with the point of second 2; an out-of-range speed is no fix.
         #expect(points.map(\.speed) == [5, 30, 8, 9])
+        // The car picks its points' times: one far ahead of the server's clock, or far behind it, is
+        // not a point of a drive; a speed past any car's is none.
+        let future = Position(t: "9999-01-01T00:00:00Z", mode: 3, lat: 37, lon: 127, speed: 10)
+        let ancient = Position(t: "2026-10-01T00:00:00Z", mode: 3, lat: 37, lon: 127, speed: 10)
+        #expect(TripRules.points([future, ancient], nowMs: now).isEmpty)
+        #expect(TripRules.points([Self.second(1, speed: 300)], nowMs: now).map(\.speed) == [0])
     }
 
     @Test func aPauseEndsATripAndAResentPointIsNotAddedTwice() {
@@ -36,6 +43,11 @@ import Testing
         let after = TrackPoint(atMs: t0 + 2_000 + TripRules.pauseMs + 1, lat: 37.6, lon: 127, speed: 0)
         let (next, _) = TripRules.extend(trip, device: "car", with: [after])
         #expect(next.map(\.startMs) == [after.atMs] && next[0].distanceMeters == 0)
+        // A trip holds at most its longest hours: a drive on is a new trip.
+        var long = trip
+        long.endMs = t0 + TripRules.longestMs - 1_000
+        let (split, _) = TripRules.extend(long, device: "car", with: [TrackPoint(atMs: t0 + TripRules.longestMs + 1, lat: 37.5, lon: 127, speed: 1)])
+        #expect(split.map(\.startMs) == [t0 + TripRules.longestMs + 1])
     }
 
     @Test func aDrawingFitsTheWidthNorthUpWithTheStartAndEndMarked() throws {

@@ -3,6 +3,7 @@ import GuidanceProtocol
 import Hummingbird
 @testable import GuidanceServer
 import Logging
+import NIOPosix
 import ServiceLifecycle
 import Testing
 import TestSupport
@@ -194,20 +195,27 @@ import TestSupport
                       files: [.init(name: "a.mp4", bytes: bytes, sha256: String(repeating: "0", count: 64))])
             }
             let limit = 1000
-            func refusal(_ clip: ClientMessage.Clip, _ car: String) async throws -> String? {
-                try await ClipQuota.refusal(clip, device: car, owners: store, store: clips, limitBytes: limit)
+            // As a session does it: the owner looked up, then counted and kept in one step.
+            func announce(_ clip: ClientMessage.Clip, _ car: String, in clips: FileClipStore = clips) async throws -> ClipAppend {
+                let admission = try await ClipQuota.admission(device: car, owners: store, limitBytes: limit)
+                return try await NIOThreadPool.singleton.runIfActive { try ClipQuota.announce(clip, device: car, admission: admission, store: clips, now: Date()) }
             }
-            #expect(try await refusal(clip("one", bytes: 600), "car-a") == nil)
-            _ = try clips.announce(clip("one", bytes: 600), device: "car-a", now: Date())
-            _ = try clips.announce(clip("bos", bytes: 900), device: "car-c", now: Date())
-            #expect(try await refusal(clip("one", bytes: 600), "car-a") == nil, "announced again, counted once")
-            #expect(try await refusal(clip("two", bytes: 400), "car-b") == nil)
-            let refused = try #require(try await refusal(clip("two", bytes: 401), "car-b"))
-            #expect(refused.contains("clips.maxMegabytesPerOwner") && refused.contains("600"), "\(refused)")
-            #expect(try await refusal(clip("three", bytes: 100), "car-c") == nil, "Bo's 900 are Bo's")
+            func refused(_ answer: ClipAppend) -> String? { if case .refused(let why) = answer { why } else { nil } }
+            #expect(refused(try await announce(clip("one", bytes: 600), "car-a")) == nil)
+            #expect(refused(try await announce(clip("bos", bytes: 900), "car-c")) == nil)
+            #expect(refused(try await announce(clip("one", bytes: 600), "car-a")) == nil, "announced again, counted once")
+            let why = try #require(refused(try await announce(clip("two", bytes: 401), "car-b")))
+            #expect(why.contains("clips.maxMegabytesPerOwner") && why.contains("600"), "\(why)")
+            #expect(refused(try await announce(clip("three", bytes: 100), "car-c")) == nil, "Bo's 900 are Bo's")
             _ = try clips.delete(device: "car-a", id: "one")
-            #expect(try await refusal(clip("two", bytes: 401), "car-b") == nil, "room once the owner deleted the older clip")
-            #expect(try await refusal(clip("x", bytes: 5000), "car-unpaired") == nil, "a car without an owner has only its own share")
+            // Two cars of Ana's at once, at two instances (two stores on one folder): only one fits.
+            let other = FileClipStore(root: folder.path)
+            async let first = announce(clip("race-a", bytes: 700), "car-a")
+            async let second = announce(clip("race-b", bytes: 700), "car-b", in: other)
+            let answers = try await [first, second]
+            #expect(answers.filter { refused($0) == nil }.count == 1, "\(answers)")
+            #expect(refused(try await announce(clip("x", bytes: 10), "car-unpaired"))?.contains("not paired") == true,
+                    "a car without an owner takes no room")
         }
     }
 

@@ -8,7 +8,8 @@ public import GuidanceProtocol
 public protocol ClipStore: Sendable {
     /// Keeps the clip's description (the newest one sent wins) and says how much of each of its
     /// files is held (`.held`). A file the car now describes differently (size or SHA-256) is held
-    /// from 0. A clip that would take the car past its share of the store is `.refused`.
+    /// from 0. A clip that would take the car past its share of the store is `.refused`, and so is
+    /// another description of a clip stored whole (stored evidence is never replaced).
     func announce(_ clip: ClientMessage.Clip, device: String, now: Date) throws -> ClipAppend
     /// Appends a part's bytes if its offset is what is held (``ClipPartRule``); a file whose last
     /// byte came is checked against its SHA-256 and stored, or dropped.
@@ -29,6 +30,9 @@ public protocol ClipStore: Sendable {
     /// Deletes every clip whose description last came before `cutoff` (`clips.retentionDays`),
     /// whole or not; returns how many. Several instances may sweep one store at once.
     func expire(before cutoff: Date) throws -> Int
+    /// Runs `body` alone among the callers naming this owner, on every instance sharing the
+    /// store: what an owner's cars keep is counted and a clip added to it in one step (``ClipQuota``).
+    func withOwnerLock<T>(_ owner: Int64, _ body: () throws -> T) throws -> T
 }
 
 /// What became of a `clip_part`.

@@ -45,6 +45,12 @@ public struct FileClipStore: ClipStore {
                 return .refused("clip \(clip.id): its \(needed) bytes and the \(others) this car keeps already are more than its \(limit)")
             }
         }
+        // Evidence stored whole is kept as it came: a car describing a stored clip otherwise (a
+        // changed car, or a stolen one) is refused, and what an owner shared stays what they saw.
+        if let previous = try? record(in: folder), previous.clip != clip,
+           answer(previous.clip, in: folder, only: nil).stored {
+            return .refused("clip \(clip.id) is stored whole already with another description; stored evidence is not replaced")
+        }
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         // A file described differently than before is another file: what was held of it goes.
         if let previous = try? record(in: folder) {
@@ -190,6 +196,18 @@ public struct FileClipStore: ClipStore {
         guard ClientMessage.Clip.isClipID(id), ClientMessage.Clip.isFileName(name) else { return nil }
         let path = folder(device: device, id: id) + "/" + name
         return Self.size(of: path) != nil ? path : nil
+    }
+
+    /// `flock` on `<root>/.owners/<owner>.lock` (a name no device has: it starts with a dot).
+    public func withOwnerLock<T>(_ owner: Int64, _ body: () throws -> T) throws -> T {
+        let folder = root + "/.owners"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let path = folder + "/\(owner).lock"
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw ClipStoreError(path: path, errno) }
+        defer { close(fd) }
+        guard flock(fd, LOCK_EX) == 0 else { throw ClipStoreError(path: path, errno) }
+        return try body()
     }
 
     public func expire(before cutoff: Date) throws -> Int {

@@ -2,6 +2,7 @@ public import Hummingbird
 public import HummingbirdTLS
 import HummingbirdCore
 import HummingbirdWebSocket
+import Foundation
 import GuidanceProtocol
 public import Logging
 public import ServiceLifecycle
@@ -182,20 +183,22 @@ public struct StreamServer: Sendable {
                                             StreamSession.Observer(
                                                 opened: { try? await owners.seen(device: device, nowMs: clock?() ?? 0) },
                                                 guided: { text in try? await owners.recordGuidance(device: device, text: text, nowMs: clock?() ?? 0) },
-                                                admitClip: { clip in
-                                                    guard let store = settings.clips else { return nil }
+                                                clipAdmission: {
+                                                    if unpaired?.contains(device) == true { return .refused("this car was unpaired") }
                                                     do {
-                                                        return try await ClipQuota.refusal(clip, device: device, owners: owners, store: store,
-                                                                                           limitBytes: settings.maxClipBytesPerOwner)
+                                                        return try await ClipQuota.admission(device: device, owners: owners,
+                                                                                             limitBytes: settings.maxClipBytesPerOwner)
                                                     } catch {
                                                         // The store's own checks still hold (clips.maxMegabytesPerCar).
-                                                        logger.error("cannot count the owner's clips: \(error)", metadata: ["device": "\(device)"])
-                                                        return nil
+                                                        logger.error("cannot look up the car's owner for its clip: \(error)", metadata: ["device": "\(device)"])
+                                                        return .unlimited
                                                     }
                                                 },
                                                 tracked: { gps in
+                                                    // An unpaired car's drive is nobody's (its trips were forgotten with it).
+                                                    guard unpaired?.contains(device) != true else { return }
                                                     do {
-                                                        try await owners.recordTrack(device: device, points: TripRules.points(gps))
+                                                        try await owners.recordTrack(device: device, points: TripRules.points(gps, nowMs: clock?() ?? Int64(Date().timeIntervalSince1970 * 1000)))
                                                     } catch {
                                                         logger.error("cannot keep a segment's track: \(error)", metadata: ["device": "\(device)"])
                                                     }

@@ -37,8 +37,8 @@ public struct StreamSession: Sendable {
     public struct Observer: Sendable {
         var opened: @Sendable () async -> Void
         var guided: @Sendable (String) async -> Void
-        /// Whether the car's owner has room for a clip it announces: nil, or why not (``ClipQuota``).
-        var admitClip: @Sendable (ClientMessage.Clip) async -> String? = { _ in nil }
+        /// Whose room the car's clips take (``ClipQuota``), asked at each clip it announces.
+        var clipAdmission: @Sendable () async -> ClipQuota.Admission = { .unlimited }
         /// A segment's GPS track, once, when the segment is first acknowledged.
         var tracked: @Sendable ([ClientMessage.SegmentHeader.Position]) async -> Void = { _ in }
     }
@@ -189,12 +189,9 @@ public struct StreamSession: Sendable {
                 case .keepIncident(let incident):
                     keep(incident, in: &incidents)
                 case .announceClip(let clip):
-                    if let refusal = await observer?.admitClip(clip) {
-                        try await reject(.badClip, refusal, seq: nil, reason: .clip, log: &log, outbound: outbound)
-                    } else {
-                        try await clipWork("clip \(clip.id)", log: &log, outbound: outbound) { store, device in
-                            try store.announce(clip, device: device, now: .now)
-                        }
+                    let admission = await observer?.clipAdmission() ?? .unlimited
+                    try await clipWork("clip \(clip.id)", log: &log, outbound: outbound) { store, device in
+                        try ClipQuota.announce(clip, device: device, admission: admission, store: store, now: .now)
                     }
                 case .clipPart(let part, let bytes):
                     try await clipWork("clip \(part.id) file \(part.name)", part: true, log: &log, outbound: outbound) { store, device in

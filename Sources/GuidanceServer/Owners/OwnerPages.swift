@@ -125,7 +125,7 @@ struct OwnerPages: Sendable {
                 let label = Self.cleanLabel(form["label"] ?? "")
                 guard !label.isEmpty else { return try await devicesPage(session, notice: nil, problem: t("A car's name cannot be empty.")) }
                 let renamed = try await store.rename(device: device, owner: session.owner, label: label)
-                return try await devicesPage(session, notice: renamed ? t("Renamed to {name}.", ["name": label]) : nil, problem: renamed ? nil : "That car is not yours.")
+                return try await devicesPage(session, notice: renamed ? t("Renamed to {name}.", ["name": label]) : nil, problem: renamed ? nil : t("That car is not yours."))
             }
         }
         router.post("/devices/:device/unpair") { request, context in

@@ -34,9 +34,22 @@ public struct PageText: Sendable {
     /// `english` in this language, each `{name}` replaced by its value (values are plain text:
     /// the page escapes the whole when it shows it).
     public func callAsFunction(_ english: String, _ values: [String: String] = [:]) -> String {
-        var text = phrases[english] ?? english
-        for (name, value) in values { text = text.replacingOccurrences(of: "{\(name)}", with: value) }
-        return text
+        // One pass: a value that holds `{name}` itself stays as it is.
+        let text = phrases[english] ?? english
+        guard !values.isEmpty else { return text }
+        var out = ""
+        var rest = Substring(text)
+        while let open = rest.firstIndex(of: "{") {
+            out += rest[..<open]
+            if let close = rest[open...].firstIndex(of: "}"), let value = values[String(rest[rest.index(after: open)..<close])] {
+                out += value
+                rest = rest[rest.index(after: close)...]
+            } else {
+                out.append("{")
+                rest = rest[rest.index(after: open)...]
+            }
+        }
+        return out + rest
     }
 
     /// `{{#t}}…{{/t}}`: the section's own text translated, then rendered with the page's values

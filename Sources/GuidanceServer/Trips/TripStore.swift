@@ -1,7 +1,7 @@
 /// Where the cars' drives are kept (``TripRules``): each trip's summary and its spaced points,
 /// in the ledger's database beside pairings (SQLite, or PostgreSQL for several instances).
 public protocol TripStore: Sendable {
-    /// Adds a segment's points (``TripRules/points(_:)``) to the car's trips: in one transaction,
+    /// Adds a segment's points (``TripRules/points(_:nowMs:)``) to the car's trips: in one transaction,
     /// so a trip's summary and its points never disagree.
     func recordTrack(device: String, points: [TrackPoint]) async throws
     /// The car's trips, newest first, at most `limit`. Unpairing a car forgets its trips: they

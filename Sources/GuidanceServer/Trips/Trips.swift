@@ -36,11 +36,15 @@ public struct Trip: Sendable, Equatable {
 
 /// How segments' GPS tracks become trips, pure (times are the points' own).
 ///
-/// - A point counts with a fix and a position and a time that reads as RFC 3339.
+/// - A point counts with a fix and a position and a time that reads as RFC 3339, no later than
+///   ``aheadMs`` after the server's clock and no earlier than ``behindMs`` before it: the car
+///   chooses its points' times, so a time far off cannot freeze its trips (a point before a
+///   trip's end is not added) or keep them from the retention sweep.
+/// - A speed over ``maxSpeed`` is no speed (it is not the top speed).
 /// - Points are kept at most one per ``spacingMs`` (each with the fastest speed since the last
 ///   one kept): a drive's shape at a fraction of its seconds.
 /// - A pause longer than ``pauseMs`` (parked, or no fix for that long) ends a trip; the next point
-///   starts a new one.
+///   starts a new one. So does a trip's ``longestMs``: no trip holds more than its hours' points.
 /// - A jump faster than ``maxSpeed`` between two points is a bad fix: it adds no distance.
 /// - A point at or before the trip's end (a segment re-sent, or a clock that went back) is not
 ///   added again.
@@ -49,13 +53,20 @@ public enum TripRules {
     public static let spacingMs: Int64 = 2_000
     /// 100 m/s: faster than any car.
     public static let maxSpeed = 100.0
+    public static let longestMs: Int64 = 12 * 3_600_000
+    public static let aheadMs: Int64 = 5 * 60_000
+    /// A car that was offline uploads what it recorded since: a month of it.
+    public static let behindMs: Int64 = 31 * 86_400_000
 
-    /// A segment's track as points to keep, oldest first, spaced.
-    public static func points(_ gps: [ClientMessage.SegmentHeader.Position]) -> [TrackPoint] {
+    /// A segment's track as points to keep, oldest first, spaced; `nowMs` is the server's clock.
+    public static func points(_ gps: [ClientMessage.SegmentHeader.Position], nowMs: Int64) -> [TrackPoint] {
         var fixes: [TrackPoint] = []
         for position in gps where position.mode >= 2 && position.isValid {
             guard let lat = position.lat, let lon = position.lon, let at = try? Date(position.t, strategy: .iso8601) else { continue }
-            fixes.append(TrackPoint(atMs: Int64((at.timeIntervalSince1970 * 1000).rounded()), lat: lat, lon: lon, speed: position.speed ?? 0))
+            let atMs = Int64((at.timeIntervalSince1970 * 1000).rounded())
+            guard atMs <= nowMs + aheadMs, atMs >= nowMs - behindMs else { continue }
+            let speed = position.speed.flatMap { $0 <= maxSpeed ? $0 : nil } ?? 0
+            fixes.append(TrackPoint(atMs: atMs, lat: lat, lon: lon, speed: speed))
         }
         fixes.sort { $0.atMs < $1.atMs }
         var kept: [TrackPoint] = []
@@ -79,7 +90,7 @@ public enum TripRules {
         var added: [TrackPoint] = []
         for point in points {
             if let trip = trips.last, point.atMs <= trip.endMs { continue }
-            if var trip = trips.last, point.atMs - trip.endMs <= pauseMs {
+            if var trip = trips.last, point.atMs - trip.endMs <= pauseMs, point.atMs - trip.startMs <= longestMs {
                 let meters = distance(trip.end, (point.lat, point.lon))
                 if meters / (Double(point.atMs - trip.endMs) / 1000) <= maxSpeed { trip.distanceMeters += meters }
                 trip.endMs = point.atMs
