@@ -71,6 +71,7 @@ import Testing
         let product: [String: Any] = ["index": value, "name": value, "price": value, "device": value]
         return ["title": value, "csrf": value, "token": value, "email": value, "problem": value, "notice": value, "deviceName": value,
                 "code": value, "price": value, "product": value, "payment": value, "next": value, "nextLabel": value, "signedIn": true,
+                "address": value, "mailRelay": true,
                 "devices": [car], "sessions": [session], "products": [product]]
     }
 

@@ -29,6 +29,10 @@ public protocol ClipStore: Sendable {
     /// Deletes every clip whose description last came before `cutoff` (`clips.retentionDays`),
     /// whole or not; returns how many. Several instances may sweep one store at once.
     func expire(before cutoff: Date) throws -> Int
+    /// Marks the clip as told to its owner (``ImpactMail``): true only for the one call that made
+    /// the mark, of every session, restart and instance sharing the store; false once it exists,
+    /// or when the clip is not kept.
+    func claimNotice(device: String, id: String) throws -> Bool
 }
 
 /// What became of a `clip_part`.

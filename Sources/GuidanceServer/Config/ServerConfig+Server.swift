@@ -13,14 +13,15 @@ extension ServerConfig {
         let tls = server.tlsCertFile.flatMap { cert in server.tlsKeyFile.map { (certificateFile: cert, keyFile: $0) } }
         let clipStore = clips.dir.map { FileClipStore(root: $0, maxBytesPerDevice: clips.maxMegabytesPerCar << 20) }
         let retention = clipStore.map { ClipRetention(store: $0, days: clips.retentionDays, now: { Date() }, logger: logger) }
+        let impactMail = try makeImpactMail(clips: clipStore, pairing: pairing, logger: logger)
         return StreamServer(
             settings: .init(host: server.host, port: server.port, tls: tls, idleTimeoutSeconds: server.idleTimeoutSeconds,
                             keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections,
                             maxConnectionsPerDevice: server.maxConnectionsPerDevice, closeTimeoutMs: server.closeTimeoutMs,
-                            clips: clipStore, maxClipFileBytes: clips.maxFileMegabytes << 20),
+                            clips: clipStore, maxClipFileBytes: clips.maxFileMegabytes << 20, impactMail: impactMail),
             tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
-            services: services + (retention.map { [$0] } ?? []), pairing: pairing, logger: logger)
+            services: services + (retention.map { [$0] } ?? []) + (impactMail.map { [$0] } ?? []), pairing: pairing, logger: logger)
     }
 
     /// The analyzer `analyzer.kind` names. Its files (script, API key) are configuration: a

@@ -63,6 +63,8 @@ public struct StreamServer: Sendable {
         public var clips: (any ClipStore)?
         /// Largest clip file accepted, in bytes.
         public var maxClipFileBytes: Int
+        /// Tells owners who asked for it of a parked car's impact (`mail.*`); nil: no mail.
+        public var impactMail: ImpactMail?
 
         public init(host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
                     idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil,
@@ -71,8 +73,10 @@ public struct StreamServer: Sendable {
                     maxConnections: Int = ServerConfig.Server().maxConnections,
                     maxConnectionsPerDevice: Int = ServerConfig.Server().maxConnectionsPerDevice,
                     closeTimeoutMs: Int = ServerConfig.Server().closeTimeoutMs,
-                    clips: (any ClipStore)? = nil, maxClipFileBytes: Int = ServerConfig.Clips().maxFileMegabytes << 20) {
+                    clips: (any ClipStore)? = nil, maxClipFileBytes: Int = ServerConfig.Clips().maxFileMegabytes << 20,
+                    impactMail: ImpactMail? = nil) {
             self.clips = clips
+            self.impactMail = impactMail
             self.maxClipFileBytes = maxClipFileBytes
             self.host = host
             self.port = port
@@ -201,7 +205,7 @@ public struct StreamServer: Sendable {
                            provider: pairing.provider, allowance: pairing.allowance, secureCookies: pairing.secureCookies,
                            unpaired: pairing.unpaired, metrics: metrics, webhookBase: { listening.withLock { $0 } }, clips: settings.clips,
                            shareLinks: ShareLinks(tokens: pairing.tokens), publicOrigin: OwnerPages.origin(of: pairing.verificationURI),
-                           logger: logger,
+                           mailRelay: pairing.mailRelay, logger: logger,
                            now: pairing.now)
                     .add(to: router)
             }
