@@ -203,6 +203,8 @@ let package = Package(
                 .product(name: "HummingbirdBcrypt", package: "hummingbird-auth"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                // Impact mails: STARTTLS to the mail relay.
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             // The owners' pages: templates and stylesheet, apart from the Swift.
             resources: [.copy("Owners/Pages")],
@@ -323,6 +325,7 @@ let package = Package(
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: upcoming
         ),
@@ -336,6 +339,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: upcoming
         ),

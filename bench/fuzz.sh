@@ -17,8 +17,10 @@
 #             indexes, and the records read from /dev/iio:deviceN (HAL's IIOScanType, IIOScanLayout)
 #   mjpeg     what a USB camera sends as MJPEG: any bytes as one frame of a 64x48 stream (HAL's
 #             MJPEGDecoder, libavcodec's mjpeg decoder and libswscale behind it)
+#   smtp      what the mail relay answers the server: replies cut from bytes in any pieces, each
+#             bounded (the server's SMTPReplyParser)
 #
-#     bash bench/fuzz.sh TARGET SECONDS        # TARGET: messages|answers|segments|pairing|gpsd|iio|mjpeg|all (each in turn)
+#     bash bench/fuzz.sh TARGET SECONDS        # TARGET: messages|answers|segments|pairing|gpsd|iio|mjpeg|smtp|all (each in turn)
 #     .build-fuzz/debug/guidance-fuzz TARGET CRASH_FILE           # one input again, sanitized
 #     swift build --product guidance-fuzz && .build/debug/guidance-fuzz TARGET fuzz/corpus/TARGET fuzz/regressions/TARGET
 #                                              # without sanitizers: replays files or folders
@@ -45,9 +47,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-usage() { echo "usage: bash bench/fuzz.sh messages|answers|segments|pairing|gpsd|iio|mjpeg|all SECONDS" >&2; exit 64; }
+usage() { echo "usage: bash bench/fuzz.sh messages|answers|segments|pairing|gpsd|iio|mjpeg|smtp|all SECONDS" >&2; exit 64; }
 [ $# -eq 2 ] || usage
-case $1 in messages|answers|segments|pairing|gpsd|iio|mjpeg) TARGETS=("$1") ;; all) TARGETS=(messages answers segments pairing gpsd iio mjpeg) ;; *) usage ;; esac
+case $1 in messages|answers|segments|pairing|gpsd|iio|mjpeg|smtp) TARGETS=("$1") ;; all) TARGETS=(messages answers segments pairing gpsd iio mjpeg smtp) ;; *) usage ;; esac
 [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || usage
 SECONDS_EACH=$2
 BUILD=.build-fuzz

@@ -17,6 +17,7 @@ PACKAGES=(
     postgresql postgresql-client sqlite3                          # the server's fleet ledger (started by the tests), psql and sqlite3 check the ledgers
     libopencv-objdetect-dev opencv-doc                            # the vision analyzer's people detector; vtest.avi, footage it is tested on
     gpsd gpsbabel                                                 # a real gpsd fed NMEA by the GPS tests; gpsbabel reads the GPX sidecars
+    python3-aiosmtpd                                              # a real SMTP server (STARTTLS, AUTH) for the server's impact mails
 )
 
 # Debian 13 moved systemd's and udev's pkg-config files (where units and rules go, which

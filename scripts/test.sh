@@ -77,7 +77,7 @@ for target in "${TEST_TARGETS[@]}"; do
 done
 # Every fuzz target's seed corpus and the inputs that once broke it, through the parsers as built.
 replay_fuzz_inputs() {
-    for target in messages answers segments pairing gpsd iio mjpeg; do
+    for target in messages answers segments pairing gpsd iio mjpeg smtp; do
         .build/debug/guidance-fuzz "$target" "fuzz/corpus/$target" $( [ -d "fuzz/regressions/$target" ] && echo "fuzz/regressions/$target" )
     done
 }

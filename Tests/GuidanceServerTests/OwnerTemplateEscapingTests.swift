@@ -76,6 +76,7 @@ import Testing
         return trip.merging(["trips": [trip], "hasTrips": true, "drawing": drawing]) { a, _ in a }.merging([
                 "t": text.lambda, "lang": text.language, "title": value, "csrf": value, "token": value, "email": value, "problem": value, "notice": value, "deviceName": value,
                 "code": value, "price": value, "product": value, "payment": value, "next": value, "nextLabel": value, "signedIn": true,
+                "address": value, "mailRelay": true,
                 "devices": [car], "sessions": [session], "products": [product]]) { a, _ in a }
     }
 

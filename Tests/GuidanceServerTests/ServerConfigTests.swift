@@ -148,7 +148,7 @@ import Testing
                 == "FILE:2: unknown key 'analyzer.script' (valid keys here: analyzer.kind, analyzer.scriptFile, analyzer.order, analyzer.endpoint, analyzer.model, analyzer.apiKeyFile, analyzer.timeoutMs, analyzer.transcodeToH264, analyzer.keyframes, analyzer.visionFrames)")
         #expect(
             await failure(yaml: "camera:\n  fps: 10\n")
-                == "FILE:1: unknown key 'camera' (valid keys here: server, analyzer, usage, pairing, payments, clips, log, ledger)")
+                == "FILE:1: unknown key 'camera' (valid keys here: server, analyzer, usage, pairing, payments, clips, mail, log, ledger)")
         #expect(
             await failure(overrides: ["server.tokenFile": "t.yaml"])
                 == "command line: unknown key 'server.tokenFile' (did you mean 'server.tokensFile'?)")
@@ -184,6 +184,36 @@ import Testing
         let allowed = try await load(overrides: base.merging(["server.host": "0.0.0.0", "payments.allowSimulated": "true"]) { $1 })
         #expect(allowed.payments.allowSimulated)
         #expect(try await load(overrides: ["analyzer.scriptFile": "script.yaml", "server.host": "0.0.0.0"]).payments.provider == .none)
+    }
+
+    /// `mail.*`: a relay is HOST:PORT and needs a sender; a user name needs its password file;
+    /// each error names the key, the value and what is allowed.
+    @Test func mailKeysAreCheckedAlone() async throws {
+        let base = ["analyzer.scriptFile": "script.yaml"]
+        let defaults = try await load(overrides: base).mail
+        #expect(defaults.relay == nil && defaults.from == nil && defaults.starttls == .whenOffered && defaults.maxPerCarPerHour == 4
+                && defaults.timeoutMs == 30_000 && defaults.username == nil && defaults.caFile == nil)
+        let good = base.merging(["mail.relay": "smtp.example.org:587", "mail.from": "dashcam@example.org"]) { $1 }
+        let loaded = try await load(overrides: good.merging(["mail.starttls": "required", "mail.maxPerCarPerHour": "10"]) { $1 }).mail
+        #expect(loaded.relay == "smtp.example.org:587" && loaded.starttls == .required && loaded.maxPerCarPerHour == 10)
+        #expect(try await load(overrides: good.merging(["mail.relay": "[::1]:25"]) { $1 }).mail.relay == "[::1]:25")
+        for relay in ["smtp.example.org", "smtp.example.org:0", "smtp.example.org:70000", ":25", "a b:25", "::1:25", "[nope]:25"] {
+            let refused = await failure(overrides: good.merging(["mail.relay": relay]) { $1 })
+            #expect(refused?.hasPrefix("mail.relay: '\(relay)'") == true && refused?.contains("HOST:PORT") == true, "\(refused ?? "")")
+        }
+        #expect(await failure(overrides: base.merging(["mail.relay": "smtp.example.org:587"]) { $1 })
+                == "mail.from: not set, but mail.relay is set; set it to the address mails come from, such as dashcam@example.org")
+        let badFrom = await failure(overrides: good.merging(["mail.from": "dashcam@example.org\r\nBcc: x@y"]) { $1 })
+        #expect(badFrom?.hasPrefix("mail.from:") == true && badFrom?.contains("a plain address") == true, "\(badFrom ?? "")")
+        let badMode = await failure(overrides: good.merging(["mail.starttls": "always"]) { $1 })
+        #expect(badMode?.contains("mail.starttls") == true && badMode?.contains("whenOffered") == true && badMode?.contains("required") == true,
+                "\(badMode ?? "")")
+        let badRate = await failure(overrides: good.merging(["mail.maxPerCarPerHour": "0"]) { $1 })
+        #expect(badRate?.contains("mail.maxPerCarPerHour") == true && badRate?.contains("60") == true, "\(badRate ?? "")")
+        #expect(await failure(overrides: good.merging(["mail.username": "ana"]) { $1 })
+                == "mail.passwordFile: not set, but mail.username is set; the relay's password goes in a file (mode 0600)")
+        #expect(await failure(overrides: good.merging(["mail.passwordFile": "pw"]) { $1 })
+                == "mail.username: not set, but mail.passwordFile is set; AUTH needs a user name too")
     }
 
     @Test func scriptedAnalyzerNeedsScriptFile() async throws {

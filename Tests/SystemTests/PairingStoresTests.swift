@@ -85,6 +85,20 @@ import TestSupport
         }
     }
 
+    /// An owner's settings, impact mails among them, written at one instance and read at the other.
+    @Test(arguments: Kind.allCases)
+    func anOwnersSettingsAreKeptForEveryInstance(kind: Kind) async throws {
+        let t0 = self.t0
+        try await withTwo(kind) { one, two, _ in
+            let owner = try #require(try await one.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
+            #expect(try await two.preferences(owner: owner) == OwnerPreferences(), "nothing chosen, no mail")
+            try await one.setPreferences(owner: owner, OwnerPreferences(timeZone: "Asia/Seoul", language: "ko", impactMail: true))
+            #expect(try await two.preferences(owner: owner) == OwnerPreferences(timeZone: "Asia/Seoul", language: "ko", impactMail: true))
+            try await two.setPreferences(owner: owner, OwnerPreferences(timeZone: nil, language: nil, impactMail: false))
+            #expect(try await one.preferences(owner: owner) == OwnerPreferences())
+        }
+    }
+
     @Test(arguments: Kind.allCases)
     func aWebhookAtTwoInstancesCreditsOnce(kind: Kind) async throws {
         let t0 = self.t0

@@ -19,6 +19,7 @@ let targets = [
     FuzzTarget(name: "gpsd", run: Gpsd.run),
     FuzzTarget(name: "iio", run: IIO.run),
     FuzzTarget(name: "mjpeg", run: MJPEG.run),
+    FuzzTarget(name: "smtp", run: SMTP.run),
 ]
 
 /// Stops the run, so that libFuzzer keeps the input, when what the code promises does not hold.

@@ -33,6 +33,10 @@ public protocol ClipStore: Sendable {
     /// Runs `body` alone among the callers naming this owner, on every instance sharing the
     /// store: what an owner's cars keep is counted and a clip added to it in one step (``ClipQuota``).
     func withOwnerLock<T>(_ owner: Int64, _ body: () throws -> T) throws -> T
+    /// Marks the clip as told to its owner (``ImpactMail``): true only for the one call that made
+    /// the mark, of every session, restart and instance sharing the store; false once it exists,
+    /// or when the clip is not kept.
+    func claimNotice(device: String, id: String) throws -> Bool
 }
 
 /// What became of a `clip_part`.

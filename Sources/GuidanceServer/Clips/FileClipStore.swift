@@ -235,6 +235,24 @@ public struct FileClipStore: ClipStore {
         return deleted
     }
 
+    /// The mark ``claimNotice(device:id:)`` makes in the clip's folder (gone with the folder).
+    static let noticeName = ".impact-mail"
+
+    public func claimNotice(device: String, id: String) throws -> Bool {
+        guard ClientMessage.Clip.isClipID(id) else { return false }
+        let folder = folder(device: device, id: id)
+        // O_EXCL: of every caller, on every instance sharing the folder, one makes the file.
+        let fd = open(folder + "/" + Self.noticeName, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o640)
+        guard fd >= 0 else {
+            if errno == EEXIST || errno == ENOENT { return false }
+            throw ClipStoreError(path: folder + "/" + Self.noticeName, errno)
+        }
+        close(fd)
+        // The mark outlives a power cut, or the mail could go twice.
+        DurableFileWriter.syncFolder(folder)
+        return true
+    }
+
     // MARK: - On disk
 
     /// The clip's folder; its id was checked (``ClientMessage/Clip/isClipID(_:)``): no `/`, no `..`.

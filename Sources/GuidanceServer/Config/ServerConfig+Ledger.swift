@@ -105,6 +105,8 @@ extension ServerConfig {
         setup.sessionDriver = sessions
         setup.library = try await OwnerTemplates.library()
         setup.allowance = usage.remainingSeconds
+        // Impact mails need a relay and the clips they tell of (``makeImpactMail``).
+        setup.mailRelay = mail.relay != nil && clips.dir != nil
         // Cookies are Secure when the pages are reached over HTTPS: this server's TLS, or a proxy's
         // whose public address is the configured one (each request forwarded by a local proxy
         // with X-Forwarded-Proto: https is also, per request: SecureTransport).

@@ -15,15 +15,16 @@ extension ServerConfig {
         let trips: (any TripStore)? = pairing?.owners
         let retention = clipStore != nil || trips != nil
             ? ClipRetention(store: clipStore, trips: trips, days: clips.retentionDays, now: { Date() }, logger: logger) : nil
+        let impactMail = try makeImpactMail(clips: clipStore, pairing: pairing, logger: logger)
         return StreamServer(
             settings: .init(host: server.host, port: server.port, tls: tls, idleTimeoutSeconds: server.idleTimeoutSeconds,
                             keepDir: server.keepDir, usageSeconds: usage.remainingSeconds, maxSegmentBytes: server.maxSegmentBytes,
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections,
                             maxConnectionsPerDevice: server.maxConnectionsPerDevice, closeTimeoutMs: server.closeTimeoutMs,
                             clips: clipStore, maxClipFileBytes: clips.maxFileMegabytes << 20,
-                            maxClipBytesPerOwner: clips.maxMegabytesPerOwner << 20),
+                            maxClipBytesPerOwner: clips.maxMegabytesPerOwner << 20, impactMail: impactMail),
             tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
-            services: services + (retention.map { [$0] } ?? []), pairing: pairing, logger: logger)
+            services: services + (retention.map { [$0] } ?? []) + (impactMail.map { [$0] } ?? []), pairing: pairing, logger: logger)
     }
 
     /// The analyzer `analyzer.kind` names. Its files (script, API key) are configuration: a

@@ -15,6 +15,7 @@ public struct ServerConfig: LoadableConfig {
     public var pairing = PairingSection()
     public var payments = Payments()
     public var clips = Clips()
+    public var mail = Mail()
     public var log = Log()
     /// Where usage is kept: `sqlite:PATH` (one server) or `postgres://…` (a fleet of instances).
     public var ledger = "sqlite:usage.sqlite"
@@ -123,6 +124,33 @@ public struct ServerConfig: LoadableConfig {
         public var retentionDays = 30
 
         public init() {}
+    }
+
+    /// The mail relay owners' impact mails go through (``ImpactMail``).
+    public struct Mail: Sendable, Equatable {
+        /// `HOST:PORT` of the SMTP relay; nil sends no mail.
+        public var relay: String?
+        /// The address mails come from; required with `relay`.
+        public var from: String?
+        public var starttls: StartTLS = .whenOffered
+        /// AUTH PLAIN's user name, with `passwordFile`; only ever sent over TLS.
+        public var username: String?
+        public var passwordFile: String?
+        /// CA certificates (PEM) the relay's certificate may be signed by, beside the system's.
+        public var caFile: String?
+        public var maxPerCarPerHour = 4
+        /// To connect to the relay, and for each of its replies.
+        public var timeoutMs = 30_000
+
+        public init() {}
+    }
+
+    /// When the mail relay's connection is encrypted (STARTTLS, RFC 3207).
+    public enum StartTLS: String, CaseIterable, Sendable {
+        /// Whenever the relay offers STARTTLS; in clear otherwise (then never with a password).
+        case whenOffered
+        /// Always: nothing is sent to a relay that does not offer it.
+        case required
     }
 
     public struct Log: Sendable, Equatable {
@@ -270,6 +298,30 @@ extension ServerConfig {
         .int(
             "clips.retentionDays", \.clips.retentionDays, 1...3650,
             "Clips are deleted this many days after the car sent them, whole or not (checked every hour, by every instance); an owner deletes one sooner on its event page."),
+        .optionalString(
+            "mail.relay", \.mail.relay, type: "HOST:PORT",
+            "SMTP relay that e-mails owners when a parked car of theirs records an impact (they turn it on in their settings), e.g. `smtp.example.org:587`; unset sends no mail, and the settings page says the operator has not set up e-mail. Needs pairing.enabled and clips.dir."),
+        .optionalString(
+            "mail.from", \.mail.from, type: "address",
+            "Address the mails come from, e.g. `dashcam@example.org`; required with mail.relay."),
+        .choice(
+            "mail.starttls", \.mail.starttls,
+            "`whenOffered`: encrypt (STARTTLS) whenever the relay offers it, the relay's certificate verified for its host name; `required`: send nothing to a relay that does not offer it."),
+        .optionalString(
+            "mail.username", \.mail.username, type: "string",
+            "User name for the relay's AUTH PLAIN, set together with mail.passwordFile; sent only over TLS (a relay without STARTTLS gets nothing)."),
+        .optionalString(
+            "mail.passwordFile", \.mail.passwordFile, type: "path",
+            "File holding the relay's password (first line; mode 0600; never logged); set together with mail.username."),
+        .optionalString(
+            "mail.caFile", \.mail.caFile, type: "path",
+            "CA certificate(s) (PEM) the relay's certificate may be signed by, besides the system's trust store."),
+        .int(
+            "mail.maxPerCarPerHour", \.mail.maxPerCarPerHour, 1...60,
+            "Impact mails about one car within any hour; more are logged, not sent."),
+        .int(
+            "mail.timeoutMs", \.mail.timeoutMs, 1000...300_000,
+            "Milliseconds to connect to the relay, and for each of its replies; a send that fails for a reason that may pass is tried twice more (10 s, then 60 s later)."),
         .choice("log.level", \.log.level, "Least severe log level that is printed."),
         .string(
             "ledger", \.ledger, type: "sqlite:PATH or postgres://…",
@@ -319,5 +371,6 @@ extension ServerConfig {
         if analyzer.kind == .openai, analyzer.model == nil {
             throw .missingKey("analyzer.model", reason: "analyzer.kind is 'openai'; set it to the model id the server serves")
         }
+        try validateMail()
     }
 }

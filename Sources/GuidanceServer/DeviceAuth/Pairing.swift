@@ -26,6 +26,8 @@ public struct Pairing: Sendable {
     /// `usage.remainingSeconds`, for the pages' remaining usage.
     public var allowance: Int?
     public var secureCookies = false
+    /// Whether the server has a mail relay (`mail.relay`): owners may ask for impact mails.
+    public var mailRelay = false
     /// Cars unpaired at this instance: their access tokens are refused from then on.
     public let unpaired = UnpairedDevices()
     /// Milliseconds since the Unix epoch; tests pass their own clock.

@@ -66,6 +66,8 @@ public struct StreamServer: Sendable {
         public var maxClipFileBytes: Int
         /// What the clips of one owner's cars may take of the store, in bytes (``ClipQuota``).
         public var maxClipBytesPerOwner: Int
+        /// Tells owners who asked for it of a parked car's impact (`mail.*`); nil: no mail.
+        public var impactMail: ImpactMail?
 
         public init(host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
                     idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil,
@@ -75,8 +77,10 @@ public struct StreamServer: Sendable {
                     maxConnectionsPerDevice: Int = ServerConfig.Server().maxConnectionsPerDevice,
                     closeTimeoutMs: Int = ServerConfig.Server().closeTimeoutMs,
                     clips: (any ClipStore)? = nil, maxClipFileBytes: Int = ServerConfig.Clips().maxFileMegabytes << 20,
-                    maxClipBytesPerOwner: Int = ServerConfig.Clips().maxMegabytesPerOwner << 20) {
+                    maxClipBytesPerOwner: Int = ServerConfig.Clips().maxMegabytesPerOwner << 20,
+                    impactMail: ImpactMail? = nil) {
             self.clips = clips
+            self.impactMail = impactMail
             self.maxClipFileBytes = maxClipFileBytes
             self.maxClipBytesPerOwner = maxClipBytesPerOwner
             self.host = host
@@ -227,7 +231,7 @@ public struct StreamServer: Sendable {
                            unpaired: pairing.unpaired, metrics: metrics, webhookBase: { listening.withLock { $0 } }, clips: settings.clips,
                            clipBytesPerOwner: settings.maxClipBytesPerOwner,
                            shareLinks: ShareLinks(tokens: pairing.tokens), publicOrigin: OwnerPages.origin(of: pairing.verificationURI),
-                           logger: logger,
+                           mailRelay: pairing.mailRelay, logger: logger,
                            now: pairing.now)
                     .add(to: router)
             }

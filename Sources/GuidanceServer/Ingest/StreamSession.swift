@@ -190,9 +190,11 @@ public struct StreamSession: Sendable {
                     keep(incident, in: &incidents)
                 case .announceClip(let clip):
                     let admission = await observer?.clipAdmission() ?? .unlimited
-                    try await clipWork("clip \(clip.id)", log: &log, outbound: outbound) { store, device in
+                    let held = try await clipWork("clip \(clip.id)", log: &log, outbound: outbound) { store, device in
                         try ClipQuota.announce(clip, device: device, admission: admission, store: store, now: .now)
                     }
+                    // After the answer: the car's upload never waits for its owner's mail.
+                    if held { await settings.impactMail?.noticed(clip, device: device) }
                 case .clipPart(let part, let bytes):
                     try await clipWork("clip \(part.id) file \(part.name)", part: true, log: &log, outbound: outbound) { store, device in
                         try store.append(part, bytes, device: device)
@@ -212,11 +214,13 @@ public struct StreamSession: Sendable {
     /// A clip's description or part, carried out by the clip store on the blocking pool (whole,
     /// even if the session ends meanwhile: a part is appended or not, never cut), and answered:
     /// each `clip` and `clip_part` gets exactly one answer, `clip_have` or a `bad_clip` error, in
-    /// the order they came, so the car can tell which is which.
+    /// the order they came, so the car can tell which is which. True if the store took it.
+    @discardableResult
     private func clipWork(_ what: String, part: Bool = false, log: inout RateLimit, outbound: WebSocketOutboundWriter,
-                          _ work: @escaping @Sendable (any ClipStore, String) throws -> ClipAppend) async throws {
+                          _ work: @escaping @Sendable (any ClipStore, String) throws -> ClipAppend) async throws -> Bool {
         guard let store = settings.clips else {
-            return try await reject(.badClip, "this server keeps no clips (clips.dir is unset)", seq: nil, reason: .clip, log: &log, outbound: outbound)
+            try await reject(.badClip, "this server keeps no clips (clips.dir is unset)", seq: nil, reason: .clip, log: &log, outbound: outbound)
+            return false
         }
         let result: ClipAppend
         do {
@@ -232,15 +236,18 @@ public struct StreamSession: Sendable {
                              metadata: ["device": "\(device)"])
             }
             let text = ServerMessage.error(code: .badClip, message: "\(what): the clip store failed; nothing of it was kept", seq: nil).encoded()
-            return try await outbound.write(.text(text))
+            try await outbound.write(.text(text))
+            return false
         }
         switch result {
         case .held(let have):
             // Once per clip: when its last part made it whole (an announce of a stored clip says nothing new).
             if part, have.stored { logger.info("session \(id): \(what): the clip is stored whole", metadata: ["device": "\(device)"]) }
             try await outbound.write(.text(ServerMessage.clipHave(have).encoded()))
+            return true
         case .refused(let text):
             try await reject(.badClip, text, seq: nil, reason: .clip, log: &log, outbound: outbound)
+            return false
         case .mismatch(let have):
             // One answer per message: the car reads the file held from 0 again and sends it anew.
             metrics.rejected(.clip)
@@ -250,6 +257,7 @@ public struct StreamSession: Sendable {
                                metadata: ["device": "\(device)"])
             }
             try await outbound.write(.text(ServerMessage.clipHave(have).encoded()))
+            return true
         }
     }
 

@@ -308,17 +308,18 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
 
     public func preferences(owner: Int64) async throws -> OwnerPreferences {
         try await schema.ensure()
-        for try await (zone, language) in try await client.query(
-            "SELECT time_zone, language FROM owners WHERE id = \(owner)", logger: logger
-        ).decode((String?, String?).self) { return OwnerPreferences(timeZone: zone, language: language) }
+        for try await (zone, language, impactMail) in try await client.query(
+            "SELECT time_zone, language, impact_mail FROM owners WHERE id = \(owner)", logger: logger
+        ).decode((String?, String?, Bool).self) { return OwnerPreferences(timeZone: zone, language: language, impactMail: impactMail) }
         return OwnerPreferences()
     }
 
     public func setPreferences(owner: Int64, _ preferences: OwnerPreferences) async throws {
         let logger = self.logger
         try await transaction { db in
-            try await db.query("UPDATE owners SET time_zone = \(preferences.timeZone), language = \(preferences.language) WHERE id = \(owner)",
-                               logger: logger)
+            try await db.query(
+                "UPDATE owners SET time_zone = \(preferences.timeZone), language = \(preferences.language), impact_mail = \(preferences.impactMail) WHERE id = \(owner)",
+                logger: logger)
         }
     }
 

@@ -127,6 +127,7 @@ actor PostgresSchema {
         "ALTER TABLE web_sessions ADD COLUMN IF NOT EXISTS owner BIGINT",
         "ALTER TABLE owners ADD COLUMN IF NOT EXISTS time_zone TEXT",
         "ALTER TABLE owners ADD COLUMN IF NOT EXISTS language TEXT",
+        "ALTER TABLE owners ADD COLUMN IF NOT EXISTS impact_mail BOOLEAN NOT NULL DEFAULT FALSE",
         "CREATE INDEX IF NOT EXISTS web_sessions_owner ON web_sessions (owner)",
         "CREATE TABLE IF NOT EXISTS device_guidance (device TEXT NOT NULL, at BIGINT NOT NULL, text TEXT NOT NULL)",
         "CREATE INDEX IF NOT EXISTS device_guidance_device ON device_guidance (device, at)",

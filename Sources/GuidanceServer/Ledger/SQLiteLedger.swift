@@ -140,6 +140,7 @@ public final class SQLiteLedger: UsageLedger {
         ("web_sessions", "owner", "INTEGER"),
         ("owners", "time_zone", "TEXT"),
         ("owners", "language", "TEXT"),
+        ("owners", "impact_mail", "INTEGER NOT NULL DEFAULT 0"),
     ]
 
     /// Opens (and creates, the first time) the ledger at `path`, and waits until it is ready, so

@@ -43,15 +43,17 @@ extension SQLitePairingStore: OwnerStore {
 
     public func preferences(owner: Int64) async throws -> OwnerPreferences {
         try await read { db in
-            let row = try await db.query("SELECT time_zone, language FROM owners WHERE id = ?", [.integer(Int(owner))]).first
-            return OwnerPreferences(timeZone: row?.column("time_zone")?.string, language: row?.column("language")?.string)
+            let row = try await db.query("SELECT time_zone, language, impact_mail FROM owners WHERE id = ?", [.integer(Int(owner))]).first
+            return OwnerPreferences(timeZone: row?.column("time_zone")?.string, language: row?.column("language")?.string,
+                                    impactMail: (row?.column("impact_mail")?.integer ?? 0) != 0)
         }
     }
 
     public func setPreferences(owner: Int64, _ preferences: OwnerPreferences) async throws {
         _ = try await transaction { db in
-            try await db.query("UPDATE owners SET time_zone = ?, language = ? WHERE id = ?",
-                               [preferences.timeZone.map { .text($0) } ?? .null, preferences.language.map { .text($0) } ?? .null, .integer(Int(owner))])
+            try await db.query("UPDATE owners SET time_zone = ?, language = ?, impact_mail = ? WHERE id = ?",
+                               [preferences.timeZone.map { .text($0) } ?? .null, preferences.language.map { .text($0) } ?? .null,
+                                .integer(preferences.impactMail ? 1 : 0), .integer(Int(owner))])
         }
     }
 

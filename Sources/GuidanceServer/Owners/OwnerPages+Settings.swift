@@ -4,7 +4,9 @@ import HTTPTypes
 import NIOCore
 
 /// The owner's settings: the time zone their pages show times in (asked once: a page without
-/// script cannot learn the browser's), and the language dates and numbers are written in.
+/// script cannot learn the browser's), the language dates and numbers are written in, and whether
+/// a parked car's impact is sent to them by e-mail (``ImpactMail``; only where the server has a
+/// relay, `mail.relay`).
 extension OwnerPages {
     func addSettings(to router: Router<GuidanceRequestContext>) {
         router.get("/settings") { request, _ in
@@ -18,8 +20,13 @@ extension OwnerPages {
                     return try await settingsPage(request, session, notice: nil, problem: t("Choose a time zone and a language from the lists."),
                                                   status: .badRequest)
                 }
+                // Without a relay the box cannot be changed (the browser sends nothing for it):
+                // what was chosen stays for when there is one.
+                var impactMail = form["impactMail"] == "on"
+                if !mailRelay { impactMail = try await store.preferences(owner: session.owner).impactMail }
                 try await store.setPreferences(owner: session.owner, OwnerPreferences(timeZone: zone.isEmpty ? nil : zone,
-                                                                                       language: language.isEmpty ? nil : language))
+                                                                                       language: language.isEmpty ? nil : language,
+                                                                                       impactMail: impactMail))
                 // The page that answers is already in the language just chosen.
                 let text = PageText.of(language.isEmpty ? PageText.language(acceptLanguage: request.headers[.acceptLanguage]) : language)
                 return try await PageText.$current.withValue(text) { try await settingsPage(request, session, notice: t("Saved.")) }
@@ -38,7 +45,10 @@ extension OwnerPages {
             "zones": TimeZone.knownTimeZoneIdentifiers.sorted().map { ["zone": $0, "selected": $0 == chosen.timeZone] },
             "languages": PageText.languages.map { ["code": $0.code, "name": $0.name, "selected": $0.code == chosen.language] },
             "now": clock.text(Int64(Date().timeIntervalSince1970 * 1000)),
+            "impactMail": chosen.impactMail,
+            "mailRelay": mailRelay,
         ]
+        if let owner = try await store.owner(id: session.owner) { values["address"] = owner.email }
         if let notice { values["notice"] = notice }
         if let problem { values["problem"] = problem }
         return page("settings", session, values, status: status)

@@ -65,6 +65,8 @@ struct OwnerPages: Sendable {
     /// Where the pages are reached from outside (`https://HOST`), from `pairing.verificationURI`;
     /// nil: the request's own host, if it is a plain host name.
     var publicOrigin: String? = nil
+    /// Whether the server can send e-mail (`mail.relay`): the settings page offers impact mails.
+    var mailRelay = false
     let logger: Logger
     let now: @Sendable () -> Int64
 

@@ -23,7 +23,8 @@ public protocol OwnerStore: TripStore {
     /// The owner with this address and their password hash (`nil` before one is set).
     func account(email: String) async throws -> (owner: Owner, passwordHash: String?)?
 
-    /// How the owner's pages show times and numbers (nothing chosen: UTC, the browser's language).
+    /// How the owner's pages show times and numbers (nothing chosen: UTC, the browser's language),
+    /// and whether they want impact mails.
     func preferences(owner: Int64) async throws -> OwnerPreferences
     func setPreferences(owner: Int64, _ preferences: OwnerPreferences) async throws
 
@@ -99,13 +100,16 @@ public struct StoredWebSession: Sendable, Equatable {
 }
 
 /// What an owner chose for their pages: an IANA time zone (`Asia/Seoul`) and one of the languages
-/// the cars speak (`ko`); nil is not chosen yet.
+/// the cars speak (`ko`); nil is not chosen yet. And whether they want an e-mail when a parked
+/// car of theirs records an impact (``ImpactMail``; off until they turn it on).
 public struct OwnerPreferences: Sendable, Equatable {
     public var timeZone: String?
     public var language: String?
+    public var impactMail: Bool
 
-    public init(timeZone: String? = nil, language: String? = nil) {
+    public init(timeZone: String? = nil, language: String? = nil, impactMail: Bool = false) {
         self.timeZone = timeZone
         self.language = language
+        self.impactMail = impactMail
     }
 }
