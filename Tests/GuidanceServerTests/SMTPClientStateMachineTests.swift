@@ -36,6 +36,16 @@ import Testing
         #expect(try bare.feed(Array("250\r\n".utf8)) == [SMTPReply(code: 250, lines: [""])], "a code alone is a reply")
     }
 
+    /// Found by the fuzz target: bytes that are not UTF-8 became three bytes each in the reply's
+    /// text, so a line within its bound came out past it. The text is printable ASCII now.
+    @Test func aLineOfBytesThatAreNotTextStaysWithinItsBound() throws {
+        var parser = SMTPReplyParser()
+        let line = Array("250 ".utf8) + [UInt8](repeating: 0xFF, count: SMTPReplyParser.maxLineBytes - 4) + Array("\r\n".utf8)
+        let replies = try parser.feed(line)
+        #expect(replies.count == 1 && replies[0].lines[0].utf8.count == SMTPReplyParser.maxLineBytes - 4)
+        #expect(replies[0].lines[0].allSatisfy { $0 == "?" })
+    }
+
     @Test func whatIsNotAReplyOrPastItsBoundsEndsTheConversation() {
         for bad in [
             "hello\r\n", "25\r\n", "2x0 no\r\n", "650 no\r\n", "250_no\r\n", "250-a\r\n251 b\r\n",

@@ -73,7 +73,9 @@ public struct SMTPReplyParser: Sendable {
         guard replyBytes <= Self.maxReplyBytes, lines.count < Self.maxLines else {
             throw .malformed("a reply longer than \(Self.maxLines) lines or \(Self.maxReplyBytes) bytes")
         }
-        lines.append(line.count > 4 ? String(decoding: line[4...], as: UTF8.self) : "")
+        // Text for logs and for reading the EHLO keywords: printable ASCII, anything else '?', so
+        // a line stays within its bytes (a broken UTF-8 byte would become three).
+        lines.append(line.count > 4 ? String(decoding: line[4...].map { (32..<127).contains($0) ? $0 : UInt8(ascii: "?") }, as: UTF8.self) : "")
         guard last else { return nil }
         defer {
             code = nil
