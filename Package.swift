@@ -203,8 +203,9 @@ let package = Package(
                 .product(name: "HummingbirdBcrypt", package: "hummingbird-auth"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
-                // Impact mails: STARTTLS to the mail relay.
+                // Impact mails: STARTTLS to the mail relay (NIOTLS: the handshake's end).
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
             ],
             // The owners' pages: templates and stylesheet, apart from the Swift.
             resources: [.copy("Owners/Pages")],

@@ -176,6 +176,14 @@ import Testing
         #expect(try !other.claimNotice(device: "d1", id: clip.id))
         #expect(try one.clip(device: "d1", id: clip.id)?.clip == clip, "the mark is no file of the clip")
         #expect(try !one.claimNotice(device: "d1", id: "../d1"))
+        // Deleted by its owner and announced again by the car: told once all the same.
+        #expect(try one.delete(device: "d1", id: clip.id))
+        _ = try one.announce(clip, device: "d1", now: Date())
+        #expect(try !other.claimNotice(device: "d1", id: clip.id), "a deleted clip announced again is not told twice")
+        // The marks go with retention.
+        _ = try one.expire(before: Date().addingTimeInterval(60))
+        _ = try one.announce(clip, device: "d1", now: Date())
+        #expect(try one.claimNotice(device: "d1", id: clip.id), "a mark past retention is gone")
     }
 
     // MARK: - Configuration

@@ -55,6 +55,53 @@ import TestSupport
         #expect(relay.received.count == 1)
     }
 
+    /// A man in the middle answers STARTTLS and sends replies in clear right behind its 220 (as
+    /// in CVE-2021-38371): they would be taken for the encrypted session's. The client refuses
+    /// before TLS, and no AUTH ever leaves it.
+    @Test func repliesInClearBehindTheAnswerToSTARTTLSAreRefused() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mitm-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let script = folder.appendingPathComponent("mitm.py")
+        try #"""
+        import json, socket, sys
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        print(json.dumps({"port": server.getsockname()[1]}), flush=True)
+        peer, _ = server.accept()
+        peer.sendall(b"220 relay.example.org ESMTP\r\n")
+        heard = b""
+        while True:
+            data = peer.recv(4096)
+            if not data:
+                break
+            heard += data
+            if heard.endswith(b"\r\n") and heard.split(b"\r\n")[-2].upper().startswith(b"EHLO") and b"STARTTLS" not in heard.upper():
+                peer.sendall(b"250-relay.example.org\r\n250-STARTTLS\r\n250 AUTH PLAIN\r\n")
+            elif heard.upper().endswith(b"STARTTLS\r\n"):
+                peer.sendall(b"220 go ahead\r\n250-relay.example.org\r\n250 AUTH PLAIN\r\n")
+        print(json.dumps({"heard": heard.decode("latin-1")}), flush=True)
+        """#.write(to: script, atomically: true, encoding: .utf8)
+        let mitm = try Spawned("/usr/bin/python3", [script.path], folder: folder, absolute: true)
+        defer { mitm.stop(SIGKILL) }
+        var port: Int?
+        await mitm.wait(for: .seconds(60)) { spawned in
+            port = spawned.wholeLines.first.flatMap { try? JSONDecoder().decode([String: Int].self, from: Data($0.utf8))["port"] }
+            return port != nil || !spawned.process.isRunning
+        }
+        let outcome = try await Self.client(port: try #require(port), credentials: nil).send(
+            try Self.message(subject: "s", body: "b"),
+            settings: .init(ehloName: "server.example.org", startTLS: .whenOffered, credentials: ("ana", "pässword"),
+                            from: "dashcam@example.org", to: "ana@example.org"))
+        guard case .failed(let failure) = outcome else { Issue.record("sent through a man in the middle: \(outcome)"); return }
+        #expect(failure.description.contains("STARTTLS"), "\(failure)")
+        // The client has closed: what the relay heard is complete, and holds no AUTH.
+        #expect(await mitm.wait(for: .seconds(60)) { $0.wholeLines.count >= 2 })
+        let heard = mitm.wholeLines.dropFirst().first.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8))["heard"] } ?? ""
+        #expect(heard.contains("STARTTLS") && !heard.uppercased().contains("AUTH"), "\(heard)")
+    }
+
     @Test func aRelayWithoutSTARTTLSGetsNothingWhenItIsRequiredAndTheLogSaysSo() async throws {
         let relay = try await SMTPRelay(certificate: nil)
         defer { relay.stop() }

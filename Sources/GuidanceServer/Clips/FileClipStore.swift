@@ -232,24 +232,36 @@ public struct FileClipStore: ClipStore {
             }
             if deleted > 0 { DurableFileWriter.syncFolder(deviceFolder) }
         }
+        // Impact mails' marks (``claimNotice(device:id:)``) older than the cutoff.
+        let notices = root + "/.notices"
+        for device in (try? FileManager.default.contentsOfDirectory(atPath: notices)) ?? [] {
+            for mark in (try? FileManager.default.contentsOfDirectory(atPath: notices + "/" + device)) ?? [] {
+                let path = notices + "/" + device + "/" + mark
+                if let made = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date, made < cutoff {
+                    unlink(path)
+                }
+            }
+        }
         return deleted
     }
 
     /// The mark ``claimNotice(device:id:)`` makes in the clip's folder (gone with the folder).
-    static let noticeName = ".impact-mail"
 
+    /// The mark is `<root>/.notices/<device>/<id>`, apart from the clip's folder: a clip the owner
+    /// deleted and the car announced again is not told twice. Marks go with retention.
     public func claimNotice(device: String, id: String) throws -> Bool {
-        guard ClientMessage.Clip.isClipID(id) else { return false }
-        let folder = folder(device: device, id: id)
+        guard ClientMessage.Clip.isClipID(id), FileManager.default.fileExists(atPath: folder(device: device, id: id)) else { return false }
+        let marks = root + "/.notices/" + Self.folderName(device)
+        try FileManager.default.createDirectory(atPath: marks, withIntermediateDirectories: true)
         // O_EXCL: of every caller, on every instance sharing the folder, one makes the file.
-        let fd = open(folder + "/" + Self.noticeName, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o640)
+        let fd = open(marks + "/" + id, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o640)
         guard fd >= 0 else {
-            if errno == EEXIST || errno == ENOENT { return false }
-            throw ClipStoreError(path: folder + "/" + Self.noticeName, errno)
+            if errno == EEXIST { return false }
+            throw ClipStoreError(path: marks + "/" + id, errno)
         }
         close(fd)
         // The mark outlives a power cut, or the mail could go twice.
-        DurableFileWriter.syncFolder(folder)
+        DurableFileWriter.syncFolder(marks)
         return true
     }
 

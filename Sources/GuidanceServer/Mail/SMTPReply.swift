@@ -37,6 +37,9 @@ public struct SMTPReplyParser: Sendable {
 
     public init() {}
 
+    /// Nothing of a reply waits: no line begun, no line of an unfinished reply.
+    public var isEmpty: Bool { line.isEmpty && lines.isEmpty }
+
     /// The replies `bytes` complete, in order; what is left of an unfinished one is kept for the
     /// next call. After a throw the parser is not to be used again.
     public mutating func feed(_ bytes: some Sequence<UInt8>) throws(SMTPFailure) -> [SMTPReply] {
