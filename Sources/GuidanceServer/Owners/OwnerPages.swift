@@ -578,26 +578,12 @@ struct OwnerPages: Sendable {
         return t("{s} s", ["s": t.number(seconds)])
     }
 
-    static func date(_ ms: Int64) -> String {
-        UTCTimeText.minutes(ms)
-    }
 }
 
 /// The simulated provider's signature header.
 enum WebhookHeader {
     static let name = "Provider-Signature"
     struct Failed: Error { let status: Int }
-}
-
-/// `2026-11-26 04:59 UTC`.
-enum UTCTimeText {
-    static func minutes(_ ms: Int64) -> String {
-        var time = time_t(ms / 1000)
-        var parts = tm()
-        gmtime_r(&time, &parts)
-        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
-        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday)) \(two(parts.tm_hour)):\(two(parts.tm_min)) UTC"
-    }
 }
 
 /// Devices unpaired at this instance: their access tokens are refused at the upgrade and their
