@@ -237,6 +237,27 @@ import Testing
                 == .report(.disconnected(retryIn: .seconds(600))))
     }
 
+    @Test func aRetryAfterIsWaitedOutWithJitterOnTop() {
+        // The jitter's ceiling: half as long again; never less than the server asked.
+        var late = Self.machine(random: { $0.upperBound })
+        _ = late.start(now: Self.t0)
+        #expect(late.connectFailed(SessionID(1), .refused(status: 503, retryAfter: .seconds(8)), now: Self.t0).last
+                == .report(.disconnected(retryIn: .seconds(12))))
+        #expect(late.tick(now: Self.t0 + 11 * Self.second) == [])
+        #expect(late.tick(now: Self.t0 + 12 * Self.second).contains(.connect(SessionID(2))))
+        // Two cars refused in the same second come back apart: the wait is drawn, not fixed.
+        var drawn: Set<Duration> = []
+        for _ in 0..<20 {
+            var car = Self.machine(random: { Double.random(in: $0) })
+            _ = car.start(now: Self.t0)
+            if case .report(.disconnected(let wait)) = car.connectFailed(SessionID(1), .refused(status: 429, retryAfter: .seconds(8)), now: Self.t0).last {
+                #expect(wait >= .seconds(8) && wait <= .seconds(12))
+                drawn.insert(wait)
+            }
+        }
+        #expect(drawn.count > 1)
+    }
+
     @Test func withoutATokenTheFileIsReadAgainEveryThirtySecondsAndTheSameProblemLoggedOnce() {
         var m = Self.machine()
         _ = m.start(now: Self.t0)

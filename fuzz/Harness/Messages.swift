@@ -77,7 +77,7 @@ enum Messages {
                 case .close(let reason): reason
                 case .reject(_, let text, _, _): text
                 case .ignore(let text): text
-                case .open, .verified, .renewAuth, .keepIncident, .announceClip, .clipPart: nil
+                case .open, .expect, .verified, .renewAuth, .keepIncident, .announceClip, .clipPart: nil
                 }
                 if let said {
                     require(!said.unicodeScalars.contains { [.control, .format].contains($0.properties.generalCategory) },
@@ -126,6 +126,10 @@ enum Messages {
                     check(segment, limits: limits, agent: opened!, binaries: binariesSinceText)
                     judge(segment, machine: machine, agent: opened!)
                     require(machine.bufferedBytes == 0, "a verified segment left \(machine.bufferedBytes) bytes buffered")
+                case .expect(let bytes):
+                    // The room a session takes before it reads on: never more than a segment may be.
+                    require(wasOpen && (1...limits.maxSegmentBytes).contains(bytes) && machine.isReceivingSegment,
+                            "room for \(bytes) bytes asked, limit \(limits.maxSegmentBytes)")
                 case .ignore:
                     break
                 }

@@ -493,8 +493,10 @@ extension Uplink {
                 }
                 return actions + retry(after: delay, now: now)
             case .refused(let status, let retryAfter):
+                // Retry-After is the server's instruction: never sooner, and up to half as long
+                // again at random, so the cars it refused together do not all come back together.
                 var delay = nextBackoff(lived: nil)
-                if let retryAfter, retryAfter > delay { delay = min(retryAfter, settings.retryAfterCap) }
+                if let retryAfter { delay = max(delay, min(retryAfter, settings.retryAfterCap) * random(1.0...1.5)) }
                 return [.log(.warning, "the server refused the upgrade with HTTP \(status)\(retryAfter.map { " (Retry-After \($0.spoken))" } ?? ""); retrying in \(delay.spoken)")]
                     + retry(after: delay, now: now)
             case .timedOut:

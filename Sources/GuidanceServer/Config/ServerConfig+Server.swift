@@ -22,7 +22,9 @@ extension ServerConfig {
                             handshakeTimeoutMs: server.handshakeTimeoutMs, maxConnections: server.maxConnections,
                             maxConnectionsPerDevice: server.maxConnectionsPerDevice, closeTimeoutMs: server.closeTimeoutMs,
                             clips: clipStore, maxClipFileBytes: clips.maxFileMegabytes << 20,
-                            maxClipBytesPerOwner: clips.maxMegabytesPerOwner << 20, impactMail: impactMail),
+                            maxClipBytesPerOwner: clips.maxMegabytesPerOwner << 20, impactMail: impactMail,
+                            maxInFlightBytes: server.maxInFlightMegabytes << 20, maxUpgradesInProgress: server.maxUpgradesInProgress,
+                            retryAfterSeconds: server.retryAfterSeconds),
             tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
             services: services + (retention.map { [$0] } ?? []) + (impactMail.map { [$0] } ?? []), pairing: pairing, logger: logger)
     }

@@ -46,6 +46,13 @@ public struct ServerConfig: LoadableConfig {
         public var maxConnectionsPerDevice = 4
         /// Time a peer has to answer the server's close; then the socket is closed.
         public var closeTimeoutMs = 3000
+        /// Bytes of segments being received at once, server-wide, in MiB; past it, sessions wait
+        /// and their sockets are not read. Well inside the unit's `MemoryMax` (2 GiB).
+        public var maxInFlightMegabytes = 256
+        /// Stream sessions starting at once (upgrade to `welcome`); more are answered 503.
+        public var maxUpgradesInProgress = 256
+        /// Seconds a refusal for capacity (503, 429) asks to wait: a random number from this to twice this.
+        public var retryAfterSeconds = 5
 
         public init() {}
 
@@ -218,13 +225,22 @@ extension ServerConfig {
             "Milliseconds a new connection has to send its whole upgrade request (TLS handshake included); then it is closed."),
         .int(
             "server.maxConnections", \.server.maxConnections, 1...1_000_000,
-            "Connections open at once; past it, requests are answered HTTP 503 with Retry-After: 5."),
+            "Connections open at once; past it, requests are answered HTTP 503 with Retry-After (server.retryAfterSeconds)."),
         .int(
             "server.maxConnectionsPerDevice", \.server.maxConnectionsPerDevice, 1...64,
-            "Stream connections one device (one token) may hold at once; a handover briefly needs two. Past it, the upgrade is answered HTTP 429 with Retry-After: 5."),
+            "Stream connections one device (one token) may hold at once; a handover briefly needs two. Past it, the upgrade is answered HTTP 429 with Retry-After (server.retryAfterSeconds)."),
         .int(
             "server.closeTimeoutMs", \.server.closeTimeoutMs, 100...60_000,
             "Milliseconds a peer has to answer a close the server sent (idle, superseded, quota); then the connection is closed whatever it does."),
+        .int(
+            "server.maxInFlightMegabytes", \.server.maxInFlightMegabytes, 1...65_536,
+            "MiB of segments being received at once, over all sessions (each takes its segment's size when its header comes). Past it, sessions wait their turn and their sockets are not read: the cars' bytes wait in the network, not in the server's memory."),
+        .int(
+            "server.maxUpgradesInProgress", \.server.maxUpgradesInProgress, 1...100_000,
+            "Stream sessions starting at once (from the upgrade request to the session's welcome). Past it, upgrades are answered HTTP 503 with Retry-After, so a fleet that comes back at once is started at the rate the server can start it."),
+        .int(
+            "server.retryAfterSeconds", \.server.retryAfterSeconds, 1...3600,
+            "Seconds a refusal for capacity (HTTP 503 or 429) asks an agent to wait: each refusal says a random number from this to twice this, so refused cars come back spread out."),
         .choice(
             "analyzer.kind", \.analyzer.kind,
             "Analyzer that answers segments: `scripted` plays analyzer.scriptFile; `gemini` asks Google's Gemini API with the segment; `openai` asks an OpenAI-compatible server with keyframes; `vision` looks for people and an unusable picture on this machine's CPU."),

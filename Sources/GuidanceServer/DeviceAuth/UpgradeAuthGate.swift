@@ -7,6 +7,9 @@ import Synchronization
 /// Guards each connection until its first request is complete, before the WebSocket upgrader sees
 /// anything:
 /// - over `maxConnections`, every request is answered 503 with `Retry-After`;
+/// - an upgrade on the stream path while `maxStarting` sessions are starting already (upgrade
+///   through `welcome`) is answered 503 with `Retry-After`, so that a fleet arriving at once is
+///   started at the rate the server can start it and the rest come back later, spread out;
 /// - an upgrade request on the stream path without a valid token is answered 401 (the upgrader
 ///   answers every refusal with 400);
 /// - a connection whose first request is not complete within the handshake timeout (silent, or a
@@ -24,11 +27,15 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
         /// The device a bearer token (the `Authorization` header) belongs to, if any.
         let device: @Sendable (String?) -> String?
         let handshakeTimeout: TimeAmount
-        /// Seconds an agent refused for capacity is told to wait.
+        /// Seconds an agent refused for capacity is told to wait at least; the header says a
+        /// random number of seconds from this to twice this, so refused cars come back spread out.
         let retryAfterSeconds: Int
         /// Stream connections of one device at once.
         let maxPerDevice: Int
         let perDevice = DeviceConnections()
+        /// Stream sessions starting at once (upgrade to `welcome`).
+        let maxStarting: Int
+        let starting = StartingSessions()
         let metrics: ServerMetrics
         let logger: Logger
         /// Refusals come as fast as a peer sends: their log lines are limited.
@@ -37,13 +44,19 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
 
     private let rules: Rules
     private let overCapacity: Bool
+    /// The connection's place among the starting sessions, taken here for a stream upgrade.
+    private let start: StartSlot
     private var refused = false
     private var deadline: Scheduled<Void>?
 
-    init(rules: Rules, overCapacity: Bool) {
+    init(rules: Rules, overCapacity: Bool, start: StartSlot) {
         self.rules = rules
         self.overCapacity = overCapacity
+        self.start = start
     }
+
+    /// What a refused agent is told to wait: ``Rules/retryAfterSeconds`` to twice it, at random.
+    var retryAfter: String { "\(rules.retryAfterSeconds + Int.random(in: 0...rules.retryAfterSeconds))" }
 
     func handlerAdded(context: ChannelHandlerContext) {
         let channel = NIOLoopBound(context.channel, eventLoop: context.eventLoop)
@@ -67,7 +80,7 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
             if overCapacity {
                 rules.metrics.refused(.capacity)
                 rules.logger.warning("refused a connection: server.maxConnections reached (HTTP 503)")
-                refuse(context, head, .serviceUnavailable, ["Retry-After": "\(rules.retryAfterSeconds)"])
+                refuse(context, head, .serviceUnavailable, ["Retry-After": retryAfter])
                 return
             }
             let requestPath = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
@@ -86,7 +99,15 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
                     rules.metrics.refused(.deviceCapacity)
                     rules.logger.warning("refused a connection: \(rules.maxPerDevice) of one device's are open (HTTP 429)",
                                          metadata: ["device": "\(device)"])
-                    refuse(context, head, .tooManyRequests, ["Retry-After": "\(rules.retryAfterSeconds)"])
+                    refuse(context, head, .tooManyRequests, ["Retry-After": retryAfter])
+                    return
+                }
+                // Held until the session's welcome is written or the connection closes.
+                guard start.take(from: rules.starting, limit: rules.maxStarting) else {
+                    rules.metrics.refused(.starting)
+                    rules.refusals.log(rules.logger, .warning,
+                                       "refused an upgrade: \(rules.maxStarting) sessions are starting already (server.maxUpgradesInProgress; HTTP 503)")
+                    refuse(context, head, .serviceUnavailable, ["Retry-After": retryAfter])
                     return
                 }
             }
@@ -117,28 +138,66 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
 
 /// When the peer last sent anything at all: any bytes read on the connection, WebSocket pongs and
 /// pings included, so an agent that only answers pings (paused by 4402, say) is not idle.
+///
+/// While the server itself keeps the session waiting (for room for its segment, reading nothing),
+/// the peer's silence is the server's doing: the connection counts as active then.
 final class ConnectionActivity: Sendable {
-    private let instant = Mutex(ContinuousClock.now)
-    func touch() { instant.withLock { $0 = .now } }
-    var last: ContinuousClock.Instant { instant.withLock { $0 } }
+    private let state = Mutex((last: ContinuousClock.now, serverBusy: false))
+    func touch() { state.withLock { $0.last = .now } }
+    var last: ContinuousClock.Instant { state.withLock { $0.serverBusy ? .now : $0.last } }
+
+    /// Runs `body`, during which the connection is active whatever the peer sends.
+    func whileServerBusy<T>(_ body: () async throws -> T) async rethrows -> T {
+        state.withLock { $0.serverBusy = true }
+        defer { state.withLock { $0 = (.now, false) } }
+        return try await body()
+    }
 }
 
 /// Stamps ``ConnectionActivity`` on every read; first in the pipeline, there for the connection's life.
+/// It also keeps the connection's ``StartSlot``, where its session finds it.
 final class ReadActivity: ChannelInboundHandler, Sendable {
     typealias InboundIn = ByteBuffer
     let activity = ConnectionActivity()
+    let start: StartSlot
+
+    init(start: StartSlot) { self.start = start }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         activity.touch()
         context.fireChannelRead(data)
     }
 
-    /// The activity of the connection `channel`, which has this handler.
-    static func activity(of channel: any Channel) async throws -> ConnectionActivity {
-        try await channel.eventLoop.submit {
-            try channel.pipeline.syncOperations.handler(type: ReadActivity.self).activity
-        }.get()
+    /// The handler of `channel`, on its event loop.
+    static func of(_ channel: any Channel) throws -> ReadActivity {
+        try channel.pipeline.syncOperations.handler(type: ReadActivity.self)
     }
+}
+
+/// The stream sessions starting at once: from the upgrade request to the session's `welcome`.
+final class StartingSessions: Sendable {
+    private let count = Atomic<Int>(0)
+    var current: Int { count.load(ordering: .relaxed) }
+    /// Counts one more unless `limit` are starting; whether it did.
+    func take(limit: Int) -> Bool {
+        if count.add(1, ordering: .relaxed).newValue <= limit { return true }
+        count.subtract(1, ordering: .relaxed)
+        return false
+    }
+    func give() { count.subtract(1, ordering: .relaxed) }
+}
+
+/// One connection's place among the ``StartingSessions``: taken at its upgrade, given back once,
+/// when its session has started or the connection closed, whichever comes first.
+final class StartSlot: Sendable {
+    private let held = Mutex<StartingSessions?>(nil)
+    /// Takes a place in `sessions`; false if `limit` are starting.
+    func take(from sessions: StartingSessions, limit: Int) -> Bool {
+        guard sessions.take(limit: limit) else { return false }
+        held.withLock { $0 = sessions }
+        return true
+    }
+    func give() { held.withLock { held in defer { held = nil }; return held }?.give() }
 }
 
 /// Each device's open stream connections, counted against `server.maxConnectionsPerDevice`.
@@ -188,7 +247,11 @@ struct AuthGatedChannel<Base: ServerChildChannel>: ServerChildChannel {
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         let overCapacity = open.add(limit: maxConnections)
         let open = self.open
-        channel.closeFuture.whenComplete { _ in open.remove() }
+        let start = StartSlot()
+        channel.closeFuture.whenComplete { _ in
+            open.remove()
+            start.give()
+        }
         return base.setup(channel: channel, logger: logger).flatMapThrowing { value in
             if let options = channel.syncOptions {
                 try options.setOption(ChannelOptions.maxMessagesPerRead, value: 1)
@@ -196,9 +259,9 @@ struct AuthGatedChannel<Base: ServerChildChannel>: ServerChildChannel {
                     minimum: 64, initial: 2048, maximum: Self.receiveBufferBytes))
             }
             let operations = channel.pipeline.syncOperations
-            try operations.addHandler(ReadActivity(), position: .first)
+            try operations.addHandler(ReadActivity(start: start), position: .first)
             let decoder = try operations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
-            try operations.addHandler(UpgradeAuthGate(rules: rules, overCapacity: overCapacity), position: .after(decoder))
+            try operations.addHandler(UpgradeAuthGate(rules: rules, overCapacity: overCapacity, start: start), position: .after(decoder))
             return value
         }
     }

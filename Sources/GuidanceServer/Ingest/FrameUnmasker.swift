@@ -46,12 +46,10 @@ final class FrameUnmasker: ChannelInboundHandler, Sendable {
     }
 
     /// Puts an unmasker right after `channel`'s WebSocket frame decoder. Frames read before it is
-    /// in place are unmasked by NIO as before.
-    static func install(on channel: any Channel) async throws {
-        try await channel.eventLoop.submit {
-            let operations = channel.pipeline.syncOperations
-            let decoder = try operations.handler(type: ByteToMessageHandler<WebSocketFrameDecoder>.self)
-            try operations.addHandler(FrameUnmasker(), position: .after(decoder))
-        }.get()
+    /// in place are unmasked by NIO as before. On `channel`'s event loop.
+    static func install(on channel: any Channel) throws {
+        let operations = channel.pipeline.syncOperations
+        let decoder = try operations.handler(type: ByteToMessageHandler<WebSocketFrameDecoder>.self)
+        try operations.addHandler(FrameUnmasker(), position: .after(decoder))
     }
 }

@@ -21,6 +21,9 @@ public final class ServerMetrics: Sendable {
     private let skipped: Metrics.Counter
     private let passwordHashes: Metrics.Counter
     private let serverErrors: Metrics.Counter
+    private let inFlightBytes: Metrics.Gauge
+    private let waitingForRoom: Metrics.Gauge
+    private let roomWaits: Metrics.Counter
 
     public enum LedgerWrite: String, Sendable, CaseIterable {
         case charged, duplicate, fenced, failed
@@ -29,6 +32,8 @@ public final class ServerMetrics: Sendable {
     /// Why a connection got no session.
     public enum Refusal: String, Sendable, CaseIterable {
         case unauthorized, capacity, deviceCapacity = "device_capacity", handshakeTimeout = "handshake_timeout"
+        /// `server.maxUpgradesInProgress` sessions were starting already.
+        case starting
     }
 
     public init() {
@@ -54,7 +59,12 @@ public final class ServerMetrics: Sendable {
         chargeSeconds = Metrics.Timer(label: "guidance_ledger_charge_duration_seconds", factory: factory)
         passwordHashes = Metrics.Counter(label: "guidance_password_hashes_total", factory: factory)
         serverErrors = Metrics.Counter(label: "guidance_http_server_errors_total", factory: factory)
+        inFlightBytes = Metrics.Gauge(label: "guidance_inflight_bytes", factory: factory)
+        waitingForRoom = Metrics.Gauge(label: "guidance_inflight_waiting_sessions", factory: factory)
+        roomWaits = Metrics.Counter(label: "guidance_inflight_waits_total", factory: factory)
         sessionsGauge.record(0)
+        inFlightBytes.record(0)
+        waitingForRoom.record(0)
     }
 
     func sessionOpened() { sessionsGauge.record(open.add(1, ordering: .relaxed).newValue) }
@@ -73,6 +83,14 @@ public final class ServerMetrics: Sendable {
     /// A charge that the ledger answered (written, or found already written), from the session's
     /// call to its return: the group it joined, the one before it, and the waits between.
     func charged(after duration: Duration) { chargeSeconds.record(duration) }
+
+    /// The bytes of segments being received (``InFlightBudget``) and the sessions waiting for room.
+    func inFlight(bytes: Int, waiting: Int) {
+        inFlightBytes.record(bytes)
+        waitingForRoom.record(waiting)
+    }
+    /// A session found no room for its segment and waited (reading nothing meanwhile).
+    func waitedForRoom() { roomWaits.increment() }
 
     /// An owner's password was hashed or checked (bcrypt: a quarter of a second of a core).
     func passwordHashed() { passwordHashes.increment() }

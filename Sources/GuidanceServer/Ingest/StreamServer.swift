@@ -68,6 +68,13 @@ public struct StreamServer: Sendable {
         public var maxClipBytesPerOwner: Int
         /// Tells owners who asked for it of a parked car's impact (`mail.*`); nil: no mail.
         public var impactMail: ImpactMail?
+        /// Bytes of segments being received at once, server-wide (``InFlightBudget``); past it,
+        /// sessions wait for room and their sockets are not read.
+        public var maxInFlightBytes: Int
+        /// Stream sessions starting at once (upgrade to `welcome`); more upgrades are answered 503.
+        public var maxUpgradesInProgress: Int
+        /// What a refusal for capacity asks the agent to wait: this to twice this, in seconds.
+        public var retryAfterSeconds: Int
 
         public init(host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
                     idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil,
@@ -78,7 +85,13 @@ public struct StreamServer: Sendable {
                     closeTimeoutMs: Int = ServerConfig.Server().closeTimeoutMs,
                     clips: (any ClipStore)? = nil, maxClipFileBytes: Int = ServerConfig.Clips().maxFileMegabytes << 20,
                     maxClipBytesPerOwner: Int = ServerConfig.Clips().maxMegabytesPerOwner << 20,
-                    impactMail: ImpactMail? = nil) {
+                    impactMail: ImpactMail? = nil,
+                    maxInFlightBytes: Int = ServerConfig.Server().maxInFlightMegabytes << 20,
+                    maxUpgradesInProgress: Int = ServerConfig.Server().maxUpgradesInProgress,
+                    retryAfterSeconds: Int = ServerConfig.Server().retryAfterSeconds) {
+            self.maxInFlightBytes = maxInFlightBytes
+            self.maxUpgradesInProgress = maxUpgradesInProgress
+            self.retryAfterSeconds = retryAfterSeconds
             self.clips = clips
             self.impactMail = impactMail
             self.maxClipFileBytes = maxClipFileBytes
@@ -112,6 +125,8 @@ public struct StreamServer: Sendable {
     public let pairing: Pairing?
     /// The sessions open here, shared by the application and ``restartNotice``.
     let sessions = LiveSessions()
+    /// Room for the segments being received, shared by every session.
+    let budget: InFlightBudget
 
     public init(settings: Settings, tokens: DeviceTokens, analyzer: any SegmentAnalyzer, ledger: any UsageLedger,
                 leases: any SessionLeases = LocalLeases(), services: [any Service] = [], pairing: Pairing? = nil, logger: Logger,
@@ -125,6 +140,7 @@ public struct StreamServer: Sendable {
         self.services = services
         self.logger = logger
         self.metrics = metrics
+        budget = InFlightBudget(capacity: max(settings.maxInFlightBytes, 1), metrics: metrics)
     }
 
     /// Closes every open session with 1012 at a graceful shutdown: to run beside ``application(onRunning:)``,
@@ -139,6 +155,7 @@ public struct StreamServer: Sendable {
         let ledger = self.ledger, leases = self.leases
         let router = Router(context: GuidanceRequestContext.self)
         let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger, metrics = self.metrics
+        let budget = self.budget
         router.add(middleware: ServerErrorLog(logger: logger, metrics: metrics))
         router.add(middleware: SecureTransport(always: settings.tls != nil || pairing?.secureCookies == true,
                                                peer: { $0.channel?.remoteAddress?.ipAddress }))
@@ -167,8 +184,12 @@ public struct StreamServer: Sendable {
             // One look at the tokens file for both questions (each look is a `stat`).
             let staticDevice = tokens.device(authorization: authorization)
             guard let device = staticDevice ?? accessClaims(authorization)?.sub else { return }
-            let activity = try await ReadActivity.activity(of: channel)
-            try await FrameUnmasker.install(on: channel)
+            // What the session needs of its connection, on the connection's event loop.
+            let (connection, credit) = try await channel.eventLoop.submit {
+                try FrameUnmasker.install(on: channel)
+                return (try ReadActivity.of(channel), try ReadCredit.install(on: channel, limit: GuidanceProtocol.maxMessageBytes + 1024))
+            }.get()
+            let activity = connection.activity
             // A static token stops working when it leaves the tokens file; a paired device's
             // session lasts while the stream does (its access token was checked at the upgrade).
             let byStaticToken = staticDevice != nil
@@ -177,6 +198,7 @@ public struct StreamServer: Sendable {
             let window = AuthWindow(expiresAt: byStaticToken ? Int64.max : accessClaims(authorization)?.exp ?? 0)
             let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
                                         analyzer: analyzer, metrics: metrics, activity: activity,
+                                        intake: .init(budget: budget, credit: credit, started: { connection.start.give() }),
                                         // Asked of every session on each of SessionChecks' ticks, which reads
                                         // the tokens file first (once, not once a session).
                                         stillAuthorized: {
@@ -246,7 +268,8 @@ public struct StreamServer: Sendable {
         let webSocketResponder = router.buildResponder()
         let rules = UpgradeAuthGate.Rules(
             path: GuidanceProtocol.path, device: resolveDevice, handshakeTimeout: .milliseconds(Int64(settings.handshakeTimeoutMs)),
-            retryAfterSeconds: 5, maxPerDevice: settings.maxConnectionsPerDevice, metrics: metrics, logger: logger)
+            retryAfterSeconds: settings.retryAfterSeconds, maxPerDevice: settings.maxConnectionsPerDevice, maxStarting: settings.maxUpgradesInProgress,
+            metrics: metrics, logger: logger)
         let open = OpenConnections()
         // A bad token never gets a WebSocket: HTTP 401 at the upgrade.
         var server = HTTPServerBuilder { responder in

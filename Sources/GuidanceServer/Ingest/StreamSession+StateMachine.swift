@@ -61,6 +61,10 @@ extension StreamSession {
             case reject(ServerMessage.ErrorCode, String, seq: Int?, reason: Rejection)
             /// Close the session: a protocol error before `hello`.
             case close(reason: String)
+            /// A segment's header was accepted and its `bytes` come next, in chunks: room for them
+            /// is taken (``InFlightBudget``) before another message is read. The room is given back
+            /// once ``isReceivingSegment`` is false again.
+            case expect(bytes: Int)
             /// A segment that passed every check.
             case verified(Verified)
             /// Worth a debug log line, nothing more (an unknown message type).
@@ -126,6 +130,12 @@ extension StreamSession {
             case .ready(let agent), .receiving(let agent, _), .receivingClipPart(let agent, _), .skipping(let agent): agent
             case .awaitingHello, .closed: nil
             }
+        }
+
+        /// A segment's header was accepted and not all of its chunks have come.
+        public var isReceivingSegment: Bool {
+            if case .receiving = state { return true }
+            return false
         }
 
         /// Bytes held for the segment being received.
@@ -245,7 +255,7 @@ extension StreamSession {
                 }
                 // `check` made sure that `chunks` is there and matches `bytes`.
                 state = .receiving(agent, Receiving(header: header, chunks: header.chunks ?? 0))
-                return actions
+                return actions + [.expect(bytes: header.bytes)]
             }
         }
 

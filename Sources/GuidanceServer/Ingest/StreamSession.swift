@@ -24,6 +24,9 @@ public struct StreamSession: Sendable {
     let analyzer: any SegmentAnalyzer
     let metrics: ServerMetrics
     let activity: ConnectionActivity
+    /// How the session takes in bytes: room in the server's budget, its connection's read credit,
+    /// and its place among the starting sessions.
+    var intake = Intake()
     /// Whether the token the session was opened with still names its device (the tokens file is
     /// read again when it changes: `guidance-server token remove`).
     let stillAuthorized: @Sendable () -> Bool
@@ -33,6 +36,16 @@ public struct StreamSession: Sendable {
     /// extends the session's authorization. A static token's session has nothing to renew.
     var reauthorize: @Sendable (String) -> Bool = { _ in false }
     let logger: Logger
+
+    /// What bounds a session's intake, shared with the server and its connection.
+    struct Intake: Sendable {
+        /// Room for the segments being received, server-wide.
+        var budget = InFlightBudget(capacity: Int.max)
+        /// Tells the connection what the session took, so that it reads on; nil: NIO's read-ahead.
+        var credit: ReadCredit.Taker?
+        /// The session has started (its `welcome` is written): its place among the starting ones is free.
+        var started: @Sendable () -> Void = {}
+    }
 
     public struct Observer: Sendable {
         var opened: @Sendable () async -> Void
@@ -136,6 +149,22 @@ public struct StreamSession: Sendable {
 
     /// What the session holds once `hello` is through: its lease epoch, and whether it waits for
     /// usage (0 left). Shared by the receive loop and the usage watch.
+    /// The room one session holds in the server's ``InFlightBudget``: at most one segment's.
+    final class Room: Sendable {
+        let budget: InFlightBudget
+        private let held = Mutex(0)
+        init(budget: InFlightBudget) { self.budget = budget }
+        func take(_ bytes: Int) async throws {
+            giveBack()
+            let taken = try await budget.reserve(bytes)
+            held.withLock { $0 = taken }
+        }
+        func giveBack() {
+            let bytes = held.withLock { held in defer { held = 0 }; return held }
+            if bytes > 0 { budget.release(bytes) }
+        }
+    }
+
     final class Lease: Sendable {
         private let state = Mutex<(epoch: Int64?, paused: Bool)>((nil, false))
         var epoch: Int64? { state.withLock { $0.epoch } }
@@ -153,13 +182,25 @@ public struct StreamSession: Sendable {
         var machine = StreamSession.StateMachine(limits: limits)
         var log = RateLimit(interval: .seconds(10))
         var incidents: IncidentKeeper?
+        // Room taken for the segment being received, given back once it is acknowledged or refused.
+        let room = Room(budget: intake.budget)
+        defer { room.giveBack() }
         for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes + 1024) {
-            let actions = switch message {
-            case .text(let text): machine.text(text)
-            case .binary(let buffer): machine.binary(buffer.readableBytesView)
+            let actions: [StreamSession.StateMachine.Action]
+            switch message {
+            case .text(let text):
+                intake.credit?.took(text.utf8.count)
+                actions = machine.text(text)
+            case .binary(let buffer):
+                intake.credit?.took(buffer.readableBytes)
+                actions = machine.binary(buffer.readableBytesView)
             }
+            defer { if !machine.isReceivingSegment { room.giveBack() } }
             for action in actions {
                 switch action {
+                case .expect(let bytes):
+                    // Nothing more is read until there is room: a storm waits in the network.
+                    try await activity.whileServerBusy { try await room.take(bytes) }
                 case .open(let agent):
                     try await open(agent, lease: lease, end: end, outbound: outbound)
                     incidents = IncidentKeeper(keepDir: settings.keepDir, device: device, stream: agent.stream ?? "session:\(id)")
@@ -295,6 +336,7 @@ public struct StreamSession: Sendable {
         let remaining = settings.usageSeconds == nil ? nil : try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
         lease.paused = remaining == 0
         try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
+        intake.started()
         await observer?.opened()
         if !agent.named.isEmpty, agent.named != device {
             logger.notice("session \(id): the agent calls itself \(GuidanceText.loggable(agent.named)); its token says '\(device)', which counts",

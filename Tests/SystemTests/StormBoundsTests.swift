@@ -1,0 +1,132 @@
+import Foundation
+import Glibc
+import GuidanceProtocol
+import Testing
+import TestSupport
+
+/// What keeps a fleet arriving at once from sinking the server, on the real binary: the in-flight
+/// budget stops reading sockets when it is spent and reads on when room comes back; past
+/// `server.maxUpgradesInProgress`, upgrades are answered 503 with a Retry-After drawn anew for each.
+@Suite struct StormBoundsTests {
+    /// A segment that finds the budget spent is not read from its socket (its bytes wait in the
+    /// kernel's queue, not in the server) and is acknowledged once the segment holding the room
+    /// is through.
+    @Test func aSegmentWithNoRoomWaitsUnreadInTheNetworkAndIsAcknowledgedWhenRoomComesBack() async throws {
+        let server = try await ServerProcess(server: ["maxInFlightMegabytes": "1"])
+        let port = server.port
+        // Car 1 announces a segment the size of the whole budget and sends half of it.
+        let hog = (0..<(1 << 20)).map { _ in UInt8.random(in: 0...255) }
+        let chunk = GuidanceProtocol.maxMessageBytes
+        let hogChunks = stride(from: 0, to: hog.count, by: chunk).map { Array(hog[$0..<min($0 + chunk, hog.count)]) }
+        let (first, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: port) }
+        try first.sendText(ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: hog.count, chunks: hogChunks.count,
+                                                       sha: ServerHardeningTests.sha(hog)))
+        for part in hogChunks.prefix(hogChunks.count / 2) { try first.sendFrame(.binary, part) }
+
+        // Car 2 sends a whole real segment of three chunks: there is no room for it.
+        let clip = await SampleSegment.clip(0, size: "480x270")
+        let clipChunks = stride(from: 0, to: clip.count, by: chunk).map { Array(clip[$0..<min($0 + chunk, clip.count)]) }
+        #expect(clipChunks.count == 3)
+        let (second, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: port, token: "other-token") }
+        try second.sendText(ServerHardeningTests.header(seq: 7, durationMs: 5000, bytes: clip.count, chunks: clipChunks.count,
+                                                        sha: ServerHardeningTests.sha(clip)))
+        let sender = Task.detached { for part in clipChunks { try second.sendFrame(.binary, part) } }
+
+        // The server says a session waits for room, and the kernel holds what it did not read.
+        var waiting = false, unread = 0
+        for _ in 0..<600 where !(waiting && unread > 0) {
+            waiting = try await Self.metric("guidance_inflight_waiting_sessions", port: port) == 1
+            unread = Self.unreadBytes(serverPort: port, peer: second)
+            if !(waiting && unread > 0) { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(waiting, "no session waits for room")
+        #expect(unread > 0, "the server read car 2's segment with no room for it")
+
+        // Car 1's segment ends (random bytes: not an MP4, refused), and its room goes to car 2.
+        for part in hogChunks.dropFirst(hogChunks.count / 2) { try first.sendFrame(.binary, part) }
+        let refused = try await ServerHardeningTests.offPool { try first.readTexts(until: "bad_segment") }
+        #expect(refused.last?.contains("bad_segment") == true, "\(refused)")
+        try await sender.value
+        let answered = try await ServerHardeningTests.offPool { try second.readTexts(until: "\"ack\"") }
+        #expect(answered.last?.contains("\"seq\":7") == true, "\(answered)")
+        var empty = false
+        for _ in 0..<200 where !empty {
+            let bytes = try await Self.metric("guidance_inflight_bytes", port: port)
+            let waiting = try await Self.metric("guidance_inflight_waiting_sessions", port: port)
+            empty = bytes == 0 && waiting == 0
+            if !empty { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(empty, "room was not given back")
+        withExtendedLifetime((first, second)) {}
+        try await ServerHardeningTests.stillServes(server)
+    }
+
+    /// A session starts from its upgrade to its `welcome`: while one is starting, with room for
+    /// one, the next upgrade is answered 503 with a Retry-After of 3 to 6 s, drawn for each; once
+    /// the first has its welcome, an upgrade goes through again.
+    @Test func pastMaxUpgradesInProgressAnUpgradeIsAnswered503WithAJitteredRetryAfter() async throws {
+        let server = try await ServerProcess(server: ["maxUpgradesInProgress": "1", "retryAfterSeconds": "3"])
+        let port = server.port
+        let starting = try RawClient(port: port)
+        let upgraded = try await ServerHardeningTests.offPool { try starting.upgrade(token: "good-token") }
+        #expect(upgraded.status == 101, "\(upgraded.head)")
+        var waits: [Int] = []
+        for _ in 0..<8 {
+            let answer = try await ServerHardeningTests.offPool { try RawClient(port: port).upgrade(token: "other-token") }
+            #expect(answer.status == 503, "\(answer.head)")
+            if let wait = Self.retryAfter(answer.head) { waits.append(wait) }
+        }
+        #expect(waits.count == 8 && waits.allSatisfy { (3...6).contains($0) }, "\(waits)")
+        #expect(Set(waits).count > 1, "every refused car was told the same wait: \(waits)")
+        #expect(try await Self.metric("guidance_connections_refused_total{reason=\"starting\"}", port: port) == 8)
+
+        // Its welcome ends the first session's start.
+        try starting.sendText(ServerHardeningTests.hello)
+        #expect(try await ServerHardeningTests.offPool { try starting.readTexts(until: "welcome") }.last?.contains("welcome") == true)
+        let (next, welcome) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: port, token: "other-token") }
+        #expect(welcome.contains("\"welcome\""))
+        withExtendedLifetime((starting, next)) {}
+    }
+
+    /// The seconds of a response head's `Retry-After`.
+    static func retryAfter(_ head: String) -> Int? {
+        head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("retry-after:") }
+            .flatMap { Int($0.split(separator: ":", maxSplits: 1)[1].trimmingCharacters(in: .whitespaces)) }
+    }
+
+    /// A sample's value from the server's `/metrics` (the line that starts with `name` and a space).
+    static func metric(_ name: String, port: Int) async throws -> Double? {
+        let text = try await ServerHardeningTests.offPool { () -> String in
+            let client = try RawClient(port: port)
+            try client.send("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            var bytes: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let n = recv(client.fd, &buffer, buffer.count, 0)
+                guard n > 0 else { break }
+                bytes += buffer[0..<n]
+            }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        return text.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Double($0.split(separator: " ").last ?? "") }
+    }
+
+    /// Bytes that arrived on the server's end of `peer`'s connection and that the server has not
+    /// read: the kernel's receive queue (`/proc/net/tcp`, `rx_queue`).
+    static func unreadBytes(serverPort: Int, peer: RawClient) -> Int {
+        var address = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(peer.fd, $0, &length) }
+        }
+        let peerPort = Int(UInt16(bigEndian: address.sin_port))
+        let local = String(format: "0100007F:%04X", serverPort), remote = String(format: "0100007F:%04X", peerPort)
+        guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return 0 }
+        for line in table.split(separator: "\n").dropFirst() {
+            let fields = line.split(separator: " ")
+            guard fields.count > 4, fields[1] == local, fields[2] == remote else { continue }
+            return Int(fields[4].split(separator: ":").last ?? "", radix: 16) ?? 0
+        }
+        return 0
+    }
+}
