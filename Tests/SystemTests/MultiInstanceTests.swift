@@ -9,19 +9,22 @@ import TestSupport
 /// lands on the other instance, which takes the lease; the first instance closes the old session
 /// with 4000; a segment re-sent to the second is acknowledged without a second charge.
 @Suite struct MultiInstanceTests {
-    /// The shipped site's stream location, in a plain-HTTP server on `port` in front of `upstreams`.
+    /// The shipped site's stream location, in a plain-HTTP server on `port` in front of `upstreams`,
+    /// each with the shipped upstream's health-check parameters.
     static func nginxConfig(port: Int, upstreams: [Int], folder: URL) throws -> String {
         let site = try Nginx.shippedSite()
         guard let start = site.range(of: "map $http_upgrade"), let mapEnd = site.range(of: "}", range: start.upperBound..<site.endIndex),
               let location = site.range(of: "location = /v1/stream {"),
-              let locationEnd = site.range(of: "\n    }", range: location.upperBound..<site.endIndex) else {
-            throw PostgresServer.Failure(description: "the shipped site no longer has its map and /v1/stream location")
+              let locationEnd = site.range(of: "\n    }", range: location.upperBound..<site.endIndex),
+              let first = site.range(of: "server 127.0.0.1:8080 "), let firstEnd = site.range(of: ";", range: first.upperBound..<site.endIndex) else {
+            throw PostgresServer.Failure(description: "the shipped site no longer has its map, upstream and /v1/stream location")
         }
+        let health = site[first.upperBound..<firstEnd.lowerBound]
         return Nginx.mainConfig(folder: folder, http: """
                 access_log \(folder.path)/access.log;
                 \(site[start.lowerBound..<mapEnd.upperBound])
                 upstream guidance_server {
-            \(upstreams.map { "        server 127.0.0.1:\($0) max_fails=0;" }.joined(separator: "\n"))
+            \(upstreams.map { "        server 127.0.0.1:\($0) \(health);" }.joined(separator: "\n"))
                 }
                 server {
                     listen 127.0.0.1:\(port);
@@ -30,27 +33,31 @@ import TestSupport
             """)
     }
 
+    /// nginx on a free port in front of `upstreams`, once its port answers.
+    static func proxy(upstreams: [Int], folder: URL) async throws -> (Spawned, port: Int) {
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let port = try PostgresServer.freePort()
+        try Data(try nginxConfig(port: port, upstreams: upstreams, folder: folder).utf8).write(to: folder.appendingPathComponent("nginx.conf"))
+        let proxy = try Spawned(try #require(Nginx.binary), Nginx.arguments(folder: folder), folder: folder, absolute: true)
+        var listening = false
+        for _ in 0..<200 where !listening {
+            listening = (try? RawClient(port: port)) != nil
+            if !listening { try await Task.sleep(for: .milliseconds(25)) }
+        }
+        if !listening { proxy.stop(SIGTERM) }
+        try #require(listening, "nginx did not start: \(proxy.stderr)")
+        return (proxy, port)
+    }
+
     @Test(.enabled(if: Nginx.binary != nil, "needs nginx"))
     func aNewSessionOnTheOtherInstanceClosesTheOldOneAndUsageCountsOnce() async throws {
         let url = try await PostgresServer.shared().createDatabase()
         let database = String(url.split(separator: "/").last ?? "")
         let extra = "usage:\n  remainingSeconds: 100\nledger: \(url)"
         let a = try await ServerProcess(extra: extra), b = try await ServerProcess(extra: extra)
-        let folder = a.folder.appendingPathComponent("nginx")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        let proxyPort = try PostgresServer.freePort()
-        try Data(try Self.nginxConfig(port: proxyPort, upstreams: [a.port, b.port], folder: folder).utf8)
-            .write(to: folder.appendingPathComponent("nginx.conf"))
-        let proxy = try Spawned(try #require(Nginx.binary), Nginx.arguments(folder: folder), folder: folder, absolute: true)
+        let (proxy, proxyPort) = try await Self.proxy(upstreams: [a.port, b.port], folder: a.folder.appendingPathComponent("nginx"))
         // TERM: the master stops its worker too (after -9 the worker would live on).
         defer { proxy.stop(SIGTERM) }
-        // nginx is up once its port answers.
-        var listening = false
-        for _ in 0..<200 where !listening {
-            listening = (try? RawClient(port: proxyPort)) != nil
-            if !listening { try await Task.sleep(for: .milliseconds(25)) }
-        }
-        try #require(listening, "nginx did not start: \(proxy.stderr)")
 
         let data = await SampleSegment.clip(6)
         let hello = ClientMessage.hello(.init(device: "car-1", locale: "en-US", agent: "test",
@@ -93,5 +100,77 @@ import TestSupport
         // Counted once, as psql sees it.
         let spent = try await PostgresServer.shared().psql(database: database, "SELECT spent || '|' || segments FROM balances WHERE device = 'car-1'")
         #expect(spent.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "5|1")
+    }
+
+    /// The fleet form losing an instance as it dies in the field: `kill -9`, with a segment sent
+    /// and not yet acknowledged. The car's next connection through nginx is on the other instance
+    /// at once (nginx passes it on when the dead one refuses), the segment re-sent there is
+    /// acknowledged, and PostgreSQL counts each segment once. The killed instance, started again on
+    /// its port, is back in rotation: new sessions land on it.
+    @Test(.enabled(if: Nginx.binary != nil, "needs nginx"))
+    func aCarWhoseInstanceIsKilledStreamsOnTheOtherAndEachSegmentIsChargedOnce() async throws {
+        let url = try await PostgresServer.shared().createDatabase()
+        let database = String(url.split(separator: "/").last ?? "")
+        let extra = "usage:\n  remainingSeconds: 100\nledger: \(url)"
+        let a = try await ServerProcess(extra: extra), b = try await ServerProcess(extra: extra)
+        let (proxy, proxyPort) = try await Self.proxy(upstreams: [a.port, b.port], folder: a.folder.appendingPathComponent("nginx"))
+        defer { proxy.stop(SIGTERM) }
+
+        let data = await SampleSegment.clip(6)
+        let hello = ClientMessage.hello(.init(device: "car-1", locale: "en-US", agent: "test",
+                                              video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "run-1")).encoded()
+        @Sendable func header(_ seq: Int) -> String {
+            ServerHardeningTests.header(seq: seq, durationMs: 5000, bytes: data.count, chunks: 1, sha: ServerHardeningTests.sha(data))
+        }
+        @Sendable func session() throws -> RawClient {
+            let client = try RawClient(port: proxyPort, receiveTimeoutMs: 10_000)
+            let (status, head) = try client.upgrade(token: "good-token")
+            guard status == 101 else { throw PostgresServer.Failure(description: "upgrade through nginx answered \(status): \(head)") }
+            try client.sendText(hello)
+            _ = try client.readTexts(until: "welcome")
+            return client
+        }
+        // Segment 1 acknowledged; segment 2 sent whole, and its instance killed before any answer is read.
+        let first = try await ServerHardeningTests.offPool { () -> RawClient in
+            let client = try session()
+            try client.sendText(header(1))
+            try client.sendFrame(.binary, data)
+            _ = try client.readTexts(until: #""ack""#)
+            try client.sendText(header(2))
+            try client.sendFrame(.binary, data)
+            return client
+        }
+        let (victim, survivor) = a.process.stderr.contains(" opened") ? (a, b) : (b, a)
+        victim.stop()
+        // The car sees its connection end (nginx closes it when the instance's side dies).
+        #expect(try await ServerHardeningTests.offPool { () -> Bool in
+            var seen: [UInt8] = []
+            _ = try? first.readUntilClose(answerPings: true, within: .seconds(30), seen: &seen)
+            return first.isClosedByPeer()
+        })
+        // Its next connections are on the survivor at once (round robin would give one of two to
+        // the dead instance: nginx passes it on), and segment 2 is acknowledged there.
+        let second = try await ServerHardeningTests.offPool { () -> [String] in
+            withExtendedLifetime(try session()) {}
+            let client = try session()
+            try client.sendText(header(2))
+            try client.sendFrame(.binary, data)
+            return try client.readTexts(until: #""ack""#)
+        }
+        #expect(second.last?.contains(#""seq":2"#) == true, "\(second)")
+        #expect(survivor.process.stderr.contains(" opened"))
+        let spent = try await PostgresServer.shared().psql(database: database, "SELECT spent || '|' || segments FROM balances WHERE device = 'car-1'")
+        #expect(spent.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "10|2", "each segment charged once")
+
+        // Started again on its port, the killed instance takes new sessions again.
+        let back = try await ServerProcess(server: ["port": "\(victim.port)"], extra: extra, folder: victim.folder)
+        var landed = false
+        for _ in 0..<300 where !landed {
+            let probe = try await ServerHardeningTests.offPool { () -> RawClient in try session() }
+            landed = back.process.stderr.contains(" opened")
+            withExtendedLifetime(probe) {}
+            if !landed { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(landed, "no session reached the restarted instance: \(back.process.stderr.suffix(1500))")
     }
 }

@@ -7,10 +7,14 @@ import Synchronization
 /// connection that can write it.
 final class LogLimit: Sendable {
     private let limit = Mutex(RateLimit(interval: .seconds(1)))
+    /// Monotonic nanoseconds; a test passes its own.
+    private let now: @Sendable () -> UInt64
+
+    init(now: @escaping @Sendable () -> UInt64 = { StreamSession.now() }) { self.now = now }
 
     /// Logs `message` at `level` unless one went out within the second.
     func log(_ logger: Logger, _ level: Logger.Level, _ message: @autoclosure () -> String, metadata: Logger.Metadata? = nil) {
-        let now = StreamSession.now()
+        let now = self.now()
         guard let skipped = limit.withLock({ limit in limit.allows(now: now) ? limit.takeSuppressed() : nil }) else { return }
         logger.log(level: level, "\(message())\(skipped > 0 ? " (and \(skipped) more like it left out)" : "")", metadata: metadata)
     }

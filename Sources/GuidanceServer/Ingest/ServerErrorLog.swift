@@ -11,11 +11,16 @@ public import Logging
 public struct ServerErrorLog<Context: RequestContext>: RouterMiddleware {
     let logger: Logger
     let metrics: ServerMetrics
-    let limit = LogLimit()
+    let limit: LogLimit
 
     public init(logger: Logger, metrics: ServerMetrics) {
+        self.init(logger: logger, metrics: metrics, limit: LogLimit())
+    }
+
+    init(logger: Logger, metrics: ServerMetrics, limit: LogLimit) {
         self.logger = logger
         self.metrics = metrics
+        self.limit = limit
     }
 
     public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
