@@ -15,7 +15,7 @@ import TestSupport
 /// relay took it; a relay without STARTTLS under `mail.starttls: required` gets nothing; and a
 /// parked car's clip announced on two sessions to the server makes one mail to its owner.
 @Suite(.serialized) struct MailRelayTests {
-    static func client(port: Int, credentials: TestCredentials?, timeout: Duration = .seconds(30), logger: Logger = Logger(label: "smtp"))
+    static func client(port: Int, credentials: TestCredentials?, timeout: Duration = .seconds(120), logger: Logger = Logger(label: "smtp"))
         throws -> SMTPClient {
         var tls = TLSConfiguration.makeClientConfiguration()
         if let credentials { tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(credentials.ca))] }

@@ -1,3 +1,4 @@
+import Logging
 import NIOCore
 import Synchronization
 
@@ -11,9 +12,9 @@ import Synchronization
 ///
 /// Room is taken whole: a session that holds room for its segment can always read the rest of it.
 /// (Taking it chunk by chunk would let every session hold half a segment and none finish.)
-public final class InFlightBudget: Sendable {
+final class InFlightBudget: Sendable {
     /// Bytes that may be in flight at once.
-    public let capacity: Int
+    let capacity: Int
 
     private struct Waiter {
         let id: Int
@@ -29,23 +30,27 @@ public final class InFlightBudget: Sendable {
 
     private let state: Mutex<State>
     private let metrics: ServerMetrics?
+    /// Where a wait is told (at most a line a second): the operator's sign that the budget is spent.
+    private let logger: Logger?
+    private let waits = LogLimit()
 
-    public init(capacity: Int, metrics: ServerMetrics? = nil) {
+    init(capacity: Int, metrics: ServerMetrics? = nil, logger: Logger? = nil) {
         precondition(capacity > 0, "an in-flight budget needs room")
         self.capacity = capacity
         self.metrics = metrics
+        self.logger = logger
         state = Mutex(State(available: capacity))
     }
 
     /// Bytes taken now.
-    public var inFlight: Int { capacity - state.withLock { $0.available } }
+    var inFlight: Int { capacity - state.withLock { $0.available } }
     /// Takers waiting for room.
-    public var waiting: Int { state.withLock { $0.waiters.count } }
+    var waiting: Int { state.withLock { $0.waiters.count } }
 
     /// Takes room for `bytes` (at most the whole budget: a segment larger than it goes alone),
     /// waiting for it behind the takers that came first. Returns the bytes taken, which the caller
     /// gives back with ``release(_:)``. Cancelled while waiting, it takes nothing and throws.
-    public func reserve(_ bytes: Int) async throws -> Int {
+    func reserve(_ bytes: Int) async throws -> Int {
         let wanted = min(max(bytes, 0), capacity)
         let id: Int? = state.withLock { state in
             if state.waiters.isEmpty, state.available >= wanted {
@@ -60,6 +65,10 @@ public final class InFlightBudget: Sendable {
             return wanted
         }
         metrics?.waitedForRoom()
+        if let logger {
+            waits.log(logger, .notice, "\(inFlight >> 20) MiB of segments are being received (server.maxInFlightMegabytes: \(capacity >> 20)); "
+                      + "\(waiting + 1) session(s) wait for room, reading nothing meanwhile")
+        }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 enum Now { case wait, admitted, cancelled }
@@ -94,7 +103,7 @@ public final class InFlightBudget: Sendable {
     }
 
     /// Gives back `bytes` taken with ``reserve(_:)`` and lets in the waiters that now fit, in order.
-    public func release(_ bytes: Int) {
+    func release(_ bytes: Int) {
         let admitted: [CheckedContinuation<Void, any Error>] = state.withLock { state in
             state.available = min(capacity, state.available + max(bytes, 0))
             var admitted: [CheckedContinuation<Void, any Error>] = []

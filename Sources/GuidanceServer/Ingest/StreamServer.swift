@@ -140,7 +140,7 @@ public struct StreamServer: Sendable {
         self.services = services
         self.logger = logger
         self.metrics = metrics
-        budget = InFlightBudget(capacity: max(settings.maxInFlightBytes, 1), metrics: metrics)
+        budget = InFlightBudget(capacity: max(settings.maxInFlightBytes, 1), metrics: metrics, logger: logger)
     }
 
     /// Closes every open session with 1012 at a graceful shutdown: to run beside ``application(onRunning:)``,

@@ -335,8 +335,10 @@ public struct StreamSession: Sendable {
         // With no allowance set, usage is unlimited and the ledger need not be asked.
         let remaining = settings.usageSeconds == nil ? nil : try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
         lease.paused = remaining == 0
-        try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
+        // Started: its lease and balance are read. The place among the starting sessions is free
+        // before the car can read its welcome.
         intake.started()
+        try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
         await observer?.opened()
         if !agent.named.isEmpty, agent.named != device {
             logger.notice("session \(id): the agent calls itself \(GuidanceText.loggable(agent.named)); its token says '\(device)', which counts",
