@@ -33,6 +33,10 @@ the unit's `Environment=` lines are read from the unit and set for the server he
     python3 bench/server_load.py --instances 2          # nginx + PostgreSQL (Debian's), on loopback
     python3 bench/server_load.py --ledger postgres      # one instance, PostgreSQL, no proxy
     python3 bench/server_load.py --hostile 1            # and one more device that sends only abuse
+    python3 bench/server_load.py --devices 5000 --seconds 60 --crash-at 20   # kill -9 at 20 s, started again at once
+    python3 bench/server_load.py --instances 2 --devices 2000 --seconds 90 --kill-instance-at 30 --restart-after 20
+    python3 bench/server_load.py --devices 2500 --crash-at 20 --unit-memory   # in a memory cgroup with the
+                                                            # shipped unit's MemoryMax= (2G) and MemoryHigh=
 
 The devices are `server-load` (bench/ServerLoad, built beside the server): a compiled program on one
 event loop, so that the load costs little CPU. `--generator python` runs them here instead, on
@@ -44,6 +48,20 @@ counts no clip has, a real segment under a header whose frames and duration lie,
 with a matching SHA-256, half segments, binary before a header; after each close it connects
 again at once. Its results are reported apart; the other devices' acks and latency are what it
 must not change.
+
+A server lost mid-run (a reconnect storm): `--crash-at S` kills the one instance with SIGKILL S
+seconds in and starts it again at once with the same config file (same port, same SQLite ledger);
+its devices reconnect at once (`--reconnect-jitter-ms`, 0 by default here; an attempt refused while
+the port is closed is tried again 100 ms later, `--reconnect-retry-ms`). `--kill-instance-at S`
+kills instance 0 of several behind nginx and starts it again `--restart-after` seconds later; its
+cars reconnect through nginx with the agent's backoff (full jitter, 250 ms doubling to 30 s), and
+after the restart `--probes` fresh sessions through nginx show whether it is back in rotation. In
+both, every device re-sends what was not acknowledged, with the same `stream` and `seq`, so the
+ledger must charge each segment once; the report adds segments lost (sent, never acknowledged by
+the end), the time from a session's loss to the next session's first message, the servers' peak
+RSS (VmHWM before the kill and at the end, VmRSS every 0.5 s), whether they still run, the ack
+latency before the kill, while down, in the 30 s after the restart and later, and the ledger's
+charges read back (psql for PostgreSQL). `--keep` leaves the logs and ledger in place.
 
 PostgreSQL runs with its own data folder on a free loopback port, with its default durability
 (fsync on), as the `postgres` user when this runs as root.
@@ -166,16 +184,89 @@ def write_tokens(folder, devices):
     return tokens_file, list(tokens), tokens
 
 
-def start_server(binary, folder, name, tokens_file, devices, ledger, cpus, environment):
+def start_server(binary, folder, name, tokens_file, devices, ledger, cpus, environment, port=0, limit=None):
     config = os.path.join(folder, f"{name}.yaml")
     with open(config, "w") as f:
-        f.write(f"server:\n  host: 127.0.0.1\n  port: 0\n  tokensFile: {tokens_file}\n  maxConnections: {devices + 64}\n"
+        f.write(f"server:\n  host: 127.0.0.1\n  port: {port}\n  tokensFile: {tokens_file}\n  maxConnections: {devices + 64}\n"
                 f"analyzer:\n  kind: scripted\n  scriptFile: {folder}/script.yaml\nlog:\n  level: notice\n"
                 f"ledger: {ledger}\n")
-    log = open(os.path.join(folder, f"{name}.log"), "w+")
+    return launch_server(binary, config, os.path.join(folder, f"{name}.log"), cpus, environment, limit)
+
+
+def unit_memory_limits():
+    """The shipped unit's `MemoryMax=` and `MemoryHigh=`, in bytes."""
+    unit = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "server", "guidance-server.service")
+    sizes = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    limits = {}
+    for line in open(unit):
+        key, _, value = line.strip().partition("=")
+        if key in ("MemoryMax", "MemoryHigh"):
+            limits[key] = int(value[:-1]) * sizes[value[-1]] if value[-1] in sizes else int(value)
+    return limits
+
+
+class MemoryLimit:
+    """A memory cgroup with the shipped unit's `MemoryMax=` (and `MemoryHigh=`) that the servers
+    run in, as systemd would run them: past the limit the kernel's OOM killer ends the server.
+    cgroup v2 (`memory.max`, `memory.high`) where the machine has it, else v1's memory controller
+    (`memory.limit_in_bytes`; `MemoryHigh=` as the soft limit)."""
+
+    def __init__(self):
+        limits = unit_memory_limits()
+        self.max = limits["MemoryMax"]
+        self.high = limits.get("MemoryHigh")
+        name = f"guidance-bench-{os.getpid()}"
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            self.v2, self.path = True, os.path.join("/sys/fs/cgroup", name)
+            os.mkdir(self.path)
+            self.write("memory.max", self.max)
+            if self.high:
+                self.write("memory.high", self.high)
+        else:
+            self.v2, self.path = False, os.path.join("/sys/fs/cgroup/memory", name)
+            os.mkdir(self.path)
+            self.write("memory.limit_in_bytes", self.max)
+            if self.high:
+                self.write("memory.soft_limit_in_bytes", self.high)
+
+    def write(self, name, value):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(str(value))
+
+    def read(self, name):
+        try:
+            return open(os.path.join(self.path, name)).read()
+        except OSError:
+            return ""
+
+    def add(self, pid):
+        self.write("cgroup.procs", pid)
+
+    def report(self):
+        """Its limit, the most its processes used (MiB), and the OOM kills inside it."""
+        events = self.read("memory.events" if self.v2 else "memory.oom_control")
+        kills = int((re.search(r"oom_kill (\d+)", events) or [0, 0])[1])
+        peak = self.read("memory.peak" if self.v2 else "memory.max_usage_in_bytes").strip()
+        return {"memory_max_mib": self.max >> 20, "memory_high_mib": (self.high or 0) >> 20,
+                "memory_peak_mib": int(peak) >> 20 if peak.isdigit() else None, "memory_oom_kills": kills}
+
+    def remove(self):
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
+def launch_server(binary, config, log_path, cpus, environment, limit=None):
+    """guidance-server with `config`, once its log says where it listens: (process, port). In
+    `limit`'s memory cgroup, if given."""
+    log = open(log_path, "w+")
     pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
+    # Its own files (the run marker) in the run's folder, as systemd's StateDirectory= would have them.
     server = subprocess.Popen(pin + [os.path.join(binary, "guidance-server"), "--config", config], stdout=log, stderr=log,
-                              env={**os.environ, **environment})
+                              env={**os.environ, **environment, "STATE_DIRECTORY": os.path.dirname(config)})
+    if limit is not None:
+        limit.add(server.pid)
     deadline = time.time() + 30
     while time.time() < deadline:
         log.seek(0)
@@ -476,6 +567,176 @@ def bucket_quantile(buckets, p):
     return None
 
 
+def if_alive(read, pid, otherwise=0):
+    """`read(pid)` of a server, or `otherwise` once it is gone (killed, or dead on its own)."""
+    try:
+        return read(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return otherwise
+
+
+def oom_kills():
+    """The kernel's count of processes it ended for want of memory (/proc/vmstat), machine-wide."""
+    with open("/proc/vmstat") as f:
+        for line in f:
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    return None
+
+
+def gauge_or_none(port):
+    """An instance's open sessions, or None while it does not answer (killed, not started again yet)."""
+    try:
+        return sessions_gauge(port)
+    except OSError:
+        return None
+
+
+def reconnect_report(args, seen):
+    """What `--reconnect` adds: per session that ended before the run's end, the time from its end (as
+    its device saw it) to the next session's first message; segments re-sent, and lost (sent, never
+    acknowledged by the end, re-sends included)."""
+    reconnect_ms = seen["reconnectMs"]
+    return {
+        "reconnect": (f"uniform 0-{args.reconnect_jitter_ms:g} ms (a failed attempt: {args.reconnect_retry_ms:g} ms more)"
+                      if args.reconnect_jitter_ms is not None else "the agent's backoff: full jitter, 250 ms doubling to 30 s"),
+        "reconnects": len(reconnect_ms), "reconnect_ms_p50": percentile(reconnect_ms, 50),
+        "reconnect_ms_p99": percentile(reconnect_ms, 99), "reconnect_ms_max": max(reconnect_ms, default=None),
+        "not_back_by_end": seen["notBack"],
+        "segments_resent": seen["resent"], "segments_lost": seen["lost"], "segments_never_written_whole": seen["unwritten"],
+        "lost_segments": seen["lostSegments"], "stray_acks": seen["strayAcks"], "server_errors": seen["serverErrors"],
+    }
+
+
+class Chaos:
+    """A server lost in the middle of the run (`--crash-at`, `--kill-instance-at`): `kill -9` of
+    instance `index` `at` s after the devices started, the same instance started again `restart_after`
+    s later with the same config (so the same port and ledger), and what the servers went through.
+    The devices (`server-load --reconnect`) connect again and re-send what was not acknowledged.
+
+    A server's peak RSS is read as its VmHWM just before the kill and at the end, and its VmRSS every
+    half second besides, so that a peak is known even for a process the kernel ends (OOM)."""
+
+    def __init__(self, servers, index, at, restart_after, restart):
+        self.servers = servers  # the run's (process, port) list: the new process takes the killed one's place
+        self.index, self.at, self.restart_after, self.restart = index, at, restart_after, restart
+        self.labels = {server.pid: f"instance-{n}" for n, (server, _) in enumerate(servers)}
+        self.rss_max_kib = {}
+        self.retired_cpu = 0.0  # the killed process's CPU, read just before the kill
+        self.facts = {}
+        self.killed = None  # time.monotonic() of the kill
+        self.restarted = None  # ... and of the new process saying it listens
+        self.done = False
+        self.oom_kills_before = oom_kills()
+
+    async def run(self, t0):
+        await asyncio.sleep(max(0.0, t0 + self.at - time.monotonic()))
+        server, port = self.servers[self.index]
+        self.observe()
+        peak, cpu = if_alive(proc_peak_kib, server.pid), if_alive(proc_stat, server.pid, 0.0)
+        server.kill()
+        self.killed = time.monotonic()
+        await asyncio.to_thread(server.wait)
+        self.retired_cpu += cpu
+        self.facts.update(killed_server_peak_rss_mib=peak / 1024, killed_server_exit=server.returncode)
+        await asyncio.sleep(max(0.0, self.killed + self.restart_after - time.monotonic()))
+        launched = time.monotonic()
+        try:
+            new, new_port = await asyncio.to_thread(self.restart)
+        except SystemExit as failed:
+            self.facts["restart_failed"] = str(failed)[-1000:]
+            return
+        self.restarted = time.monotonic()
+        self.labels[new.pid] = f"instance-{self.index}-restarted"
+        self.servers[self.index] = (new, new_port)
+        self.facts.update(restart_to_listening_s=self.restarted - launched, restarted_on_same_port=new_port == port)
+
+    async def sample_rss(self):
+        while not self.done:
+            self.observe()
+            await asyncio.sleep(0.5)
+
+    def observe(self):
+        for server, _ in list(self.servers):
+            if server.poll() is None:
+                label = self.labels[server.pid]
+                self.rss_max_kib[label] = max(self.rss_max_kib.get(label, 0), if_alive(proc_rss_kib, server.pid))
+
+    async def probe(self, port, probes, after):
+        """Fresh sessions through nginx `after` s once the killed instance listens again: some must land
+        on it (its /metrics' open sessions), or nginx did not take it back into rotation."""
+        while self.restarted is None and not self.done:
+            await asyncio.sleep(0.1)
+        if self.restarted is None:
+            return
+        await asyncio.sleep(max(0.0, self.restarted + after - time.monotonic()))
+        ports = [p for _, p in self.servers]
+        before = [await asyncio.to_thread(gauge_or_none, p) for p in ports]
+        sessions, failures = [], {}
+        for token, device_id in probes:
+            try:
+                ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/stream", additional_headers={"Authorization": f"Bearer {token}"},
+                                              max_size=2 ** 20, open_timeout=10)
+                sessions.append(ws)
+                await ws.send(json.dumps({"type": "hello", "protocol": 1, "device": device_id, "locale": "en-US", "agent": "probe",
+                                          "stream": str(uuid.uuid4()), "video": {"codec": "hevc", "container": "mp4", "width": 640,
+                                                                                 "height": 360, "fps": 10, "segmentMs": 5000}}))
+                await asyncio.wait_for(ws.recv(), 10)
+            except Exception as error:  # refused, closed, timed out: counted
+                failures[type(error).__name__] = failures.get(type(error).__name__, 0) + 1
+        await asyncio.sleep(0.5)
+        during = [await asyncio.to_thread(gauge_or_none, p) for p in ports]
+        for ws in sessions:
+            await ws.close()
+        gained = (during[self.index] or 0) - (before[self.index] or 0)
+        self.facts.update(probes=len(probes), probe_failures=failures, sessions_per_instance_before_probes=before,
+                          sessions_per_instance_with_probes=during, probes_on_restarted_instance=gained,
+                          restarted_instance_in_rotation=gained > 0)
+
+    def report(self, stats, start):
+        """The facts, each server's RSS, and the ack latency before the kill, while the instance was
+        down, in the first 30 s after it listened again, and after that (by when each segment was
+        last written). Times in s from `start`, server-load's start (CLOCK_MONOTONIC, as here)."""
+        killed = self.killed - start if self.killed is not None else None
+        restarted = self.restarted - start if self.restarted is not None else None
+        result = {"killed_at_s": killed, "restarted_at_s": restarted, **self.facts}
+        result["server_rss_max_sampled_mib"] = {label: kib / 1024 for label, kib in self.rss_max_kib.items()}
+        result["servers_alive_at_end"] = [server.poll() is None for server, _ in self.servers]
+        result["server_exits_at_end"] = [server.returncode for server, _ in self.servers]
+        after = oom_kills()
+        result["oom_kills_during_run"] = after - self.oom_kills_before if after is not None and self.oom_kills_before is not None else None
+        result["restarted_server_peak_rss_mib"] = (if_alive(proc_peak_kib, self.servers[self.index][0].pid) / 1024
+                                                   if self.restarted else None)
+        if killed is None or restarted is None:
+            return result
+        windows = {"before_kill": (0, killed), "down": (killed, restarted), "first_30s_after_restart": (restarted, restarted + 30),
+                   "later": (restarted + 30, float("inf"))}
+        for name, (low, high) in windows.items():
+            ms = [x * 1000 for at, x in zip(stats.get("written_at", []), stats["latency"]) if low <= at < high]
+            result.update({f"ack_{name}_n": len(ms), f"ack_{name}_ms_p50": percentile(ms, 50),
+                           f"ack_{name}_ms_p99": percentile(ms, 99), f"ack_{name}_ms_max": max(ms, default=None)})
+        return result
+
+
+def ledger_check(postgres, sqlite_path):
+    """What the ledger holds after the run: segments charged, (device, stream, seq) charged more than
+    once, the balances' segment count (each charge adds one, so it must equal the charges), and the
+    most streams one device was charged under (1: the devices' `stream` held across reconnects)."""
+    queries = {
+        "ledger_charged": "SELECT count(*) FROM usage_events",
+        "ledger_charged_more_than_once": "SELECT count(*) FROM (SELECT 1 FROM usage_events GROUP BY device, stream, seq HAVING count(*) > 1) AS t",
+        "ledger_balance_segments": "SELECT coalesce(sum(segments), 0) FROM balances",
+        "ledger_streams_per_device_max": "SELECT coalesce(max(n), 0) FROM (SELECT count(DISTINCT stream) AS n FROM usage_events GROUP BY device) AS t",
+    }
+    if postgres:
+        ask = lambda query: int(subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(postgres.port), "-U", "postgres", "-d", "load", "-qAtc", query],
+                                               check=True, capture_output=True, text=True).stdout.strip())
+        return {name: ask(query) for name, query in queries.items()}
+    import sqlite3
+    with sqlite3.connect(sqlite_path, timeout=30) as db:
+        return {name: db.execute(query).fetchone()[0] for name, query in queries.items()}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", type=int, default=200)
@@ -496,8 +757,45 @@ def main():
                         help="the devices: server-load (from --bin), or asyncio here (default: compiled)")
     parser.add_argument("--sessions-only", action="store_true",
                         help="the devices open their sessions and send no segment (compiled generator): what starts cost")
+    parser.add_argument("--crash-at", type=float,
+                        help="kill -9 the server this many s into the run and start it again at once (same port, config and ledger); "
+                             "the devices reconnect (--reconnect) and re-send what was not acknowledged")
+    parser.add_argument("--kill-instance-at", type=float,
+                        help="with --instances 2 or more: kill -9 instance 0 this many s into the run, start it again --restart-after s "
+                             "later; its cars reconnect through nginx with the agent's backoff")
+    parser.add_argument("--restart-after", type=float, default=20.0, help="with --kill-instance-at: s from the kill to the restart (default 20)")
+    parser.add_argument("--probes", type=int, default=20,
+                        help="with --kill-instance-at: fresh sessions opened through nginx after the restart, to see the instance back in rotation")
+    parser.add_argument("--probe-after", type=float, default=3.0, help="with --kill-instance-at: s from the restart to the probes (default 3)")
+    parser.add_argument("--reconnect", action="store_true",
+                        help="a device whose session ends before the run's end connects again and re-sends what was not acknowledged "
+                             "(compiled generator; implied by --crash-at and --kill-instance-at)")
+    parser.add_argument("--reconnect-jitter-ms", type=float,
+                        help="with --reconnect: connect again after a uniform 0..MS wait instead of the agent's backoff "
+                             "(default: 0 with --crash-at, the agent's backoff otherwise)")
+    parser.add_argument("--drain", type=float,
+                        help="seconds after the run's end that devices wait for the acks still due, sending nothing new; "
+                             "a segment not acknowledged by then is lost (default 1; 30 with --crash-at or --kill-instance-at)")
+    parser.add_argument("--reconnect-retry-ms", type=float, default=100.0,
+                        help="with --reconnect-jitter-ms: the wait after an attempt that failed before its session opened (default 100)")
+    parser.add_argument("--unit-memory", action="store_true",
+                        help="run the servers in a memory cgroup with the shipped unit's MemoryMax= and MemoryHigh= (needs root)")
+    parser.add_argument("--keep", action="store_true", help="keep the run's folder (server logs, configs, SQLite ledger) and print its path")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    chaos_mode = "crash" if args.crash_at is not None else "kill-instance" if args.kill_instance_at is not None else None
+    if chaos_mode:
+        args.reconnect = True
+    if args.crash_at is not None and args.reconnect_jitter_ms is None:
+        args.reconnect_jitter_ms = 0.0
+    if args.reconnect and args.generator != "compiled":
+        parser.error("--reconnect, --crash-at and --kill-instance-at need the compiled generator")
+    if args.crash_at is not None and (args.instances != 1 or args.kill_instance_at is not None):
+        parser.error("--crash-at is for one instance; --kill-instance-at for several behind nginx")
+    if args.kill_instance_at is not None and args.instances < 2:
+        parser.error("--kill-instance-at needs --instances 2 or more")
+    if chaos_mode and not 0 < (args.crash_at if args.crash_at is not None else args.kill_instance_at) < args.seconds:
+        parser.error("the kill must fall within --seconds")
     if args.phases is not None and args.generator != "compiled":
         parser.error("--phases needs the compiled generator")
     if args.sessions_only and args.generator != "compiled":
@@ -511,7 +809,8 @@ def main():
             parser.error("the servers' cores and the generator's overlap")
     # A session is a descriptor in the server and one in the generator (the server inherits this).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = args.devices + args.hostile + 256
+    probes = args.probes if chaos_mode == "kill-instance" else 0
+    wanted = args.devices + args.hostile + probes + 256
     if soft < wanted:
         if hard != resource.RLIM_INFINITY and hard < wanted:
             parser.error(f"{args.devices} devices need {wanted} descriptors; the hard limit is {hard} (ulimit -Hn)")
@@ -520,21 +819,31 @@ def main():
     if args.instances < 1 or (args.instances > 1 and ledger_kind != "postgres"):
         parser.error("--instances must be at least 1, and more than one share a PostgreSQL ledger")
     folder = tempfile.mkdtemp(prefix="server-load-")
-    servers, proxy, postgres = [], None, None
+    servers, proxy, postgres, chaos, limit = [], None, None, None, None
     try:
+        limit = MemoryLimit() if args.unit_memory else None
         segment_path = args.segment or make_segment(folder)
         segment = open(segment_path, "rb").read()
         sha = hashlib.sha256(segment).hexdigest()
-        tokens_file, tokens, device_of = write_tokens(folder, args.devices + args.hostile)
+        tokens_file, tokens, device_of = write_tokens(folder, args.devices + args.hostile + probes)
         environment = unit_environment()
         if ledger_kind == "postgres":
             postgres = Postgres(folder)
         for n in range(args.instances):
             ledger = postgres.url if postgres else f"sqlite:{folder}/usage.sqlite"
-            servers.append(start_server(args.bin, folder, f"server-{n}", tokens_file, args.devices, ledger, server_cpus, environment))
+            # A server that will be started again gets a port of its own in its config: the same one then.
+            servers.append(start_server(args.bin, folder, f"server-{n}", tokens_file, args.devices, ledger, server_cpus, environment,
+                                        port=free_port() if chaos_mode else 0, limit=limit))
         port = servers[0][1]
         if args.instances > 1:
             proxy, port = start_nginx(folder, [p for _, p in servers])
+        if chaos_mode:
+            index = 0
+            config = os.path.join(folder, f"server-{index}.yaml")
+            restart = lambda: launch_server(args.bin, config, os.path.join(folder, f"server-{index}-restarted.log"), server_cpus, environment,
+                                            limit)
+            chaos = Chaos(servers, index, args.crash_at if chaos_mode == "crash" else args.kill_instance_at,
+                          0.0 if chaos_mode == "crash" else args.restart_after, restart)
         if generator_cpus:
             os.sched_setaffinity(0, generator_cpus)
         time.sleep(1)
@@ -557,10 +866,15 @@ def main():
             compiled = subprocess.Popen([os.path.join(args.bin, "server-load"), "--port", str(port), "--tokens", device_tokens,
                                          "--segment", segment_path, "--seconds", str(args.seconds), "--ramp", str(args.ramp)]
                                          + (["--phases", str(args.phases)] if args.phases is not None else [])
-                                        + (["--sessions-only"] if args.sessions_only else []),
+                                        + (["--sessions-only"] if args.sessions_only else [])
+                                        + (["--reconnect"] if args.reconnect else [])
+                                        + ["--drain", str(args.drain if args.drain is not None else (30 if chaos_mode else 1))]
+                                        + (["--reconnect-jitter-ms", str(args.reconnect_jitter_ms),
+                                            "--reconnect-retry-ms", str(args.reconnect_retry_ms)] if args.reconnect_jitter_ms is not None else []),
                                         stdout=subprocess.PIPE, text=True)
             if compiled.stdout.readline().strip() != "ready":
                 raise SystemExit("server-load did not start")
+        t0 = time.monotonic()  # about when the devices start (server-load reports its own start, for the figures)
         # Steady state: segments written once every device has connected and sent its first (the
         # starts are spread over 5 s) and a period more has passed.
         stats = {"sessions": 0, "held": 0, "sent": 0, "acked": 0, "guidance": 0, "latency": [], "closes": {}, "errors": {},
@@ -589,7 +903,7 @@ def main():
             used = resource.getrusage(resource.RUSAGE_SELF)
             sampled["storm_generator_cpu"] = ((used.ru_utime - own_before.ru_utime) + (used.ru_stime - own_before.ru_stime)
                                               + compiled_cpu())
-            sampled["storm_server_cpu"] = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
+            sampled["storm_server_cpu"] = sum(if_alive(proc_stat, s.pid, 0.0) for s, _ in servers) - cpu_before
             asked = time.perf_counter()
             try:
                 sampled["storm_histograms"] = await asyncio.to_thread(histograms, [p for _, p in servers], names)
@@ -605,13 +919,20 @@ def main():
                 await asyncio.sleep(5)
                 loads.append(load_average()[0])
                 if tick == max(0, int(args.seconds // 10) - 1):
-                    sampled["sessions"] = [await asyncio.to_thread(sessions_gauge, p) for _, p in servers]
-                    sampled["rss"] = sum(proc_rss_kib(s.pid) for s, _ in servers)
+                    sampled["sessions"] = [await asyncio.to_thread(gauge_or_none, p) for _, p in servers]
+                    sampled["rss"] = sum(if_alive(proc_rss_kib, s.pid) for s, _ in servers)
             sampled["loads"] = loads
 
         async def run():
             sampler = asyncio.create_task(sample())
             starting = asyncio.create_task(storm())
+            troubles = []
+            if chaos:
+                troubles = [asyncio.create_task(chaos.run(t0)), asyncio.create_task(chaos.sample_rss())]
+                if chaos_mode == "kill-instance" and probes:
+                    first = args.devices + args.hostile
+                    troubles.append(asyncio.create_task(chaos.probe(port, [(t, device_of[t]) for t in tokens[first:first + probes]],
+                                                                    args.probe_after)))
             if compiled:
                 devices = asyncio.to_thread(compiled.communicate)
             else:
@@ -619,6 +940,9 @@ def main():
             done, *_ = await asyncio.gather(devices, *(hostile(port, tokens[args.devices + i], segment, args.seconds, stats) for i in range(args.hostile)))
             await sampler
             await starting
+            if chaos:
+                chaos.done = True
+                await asyncio.gather(*troubles)
             if compiled:
                 if compiled.returncode != 0:
                     raise SystemExit(f"server-load failed ({compiled.returncode})")
@@ -627,20 +951,25 @@ def main():
                     stats[key] = seen[key]
                 stats["admitted_after"] = seen["admittedAfter"]
                 stats["written_at"] = seen["writtenAtS"]
+                stats["seen"] = seen
                 for key, name in (("latency", "latencyMs"), ("start_latency", "startLatencyMs"), ("steady_latency", "steadyLatencyMs")):
                     stats[key] = [ms / 1000 for ms in seen[name]]
-            return sum(proc_rss_kib(s.pid) for s, _ in servers)
+            return sum(if_alive(proc_rss_kib, s.pid) for s, _ in servers)
 
         names = ["guidance_segment_ack_duration_seconds", "guidance_ledger_charge_duration_seconds"]
         end_rss = asyncio.run(run())
-        buckets = histograms([p for _, p in servers], names)
+        try:
+            buckets = histograms([p for _, p in servers], names)
+        except OSError as error:  # a server that died (or was not started again): its figures are missing
+            print(f"note: /metrics did not answer at the end: {error}", file=sys.stderr)
+            buckets = {name: {} for name in names}
         ack_buckets, charge_buckets = (buckets[name] for name in names)
         storm_ack = (sampled.get("storm_histograms") or {}).get(names[0], {})
-        cpu = sum(proc_stat(s.pid) for s, _ in servers) - cpu_before
+        cpu = sum(if_alive(proc_stat, s.pid, 0.0) for s, _ in servers) + (chaos.retired_cpu if chaos else 0.0) - cpu_before
         machine_after = machine_cpu()
         server_cores_after = machine_cpu(server_cpus) if server_cpus else None
         load_after = load_average()
-        peak_rss = sum(proc_peak_kib(s.pid) for s, _ in servers)
+        peak_rss = sum(if_alive(proc_peak_kib, s.pid) for s, _ in servers)
         proxy_cpu = tree_cpu(nginx_pids(proxy.pid)) - proxy_before if proxy else None
         postgres_cpu = tree_cpu(postgres.pids()) - postgres_before if postgres else None
         own = resource.getrusage(resource.RUSAGE_SELF)
@@ -681,7 +1010,8 @@ def main():
             "server_charge_ms_p50_at_most": bucket_quantile(charge_buckets, 50),
             "server_charge_ms_p99_at_most": bucket_quantile(charge_buckets, 99),
             "server_rss_idle_mib": idle_rss / 1024, "server_rss_half_way_mib": mid_rss / 1024,
-            "server_rss_per_session_kib": (mid_rss - idle_rss) / max(1, held_mid),
+            # Not known when an instance did not answer half way (killed, and not started again yet).
+            "server_rss_per_session_kib": (mid_rss - idle_rss) / max(1, held_mid) if None not in (sampled.get("sessions") or []) else None,
             "server_rss_peak_mib": peak_rss / 1024, "server_rss_end_mib": end_rss / 1024,
             "server_cpu_s": cpu, "server_cpu_ms_per_segment": 1000 * cpu / max(1, stats["acked"]),
             "server_cpu_cores": cpu / args.seconds,
@@ -708,6 +1038,15 @@ def main():
                            "hostile_messages": stats["hostile_sent"], "hostile_closes": stats["hostile_closes"],
                            "hostile_errors": stats["hostile_errors"],
                            "server_alive": all(server.poll() is None for server, _ in servers)})
+        if args.reconnect:
+            result.update(reconnect_report(args, stats["seen"]))
+        if chaos:
+            result.update(chaos_mode=chaos_mode, **chaos.report(stats, stats["seen"]["startUptimeNs"] / 1e9))
+            result.update(ledger_check(postgres, os.path.join(folder, "usage.sqlite")))
+            # Every charge acknowledged, once: charged segments are the distinct (device, seq) acked.
+            result["ledger_charged_equals_acked"] = result["ledger_charged"] == stats["acked"]
+        if limit is not None:
+            result.update(limit.report())
         if args.json:
             print(json.dumps(result))
         else:
@@ -727,7 +1066,12 @@ def main():
             proxy.wait(timeout=10)
         if postgres is not None:
             postgres.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+        if limit is not None:
+            limit.remove()
+        if args.keep:
+            print(f"the run's folder: {folder}", file=sys.stderr)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -32,9 +32,12 @@ struct ServeCommand: AsyncParsableCommand {
         do { pairing = try await config.openPairing(logger: logger, ledger: ledger) } catch let error as ConfigError { fail("\(error)", exit: 78) }
         let app: any ApplicationProtocol
         let server: StreamServer
+        let marker = RunMarker()
         do {
             server = try config.makeServer(logger: logger, ledger: ledger, leases: leases, services: services, pairing: pairing)
             app = try server.application { port in
+                // Before "listening": what happened to the last run is the first thing its log says.
+                marker.started(port: port, logger: logger)
                 logger.notice("listening on \(config.server.host):\(port)\(config.server.usesTLS ? " (TLS)" : "")")
             }
         } catch {
@@ -47,5 +50,6 @@ struct ServeCommand: AsyncParsableCommand {
             services: [app, server.restartNotice], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
         try? await pairing?.store.shutdown()
         try? await ledger.shutdown()
+        marker.stopped()
     }
 }

@@ -172,5 +172,8 @@ import TestSupport
             if !landed { try await Task.sleep(for: .milliseconds(100)) }
         }
         #expect(landed, "no session reached the restarted instance: \(back.process.stderr.suffix(1500))")
+        // Its log says what happened to the run before.
+        #expect(back.process.stderr.contains("ended without a shutdown"), "\(back.process.stderr.suffix(1500))")
+        #expect(!survivor.process.stderr.contains("ended without a shutdown"))
     }
 }

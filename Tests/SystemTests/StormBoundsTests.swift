@@ -46,6 +46,17 @@ import TestSupport
         }
         #expect(waiting, "no session waits for room")
         #expect(unread > 0, "the server read car 2's segment with no room for it")
+        // While it waits, the session tells car 2 (and any proxy between) it is alive: an
+        // unsolicited pong, where nothing else could come.
+        let heard = try await ServerHardeningTests.offPool { () -> [UInt8] in
+            var opcodes: [UInt8] = []
+            while let frame = try second.readFrame() {
+                opcodes.append(frame.opcode)
+                if frame.opcode == RawClient.Opcode.pong.rawValue { break }
+            }
+            return opcodes
+        }
+        #expect(heard.last == RawClient.Opcode.pong.rawValue, "car 2 heard \(heard) while it waited")
 
         // Car 1's segment ends (random bytes: not an MP4, refused), and its room goes to car 2.
         for part in hogChunks.dropFirst(hogChunks.count / 2) { try first.sendFrame(.binary, part) }
@@ -91,6 +102,19 @@ import TestSupport
         let (next, welcome) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: port, token: "other-token") }
         #expect(welcome.contains("\"welcome\""))
         withExtendedLifetime((starting, next)) {}
+    }
+
+    /// A server stopped the way systemd stops it (SIGTERM) leaves nothing to report: its next start
+    /// does not say its run ended without a shutdown (after `kill -9` it does: `MultiInstanceTests`).
+    @Test func aRestartAfterAGracefulStopReportsNoUncleanEnd() async throws {
+        let first = try await ServerProcess()
+        #expect(first.process.stop(SIGTERM) == 0, "\(first.process.stderr.suffix(1500))")
+        let again = try await ServerProcess(server: ["port": "\(first.port)"], folder: first.folder)
+        #expect(again.process.stderr.contains("listening on"))
+        #expect(!again.process.stderr.contains("ended without a shutdown"), "\(again.process.stderr.suffix(1500))")
+        again.stop()
+        let third = try await ServerProcess(server: ["port": "\(first.port)"], folder: first.folder)
+        #expect(third.process.stderr.contains("ended without a shutdown"), "\(third.process.stderr.suffix(1500))")
     }
 
     /// The seconds of a response head's `Retry-After`.

@@ -14,8 +14,10 @@ public final class Spawned {
     public let name: String
 
     /// `prefix` runs first (e.g. `ip netns exec NAME`), with the program's path after it.
-    /// `absolute`: `program` is a path, not one of this package's programs.
-    public init(_ program: String, _ arguments: [String], prefix: [String] = [], folder: URL, absolute: Bool = false) throws {
+    /// `absolute`: `program` is a path, not one of this package's programs. `environment` is added
+    /// to this process's.
+    public init(_ program: String, _ arguments: [String], prefix: [String] = [], folder: URL, absolute: Bool = false,
+                environment: [String: String] = [:]) throws {
         let path = absolute ? program : Self.buildFolder.appendingPathComponent(program).path
         let stem = "\(URL(fileURLWithPath: program).lastPathComponent)-\(UUID().uuidString.prefix(8))"
         stdoutFile = folder.appendingPathComponent("\(stem).out")
@@ -33,6 +35,7 @@ public final class Spawned {
         process.standardOutput = try FileHandle(forWritingTo: stdoutFile)
         process.standardError = try FileHandle(forWritingTo: stderrFile)
         process.standardInput = FileHandle.nullDevice
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         try process.run()
     }
 

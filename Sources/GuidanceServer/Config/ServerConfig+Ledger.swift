@@ -36,7 +36,7 @@ extension ServerConfig {
 
     /// `path`, or for a relative one, `path` in `$STATE_DIRECTORY` (systemd's `StateDirectory=`)
     /// when it is set: where the server's own files live.
-    static func inStateDirectory(_ path: String, environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+    public static func inStateDirectory(_ path: String, environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
         if path.hasPrefix("/") { return path }
         let base = environment["STATE_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }
         return base.map { URL(fileURLWithPath: $0).appendingPathComponent(path).path } ?? path

@@ -48,7 +48,7 @@ public struct ServerConfig: LoadableConfig {
         public var closeTimeoutMs = 3000
         /// Bytes of segments being received at once, server-wide, in MiB; past it, sessions wait
         /// and their sockets are not read. Well inside the unit's `MemoryMax` (2 GiB).
-        public var maxInFlightMegabytes = 256
+        public var maxInFlightMegabytes = 128
         /// Stream sessions starting at once (upgrade to `welcome`); more are answered 503.
         public var maxUpgradesInProgress = 256
         /// Seconds a refusal for capacity (503, 429) asks to wait: a random number from this to twice this.

@@ -187,7 +187,7 @@ public struct StreamServer: Sendable {
             // What the session needs of its connection, on the connection's event loop.
             let (connection, credit) = try await channel.eventLoop.submit {
                 try FrameUnmasker.install(on: channel)
-                return (try ReadActivity.of(channel), try ReadCredit.install(on: channel, limit: GuidanceProtocol.maxMessageBytes + 1024))
+                return (try ReadActivity.of(channel), try ReadCredit.install(on: channel))
             }.get()
             let activity = connection.activity
             // A static token stops working when it leaves the tokens file; a paired device's

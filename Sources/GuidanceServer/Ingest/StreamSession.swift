@@ -41,7 +41,7 @@ public struct StreamSession: Sendable {
     struct Intake: Sendable {
         /// Room for the segments being received, server-wide.
         var budget = InFlightBudget(capacity: Int.max)
-        /// Tells the connection what the session took, so that it reads on; nil: NIO's read-ahead.
+        /// Tells the connection when the session is done with a message, so that it reads on; nil: NIO's read-ahead.
         var credit: ReadCredit.Taker?
         /// The session has started (its `welcome` is written): its place among the starting ones is free.
         var started: @Sendable () -> Void = {}
@@ -136,6 +136,29 @@ public struct StreamSession: Sendable {
         }
     }
 
+    /// Runs `body` while an unsolicited pong (RFC 6455 5.5.3, a one-way heartbeat) goes to the peer
+    /// every ``heartbeatPeriod``: a session that waits on the server reads nothing, not even the
+    /// car's pings, yet the car's liveness check and a proxy's read timeout (nginx's 12 s) must
+    /// hear from it.
+    private func heartbeat(_ outbound: WebSocketOutboundWriter, _ body: @escaping @Sendable () async throws -> Void) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                while true {
+                    try await Task.sleep(for: Self.heartbeatPeriod)
+                    await Self.within(settings.closeDeadline) {
+                        try await outbound.write(.custom(.init(fin: true, opcode: .pong, data: ByteBuffer(string: "busy"))))
+                    }
+                }
+            }
+            defer { group.cancelAll() }
+            try await group.next()
+        }
+    }
+
+    /// Under the agent's ping period (4 s) and far under a proxy's read timeout.
+    static let heartbeatPeriod = Duration.seconds(3)
+
     /// Runs `body` for at most `limit`; past it, `body` is cancelled. Errors are dropped: this is
     /// for last words to a peer that may be gone.
     static func within(_ limit: Duration, _ body: @escaping @Sendable () async throws -> Void) async {
@@ -186,21 +209,24 @@ public struct StreamSession: Sendable {
         let room = Room(budget: intake.budget)
         defer { room.giveBack() }
         for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes + 1024) {
-            let actions: [StreamSession.StateMachine.Action]
-            switch message {
-            case .text(let text):
-                intake.credit?.took(text.utf8.count)
-                actions = machine.text(text)
-            case .binary(let buffer):
-                intake.credit?.took(buffer.readableBytes)
-                actions = machine.binary(buffer.readableBytesView)
+            activity.serverBusy(true)
+            let actions = switch message {
+            case .text(let text): machine.text(text)
+            case .binary(let buffer): machine.binary(buffer.readableBytesView)
             }
-            defer { if !machine.isReceivingSegment { room.giveBack() } }
+            // Once the message is done with (room taken, segment charged and answered), the next
+            // may be read: nothing is read ahead of the session.
+            defer {
+                if !machine.isReceivingSegment { room.giveBack() }
+                activity.serverBusy(false)
+                intake.credit?.finished()
+            }
             for action in actions {
                 switch action {
                 case .expect(let bytes):
-                    // Nothing more is read until there is room: a storm waits in the network.
-                    try await activity.whileServerBusy { try await room.take(bytes) }
+                    // Nothing more is read until there is room: a storm waits in the network. The
+                    // car (and a proxy between) hears the session is alive meanwhile.
+                    try await heartbeat(outbound) { try await room.take(bytes) }
                 case .open(let agent):
                     try await open(agent, lease: lease, end: end, outbound: outbound)
                     incidents = IncidentKeeper(keepDir: settings.keepDir, device: device, stream: agent.stream ?? "session:\(id)")

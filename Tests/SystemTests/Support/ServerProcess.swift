@@ -34,7 +34,9 @@ final class ServerProcess: @unchecked Sendable {
             \(extra.contains("ledger:") ? "" : "ledger: sqlite:\(folder.appendingPathComponent("usage.sqlite").path)")
 
             """)
-        process = try Spawned("guidance-server", ["--config", folder.appendingPathComponent("server.yaml").path], folder: folder)
+        // Its own files (the run marker, relative key files) in its folder, as systemd's StateDirectory= would have them.
+        process = try Spawned("guidance-server", ["--config", folder.appendingPathComponent("server.yaml").path], folder: folder,
+                              environment: ["STATE_DIRECTORY": folder.path])
         var port: Int?
         await process.wait(for: .seconds(30)) { spawned in
             port = Self.listeningPort(in: spawned.stderr)
