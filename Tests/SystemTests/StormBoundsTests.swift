@@ -104,6 +104,35 @@ import TestSupport
         withExtendedLifetime((starting, next)) {}
     }
 
+    /// A car that announces a segment and then only pings (or trickles) cannot keep its room: past
+    /// twice the idle timeout the session is closed (4001) and the room goes back.
+    @Test func aSegmentThatDoesNotComeLosesItsRoomAndItsSession() async throws {
+        let server = try await ServerProcess(server: ["idleTimeoutSeconds": "1"])
+        let port = server.port
+        let (car, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: port, receiveTimeoutMs: 30_000) }
+        try car.sendText(ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: 500_000, chunks: 8, sha: String(repeating: "a", count: 64)))
+        // Alive all the while: a ping every 200 ms, so only the segment's deadline can end it.
+        let pinging = Task.detached {
+            while !Task.isCancelled {
+                try? car.sendFrame(.ping, Array("here".utf8))
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        defer { pinging.cancel() }
+        let code = try await ServerHardeningTests.offPool { () -> Int? in
+            var seen: [UInt8] = []
+            return try car.readUntilClose(answerPings: true, within: .seconds(120), seen: &seen)
+        }
+        #expect(code == Int(CloseCode.idle.rawValue))
+        #expect(server.process.stderr.contains("did not arrive within 2 s of having room"), "\(server.process.stderr.suffix(1500))")
+        var empty = false
+        for _ in 0..<200 where !empty {
+            empty = try await Self.metric("guidance_inflight_bytes", port: port) == 0
+            if !empty { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(empty, "the room was not given back")
+    }
+
     /// A server stopped the way systemd stops it (SIGTERM) leaves nothing to report: its next start
     /// does not say its run ended without a shutdown (after `kill -9` it does: `MultiInstanceTests`).
     @Test func aRestartAfterAGracefulStopReportsNoUncleanEnd() async throws {

@@ -52,7 +52,8 @@ public struct ServerConfig: LoadableConfig {
         /// Stream sessions starting at once (upgrade to `welcome`); more are answered 503.
         public var maxUpgradesInProgress = 256
         /// Seconds a refusal for capacity (503, 429) asks to wait: a random number from this to twice this.
-        public var retryAfterSeconds = 5
+        /// Short: the cars of a dead instance must be streaming on another within seconds.
+        public var retryAfterSeconds = 2
 
         public init() {}
 

@@ -61,6 +61,10 @@ public struct StreamSession: Sendable {
         defer { metrics.sessionClosed() }
         let lease = Lease()
         let end = Ending()
+        // Room taken for the segment being received, given back once it is acknowledged or refused
+        // (or with the session).
+        let room = Room(budget: intake.budget)
+        defer { room.giveBack() }
         // Only the newest acknowledged segment waits for the analyzer: one that arrives while
         // another still waits takes its place (guidance about an older view of the road is stale).
         let (clips, waiting) = AsyncStream.makeStream(of: ReceivedSegment.self, bufferingPolicy: .bufferingNewest(1))
@@ -71,13 +75,13 @@ public struct StreamSession: Sendable {
         var failure: (any Error)?
         do {
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await watchIdle(outbound: outbound) }
+                group.addTask { try await watchIdle(outbound: outbound, room: room) }
                 group.addTask { try await watchTokenAndUsage(lease: lease, outbound: outbound) }
                 group.addTask { try await analyze(clips, outbound: outbound) }
                 group.addTask { await endedFromOutside(end, outbound: outbound) }
                 group.addTask {
                     defer { waiting.finish() }
-                    try await receive(inbound: inbound, outbound: outbound, lease: lease, end: end, analysis: waiting)
+                    try await receive(inbound: inbound, outbound: outbound, lease: lease, end: end, room: room, analysis: waiting)
                 }
                 defer { group.cancelAll() }
                 try await group.next()
@@ -175,18 +179,25 @@ public struct StreamSession: Sendable {
     /// The room one session holds in the server's ``InFlightBudget``: at most one segment's.
     final class Room: Sendable {
         let budget: InFlightBudget
-        private let held = Mutex(0)
+        private let held = Mutex((bytes: 0, since: ContinuousClock.Instant?.none))
         init(budget: InFlightBudget) { self.budget = budget }
         func take(_ bytes: Int) async throws {
             giveBack()
             let taken = try await budget.reserve(bytes)
-            held.withLock { $0 = taken }
+            held.withLock { $0 = (taken, .now) }
         }
         func giveBack() {
-            let bytes = held.withLock { held in defer { held = 0 }; return held }
+            let bytes = held.withLock { held in defer { held = (0, nil) }; return held.bytes }
             if bytes > 0 { budget.release(bytes) }
         }
+        /// Since when the room is held, if it is.
+        var since: ContinuousClock.Instant? { held.withLock { $0.since } }
     }
+
+    /// How long a segment may take to arrive once it has room: a car that trickles its bytes (or
+    /// announces a segment it never sends) cannot keep room from the others. Twice the idle
+    /// timeout (60 s by default: 8 MiB at 1.1 Mbit/s, a 5-s copy at 33 kbit/s).
+    var segmentDeadline: Duration { .seconds(2 * settings.idleTimeoutSeconds) }
 
     final class Lease: Sendable {
         private let state = Mutex<(epoch: Int64?, paused: Bool)>((nil, false))
@@ -198,16 +209,13 @@ public struct StreamSession: Sendable {
         func hold(_ epoch: Int64) { state.withLock { $0.epoch = epoch } }
     }
 
-    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease, end: Ending,
+    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease, end: Ending, room: Room,
                          analysis: AsyncStream<ReceivedSegment>.Continuation) async throws {
         var limits = StreamSession.StateMachine.Limits(maxSegmentBytes: settings.maxSegmentBytes)
         limits.maxClipFileBytes = settings.maxClipFileBytes
         var machine = StreamSession.StateMachine(limits: limits)
         var log = RateLimit(interval: .seconds(10))
         var incidents: IncidentKeeper?
-        // Room taken for the segment being received, given back once it is acknowledged or refused.
-        let room = Room(budget: intake.budget)
-        defer { room.giveBack() }
         for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes + 1024) {
             activity.serverBusy(true)
             let actions = switch message {
@@ -550,7 +558,7 @@ public struct StreamSession: Sendable {
     /// Nothing at all from the agent (no message, no pong) for the idle timeout: close with 4001.
     /// Half way through a silence the server pings, so an agent that is alive but has nothing to
     /// send (paused by 4402, say) answers and stays.
-    private func watchIdle(outbound: WebSocketOutboundWriter) async throws {
+    private func watchIdle(outbound: WebSocketOutboundWriter, room: Room) async throws {
         let timeout = Duration.seconds(settings.idleTimeoutSeconds)
         var pinged: ContinuousClock.Instant?
         while true {
@@ -558,6 +566,14 @@ public struct StreamSession: Sendable {
             let now = ContinuousClock.now
             // The ping and the close each have the close deadline: a peer that stopped reading (its
             // socket full, so nothing is read from it either) cannot hold the watch, or the session.
+            if let since = room.since, now >= since + segmentDeadline {
+                logger.notice("session \(id): its segment did not arrive within \(2 * settings.idleTimeoutSeconds) s of having room, closing",
+                              metadata: ["device": "\(device)"])
+                await Self.within(settings.closeDeadline) {
+                    try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: "segment too slow")
+                }
+                return
+            }
             if now >= last + timeout {
                 logger.notice("session \(id): nothing heard for \(settings.idleTimeoutSeconds) s, closing", metadata: ["device": "\(device)"])
                 await Self.within(settings.closeDeadline) {
@@ -571,7 +587,9 @@ public struct StreamSession: Sendable {
                     try await outbound.write(.custom(.init(fin: true, opcode: .ping, data: ByteBuffer(string: "idle"))))
                 }
             }
-            let next = now < last + timeout / 2 ? last + timeout / 2 : last + timeout
+            var next = now < last + timeout / 2 ? last + timeout / 2 : last + timeout
+            if let since = room.since { next = min(next, since + segmentDeadline) }
+            // Room taken while this sleeps is looked at when it wakes (within half the idle timeout).
             try await Task.sleep(until: next, clock: .continuous)
         }
     }
