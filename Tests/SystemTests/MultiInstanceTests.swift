@@ -173,7 +173,8 @@ import TestSupport
         }
         #expect(landed, "no session reached the restarted instance: \(back.process.stderr.suffix(1500))")
         // Its log says what happened to the run before.
-        #expect(back.process.stderr.contains("ended without a shutdown"), "\(back.process.stderr.suffix(1500))")
+        #expect(await eventually(within: .seconds(60), every: .milliseconds(20)) { back.process.stderr.contains("ended without a shutdown") },
+                "\(back.process.stderr.suffix(1500))")
         #expect(!survivor.process.stderr.contains("ended without a shutdown"))
     }
 }

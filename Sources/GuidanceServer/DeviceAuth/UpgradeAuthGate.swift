@@ -139,17 +139,21 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
 /// When the peer last sent anything at all: any bytes read on the connection, WebSocket pongs and
 /// pings included, so an agent that only answers pings (paused by 4402, say) is not idle.
 ///
-/// While the server works on a message of the peer's (waits for room for its segment, charges it),
-/// it reads nothing more from the peer (``ReadCredit``): the peer's silence is the server's doing,
-/// and the connection counts as active then.
+/// While the server keeps a session waiting for room for its segment, it reads nothing more from
+/// the peer (``ReadCredit``): the peer's silence is the server's doing, and the connection counts
+/// as active then. (Not while the server waits to write to the peer: a peer that stops reading
+/// must still go.)
 final class ConnectionActivity: Sendable {
     private let state = Mutex((last: ContinuousClock.now, serverBusy: false))
     func touch() { state.withLock { $0.last = .now } }
     var last: ContinuousClock.Instant { state.withLock { $0.serverBusy ? .now : $0.last } }
 
-    /// The server works on a message of the peer's (`true`) or is done with it (`false`, which
-    /// counts as activity: the peer's silence starts then).
-    func serverBusy(_ busy: Bool) { state.withLock { $0 = (.now, busy) } }
+    /// Runs `body`, during which the connection is active whatever the peer sends.
+    func whileServerBusy<T>(_ body: () async throws -> T) async rethrows -> T {
+        state.withLock { $0.serverBusy = true }
+        defer { state.withLock { $0 = (.now, false) } }
+        return try await body()
+    }
 }
 
 /// Stamps ``ConnectionActivity`` on every read; first in the pipeline, there for the connection's life.

@@ -217,7 +217,6 @@ public struct StreamSession: Sendable {
         var log = RateLimit(interval: .seconds(10))
         var incidents: IncidentKeeper?
         for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes + 1024) {
-            activity.serverBusy(true)
             let actions = switch message {
             case .text(let text): machine.text(text)
             case .binary(let buffer): machine.binary(buffer.readableBytesView)
@@ -226,7 +225,6 @@ public struct StreamSession: Sendable {
             // may be read: nothing is read ahead of the session.
             defer {
                 if !machine.isReceivingSegment { room.giveBack() }
-                activity.serverBusy(false)
                 intake.credit?.finished()
             }
             for action in actions {
@@ -234,7 +232,7 @@ public struct StreamSession: Sendable {
                 case .expect(let bytes):
                     // Nothing more is read until there is room: a storm waits in the network. The
                     // car (and a proxy between) hears the session is alive meanwhile.
-                    try await heartbeat(outbound) { try await room.take(bytes) }
+                    try await heartbeat(outbound) { try await activity.whileServerBusy { try await room.take(bytes) } }
                 case .open(let agent):
                     try await open(agent, lease: lease, end: end, outbound: outbound)
                     incidents = IncidentKeeper(keepDir: settings.keepDir, device: device, stream: agent.stream ?? "session:\(id)")
