@@ -110,7 +110,13 @@ import TestSupport
         // Idle after 5 s (a busy machine may take a second between two steps), the deadline 10 s.
         let server = try await ServerProcess(server: ["idleTimeoutSeconds": "5"])
         let port = server.port
-        let (car, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: port, receiveTimeoutMs: 60_000) }
+        // The header right behind the welcome, on the same thread: no busy moment between them.
+        let car = try await ServerHardeningTests.offPool { () -> RawClient in
+            let (car, _) = try ServerHardeningTests.session(port: port, receiveTimeoutMs: 60_000)
+            try car.sendText(ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: 500_000, chunks: 8, sha: String(repeating: "a", count: 64)))
+            try car.sendFrame(.ping, Array("here".utf8))
+            return car
+        }
         // Alive all the while: a ping every 200 ms, so only the segment's deadline can end it.
         let pinging = Task.detached {
             while !Task.isCancelled {
@@ -119,7 +125,6 @@ import TestSupport
             }
         }
         defer { pinging.cancel() }
-        try car.sendText(ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: 500_000, chunks: 8, sha: String(repeating: "a", count: 64)))
         let code = try await ServerHardeningTests.offPool { () -> Int? in
             var seen: [UInt8] = []
             return try car.readUntilClose(answerPings: true, within: .seconds(120), seen: &seen)
