@@ -81,7 +81,8 @@ import TestSupport
     /// one, the next upgrade is answered 503 with a Retry-After of 3 to 6 s, drawn for each; once
     /// the first has its welcome, an upgrade goes through again.
     @Test func pastMaxUpgradesInProgressAnUpgradeIsAnswered503WithAJitteredRetryAfter() async throws {
-        let server = try await ServerProcess(server: ["maxUpgradesInProgress": "1", "retryAfterSeconds": "3", "idleTimeoutSeconds": "3600"])
+        let server = try await ServerProcess(server: ["maxUpgradesInProgress": "1", "retryAfterSeconds": "3", "idleTimeoutSeconds": "3600",
+                                                      "handshakeTimeoutMs": "600000"])
         let port = server.port
         let starting = try RawClient(port: port)
         let upgraded = try await ServerHardeningTests.offPool { try starting.upgrade(token: "good-token") }
@@ -102,6 +103,30 @@ import TestSupport
         let (next, welcome) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: port, token: "other-token") }
         #expect(welcome.contains("\"welcome\""))
         withExtendedLifetime((starting, next)) {}
+    }
+
+    /// A car that upgrades and never says `hello` cannot keep its place among the starting
+    /// sessions by pinging: past the handshake timeout it is closed (4001) and the place is free.
+    @Test func anUpgradeWithoutHelloIsClosedPingsOrNot() async throws {
+        let server = try await ServerProcess(server: ["maxUpgradesInProgress": "1", "handshakeTimeoutMs": "1000", "idleTimeoutSeconds": "600"])
+        let port = server.port
+        let holder = try RawClient(port: port, receiveTimeoutMs: 60_000)
+        #expect(try await ServerHardeningTests.offPool { try holder.upgrade(token: "good-token").status } == 101)
+        let pinging = Task.detached {
+            while !Task.isCancelled {
+                try? holder.sendFrame(.ping, Array("here".utf8))
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        defer { pinging.cancel() }
+        let code = try await ServerHardeningTests.offPool { () -> Int? in
+            var seen: [UInt8] = []
+            return try holder.readUntilClose(answerPings: true, within: .seconds(120), seen: &seen)
+        }
+        #expect(code == Int(CloseCode.idle.rawValue))
+        #expect(await eventually(within: .seconds(60), every: .milliseconds(50)) {
+            (try? ServerHardeningTests.session(port: port, token: "other-token").welcome.contains("welcome")) == true
+        }, "the place was not given back")
     }
 
     /// A car that announces a segment and then only pings (or trickles) cannot keep its room: past

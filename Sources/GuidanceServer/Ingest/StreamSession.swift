@@ -75,7 +75,7 @@ public struct StreamSession: Sendable {
         var failure: (any Error)?
         do {
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await watchIdle(outbound: outbound, room: room) }
+                group.addTask { try await watchIdle(outbound: outbound, room: room, lease: lease) }
                 group.addTask { try await watchTokenAndUsage(lease: lease, outbound: outbound) }
                 group.addTask { try await analyze(clips, outbound: outbound) }
                 group.addTask { await endedFromOutside(end, outbound: outbound) }
@@ -556,14 +556,24 @@ public struct StreamSession: Sendable {
     /// Nothing at all from the agent (no message, no pong) for the idle timeout: close with 4001.
     /// Half way through a silence the server pings, so an agent that is alive but has nothing to
     /// send (paused by 4402, say) answers and stays.
-    private func watchIdle(outbound: WebSocketOutboundWriter, room: Room) async throws {
+    private func watchIdle(outbound: WebSocketOutboundWriter, room: Room, lease: Lease) async throws {
         let timeout = Duration.seconds(settings.idleTimeoutSeconds)
+        // A session starts (hello, welcome) within the handshake timeout, pings or not: while it
+        // starts it holds one of the places of server.maxUpgradesInProgress.
+        let startBy = ContinuousClock.now + .milliseconds(settings.handshakeTimeoutMs)
         var pinged: ContinuousClock.Instant?
         while true {
             let last = activity.last
             let now = ContinuousClock.now
             // The ping and the close each have the close deadline: a peer that stopped reading (its
             // socket full, so nothing is read from it either) cannot hold the watch, or the session.
+            if lease.epoch == nil, now >= startBy {
+                logger.notice("session \(id): no hello within \(settings.handshakeTimeoutMs) ms of the upgrade, closing", metadata: ["device": "\(device)"])
+                await Self.within(settings.closeDeadline) {
+                    try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: "no hello")
+                }
+                return
+            }
             if let since = room.since, now >= since + segmentDeadline {
                 logger.notice("session \(id): its segment did not arrive within \(2 * settings.idleTimeoutSeconds) s of having room, closing",
                               metadata: ["device": "\(device)"])
@@ -587,6 +597,7 @@ public struct StreamSession: Sendable {
             }
             var next = now < last + timeout / 2 ? last + timeout / 2 : last + timeout
             if let since = room.since { next = min(next, since + segmentDeadline) }
+            if lease.epoch == nil { next = min(next, startBy) }
             // Room taken while this sleeps is looked at when it wakes (within half the idle timeout).
             try await Task.sleep(until: next, clock: .continuous)
         }
