@@ -174,8 +174,6 @@ public struct StreamSession: Sendable {
         }
     }
 
-    /// What the session holds once `hello` is through: its lease epoch, and whether it waits for
-    /// usage (0 left). Shared by the receive loop and the usage watch.
     /// The room one session holds in the server's ``InFlightBudget``: at most one segment's.
     final class Room: Sendable {
         let budget: InFlightBudget
@@ -199,6 +197,8 @@ public struct StreamSession: Sendable {
     /// timeout (60 s by default: 8 MiB at 1.1 Mbit/s, a 5-s copy at 33 kbit/s).
     var segmentDeadline: Duration { .seconds(2 * settings.idleTimeoutSeconds) }
 
+    /// What the session holds once `hello` is through: its lease epoch, and whether it waits for
+    /// usage (0 left). Shared by the receive loop and the usage watch.
     final class Lease: Sendable {
         private let state = Mutex<(epoch: Int64?, paused: Bool)>((nil, false))
         var epoch: Int64? { state.withLock { $0.epoch } }
