@@ -321,17 +321,19 @@ class Postgres:
 
 
 def start_nginx(folder, upstreams):
-    """The shipped site's map and /v1/stream location, in a plain-HTTP server in front of upstreams."""
+    """The shipped site's map and /v1/stream location, in a plain-HTTP server in front of upstreams,
+    each with the shipped upstream's health-check parameters."""
     site = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "nginx", "guidance-server.conf")).read()
     mapping = re.search(r"map \$http_upgrade.*?\n}", site, re.S)
     location = re.search(r"    location = /v1/stream \{.*?\n    }", site, re.S)
-    if not mapping or not location:
-        raise SystemExit("the shipped nginx site no longer has its map and /v1/stream location")
+    health = re.search(r"server 127\.0\.0\.1:8080 ([^;]*);", site)
+    if not mapping or not location or not health:
+        raise SystemExit("the shipped nginx site no longer has its map, upstream and /v1/stream location")
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     path = os.path.join(folder, "nginx")
     os.makedirs(path)
     port = free_port()
-    servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in upstreams)
+    servers = "\n".join(f"        server 127.0.0.1:{p} {health.group(1)};" for p in upstreams)
     with open(os.path.join(path, "nginx.conf"), "w") as f:
         f.write(f"""daemon off;
 pid {path}/nginx.pid;
