@@ -49,19 +49,38 @@ import TestSupport
         return (proxy, port)
     }
 
+    /// Two instances with 100 s of usage per car on a fresh PostgreSQL database, behind nginx.
+    struct Fleet {
+        let database: String
+        /// The instances' config beside the `server:` section (usage, ledger).
+        let extra: String
+        let a: ServerProcess, b: ServerProcess
+        let proxy: Spawned
+        let proxyPort: Int
+
+        static func start() async throws -> Fleet {
+            let url = try await PostgresServer.shared().createDatabase()
+            let extra = "usage:\n  remainingSeconds: 100\nledger: \(url)"
+            let a = try await ServerProcess(extra: extra), b = try await ServerProcess(extra: extra)
+            let (proxy, port) = try await MultiInstanceTests.proxy(upstreams: [a.port, b.port], folder: a.folder.appendingPathComponent("nginx"))
+            return Fleet(database: String(url.split(separator: "/").last ?? ""), extra: extra, a: a, b: b, proxy: proxy, proxyPort: port)
+        }
+
+        /// TERM: the master stops its worker too (after -9 the worker would live on).
+        func stop() { proxy.stop(SIGTERM) }
+    }
+
+    /// car-1's `hello`, with the stream id its segments are charged under.
+    static let hello = ClientMessage.hello(.init(device: "car-1", locale: "en-US", agent: "test",
+                                                 video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "run-1")).encoded()
+
     @Test(.enabled(if: Nginx.binary != nil, "needs nginx"))
     func aNewSessionOnTheOtherInstanceClosesTheOldOneAndUsageCountsOnce() async throws {
-        let url = try await PostgresServer.shared().createDatabase()
-        let database = String(url.split(separator: "/").last ?? "")
-        let extra = "usage:\n  remainingSeconds: 100\nledger: \(url)"
-        let a = try await ServerProcess(extra: extra), b = try await ServerProcess(extra: extra)
-        let (proxy, proxyPort) = try await Self.proxy(upstreams: [a.port, b.port], folder: a.folder.appendingPathComponent("nginx"))
-        // TERM: the master stops its worker too (after -9 the worker would live on).
-        defer { proxy.stop(SIGTERM) }
+        let fleet = try await Fleet.start()
+        defer { fleet.stop() }
+        let (database, a, b, proxyPort, hello) = (fleet.database, fleet.a, fleet.b, fleet.proxyPort, Self.hello)
 
         let data = await SampleSegment.clip(6)
-        let hello = ClientMessage.hello(.init(device: "car-1", locale: "en-US", agent: "test",
-                                              video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "run-1")).encoded()
         let header = ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: data.count, chunks: 1, sha: ServerHardeningTests.sha(data))
         let result = try await ServerHardeningTests.offPool { () -> (first: [String], close: Int?, second: [String], closeAfter: Duration) in
             // The first session: segment 1 acknowledged and charged; its ack is then "lost".
@@ -109,16 +128,11 @@ import TestSupport
     /// its port, is back in rotation: new sessions land on it.
     @Test(.enabled(if: Nginx.binary != nil, "needs nginx"))
     func aCarWhoseInstanceIsKilledStreamsOnTheOtherAndEachSegmentIsChargedOnce() async throws {
-        let url = try await PostgresServer.shared().createDatabase()
-        let database = String(url.split(separator: "/").last ?? "")
-        let extra = "usage:\n  remainingSeconds: 100\nledger: \(url)"
-        let a = try await ServerProcess(extra: extra), b = try await ServerProcess(extra: extra)
-        let (proxy, proxyPort) = try await Self.proxy(upstreams: [a.port, b.port], folder: a.folder.appendingPathComponent("nginx"))
-        defer { proxy.stop(SIGTERM) }
+        let fleet = try await Fleet.start()
+        defer { fleet.stop() }
+        let (database, extra, a, b, proxyPort, hello) = (fleet.database, fleet.extra, fleet.a, fleet.b, fleet.proxyPort, Self.hello)
 
         let data = await SampleSegment.clip(6)
-        let hello = ClientMessage.hello(.init(device: "car-1", locale: "en-US", agent: "test",
-                                              video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "run-1")).encoded()
         @Sendable func header(_ seq: Int) -> String {
             ServerHardeningTests.header(seq: seq, durationMs: 5000, bytes: data.count, chunks: 1, sha: ServerHardeningTests.sha(data))
         }

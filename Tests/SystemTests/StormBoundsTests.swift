@@ -112,18 +112,7 @@ import TestSupport
         let port = server.port
         let holder = try RawClient(port: port, receiveTimeoutMs: 60_000)
         #expect(try await ServerHardeningTests.offPool { try holder.upgrade(token: "good-token").status } == 101)
-        let pinging = Task.detached {
-            while !Task.isCancelled {
-                try? holder.sendFrame(.ping, Array("here".utf8))
-                try? await Task.sleep(for: .milliseconds(200))
-            }
-        }
-        defer { pinging.cancel() }
-        let code = try await ServerHardeningTests.offPool { () -> Int? in
-            var seen: [UInt8] = []
-            return try holder.readUntilClose(answerPings: true, within: .seconds(120), seen: &seen)
-        }
-        #expect(code == Int(CloseCode.idle.rawValue))
+        #expect(try await Self.closeCodeWhilePinging(holder, within: .seconds(120)) == Int(CloseCode.idle.rawValue))
         #expect(await eventually(within: .seconds(60), every: .milliseconds(50)) {
             (try? ServerHardeningTests.session(port: port, token: "other-token").welcome.contains("welcome")) == true
         }, "the place was not given back")
@@ -144,19 +133,8 @@ import TestSupport
             try car.sendFrame(.ping, Array("here".utf8))
             return car
         }
-        // Alive all the while: a ping every 200 ms, so only the segment's deadline can end it.
-        let pinging = Task.detached {
-            while !Task.isCancelled {
-                try? car.sendFrame(.ping, Array("here".utf8))
-                try? await Task.sleep(for: .milliseconds(200))
-            }
-        }
-        defer { pinging.cancel() }
-        let code = try await ServerHardeningTests.offPool { () -> Int? in
-            var seen: [UInt8] = []
-            return try car.readUntilClose(answerPings: true, within: .seconds(300), seen: &seen)
-        }
-        #expect(code == Int(CloseCode.idle.rawValue))
+        // Alive all the while, so only the segment's deadline can end it.
+        #expect(try await Self.closeCodeWhilePinging(car, within: .seconds(300)) == Int(CloseCode.idle.rawValue))
         #expect(server.process.stderr.contains("did not arrive within 60 s of having room"), "\(server.process.stderr.suffix(1500))")
         var empty = false
         for _ in 0..<200 where !empty {
@@ -185,6 +163,22 @@ import TestSupport
         let third = try await ServerProcess(server: ["port": "\(first.port)"], folder: first.folder)
         #expect(await eventually(within: .seconds(60), every: .milliseconds(20)) { third.process.stderr.contains("ended without a shutdown") },
                 "\(third.process.stderr.suffix(1500))")
+    }
+
+    /// The close code the server ends `client`'s session with, while `client` pings every 200 ms
+    /// (so that it is never idle) and answers the server's pings; `nil` if none within `within`.
+    static func closeCodeWhilePinging(_ client: RawClient, within: Duration) async throws -> Int? {
+        let pinging = Task.detached {
+            while !Task.isCancelled {
+                try? client.sendFrame(.ping, Array("here".utf8))
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        defer { pinging.cancel() }
+        return try await ServerHardeningTests.offPool { () -> Int? in
+            var seen: [UInt8] = []
+            return try client.readUntilClose(answerPings: true, within: within, seen: &seen)
+        }
     }
 
     /// The seconds of a response head's `Retry-After`.
