@@ -47,6 +47,13 @@ final class InFlightBudget: Sendable {
     /// Takers waiting for room.
     var waiting: Int { state.withLock { $0.waiters.count } }
 
+    /// Tells the metrics what is taken and who waits, from one look at the state.
+    private func report() {
+        guard let metrics else { return }
+        let (bytes, waiting) = state.withLock { (capacity - $0.available, $0.waiters.count) }
+        metrics.inFlight(bytes: bytes, waiting: waiting)
+    }
+
     /// Takes room for `bytes` (at most the whole budget: a segment larger than it goes alone),
     /// waiting for it behind the takers that came first. Returns the bytes taken, which the caller
     /// gives back with ``release(_:)``. Cancelled while waiting, it takes nothing and throws.
@@ -61,7 +68,7 @@ final class InFlightBudget: Sendable {
             return state.nextID
         }
         guard let id else {
-            metrics?.inFlight(bytes: inFlight, waiting: waiting)
+            report()
             return wanted
         }
         metrics?.waitedForRoom()
@@ -88,7 +95,7 @@ final class InFlightBudget: Sendable {
                 case .admitted: continuation.resume()
                 case .cancelled: continuation.resume(throwing: CancellationError())
                 }
-                metrics?.inFlight(bytes: inFlight, waiting: waiting)
+                report()
             }
         } onCancel: {
             let cancelled: CheckedContinuation<Void, any Error>? = state.withLock { state in
@@ -114,6 +121,6 @@ final class InFlightBudget: Sendable {
             return admitted
         }
         for continuation in admitted { continuation.resume() }
-        metrics?.inFlight(bytes: inFlight, waiting: waiting)
+        report()
     }
 }
