@@ -126,9 +126,6 @@ public enum ClientMessage: Sendable, Equatable {
         public var sha256: String
         /// Binary messages that follow (chunked mode).
         public var chunks: Int?
-        /// The MP4 in base64, from agents of an earlier release; a server refuses it (bad_segment):
-        /// segments travel as binary chunks only.
-        public var data: String?
         /// The car's GPS track over the segment, a point a second (additive; only with a GPS).
         public var gps: [Position]?
 
@@ -165,7 +162,7 @@ public enum ClientMessage: Sendable, Equatable {
         public static let maxPositions = 130
 
         public init(seq: Int, capturedAt: String, durationMs: Int, frames: Int, bytes: Int, sha256: String,
-                    chunks: Int?, data: String?, gps: [Position]? = nil) {
+                    chunks: Int?, gps: [Position]? = nil) {
             self.gps = gps
             self.seq = seq
             self.capturedAt = capturedAt
@@ -174,7 +171,6 @@ public enum ClientMessage: Sendable, Equatable {
             self.bytes = bytes
             self.sha256 = sha256
             self.chunks = chunks
-            self.data = data
         }
     }
 

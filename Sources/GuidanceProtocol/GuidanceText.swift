@@ -6,8 +6,6 @@ public enum GuidanceText {
     public static let maxCharacters = 300
     /// And in UTF-8 bytes, whatever the script: 300 characters of Korean are about 900.
     public static let maxBytes = 1200
-    /// The longest any one utterance may sound, in seconds; the agent's speaker stops there.
-    public static let maxSpokenSeconds = 30
 
     /// `text` normalised for speech: control characters become spaces; direction overrides and
     /// isolates (which can make a log or a screen show other text than is spoken) and other

@@ -41,7 +41,7 @@ struct AnalyzeCommand: AsyncParsableCommand {
                 continue
             }
             let header = ClientMessage.SegmentHeader(
-                seq: seq, capturedAt: "", durationMs: frames * 100, frames: frames, bytes: data.count, sha256: "", chunks: 1, data: nil)
+                seq: seq, capturedAt: "", durationMs: frames * 100, frames: frames, bytes: data.count, sha256: "", chunks: 1)
             let cpu = Self.cpuSeconds(), clock = ContinuousClock.now
             do {
                 let guidance = try await analyzer.analyze(ReceivedSegment(device: "analyze", stream: "analyze", locale: locale, header: header, data: data))

@@ -20,7 +20,7 @@ final class RunMarker: Sendable {
                 the ledger charges each segment once
                 """)
         }
-        FileManager.default.createFile(atPath: file, contents: Data("\(Date().formatted(.iso8601))\n".utf8),
+        _ = FileManager.default.createFile(atPath: file, contents: Data("\(Date().formatted(.iso8601))\n".utf8),
                                        attributes: [.posixPermissions: 0o600])
         path.withLock { $0 = file }
     }

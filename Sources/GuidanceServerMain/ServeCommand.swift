@@ -26,7 +26,8 @@ struct ServeCommand: AsyncParsableCommand {
         let logger = Logger(label: "guidance-server")
         FFmpegLog.route()
         // Configuration first (exit 78), before the ledger is opened or created.
-        do { _ = try DeviceTokens(file: config.server.tokensFile) } catch { fail("\(error)", exit: 78) }
+        let tokens: StaticDeviceTokens
+        do { tokens = try StaticDeviceTokens(file: config.server.tokensFile, logger: logger) } catch { fail("\(error)", exit: 78) }
         let (ledger, leases, services) = try await options.openLedger(config, logger: logger)
         let pairing: Pairing?
         do { pairing = try await config.openPairing(logger: logger, ledger: ledger) } catch let error as ConfigError { fail("\(error)", exit: 78) }
@@ -34,8 +35,8 @@ struct ServeCommand: AsyncParsableCommand {
         let server: StreamServer
         let marker = RunMarker()
         do {
-            server = try config.makeServer(logger: logger, ledger: ledger, leases: leases, services: services, pairing: pairing)
-            app = try server.application { port in
+            server = try config.makeServer(tokens: tokens, logger: logger, ledger: ledger, leases: leases, services: services, pairing: pairing)
+            app = try ServerApplication(stream: server).build { port in
                 // Before "listening": what happened to the last run is the first thing its log says.
                 marker.started(port: port, logger: logger)
                 logger.notice("listening on \(config.server.host):\(port)\(config.server.usesTLS ? " (TLS)" : "")")

@@ -41,7 +41,7 @@ import Testing
         #expect(try ClientMessage.decode(text) == hello)
         let header = ClientMessage.segment(.init(seq: 1, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: 5000,
                                                  frames: 50, bytes: 100, sha256: String(repeating: "a", count: 64),
-                                                 chunks: 1, data: nil))
+                                                 chunks: 1))
         #expect(try ClientMessage.decode(header.encoded()) == header)
         #expect(!header.encoded().contains("data"))
     }

@@ -66,8 +66,8 @@ import Testing
         #expect(recorded.error == nil)
         #expect(recorded.deleted.map(\.path) == ["2026-11-21/000003-20261121T080000.000Z.mp4"])
         #expect(files(under: outside) == ["000001-20261120T080000.000Z.mp4", "000002-20261120T080005.000Z.mp4", "target.mp4"])
-        #expect(DurableFile.isSymbolicLink(root.appendingPathComponent("2026-11-20").path))
-        #expect(DurableFile.isSymbolicLink(root.appendingPathComponent("2026-11-21/000004-20261121T080005.000Z.mp4").path))
+        #expect(RecordingFiles.isSymbolicLink(root.appendingPathComponent("2026-11-20").path))
+        #expect(RecordingFiles.isSymbolicLink(root.appendingPathComponent("2026-11-21/000004-20261121T080005.000Z.mp4").path))
     }
 
     @Test func aSegmentIsNeverWrittenThroughALinkedDayFolderOrTemporaryName() throws {
@@ -90,7 +90,7 @@ import Testing
         #expect(written.path == "2026-11-23/\(name)", "\(String(describing: written.error))")
         #expect(try Data(contentsOf: outside.appendingPathComponent("victim")) == Data(repeating: 1, count: 10))
         #expect(try Data(contentsOf: root.appendingPathComponent("2026-11-23/\(name)")) == Data(repeating: 2, count: 500))
-        #expect(!DurableFile.isSymbolicLink(root.appendingPathComponent("2026-11-23/\(name)").path))
+        #expect(!RecordingFiles.isSymbolicLink(root.appendingPathComponent("2026-11-23/\(name)").path))
     }
 
     @Test func theWriteProbeIsNotWrittenThroughALink() throws {
@@ -98,7 +98,7 @@ import Testing
         defer { remove() }
         try put("victim", bytes: 10, in: outside)
         try link(".write-test-\(getpid())", to: outside.appendingPathComponent("victim"), in: root)
-        try DurableFile.checkWritable(root)
+        try RecordingFiles.checkWritable(root)
         #expect(try Data(contentsOf: outside.appendingPathComponent("victim")) == Data(repeating: 1, count: 10))
         #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent(".write-test-\(getpid())").path))
     }
@@ -110,14 +110,14 @@ import Testing
         try link("2026-11-20", to: outside, in: root)
         try put("2026-11-21/000002-20261121T080000.000Z.mp4", in: root)
 
-        #expect(DurableFile.remove("2026-11-20/000001-20261120T080000.000Z.mp4", in: root) == ELOOP
-            || DurableFile.remove("2026-11-20/000001-20261120T080000.000Z.mp4", in: root) == ENOTDIR)
+        #expect(RecordingFiles.remove("2026-11-20/000001-20261120T080000.000Z.mp4", in: root) == ELOOP
+            || RecordingFiles.remove("2026-11-20/000001-20261120T080000.000Z.mp4", in: root) == ENOTDIR)
         #expect(files(under: outside) == ["000001-20261120T080000.000Z.mp4"])
         // A link at the end is removed itself.
-        #expect(DurableFile.remove("2026-11-20", in: root) == 0)
+        #expect(RecordingFiles.remove("2026-11-20", in: root) == 0)
         #expect(files(under: outside) == ["000001-20261120T080000.000Z.mp4"])
-        #expect(DurableFile.remove("2026-11-21/000002-20261121T080000.000Z.mp4", in: root) == 0)
-        #expect(DurableFile.remove("../elsewhere/000001-20261120T080000.000Z.mp4", in: root) == EINVAL)
+        #expect(RecordingFiles.remove("2026-11-21/000002-20261121T080000.000Z.mp4", in: root) == 0)
+        #expect(RecordingFiles.remove("../elsewhere/000001-20261120T080000.000Z.mp4", in: root) == EINVAL)
         #expect(files(under: outside) == ["000001-20261120T080000.000Z.mp4"])
     }
 

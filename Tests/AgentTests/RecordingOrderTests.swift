@@ -64,7 +64,7 @@ import Testing
         // The third is renamed into place; then the process is gone. (Here: the write "fails"
         // after the rename, so nothing that follows a write runs.)
         let cut = try RecordingStore(directory: root.path, retention: retention, segmentSeconds: 5) { bytes, file throws(OutputError) in
-            try DurableFile.write(bytes, to: file)
+            try RecordingFiles.write(bytes, to: file)
             throw OutputError(path: file.path, reason: "the power went")
         }
         #expect(cut.record(Self.segment(seq: 2, at: base.addingTimeInterval(10))).error != nil)

@@ -13,7 +13,7 @@ import Testing
         func write(_ bytes: [UInt8], to file: URL) throws(OutputError) {
             gate.update { $0.started = true }
             gate.wait(until: { $0.released }) { _ in }
-            try DurableFile.write(bytes, to: file)
+            try RecordingFiles.write(bytes, to: file)
         }
     }
 

@@ -17,8 +17,8 @@ import Testing
         Uplink(settings: .init(
             url: "ws://127.0.0.1:\(port)/v1/stream", token: .literal(token), tls: nil,
             hello: .init(device: "car-9", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
-            payload: .chunks, ping: ping, backoff: Backoff(base: .milliseconds(50), cap: .milliseconds(200)),
-            queueSegments: 3, queueMaxAgeMs: 60_000, guidanceMaxAgeMs: 60_000),
+            rules: .init(backoff: Backoff(base: .milliseconds(50), cap: .milliseconds(200)), ping: ping,
+                         guidanceMaxAge: .seconds(60), queueSegments: 3, queueMaxAgeMs: 60_000)),
             logger: Self.logger)
     }
 
@@ -88,11 +88,11 @@ import Testing
 
     @Test func aWrongTokenIsReportedAsAnAuthFailureAndRetriedOnlyMuchLater() async throws {
         let server = StreamServer(
-            settings: .init(host: "127.0.0.1", port: 0), tokens: DeviceTokens(["right": "car-9"]),
+            settings: .init(host: "127.0.0.1", port: 0), tokens: StaticDeviceTokens(["right": "car-9"]),
             analyzer: ScriptedAnalyzer(items: [.init(text: "never", lang: "en", clear: false, priority: .normal)], order: .order),
             ledger: SQLiteLedger(path: ":memory:", logger: Self.logger), logger: Self.logger)
         let port = Mutex(0)
-        let app = try server.application { bound in port.withLock { $0 = bound } }
+        let app = try ServerApplication(stream: server).build { bound in port.withLock { $0 = bound } }
         let serving = Task { try await app.run() }
         defer { serving.cancel() }
         while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }

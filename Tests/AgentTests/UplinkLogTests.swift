@@ -50,7 +50,7 @@ import Testing
         let uplink = Uplink(settings: .init(
             url: "ws://127.0.0.1:\(server.port)/v1/stream", token: "t0k3n", tls: nil,
             hello: .init(device: "car-9", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
-            payload: .chunks, ping: .seconds(10), queueSegments: 3, queueMaxAgeMs: 60_000, guidanceMaxAgeMs: 60_000),
+            rules: .init(ping: .seconds(10), guidanceMaxAge: .seconds(60), queueSegments: 3, queueMaxAgeMs: 60_000)),
             logger: lines.logger)
         let started = ContinuousClock.now
         let running = Task { await uplink.run(networkChanges: AsyncStream { _ in }) }

@@ -17,7 +17,7 @@ import Testing
     func makeServer(port: Int) -> StreamServer {
         StreamServer(
             settings: .init(host: "127.0.0.1", port: port, idleTimeoutSeconds: 30),
-            tokens: DeviceTokens(["t0k3n": "car-7"]),
+            tokens: StaticDeviceTokens(["t0k3n": "car-7"]),
             analyzer: ScriptedAnalyzer(items: [.init(text: "slow down", lang: "en-US", clear: false, priority: .normal),
                                                .init(text: nil, lang: nil, clear: true, priority: nil)], order: .seq),
             ledger: SQLiteLedger(path: ":memory:", logger: Self.logger), logger: Self.logger)
@@ -27,17 +27,17 @@ import Testing
         Uplink(settings: .init(
             url: "ws://127.0.0.1:\(port)/v1/stream", token: .literal(token), tls: nil,
             hello: .init(device: "car-7", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
-            payload: .chunks, ping: .seconds(1), queueSegments: 3, queueMaxAgeMs: 60_000, guidanceMaxAgeMs: 60_000,
             // A loaded machine can leave a pong late by seconds: the session is not given up for
             // that here (a dropped session loses the guidance still owed on it).
-            liveness: .seconds(30)),
+            rules: .init(liveness: .seconds(30), ping: .seconds(1), guidanceMaxAge: .seconds(60), queueSegments: 3,
+                         queueMaxAgeMs: 60_000)),
             logger: Self.logger)
     }
 
     /// Starts the server; returns its task and the bound port.
     func start(_ server: StreamServer) async throws -> (Task<Void, any Error>, Int) {
         let port = Mutex(0)
-        let app = try server.application { bound in port.withLock { $0 = bound } }
+        let app = try ServerApplication(stream: server).build { bound in port.withLock { $0 = bound } }
         let task = Task { try await app.run() }
         while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
         return (task, port.withLock { $0 })

@@ -28,11 +28,11 @@ import Testing
         defer { try? FileManager.default.removeItem(at: credentials.folder) }
         let server = StreamServer(
             settings: .init(host: "127.0.0.1", port: 0, tls: (credentials.cert, credentials.key)),
-            tokens: DeviceTokens(["t0k3n": "car-7"]),
+            tokens: StaticDeviceTokens(["t0k3n": "car-7"]),
             analyzer: ScriptedAnalyzer(items: [.init(text: nil, lang: nil, clear: true, priority: nil)], order: .order),
             ledger: SQLiteLedger(path: ":memory:", logger: Logger(label: "tls-server")), logger: Logger(label: "tls-server"))
         let port = Mutex(0)
-        let app = try server.application { bound in port.withLock { $0 = bound } }
+        let app = try ServerApplication(stream: server).build { bound in port.withLock { $0 = bound } }
         let serverTask = Task { try await app.run() }
         defer { serverTask.cancel() }
         while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }

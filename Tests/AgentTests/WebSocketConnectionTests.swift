@@ -26,11 +26,11 @@ import Testing
     func startGuidanceServer() async throws -> (Task<Void, any Error>, Int) {
         let server = StreamServer(
             settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: 30),
-            tokens: DeviceTokens(["t0k3n": "car-7"]),
+            tokens: StaticDeviceTokens(["t0k3n": "car-7"]),
             analyzer: ScriptedAnalyzer(items: [], order: .seq), ledger: SQLiteLedger(path: ":memory:", logger: Self.logger),
             logger: Self.logger)
         let port = Mutex(0)
-        let app = try server.application { bound in port.withLock { $0 = bound } }
+        let app = try ServerApplication(stream: server).build { bound in port.withLock { $0 = bound } }
         let task = Task { try await app.run() }
         while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
         return (task, port.withLock { $0 })

@@ -22,12 +22,12 @@ import WSClient
                     _ body: @Sendable (Int) async throws -> Void) async throws {
         let server = StreamServer(
             settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: idleSeconds, usageSeconds: usage, clips: clips),
-            tokens: DeviceTokens(["good-token": "car-1", "other-token": "car-2"]),
+            tokens: StaticDeviceTokens(["good-token": "car-1", "other-token": "car-2"]),
             analyzer: ScriptedAnalyzer(items: Self.script, order: .order),
             ledger: SQLiteLedger(path: ":memory:", logger: Logger(label: "test-ledger")),
             logger: Logger(label: "test-server"))
         let port = Mutex(0)
-        let app = try server.application { bound in port.withLock { $0 = bound } }
+        let app = try ServerApplication(stream: server).build { bound in port.withLock { $0 = bound } }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await app.run() }
             while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
@@ -45,7 +45,7 @@ import WSClient
         ClientMessage.segment(.init(
             seq: seq, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: durationMs, frames: 50, bytes: data.count,
             sha256: sha ?? sha256Hex(data),
-            chunks: chunks, data: nil)).encoded()
+            chunks: chunks)).encoded()
     }
 
     /// Sends `script` then collects server messages until `until` says stop (or the server closes).

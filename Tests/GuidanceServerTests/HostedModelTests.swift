@@ -12,7 +12,7 @@ extension SampleSegment {
         return ReceivedSegment(
             device: "car-1", stream: "stream-a", locale: locale,
             header: .init(seq: seq, capturedAt: "2026-11-24T08:00:00.000Z", durationMs: 2000, frames: 20, bytes: data.count,
-                          sha256: String(repeating: "a", count: 64), chunks: 1, data: nil),
+                          sha256: String(repeating: "a", count: 64), chunks: 1),
             data: data)
     }
 }

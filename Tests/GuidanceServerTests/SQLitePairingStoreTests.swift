@@ -120,7 +120,7 @@ import Testing
     /// could make: it is treated as reuse, and the family revoked.
     @Test func aRetryWithAnotherSuccessorRevokesTheFamily() async throws {
         try await withStore { store, _ in
-            let owner = try await pairedCar(store, code: "123123124")
+            _ = try await pairedCar(store, code: "123123124")
             let later = t0 + 10_000_000
             guard case .rotated = try await store.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 100_000, expiresAtMs: later, rules: rules)
             else { Issue.record("not rotated"); return }

@@ -11,7 +11,7 @@ import Testing
 
     static func header(gps: [Position]?) -> String {
         ClientMessage.segment(.init(seq: 1, capturedAt: "2026-11-26T08:10:00.000Z", durationMs: 5000, frames: 50, bytes: 10,
-                                    sha256: String(repeating: "a", count: 64), chunks: 1, data: nil, gps: gps)).encoded()
+                                    sha256: String(repeating: "a", count: 64), chunks: 1, gps: gps)).encoded()
     }
 
     @Test func aTrackInRangeIsKeptAndOneOutOfRangeLeftOut() {

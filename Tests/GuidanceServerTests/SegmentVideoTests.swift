@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import NIOCore
+import RoadScene
 import Synchronization
 @testable import GuidanceServer
 import TestSupport

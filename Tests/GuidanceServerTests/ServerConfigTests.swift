@@ -1,6 +1,6 @@
 import ConfigSupport
 import Foundation
-import GuidanceServer
+@testable import GuidanceServer
 import TestSupport
 import Testing
 
@@ -67,6 +67,28 @@ import Testing
         #expect(try await load(overrides: ["analyzer.scriptFile": "script.yaml"]) == expected)
         let port = ServerConfig.keys.first { $0.name == "server.port" }
         #expect(port?.environmentVariable == "GUIDANCE_SERVER_PORT" && port?.defaultValue == "8080")
+    }
+
+    /// The server's own defaults are the configuration's: what an unset key gives is what the
+    /// server runs with.
+    @Test func theConfigurationsDefaultsAreTheServers() {
+        let config = ServerConfig(), standard = StreamServer.Settings()
+        #expect(config.server.maxSegmentBytes == standard.maxSegmentBytes)
+        #expect(config.server.maxInFlightMegabytes << 20 == standard.maxInFlightBytes)
+        #expect(config.server.retryAfterSeconds == standard.retryAfterSeconds && standard.retryAfterSeconds == 2)
+        #expect(config.clips.maxMegabytesPerOwner << 20 == standard.maxClipBytesPerOwner)
+        #expect(ServerConfig.Kind.gemini.defaultModel == "gemini-2.5-flash" && ServerConfig.Kind.openai.defaultModel == nil)
+    }
+
+    /// Where the server reaches itself (the simulated provider's webhook): its own address, or
+    /// loopback when it listens on all of them.
+    @Test(arguments: [
+        ("0.0.0.0", false, "http://127.0.0.1:8080"), ("::", false, "http://[::1]:8080"), ("::1", true, "https://[::1]:8080"),
+        ("127.0.0.1", false, "http://127.0.0.1:8080"), ("guidance.example.com", true, "https://guidance.example.com:8080"),
+    ])
+    func theServersOwnURL(host: String, tls: Bool, expected: String) {
+        let settings = StreamServer.Settings(host: host, tls: tls ? (certificateFile: "c.pem", keyFile: "k.pem") : nil)
+        #expect(settings.ownURL(port: 8080) == expected)
     }
 
     @Test func demoServerYAML() async throws {

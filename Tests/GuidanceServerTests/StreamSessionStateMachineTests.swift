@@ -20,9 +20,9 @@ import Testing
 
     static func sha(_ data: [UInt8]) -> String { sha256Hex(data) }
 
-    static func header(seq: Int = 1, durationMs: Int = 5000, frames: Int = 50, bytes: Int, chunks: Int?, sha: String, data: String? = nil) -> String {
+    static func header(seq: Int = 1, durationMs: Int = 5000, frames: Int = 50, bytes: Int, chunks: Int?, sha: String) -> String {
         ClientMessage.segment(.init(seq: seq, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: durationMs, frames: frames,
-                                    bytes: bytes, sha256: sha, chunks: chunks, data: data)).encoded()
+                                    bytes: bytes, sha256: sha, chunks: chunks)).encoded()
     }
 
     static func opened() -> StreamSession.StateMachine {
@@ -99,7 +99,7 @@ import Testing
         #expect(machine.bufferedBytes == Self.chunk)
         #expect(machine.binary(data[Self.chunk..<(2 * Self.chunk)]).isEmpty)
         let actions = machine.binary(data[(2 * Self.chunk)...])
-        guard case .verified(let segment) = actions.first else {
+        guard case .inspect(let segment) = actions.first else {
             Issue.record("\(actions)")
             return
         }
@@ -109,18 +109,18 @@ import Testing
         #expect(machine.bufferedBytes == 0)
     }
 
-    /// Base64 in the header cannot carry a segment within the message limit: it is refused, and
-    /// names the way that works.
-    @Test func base64InTheHeaderIsRefused() {
+    /// An agent of an earlier release put the MP4 in the header as base64 (`data`) and sent no
+    /// chunks: the header is refused, and names the way that works.
+    @Test func anOldAgentsBase64HeaderIsRefused() {
         var machine = Self.opened()
         let data: [UInt8] = Array("hello segment".utf8)
-        let actions = machine.text(Self.header(durationMs: 5000, bytes: data.count, chunks: nil, sha: Self.sha(data),
-                                               data: Data(data).base64EncodedString()))
-        guard case .reject(.badSegment, let text, 1, .base64) = actions.first, actions.count == 1 else {
+        let header = Self.header(durationMs: 5000, bytes: data.count, chunks: nil, sha: Self.sha(data))
+        let actions = machine.text(String(header.dropLast()) + ",\"data\":\"\(Data(data).base64EncodedString())\"}")
+        guard case .reject(.badSegment, let text, 1, .chunks) = actions.first, actions.count == 1 else {
             Issue.record("\(actions)")
             return
         }
-        #expect(text.contains("binary chunks"))
+        #expect(text.contains("needs chunks"))
     }
 
     @Test(arguments: [
@@ -137,12 +137,10 @@ import Testing
         (Self.header(bytes: 10, chunks: 1, sha: "abc"), .sha256Format),
         (Self.header(bytes: 10, chunks: 1, sha: String(repeating: "g", count: 64)), .sha256Format),
         (Self.header(bytes: 10, chunks: nil, sha: Self.sha([])), .chunks),
-        (Self.header(bytes: 10, chunks: 1, sha: Self.sha([]), data: "AAAA"), .base64),
         (Self.header(bytes: 100_000, chunks: 1, sha: Self.sha([])), .chunks),
         (Self.header(bytes: 65_536, chunks: 2, sha: Self.sha([])), .chunks),
         (Self.header(bytes: 65_537, chunks: 1, sha: Self.sha([])), .chunks),
         (Self.header(bytes: 10, chunks: Int.min, sha: Self.sha([])), .chunks),
-        (Self.header(bytes: 3, chunks: nil, sha: Self.sha([]), data: "%%%"), .base64),
     ])
     func aHeaderOutOfRangeIsRefusedAndItsChunksAreDropped(header: String, reason: StreamSession.StateMachine.Rejection) {
         var machine = Self.opened()
@@ -153,7 +151,7 @@ import Testing
         // The next header is read as usual.
         let data: [UInt8] = [1, 2, 3]
         _ = machine.text(Self.header(seq: 2, bytes: 3, chunks: 1, sha: Self.sha(data)))
-        if case .verified = machine.binary(data).first {} else { Issue.record("the session did not go on") }
+        if case .inspect = machine.binary(data).first {} else { Issue.record("the session did not go on") }
     }
 
     @Test func moreBytesThanTheHeaderSaidAreRefusedAtOnce() {
@@ -208,7 +206,7 @@ import Testing
                 default: machine.text(#"{"type":"\#(m)"}"#)
                 }
                 #expect(machine.bufferedBytes <= Self.limits.maxSegmentBytes)
-                for case .verified(let segment) in actions {
+                for case .inspect(let segment) in actions {
                     #expect(segment.data.count == segment.header.bytes && Self.sha(Array(segment.data)) == segment.sha256)
                     #expect(segment.seconds > 0 && segment.seconds <= 2 * Self.limits.maxSegmentMs / 1000)
                 }
@@ -223,7 +221,7 @@ import Testing
 
     static func verified(frames: Int = 50, durationMs: Int = 5000) -> StreamSession.StateMachine.Verified {
         let header = ClientMessage.SegmentHeader(seq: 3, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: durationMs, frames: frames,
-                                                 bytes: 4, sha256: String(repeating: "a", count: 64), chunks: 1, data: nil)
+                                                 bytes: 4, sha256: String(repeating: "a", count: 64), chunks: 1)
         return .init(header: header, data: Data([1, 2, 3, 4]), sha256: header.sha256, seconds: (durationMs + 999) / 1000)
     }
 
@@ -236,7 +234,7 @@ import Testing
     ])
     func aSegmentWhoseMP4AgreesIsChargedByTheFilesDuration(video: SegmentVideo.Info, seconds: Int) {
         let machine = Self.opened()
-        guard case .verified(let segment) = machine.judge(Self.verified(), video: video, agent: Self.agent) else {
+        guard case .take(let segment) = machine.judge(Self.verified(), video: video, agent: Self.agent) else {
             Issue.record("refused \(video)")
             return
         }
@@ -263,11 +261,38 @@ import Testing
     func aSegmentWhoseMP4DisagreesIsABadSegment(segment: StreamSession.StateMachine.Verified, video: SegmentVideo.Info?,
                                                  reason: StreamSession.StateMachine.Rejection) {
         let machine = Self.opened()
-        let action = machine.judge(segment, video: video, agent: Self.agent)
-        guard case .reject(.badSegment, let text, 3, let rejection) = action else {
-            Issue.record("\(action)")
+        let verdict = machine.judge(segment, video: video, agent: Self.agent)
+        guard case .refuse(let text, 3, let rejection) = verdict else {
+            Issue.record("\(verdict)")
             return
         }
         #expect(rejection == reason, "\(text)")
+    }
+
+    // MARK: - Usage and the ledger's answer
+
+    /// With usage limited and none left, a segment is not charged (nor acknowledged); any left,
+    /// or no limit, and it is.
+    @Test func aSegmentIsChargedOnlyWithUsageLeft() {
+        #expect(!StreamSession.StateMachine.mayCharge(remaining: 0))
+        #expect(StreamSession.StateMachine.mayCharge(remaining: 1))
+        #expect(StreamSession.StateMachine.mayCharge(remaining: nil))
+    }
+
+    @Test(arguments: [
+        // Charged: ack, then the usage left; the last second spent ends the session.
+        (.charged(remaining: nil), .acknowledge(usageLeft: nil, endsSession: false)),
+        (.charged(remaining: 42), .acknowledge(usageLeft: 42, endsSession: false)),
+        (.charged(remaining: 0), .acknowledge(usageLeft: 0, endsSession: true)),
+        // A re-send whose ack was lost is acknowledged again; other bytes under its seq are refused.
+        (.chargedBefore(sameBytes: true), .acknowledgeAgain),
+        (.chargedBefore(sameBytes: false), .refuseOtherContent),
+        // Never acknowledged: a newer session has the device, or the ledger failed.
+        (.fenced, .superseded),
+        (.failed, .ledgerUnavailable),
+    ] as [(StreamSession.StateMachine.LedgerAnswer, StreamSession.StateMachine.ChargeOutcome)])
+    func theLedgersAnswerDecidesWhatTheCarHears(ledger: StreamSession.StateMachine.LedgerAnswer,
+                                                outcome: StreamSession.StateMachine.ChargeOutcome) {
+        #expect(StreamSession.StateMachine.answer(ledger) == outcome)
     }
 }

@@ -24,7 +24,7 @@ import Testing
     static func analyze(_ data: Data, locale: String = "en-US") async throws -> ServerMessage.Guidance? {
         try await VisionAnalyzer(framesPerSegment: 4).analyze(ReceivedSegment(
             device: "car-1", stream: "s", locale: locale,
-            header: .init(seq: 1, capturedAt: "", durationMs: 2000, frames: 20, bytes: data.count, sha256: "", chunks: 1, data: nil),
+            header: .init(seq: 1, capturedAt: "", durationMs: 2000, frames: 20, bytes: data.count, sha256: "", chunks: 1),
             data: data))
     }
 

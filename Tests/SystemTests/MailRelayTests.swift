@@ -185,10 +185,10 @@ import TestSupport
         let mail = try #require(try config.makeImpactMail(clips: clips, pairing: pairing, logger: lines.logger))
         let server = StreamServer(
             settings: .init(host: "127.0.0.1", port: 0, clips: clips, impactMail: mail),
-            tokens: DeviceTokens(["good-token": "d1"]), analyzer: ScriptedAnalyzer(items: [], order: .seq), ledger: ledger,
+            tokens: StaticDeviceTokens(["good-token": "d1"]), analyzer: ScriptedAnalyzer(items: [], order: .seq), ledger: ledger,
             logger: lines.logger)
         let port = Mutex(0)
-        let app = try server.application { bound in port.withLock { $0 = bound } }
+        let app = try ServerApplication(stream: server).build { bound in port.withLock { $0 = bound } }
         let running = Task { try await app.run() }
         let mailing = Task { try await mail.run() }
         defer {

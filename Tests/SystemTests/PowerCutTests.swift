@@ -14,7 +14,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: lines) }
         var interruptedWrites = 0
         for run in 0..<20 {
-            FileManager.default.createFile(atPath: lines.path, contents: nil)
+            _ = FileManager.default.createFile(atPath: lines.path, contents: nil)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: RecordCommandTests.agent)
             process.arguments = ["record", "--config", config, "--out", folder.path, "--fast"]

@@ -480,7 +480,7 @@ final class Device {
     func write(_ seq: Int, attempt: Int, then next: @escaping () -> Void) {
         guard !finished, attempt == self.attempt, let channel, let captured = pending[seq]?.captured else { return }
         let header = ClientMessage.segment(.init(seq: seq, capturedAt: captured, durationMs: 5000, frames: 50, bytes: plan.bytes,
-                                                 sha256: plan.sha256, chunks: plan.chunks, data: nil))
+                                                 sha256: plan.sha256, chunks: plan.chunks))
         channel.write(Plan.frame(.text, Array(header.encoded().utf8)), promise: nil)
         channel.writeAndFlush(plan.segmentFrames).assumeIsolated().whenComplete { result in
             guard case .success = result else { return }

@@ -77,7 +77,7 @@ enum Messages {
                 case .close(let reason): reason
                 case .reject(_, let text, _, _): text
                 case .ignore(let text): text
-                case .open, .expect, .verified, .renewAuth, .keepIncident, .announceClip, .clipPart: nil
+                case .open, .expect, .inspect, .renewAuth, .keepIncident, .announceClip, .clipPart: nil
                 }
                 if let said {
                     require(!said.unicodeScalars.contains { [.control, .format].contains($0.properties.generalCategory) },
@@ -121,7 +121,7 @@ enum Messages {
                 case .reject(_, _, let seq, _):
                     require(wasOpen, "a reject before hello")
                     require(seq.map { $0 >= 0 } ?? true, "reject names seq \(seq!)")
-                case .verified(let segment):
+                case .inspect(let segment):
                     require(wasOpen, "verified before hello")
                     check(segment, limits: limits, agent: opened!, binaries: binariesSinceText)
                     judge(segment, machine: machine, agent: opened!)
@@ -154,7 +154,6 @@ enum Messages {
         require((1...2 * agent.segmentMs).contains(header.durationMs), "durationMs \(header.durationMs)")
         require(segment.seconds >= 1 && segment.seconds * 1000 >= header.durationMs && (segment.seconds - 1) * 1000 < header.durationMs,
                 "\(segment.seconds) s for \(header.durationMs) ms")
-        require(header.data == nil, "verified with base64 data")
         require(header.chunks == (header.bytes + chunk - 1) / chunk && header.chunks == binaries,
                 "\(String(describing: header.chunks)) chunks for \(header.bytes) bytes, \(binaries) binary messages")
     }
@@ -168,7 +167,7 @@ enum Messages {
         let judged = machine.judge(segment, video: video, agent: agent)
         if trace { FileHandle.standardError.write(Data("  judged: \("\(judged)".prefix(200))\n".utf8)) }
         switch judged {
-        case .verified(let charged):
+        case .take(let charged):
             guard let video else { return require(false, "judged an unreadable segment verified") }
             require(charged.header == header && charged.data == segment.data && charged.sha256 == segment.sha256, "judging changed the segment")
             require(video.streams == 1 && video.videoStreams == 1 && StreamSession.StateMachine.codecs.contains(video.codec),
@@ -179,10 +178,8 @@ enum Messages {
                     "verified \(header.durationMs) ms against the MP4's \(video.durationMs)")
             require(charged.seconds >= 1 && charged.seconds * 1000 >= video.durationMs && (charged.seconds - 1) * 1000 < video.durationMs,
                     "charged \(charged.seconds) s for \(video.durationMs) ms")
-        case .reject(let code, _, let seq, let reason):
-            require(code == .badSegment && seq == header.seq && [.video, .frames, .duration].contains(reason), "judged \(code) \(reason)")
-        case let other:
-            require(false, "judged \(other)")
+        case .refuse(_, let seq, let reason):
+            require(seq == header.seq && [.video, .frames, .duration].contains(reason), "judged \(reason)")
         }
     }
 

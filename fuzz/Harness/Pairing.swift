@@ -22,7 +22,7 @@ enum Pairing {
     static let tokens = AccessTokens(key: secret)
     static let now: Int64 = 1_780_000_000
     static let staticTokens = ["tok-0": "car-0", "\u{00A0}tok-1": "car-1"]
-    static let deviceTokens = DeviceTokens(staticTokens)
+    static let deviceTokens = StaticDeviceTokens(staticTokens)
 
     static func run(_ input: UnsafeRawBufferPointer) {
         guard let kind = input.first else { return }

@@ -4,7 +4,7 @@ public import GuidanceProtocol
 public import HAL
 
 /// The clips the car still owes its owner's server, on the card: one file each,
-/// `protected/uploads/<id>.json`, written whole (``DurableFile``) before the clip is first
+/// `protected/uploads/<id>.json`, written whole (``RecordingFiles``) before the clip is first
 /// announced and deleted only once the server has said every file of it is stored. A reboot, a
 /// power cut or a killed agent finds them again (``all()``); the server's `clip_have` says where
 /// each upload stands.
@@ -46,13 +46,13 @@ public struct ClipCustody: Sendable {
         encoder.outputFormatting = [.sortedKeys]
         let bytes: Data
         do { bytes = try encoder.encode(entry) } catch { throw OutputError(path: file(of: entry.clip.id).path, reason: "\(error)") }
-        try DurableFile.write(Array(bytes), to: file(of: entry.clip.id))
+        try RecordingFiles.write(Array(bytes), to: file(of: entry.clip.id))
     }
 
     /// The server holds every file of it.
     public func release(_ id: String) {
         guard ClientMessage.Clip.isClipID(id) else { return }
-        _ = DurableFile.remove(Self.folder + "/" + id + ".json", in: root)
+        _ = RecordingFiles.remove(Self.folder + "/" + id + ".json", in: root)
     }
 
     /// Every clip kept, oldest trigger first; a file that cannot be read is named in `unreadable`

@@ -97,15 +97,15 @@ public struct AgentConfig: LoadableConfig {
         /// Deprecated: an old name of ``Device/locale``.
         public var locale: String?
         public var payload: Payload = .chunks
-        public var pingSeconds = 4
-        public var reconnectBackoffMs = 250...30_000
-        public var queueSegments = 3
-        public var queueMaxAgeMs = 15_000
+        public var pingSeconds = Int(Uplink.StateMachine.Settings.standard.ping.components.seconds)
+        public var reconnectBackoffMs = Uplink.StateMachine.Settings.standard.backoff.base.wholeMilliseconds...Uplink.StateMachine.Settings.standard.backoff.cap.wholeMilliseconds
+        public var queueSegments = Uplink.StateMachine.Settings.standard.queueSegments
+        public var queueMaxAgeMs = Uplink.StateMachine.Settings.standard.queueMaxAgeMs
         /// Unset: two ping periods, at most 10 s.
         public var livenessMs: Int?
-        public var connectTimeoutMs = 5000
-        public var drainMs = 1500
-        public var restartSpreadMs = 10_000
+        public var connectTimeoutMs = Uplink.Settings.standardConnectTimeout.wholeMilliseconds
+        public var drainMs = Uplink.StateMachine.Settings.standard.drain.wholeMilliseconds
+        public var restartSpreadMs = Uplink.StateMachine.Settings.standard.restartSpread.wholeMilliseconds
         /// The small copy streamed for guidance; with none of its keys set, one stream.
         public var video = UplinkVideo()
 
@@ -136,7 +136,7 @@ public struct AgentConfig: LoadableConfig {
     }
 
     public struct Guidance: Sendable, Equatable {
-        public var maxAgeMs = 10_000
+        public var maxAgeMs = Uplink.StateMachine.Settings.standard.guidanceMaxAge.wholeMilliseconds
         /// Without a session this long, the device checks the road itself (``Offline``).
         public var offlineAfterMs = 15_000
 

@@ -20,6 +20,8 @@ struct GuidanceService: Service {
     let speakToTheEnd: @Sendable () -> Bool
     /// Told when the server refuses the device's credentials (a paired car checks them).
     var refused: (@Sendable () async -> Void)? = nil
+    /// How long the end of a run waits for its last guidance to be spoken before cutting it off.
+    static let lastSpeechBound: Duration = .seconds(15)
 
     func run() async {
         await withDiscardingTaskGroup { group in
@@ -48,7 +50,7 @@ struct GuidanceService: Service {
         guard uplink != nil, speakToTheEnd() else { return }
         await withTaskGroup(of: Void.self) { speaking in
             speaking.addTask { [voice] in await voice.waitUntilIdle() }
-            speaking.addTask { try? await Task.sleep(for: .seconds(15)) }
+            speaking.addTask { try? await Task.sleep(for: Self.lastSpeechBound) }
             _ = await speaking.next()
             voice.close()  // idle already, or past the bound: cut off (which ends the wait)
             speaking.cancelAll()

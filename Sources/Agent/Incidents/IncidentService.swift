@@ -272,7 +272,7 @@ public struct IncidentService: Service {
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            try DurableFile.write(Array(try encoder.encode(list)), to: folder.appendingPathComponent(Self.fileName))
+            try RecordingFiles.write(Array(try encoder.encode(list)), to: folder.appendingPathComponent(Self.fileName))
         } catch {
             logger.error("g-sensor: cannot write \(Self.fileName): \(error)")
         }

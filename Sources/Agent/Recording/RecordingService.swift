@@ -1,4 +1,5 @@
 import Foundation
+import GuidanceProtocol
 public import HAL
 public import Logging
 import NIOCore
@@ -84,13 +85,11 @@ struct RecordingService: Service {
 /// Segment files that could not be written: every failure counted, logged at most once a minute.
 private struct DiskTrouble {
     var failures = 0
-    var lastLog: ContinuousClock.Instant?
+    var log = RateLimit(interval: .seconds(60))
 
     mutating func report(_ error: any Error, logger: Logger) {
         failures += 1
-        let now = ContinuousClock.now
-        if let lastLog, now - lastLog < .seconds(60) { return }
-        lastLog = now
+        guard log.allows(now: MonotonicClock.now()) else { return }
         logger.error("recording: \(error); recording and streaming go on without the file", metadata: ["failedWrites": "\(failures)"])
     }
 }

@@ -61,7 +61,7 @@ public final class RecordingStore: Sendable {
     /// Opens the folder: creates it if needed, proves it takes a file, removes leftovers.
     public convenience init(directory: String, retention: Retention, segmentSeconds: Int) throws(OutputError) {
         try self.init(directory: directory, retention: retention, segmentSeconds: segmentSeconds) { bytes, file throws(OutputError) in
-            try DurableFile.write(bytes, to: file)
+            try RecordingFiles.write(bytes, to: file)
         }
     }
 
@@ -71,9 +71,9 @@ public final class RecordingStore: Sendable {
         self.root = root
         self.segmentSeconds = segmentSeconds
         self.writeFile = writeFile
-        try DurableFile.checkWritable(root)
+        try RecordingFiles.checkWritable(root)
         removedLeftovers = StoredSegment.folders(in: root).flatMap { folder in
-            DurableFile.removeLeftovers(in: root.appendingPathComponent(folder)).map { folder.isEmpty ? $0 : folder + "/" + $0 }
+            RecordingFiles.removeLeftovers(in: root.appendingPathComponent(folder)).map { folder.isEmpty ? $0 : folder + "/" + $0 }
         }
         var order = RecordingOrder(root: root)
         let index = order.sorted(StoredSegment.all(in: root))
@@ -117,14 +117,14 @@ public final class RecordingStore: Sendable {
         let file = root.appendingPathComponent(path)
         var failure: OutputError?
         do throws(OutputError) {
-            try DurableFile.makeFolder(file.deletingLastPathComponent())
+            try RecordingFiles.makeFolder(file.deletingLastPathComponent())
             try writeFile(segment.data, file)
             // The GPS track beside it, once the MP4 is whole: a track never names a segment that
             // is not there. A track that cannot be written is logged by the caller's line, the
             // segment kept.
             if segment.metadata.gps != nil {
                 let gpx = Self.sidecar(of: file)
-                try? DurableFile.write(Array(GPXFile.document(for: segment.metadata, name: file.lastPathComponent).utf8), to: gpx)
+                try? RecordingFiles.write(Array(GPXFile.document(for: segment.metadata, name: file.lastPathComponent).utf8), to: gpx)
             }
         } catch {
             failure = error
@@ -153,11 +153,11 @@ public final class RecordingStore: Sendable {
     private func moveToProtected(_ segment: StoredSegment) throws(OutputError) -> StoredSegment {
         let path = Self.protectedPath(of: segment)
         let destination = root.appendingPathComponent(path)
-        try DurableFile.makeFolder(destination.deletingLastPathComponent())
-        try DurableFile.move(root.appendingPathComponent(segment.path), to: destination)
+        try RecordingFiles.makeFolder(destination.deletingLastPathComponent())
+        try RecordingFiles.move(root.appendingPathComponent(segment.path), to: destination)
         // Its GPS track follows it (a track left behind by a power cut is removed at the next start).
         let track = Self.sidecar(of: root.appendingPathComponent(segment.path))
-        if FileManager.default.fileExists(atPath: track.path) { try? DurableFile.move(track, to: Self.sidecar(of: destination)) }
+        if FileManager.default.fileExists(atPath: track.path) { try? RecordingFiles.move(track, to: Self.sidecar(of: destination)) }
         removeFolderIfEmpty(of: segment.path)
         return StoredSegment(path: path, seq: segment.seq, capturedAt: segment.capturedAt, bytes: segment.bytes)
     }
@@ -293,8 +293,8 @@ public final class RecordingStore: Sendable {
             // Never through a day folder swapped for a link since the folder was read. Its GPS
             // track first: a crash in between leaves a segment without its track, never a track
             // without its segment.
-            _ = DurableFile.remove(String(segment.path.dropLast(4)) + "." + GPXFile.fileExtension, in: root)
-            let result = DurableFile.remove(segment.path, in: root)
+            _ = RecordingFiles.remove(String(segment.path.dropLast(4)) + "." + GPXFile.fileExtension, in: root)
+            let result = RecordingFiles.remove(segment.path, in: root)
             let gone = result == 0
             if gone || result == ENOENT { index.removeAll { $0.path == segment.path } }
             guard gone else { continue }
@@ -309,7 +309,7 @@ public final class RecordingStore: Sendable {
         let folder = (path as NSString).deletingLastPathComponent
         guard !folder.isEmpty else { return }
         if rmdir(root.appendingPathComponent(folder).path) == 0 {
-            DurableFile.syncFolder(root.appendingPathComponent(folder).deletingLastPathComponent())
+            RecordingFiles.syncFolder(root.appendingPathComponent(folder).deletingLastPathComponent())
         }
     }
 

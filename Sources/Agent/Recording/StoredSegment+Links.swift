@@ -13,7 +13,7 @@ extension StoredSegment {
         func look(in folder: String, keep: (String) -> Bool) -> [String] {
             let url = folder.isEmpty ? root : root.appendingPathComponent(folder)
             let names = ((try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []).sorted()
-            for name in names where keep(name) && DurableFile.isSymbolicLink(url.appendingPathComponent(name).path) {
+            for name in names where keep(name) && RecordingFiles.isSymbolicLink(url.appendingPathComponent(name).path) {
                 let path = folder.isEmpty ? name : folder + "/" + name
                 let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: url.appendingPathComponent(name).path)) ?? "?"
                 found.append((path, target))

@@ -14,17 +14,17 @@ extension AgentConfig {
         let tls = uplinkTLS(url: url)
         let hello = uplinkHello()
         return Agent.Uplink(
-            settings: .init(url: url, token: token, tls: tls, hello: hello, payload: uplink.payload,
-                            ping: .seconds(uplink.pingSeconds),
-                            backoff: Backoff(base: .milliseconds(uplink.reconnectBackoffMs.lowerBound),
-                                             cap: .milliseconds(uplink.reconnectBackoffMs.upperBound)),
-                            queueSegments: uplink.queueSegments,
-                            queueMaxAgeMs: uplink.queueMaxAgeMs, guidanceMaxAgeMs: guidance.maxAgeMs,
-                            liveness: uplink.livenessMs.map { .milliseconds($0) },
-                            connectTimeout: .milliseconds(uplink.connectTimeoutMs), drain: .milliseconds(uplink.drainMs),
-                            restartSpread: .milliseconds(uplink.restartSpreadMs),
-                            clips: .init(dailyBytes: upload.dailyMegabytes.map { $0 << 20 }, wifiOnly: upload.when == .wifi),
-                            clipCustody: ClipCustody(root: URL(fileURLWithPath: recording.dir))),
+            settings: .init(
+                url: url, token: token, tls: tls, hello: hello, connectTimeout: .milliseconds(uplink.connectTimeoutMs),
+                clipCustody: ClipCustody(root: URL(fileURLWithPath: recording.dir)),
+                rules: .init(
+                    backoff: Backoff(base: .milliseconds(uplink.reconnectBackoffMs.lowerBound),
+                                     cap: .milliseconds(uplink.reconnectBackoffMs.upperBound)),
+                    liveness: uplink.livenessMs.map { .milliseconds($0) }, ping: .seconds(uplink.pingSeconds),
+                    drain: .milliseconds(uplink.drainMs), guidanceMaxAge: .milliseconds(guidance.maxAgeMs),
+                    queueSegments: uplink.queueSegments, queueMaxAgeMs: uplink.queueMaxAgeMs,
+                    restartSpread: .milliseconds(uplink.restartSpreadMs),
+                    clips: .init(dailyBytes: upload.dailyMegabytes.map { $0 << 20 }, wifiOnly: upload.when == .wifi))),
             logger: logger)
     }
 }

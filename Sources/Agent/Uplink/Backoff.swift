@@ -7,8 +7,6 @@ public struct Backoff: Sendable {
     public var cap: Duration = .seconds(30)
     /// A session at least this old was healthy: the next failure starts from `base` again.
     public var resetAfter: Duration = .seconds(30)
-    /// After the server refused our token: no point asking again soon.
-    public var authFailure: Duration = .seconds(60)
     public private(set) var attempt = 0
 
     public init(base: Duration = .milliseconds(250), cap: Duration = .seconds(30)) {
@@ -29,6 +27,9 @@ public struct Backoff: Sendable {
 }
 
 extension Duration {
+    /// Whole milliseconds (rounded down): for configuration defaults written in ms.
+    var wholeMilliseconds: Int { Int(self / .milliseconds(1)) }
+
     /// `45 ms`, `1.2 s`, `60 s`: for log lines.
     var spoken: String {
         let ms = self / .milliseconds(1)

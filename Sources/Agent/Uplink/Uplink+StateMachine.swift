@@ -58,12 +58,16 @@ extension Uplink {
             /// The segments' length (`encoder.segmentSeconds`): their pace until two have come.
             public var segmentPeriod: Duration?
 
-            public init(backoff: Backoff = Backoff(), liveness: Duration, ping: Duration, drain: Duration,
-                        guidanceMaxAge: Duration, queueSegments: Int, queueMaxAgeMs: Int,
-                        restartSpread: Duration = .milliseconds(AgentConfig.UplinkSettings().restartSpreadMs),
+            /// The defaults, for the configuration's.
+            public static let standard = Settings()
+
+            /// Unset `liveness`: two ping periods, at most 10 s.
+            public init(backoff: Backoff = Backoff(), liveness: Duration? = nil, ping: Duration = .seconds(4),
+                        drain: Duration = .milliseconds(1500), guidanceMaxAge: Duration = .seconds(10),
+                        queueSegments: Int = 3, queueMaxAgeMs: Int = 15_000, restartSpread: Duration = .seconds(10),
                         clips: ClipUploads.StateMachine.Settings = .init(), segmentPeriod: Duration? = nil) {
                 self.backoff = backoff
-                self.liveness = liveness
+                self.liveness = liveness ?? min(ping * 2, .seconds(10))
                 self.ping = ping
                 self.drain = drain
                 self.guidanceMaxAge = guidanceMaxAge

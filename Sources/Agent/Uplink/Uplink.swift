@@ -19,47 +19,29 @@ public actor Uplink {
         /// `nil` for `ws://`.
         public var tls: TLSConfiguration?
         public var hello: ClientMessage.Hello
-        public var payload: AgentConfig.Payload
-        public var ping: Duration
-        public var backoff: Backoff
-        public var queueSegments: Int
-        public var queueMaxAgeMs: Int
-        public var guidanceMaxAgeMs: Int
-        /// A session with something outstanding that hears nothing for this long is given up.
-        public var liveness: Duration
         /// Connect, TLS handshake and upgrade together.
         public var connectTimeout: Duration
-        /// How long a shutdown waits for the last acknowledgements and guidance.
-        public var drain: Duration
-        /// After the server's close 1012 (it is restarting): a random wait up to this before reconnecting.
-        public var restartSpread: Duration
-        /// Clips for the owner: their budget and network (`upload.*`), and where they are kept
-        /// until stored (nil: the car keeps no recording, so it has no clips).
-        public var clips: ClipUploads.StateMachine.Settings
+        /// Where clips are kept until stored (nil: the car keeps no recording, so it has no clips).
         public var clipCustody: ClipCustody?
+        /// Every rule's numbers: pings and liveness, backoff, the queue, the drain, the clips'
+        /// budget. The segments' pace is the `hello`'s when the rules name none.
+        public var rules: StateMachine.Settings
+
+        public static let standardConnectTimeout: Duration = .seconds(5)
 
         public init(url: String, token: TokenSource, tls: TLSConfiguration?, hello: ClientMessage.Hello,
-                    payload: AgentConfig.Payload, ping: Duration, backoff: Backoff = Backoff(), queueSegments: Int,
-                    queueMaxAgeMs: Int, guidanceMaxAgeMs: Int, liveness: Duration? = nil,
-                    connectTimeout: Duration = .seconds(5), drain: Duration = .milliseconds(1500),
-                    restartSpread: Duration = .milliseconds(AgentConfig.UplinkSettings().restartSpreadMs),
-                    clips: ClipUploads.StateMachine.Settings = .init(), clipCustody: ClipCustody? = nil) {
+                    connectTimeout: Duration = standardConnectTimeout, clipCustody: ClipCustody? = nil,
+                    rules: StateMachine.Settings = .init()) {
             self.url = url
             self.token = token
             self.tls = tls
             self.hello = hello
-            self.payload = payload
-            self.ping = ping
-            self.backoff = backoff
-            self.queueSegments = queueSegments
-            self.queueMaxAgeMs = queueMaxAgeMs
-            self.guidanceMaxAgeMs = guidanceMaxAgeMs
-            self.liveness = liveness ?? min(ping * 2, .seconds(10))
             self.connectTimeout = connectTimeout
-            self.drain = drain
-            self.restartSpread = restartSpread
-            self.clips = clips
             self.clipCustody = clipCustody
+            self.rules = rules
+            if self.rules.segmentPeriod == nil, hello.video.segmentMs > 0 {
+                self.rules.segmentPeriod = .milliseconds(hello.video.segmentMs)
+            }
         }
     }
 
@@ -133,11 +115,7 @@ public actor Uplink {
     public init(settings: Settings, logger: Logger) {
         self.settings = settings
         self.logger = logger
-        self.machine = StateMachine(settings: .init(
-            backoff: settings.backoff, liveness: settings.liveness, ping: settings.ping, drain: settings.drain,
-            guidanceMaxAge: .milliseconds(settings.guidanceMaxAgeMs),
-            queueSegments: settings.queueSegments, queueMaxAgeMs: settings.queueMaxAgeMs, restartSpread: settings.restartSpread,
-            clips: settings.clips, segmentPeriod: settings.hello.video.segmentMs > 0 ? .milliseconds(settings.hello.video.segmentMs) : nil))
+        self.machine = StateMachine(settings: settings.rules)
         (messages, messageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
         (states, stateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }
@@ -187,7 +165,7 @@ public actor Uplink {
     public var uploads: AgentStatus.Uploads {
         let local = Self.localDay()
         var status = AgentStatus.Uploads(waitingFor: machine.clips.whyWaiting(segmentsWaiting: !machine.custody.unsent.isEmpty).rawValue,
-                                         when: settings.clips.wifiOnly ? "wifi" : "always", dailyBytes: settings.clips.dailyBytes)
+                                         when: settings.rules.clips.wifiOnly ? "wifi" : "always", dailyBytes: settings.rules.clips.dailyBytes)
         status.waiting = machine.clips.waiting.map { .init(id: $0.id, kind: $0.clip.kind, at: $0.clip.at, bytesLeft: $0.bytesLeft) }
         status.bytesToday = machine.clips.bytesToday(on: local)
         status.stored = clipsStored
@@ -237,7 +215,7 @@ public actor Uplink {
         finishedWaiters.removeAll()
     }
 
-    /// Sends what is held, waits up to `settings.drain` for its acknowledgements and guidance,
+    /// Sends what is held, waits up to `settings.rules.drain` for its acknowledgements and guidance,
     /// then closes the session with 1001. Returns once ``run(networkChanges:)`` has ended.
     public func shutdown() async {
         guard !machine.isFinished else { return }
@@ -359,7 +337,7 @@ public actor Uplink {
     private nonisolated func connectOptions(token: String) -> WebSocketConnectOptions {
         WebSocketConnectOptions(
             url: settings.url, headers: [("Authorization", "Bearer \(token)")], tls: settings.tls,
-            deadline: settings.connectTimeout, userTimeout: settings.liveness,
+            deadline: settings.connectTimeout, userTimeout: settings.rules.liveness,
             maxMessageBytes: GuidanceProtocol.maxMessageBytes)
     }
 
@@ -378,7 +356,7 @@ public actor Uplink {
 
     private nonisolated func pingLoop(_ connection: WebSocketConnection) async {
         while !Task.isCancelled {
-            try? await Task.sleep(for: settings.ping)
+            try? await Task.sleep(for: settings.rules.ping)
             guard !Task.isCancelled, (try? await connection.ping()) != nil else { return }
         }
     }
@@ -493,7 +471,7 @@ public actor Uplink {
         let header = ClientMessage.SegmentHeader(
             seq: m.seq, capturedAt: m.capturedAt.rfc3339Milliseconds,
             durationMs: m.durationMs, frames: m.frames, bytes: m.bytes, sha256: m.sha256,
-            chunks: (segment.data.count + chunkSize - 1) / chunkSize, data: nil,
+            chunks: (segment.data.count + chunkSize - 1) / chunkSize,
             gps: m.gps?.suffix(ClientMessage.SegmentHeader.maxPositions).map {
                 .init(t: $0.t, mode: $0.mode, lat: $0.lat, lon: $0.lon, alt: $0.alt, speed: $0.speed, track: $0.track)
             })

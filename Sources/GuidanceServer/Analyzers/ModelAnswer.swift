@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import GuidanceProtocol
 
 /// What a model answers about one segment: the JSON object its response schema asks for.

@@ -102,16 +102,15 @@ extension ServerConfig {
         setup.scheme = server.usesTLS ? "https" : "http"
         setup.refreshLifetimeMs = Int64(pairing.refreshTokenDays) * 86_400_000
         setup.owners = store
-        setup.sessionDriver = sessions
-        setup.library = try await OwnerTemplates.library()
-        setup.allowance = usage.remainingSeconds
+        var site = OwnerSite(library: try await OwnerTemplates.library(), sessionDriver: sessions)
+        site.allowance = usage.remainingSeconds
         // Impact mails need a relay and the clips they tell of (``makeImpactMail``).
-        setup.mailRelay = mail.relay != nil && clips.dir != nil
+        site.mailRelay = mail.relay != nil && clips.dir != nil
         // Cookies are Secure when the pages are reached over HTTPS: this server's TLS, or a proxy's
         // whose public address is the configured one (each request forwarded by a local proxy
         // with X-Forwarded-Proto: https is also, per request: SecureTransport).
-        setup.secureCookies = server.usesTLS || pairing.verificationURI?.lowercased().hasPrefix("https://") == true
-        setup.products = try payments.products.map { text throws(ConfigError) in
+        site.secureCookies = server.usesTLS || pairing.verificationURI?.lowercased().hasPrefix("https://") == true
+        site.products = try payments.products.map { text throws(ConfigError) in
             guard let product = Product(text) else {
                 throw .invalidOption("payments.products", text, "NAME=SECONDS=PRICE, e.g. `1 hour=3600=4.99 EUR` (1 to 100000000 seconds)")
             }
@@ -122,9 +121,10 @@ extension ServerConfig {
             break
         case .simulated:
             let secret = try SigningKey.load(Self.inStateDirectory(payments.webhookSecretFile), key: "payments.webhookSecretFile", holding: "the secret payment webhooks are signed with")
-            setup.provider = SimulatedProvider(secret: secret)
+            site.provider = SimulatedProvider(secret: secret)
             logger.warning("payments.provider is simulated: a signed-in owner can credit usage without paying; for demos only (set payments.provider: none, or a real provider, in production)")
         }
+        setup.site = site
         return setup
     }
 }

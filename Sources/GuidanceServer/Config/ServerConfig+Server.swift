@@ -4,10 +4,10 @@ public import Logging
 public import ServiceLifecycle
 
 extension ServerConfig {
-    /// The server this configuration describes, with its tokens and analyzer loaded; `ledger`,
-    /// `leases` and `services` come from ``openLedger(logger:)``. A problem with the tokens file,
-    /// the script or the TLS files is a configuration error.
-    public func makeServer(logger: Logger, ledger: any UsageLedger, leases: any SessionLeases, services: [any Service],
+    /// The server this configuration describes, with its analyzer loaded; `tokens` is
+    /// `server.tokensFile` as read at start, and `ledger`, `leases` and `services` come from
+    /// ``openLedger(logger:)``. A problem with the script or the TLS files is a configuration error.
+    public func makeServer(tokens: StaticDeviceTokens, logger: Logger, ledger: any UsageLedger, leases: any SessionLeases, services: [any Service],
                            pairing: Pairing? = nil) throws -> StreamServer {
         let analyzer = try makeAnalyzer(ledger: ledger, logger: logger)
         let tls = server.tlsCertFile.flatMap { cert in server.tlsKeyFile.map { (certificateFile: cert, keyFile: $0) } }
@@ -25,7 +25,7 @@ extension ServerConfig {
                             maxClipBytesPerOwner: clips.maxMegabytesPerOwner << 20, impactMail: impactMail,
                             maxInFlightBytes: server.maxInFlightMegabytes << 20, maxUpgradesInProgress: server.maxUpgradesInProgress,
                             retryAfterSeconds: server.retryAfterSeconds),
-            tokens: try DeviceTokens(file: server.tokensFile, logger: logger), analyzer: analyzer, ledger: ledger, leases: leases,
+            tokens: tokens, analyzer: analyzer, ledger: ledger, leases: leases,
             services: services + (retention.map { [$0] } ?? []) + (impactMail.map { [$0] } ?? []), pairing: pairing, logger: logger)
     }
 
@@ -41,7 +41,7 @@ extension ServerConfig {
             let key = try apiKey(required: true) ?? ""
             let transcode: (@Sendable (Data) async throws -> Data)? = settings.transcodeToH264 ? { @Sendable data in try await SegmentVideo.h264(from: data) } : nil
             let endpoint = GeminiEndpoint(
-                endpoint: settings.endpoint ?? ServerConfig.Kind.gemini.defaultEndpoint ?? "", model: settings.model ?? "gemini-2.5-flash",
+                endpoint: settings.endpoint ?? ServerConfig.Kind.gemini.defaultEndpoint ?? "", model: settings.model ?? ServerConfig.Kind.gemini.defaultModel ?? "",
                 apiKey: key, transcode: transcode)
             return HostedModelAnalyzer(endpoint: endpoint, timeout: timeout, ledger: ledger, logger: logger)
         case .openai:

@@ -23,9 +23,9 @@ public struct ServerConfig: LoadableConfig {
     public init() {}
 
     public struct Server: Sendable, Equatable {
-        public var host = "127.0.0.1"
+        public var host = StreamServer.Settings.standard.host
         /// 0 lets the system pick a free port.
-        public var port = 8080
+        public var port = StreamServer.Settings.standard.port
         /// TLS certificate chain (PEM); set together with `tlsKeyFile`, or neither for plain HTTP/WS.
         public var tlsCertFile: String?
         /// The private key of `tlsCertFile` (PEM).
@@ -33,27 +33,27 @@ public struct ServerConfig: LoadableConfig {
         /// YAML mapping of bearer token → device id.
         public var tokensFile = "tokens.yaml"
         /// Seconds a session may be silent (no message, no pong) before it is closed with 4001; the server pings once half way.
-        public var idleTimeoutSeconds = 30
+        public var idleTimeoutSeconds = StreamServer.Settings.standard.idleTimeoutSeconds
         /// Folder received segments are kept in; nil keeps none.
         public var keepDir: String?
         /// Largest segment accepted (its header's `bytes`).
-        public var maxSegmentBytes = 8 << 20
+        public var maxSegmentBytes = StreamServer.Settings.standard.maxSegmentBytes
         /// Time a new connection has to complete its upgrade request, TLS handshake included.
-        public var handshakeTimeoutMs = 5000
+        public var handshakeTimeoutMs = StreamServer.Settings.standard.handshakeTimeoutMs
         /// Connections open at once; more are answered 503 with `Retry-After`.
-        public var maxConnections = 1024
+        public var maxConnections = StreamServer.Settings.standard.maxConnections
         /// Stream connections one device may hold at once; more are answered 429 with `Retry-After`.
-        public var maxConnectionsPerDevice = 4
+        public var maxConnectionsPerDevice = StreamServer.Settings.standard.maxConnectionsPerDevice
         /// Time a peer has to answer the server's close; then the socket is closed.
-        public var closeTimeoutMs = 3000
+        public var closeTimeoutMs = StreamServer.Settings.standard.closeTimeoutMs
         /// Bytes of segments being received at once, server-wide, in MiB; past it, sessions wait
         /// and their sockets are not read. Well inside the unit's `MemoryMax` (2 GiB).
-        public var maxInFlightMegabytes = 128
+        public var maxInFlightMegabytes = StreamServer.Settings.standard.maxInFlightBytes >> 20
         /// Stream sessions starting at once (upgrade to `welcome`); more are answered 503.
-        public var maxUpgradesInProgress = 256
+        public var maxUpgradesInProgress = StreamServer.Settings.standard.maxUpgradesInProgress
         /// Seconds a refusal for capacity (503, 429) asks to wait: a random number from this to twice this.
         /// Short: the cars of a dead instance must be streaming on another within seconds.
-        public var retryAfterSeconds = 2
+        public var retryAfterSeconds = StreamServer.Settings.standard.retryAfterSeconds
 
         public init() {}
 
@@ -68,7 +68,7 @@ public struct ServerConfig: LoadableConfig {
         public var order: Order = .inOrder
         /// Base URL of the model service; unset takes the kind's own (``Kind/defaultEndpoint``).
         public var endpoint: String?
-        /// Model id; unset takes the kind's own (`gemini-2.5-flash`); required for `openai`.
+        /// Model id; unset takes the kind's own (``Kind/defaultModel``); required for `openai`.
         public var model: String?
         /// File holding the service's API key (mode 0600); required for `gemini`.
         public var apiKeyFile: String?
@@ -123,11 +123,11 @@ public struct ServerConfig: LoadableConfig {
         /// Folder the clip store keeps them in; nil takes none.
         public var dir: String?
         /// Largest clip file accepted.
-        public var maxFileMegabytes = 64
+        public var maxFileMegabytes = StreamServer.Settings.standard.maxClipFileBytes >> 20
         /// What one car's clips may take of the store.
         public var maxMegabytesPerCar = 4096
         /// What the clips of all one owner's cars may take of the store.
-        public var maxMegabytesPerOwner = 8192
+        public var maxMegabytesPerOwner = StreamServer.Settings.standard.maxClipBytesPerOwner >> 20
         /// Clips are deleted this many days after they came.
         public var retentionDays = 30
 
@@ -184,6 +184,14 @@ public struct ServerConfig: LoadableConfig {
             case .gemini: "https://generativelanguage.googleapis.com/v1beta"
             case .openai: "http://127.0.0.1:8080/v1"
             case .scripted, .vision: nil
+            }
+        }
+
+        /// The model used when `analyzer.model` is unset.
+        public var defaultModel: String? {
+            switch self {
+            case .gemini: "gemini-2.5-flash"
+            case .openai, .scripted, .vision: nil
             }
         }
     }
@@ -253,10 +261,10 @@ extension ServerConfig {
             "`order` plays the script's items one after another; `seq` picks item (segment seq mod item count)."),
         .optionalString(
             "analyzer.endpoint", \.analyzer.endpoint, type: "URL",
-            "Base URL of the model service; unset is `https://generativelanguage.googleapis.com/v1beta` (gemini) or `http://127.0.0.1:8080/v1` (openai)."),
+            "Base URL of the model service; unset is `\(Kind.gemini.defaultEndpoint ?? "")` (gemini) or `\(Kind.openai.defaultEndpoint ?? "")` (openai)."),
         .optionalString(
             "analyzer.model", \.analyzer.model, type: "string",
-            "Model id; unset is `gemini-2.5-flash` for gemini; required for openai (the name the server knows the model by)."),
+            "Model id; unset is `\(Kind.gemini.defaultModel ?? "")` for gemini; required for openai (the name the server knows the model by)."),
         .optionalString(
             "analyzer.apiKeyFile", \.analyzer.apiKeyFile, type: "path",
             "File holding the API key (mode 0600, no group or other access; never logged); required for gemini, optional for openai."),

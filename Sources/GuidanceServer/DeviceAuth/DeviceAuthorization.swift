@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// One pending pairing by the OAuth 2.0 Device Authorization Grant (RFC 8628), and its rules, with
 /// no storage or socket in sight: time is passed in (milliseconds since the Unix epoch, as the

@@ -1,7 +1,6 @@
 import Foundation
 import Logging
-public import Mustache
-public import Hummingbird
+import Hummingbird
 
 /// Everything pairing needs at run time: where pairings are stored, how access tokens are signed,
 /// and the numbers of the rules (`pairing.*` in the server's config).
@@ -15,19 +14,10 @@ public struct Pairing: Sendable {
     public var authorization = DeviceAuthorization.Settings()
     public var refreshLifetimeMs: Int64 = 90 * 86_400_000
     public var refreshRules = RefreshTokenRules()
-    /// The owners' pages, when the store keeps owners (it does for SQLite).
+    /// Owners and what they own (cars, trips), when the store keeps them (SQLite and PostgreSQL do).
     public var owners: (any PairingStore & OwnerStore)?
-    /// Their templates (``OwnerTemplates``).
-    public var library: MustacheLibrary?
-    /// Where their web sessions are kept (shared by every instance on the same database).
-    public var sessionDriver: (any PersistDriver)?
-    public var products: [Product] = []
-    public var provider: (any PaymentProvider)?
-    /// `usage.remainingSeconds`, for the pages' remaining usage.
-    public var allowance: Int?
-    public var secureCookies = false
-    /// Whether the server has a mail relay (`mail.relay`): owners may ask for impact mails.
-    public var mailRelay = false
+    /// The owners' pages, with what can be bought there.
+    public var site: OwnerSite?
     /// Cars unpaired at this instance: their access tokens are refused from then on.
     public let unpaired = UnpairedDevices()
     /// Milliseconds since the Unix epoch; tests pass their own clock.

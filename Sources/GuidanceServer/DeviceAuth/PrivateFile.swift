@@ -1,4 +1,4 @@
-public import ConfigSupport
+import ConfigSupport
 import Foundation
 
 /// A file that holds secrets (device tokens, an API key): readable only by its owner.

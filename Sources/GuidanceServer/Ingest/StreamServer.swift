@@ -1,5 +1,5 @@
-public import Hummingbird
-public import HummingbirdTLS
+import Hummingbird
+import HummingbirdTLS
 import HummingbirdCore
 import HummingbirdWebSocket
 import Foundation
@@ -78,17 +78,13 @@ public struct StreamServer: Sendable {
 
         public init(host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
                     idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil,
-                    maxSegmentBytes: Int = ServerConfig.Server().maxSegmentBytes,
-                    handshakeTimeoutMs: Int = ServerConfig.Server().handshakeTimeoutMs,
-                    maxConnections: Int = ServerConfig.Server().maxConnections,
-                    maxConnectionsPerDevice: Int = ServerConfig.Server().maxConnectionsPerDevice,
-                    closeTimeoutMs: Int = ServerConfig.Server().closeTimeoutMs,
-                    clips: (any ClipStore)? = nil, maxClipFileBytes: Int = ServerConfig.Clips().maxFileMegabytes << 20,
-                    maxClipBytesPerOwner: Int = ServerConfig.Clips().maxMegabytesPerOwner << 20,
+                    maxSegmentBytes: Int = 8 << 20, handshakeTimeoutMs: Int = 5000, maxConnections: Int = 1024,
+                    maxConnectionsPerDevice: Int = 4, closeTimeoutMs: Int = 3000,
+                    clips: (any ClipStore)? = nil, maxClipFileBytes: Int = 64 << 20, maxClipBytesPerOwner: Int = 8192 << 20,
                     impactMail: ImpactMail? = nil,
-                    maxInFlightBytes: Int = ServerConfig.Server().maxInFlightMegabytes << 20,
-                    maxUpgradesInProgress: Int = ServerConfig.Server().maxUpgradesInProgress,
-                    retryAfterSeconds: Int = ServerConfig.Server().retryAfterSeconds) {
+                    // Well inside the unit's `MemoryMax` (2 GiB). Short waits: the cars of a dead
+                    // instance must be streaming on another within seconds.
+                    maxInFlightBytes: Int = 128 << 20, maxUpgradesInProgress: Int = 256, retryAfterSeconds: Int = 2) {
             self.maxInFlightBytes = maxInFlightBytes
             self.maxUpgradesInProgress = maxUpgradesInProgress
             self.retryAfterSeconds = retryAfterSeconds
@@ -108,10 +104,25 @@ public struct StreamServer: Sendable {
             self.maxConnectionsPerDevice = maxConnectionsPerDevice
             self.closeTimeoutMs = closeTimeoutMs
         }
+
+        /// The defaults, for the configuration's.
+        static let standard = Settings()
+
+        /// Where this server reaches itself on `port` (the simulated payment provider's webhook):
+        /// its own host, or loopback when it listens on every address.
+        func ownURL(port: Int) -> String {
+            let address = switch host {
+            case "", "0.0.0.0": "127.0.0.1"
+            case "::": "[::1]"
+            case let ipv6 where ipv6.contains(":"): "[\(ipv6)]"
+            case let name: name
+            }
+            return "\(tls == nil ? "http" : "https")://\(address):\(port)"
+        }
     }
 
     public let settings: Settings
-    public let tokens: DeviceTokens
+    public let tokens: StaticDeviceTokens
     public let analyzer: any SegmentAnalyzer
     public let logger: Logger
     public let metrics: ServerMetrics
@@ -128,7 +139,7 @@ public struct StreamServer: Sendable {
     /// Room for the segments being received, shared by every session.
     let budget: InFlightBudget
 
-    public init(settings: Settings, tokens: DeviceTokens, analyzer: any SegmentAnalyzer, ledger: any UsageLedger,
+    public init(settings: Settings, tokens: StaticDeviceTokens, analyzer: any SegmentAnalyzer, ledger: any UsageLedger,
                 leases: any SessionLeases = LocalLeases(), services: [any Service] = [], pairing: Pairing? = nil, logger: Logger,
                 metrics: ServerMetrics = ServerMetrics()) {
         self.pairing = pairing
@@ -143,35 +154,52 @@ public struct StreamServer: Sendable {
         budget = InFlightBudget(capacity: max(settings.maxInFlightBytes, 1), metrics: metrics, logger: logger)
     }
 
-    /// Closes every open session with 1012 at a graceful shutdown: to run beside ``application(onRunning:)``,
-    /// after it in the service group, so that it goes first (``RestartNotice``).
+    /// Closes every open session with 1012 at a graceful shutdown: to run beside the
+    /// ``ServerApplication``, after it in the service group, so that it goes first (``RestartNotice``).
     public var restartNotice: RestartNotice {
         RestartNotice(sessions: sessions, deadline: settings.closeDeadline, logger: logger)
     }
 
-    /// The Hummingbird application; `onRunning` gets the bound port (useful with port 0).
-    public func application(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
+    /// The device a request's `Authorization` names: a static token from the tokens file, or a
+    /// paired device's access token (unless the device was unpaired here).
+    func device(authorization: String?) -> String? {
+        tokens.device(authorization: authorization) ?? accessClaims(authorization)?.sub
+    }
+
+    /// A paired device's access token: its claims, unless the device was unpaired here.
+    func accessClaims(_ authorization: String?) -> AccessTokens.Claims? {
+        guard let pairing, let authorization, authorization.hasPrefix("Bearer "),
+              let claims = pairing.tokens.verify(String(authorization.dropFirst(7)), nowSeconds: pairing.now() / 1000),
+              !pairing.unpaired.contains(claims.sub) else { return nil }
+        return claims
+    }
+
+    /// The rules every connection is held to before it reaches a route (``UpgradeAuthGate``).
+    var upgradeRules: UpgradeAuthGate.Rules {
+        UpgradeAuthGate.Rules(
+            path: GuidanceProtocol.path, device: { [self] in device(authorization: $0) },
+            handshakeTimeout: .milliseconds(Int64(settings.handshakeTimeoutMs)),
+            retryAfterSeconds: settings.retryAfterSeconds, maxPerDevice: settings.maxConnectionsPerDevice,
+            maxStarting: settings.maxUpgradesInProgress, metrics: metrics, logger: logger)
+    }
+
+    /// What runs beside the sessions: the ledger's and leases' own, and the watches that act on
+    /// every open session (superseded elsewhere; tokens, unpairing and usage).
+    var sessionServices: [any Service] {
+        services + [SupersedeService(leases: leases, sessions: sessions, logger: logger),
+                    SessionChecks(sessions: sessions, beforeEach: { [tokens] in tokens.refresh() })]
+    }
+
+    /// The stream route, `GuidanceProtocol.path`: a device's WebSocket, one ``StreamSession``.
+    func addRoutes(to router: Router<GuidanceRequestContext>) {
         let sessions = self.sessions
         let ledger = self.ledger, leases = self.leases
-        let router = Router(context: GuidanceRequestContext.self)
         let tokens = self.tokens, settings = self.settings, analyzer = self.analyzer, logger = self.logger, metrics = self.metrics
         let budget = self.budget
-        router.add(middleware: ServerErrorLog(logger: logger, metrics: metrics))
-        router.add(middleware: SecureTransport(always: settings.tls != nil || pairing?.secureCookies == true,
-                                               peer: { $0.channel?.remoteAddress?.ipAddress }))
-        // A static token from the tokens file, or a paired device's access token.
-        let accessTokens = pairing?.tokens, clock = pairing?.now, unpaired = pairing?.unpaired
+        let clock = pairing?.now, unpaired = pairing?.unpaired
         let owners = pairing?.owners
-        // A paired device's access token: its claims, unless the device was unpaired here.
-        let accessClaims: @Sendable (String?) -> AccessTokens.Claims? = { authorization in
-            guard let accessTokens, let clock, let authorization, authorization.hasPrefix("Bearer "),
-                  let claims = accessTokens.verify(String(authorization.dropFirst(7)), nowSeconds: clock() / 1000),
-                  unpaired?.contains(claims.sub) != true else { return nil }
-            return claims
-        }
-        let resolveDevice: @Sendable (String?) -> String? = { authorization in
-            tokens.device(authorization: authorization) ?? accessClaims(authorization)?.sub
-        }
+        let accessClaims: @Sendable (String?) -> AccessTokens.Claims? = { [self] in self.accessClaims($0) }
+        let resolveDevice: @Sendable (String?) -> String? = { [self] in self.device(authorization: $0) }
         router.ws(RouterPath(stringLiteral: GuidanceProtocol.path)) { request, _ in
             // UpgradeAuthGate has already answered a bad token with 401; this is the second lock.
             resolveDevice(request.headers[.authorization]) != nil ? .upgrade([:]) : .dontUpgrade
@@ -238,75 +266,6 @@ public struct StreamServer: Sendable {
                                         logger: logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
-        // Where the simulated payment provider posts its webhooks: this server, once it listens.
-        let listening = Mutex<String?>(nil)
-        if let pairing {
-            pairing.endpoints(logger: logger).add(to: router)
-            if let owners = pairing.owners, let library = pairing.library, let driver = pairing.sessionDriver {
-                let sessions = SessionStorage<WebSession>(
-                    driver,
-                    configuration: .init(sessionCookieParameters: .init(name: OwnerPages.sessionCookie, secure: pairing.secureCookies,
-                                                                         sameSite: .strict),
-                                         keyPrefix: OwnerPages.sessionKeyPrefix))
-                OwnerPages(store: owners, ledger: ledger, sessions: sessions, library: library, products: pairing.products,
-                           provider: pairing.provider, allowance: pairing.allowance, secureCookies: pairing.secureCookies,
-                           unpaired: pairing.unpaired, metrics: metrics, webhookBase: { listening.withLock { $0 } }, clips: settings.clips,
-                           clipBytesPerOwner: settings.maxClipBytesPerOwner,
-                           shareLinks: ShareLinks(tokens: pairing.tokens), publicOrigin: OwnerPages.origin(of: pairing.verificationURI),
-                           mailRelay: pairing.mailRelay, logger: logger,
-                           now: pairing.now)
-                    .add(to: router)
-            }
-        }
-        router.get("/metrics") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                     body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
-        }
-        // The session pings and checks liveness itself (StreamSession.watchIdle): pongs count.
-        let webSocket = WebSocketServerConfiguration(
-            maxFrameSize: GuidanceProtocol.maxMessageBytes + 1024, autoPing: .disabled, closeTimeout: settings.closeDeadline)
-        let webSocketResponder = router.buildResponder()
-        let rules = UpgradeAuthGate.Rules(
-            path: GuidanceProtocol.path, device: resolveDevice, handshakeTimeout: .milliseconds(Int64(settings.handshakeTimeoutMs)),
-            retryAfterSeconds: settings.retryAfterSeconds, maxPerDevice: settings.maxConnectionsPerDevice, maxStarting: settings.maxUpgradesInProgress,
-            metrics: metrics, logger: logger)
-        let open = OpenConnections()
-        // A bad token never gets a WebSocket: HTTP 401 at the upgrade.
-        var server = HTTPServerBuilder { responder in
-            AuthGatedChannel(
-                base: HTTP1WebSocketUpgradeChannel(
-                    responder: responder, webSocketResponder: webSocketResponder,
-                    // Between requests on a kept-alive connection (a /metrics scraper, say), the
-                    // same time as for the first one.
-                    configuration: .init(http1: .init(idleTimeout: .milliseconds(Int64(settings.handshakeTimeoutMs))), ws: webSocket)),
-                rules: rules, maxConnections: settings.maxConnections, open: open)
-        }
-        if let tls = settings.tls {
-            let configuration = TLSConfiguration.makeServerConfiguration(
-                certificateChain: try NIOSSLCertificate.fromPEMFile(tls.certificateFile).map { .certificate($0) },
-                privateKey: .privateKey(try NIOSSLPrivateKey(file: tls.keyFile, format: .pem)))
-            server = try .tls(server, tlsConfiguration: configuration)
-        }
-        return Application(
-            router: router, server: server,
-            // A fleet reconnecting at once (a server restart, a cell tower back) is thousands of
-            // connections in a second: with Hummingbird's 256 the accept queue overflows and the
-            // kernel drops handshakes, which the cars retry a second or more later. 4096 is what
-            // Linux allows by default (net.core.somaxconn caps it).
-            configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "guidance-server", backlog: 4096),
-            services: services + [SupersedeService(leases: leases, sessions: sessions, logger: logger), SessionChecks(sessions: sessions, beforeEach: { tokens.refresh() })]
-                + (pairing.flatMap { pairing in
-                    pairing.owners.map { owners in
-                        [UnpairWatch(store: owners, unpaired: pairing.unpaired, lookBackMs: pairing.tokens.lifetimeSeconds * 1000,
-                                     now: pairing.now, logger: logger)] as [any Service]
-                    }
-                } ?? []),
-            onServerRunning: { channel in
-                let port = channel.localAddress?.port ?? settings.port
-                listening.withLock { $0 = "\(settings.tls == nil ? "http" : "https")://127.0.0.1:\(port)" }
-                await onRunning(port)
-            },
-            logger: logger)
     }
 }
 

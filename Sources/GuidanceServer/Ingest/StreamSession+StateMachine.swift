@@ -9,8 +9,10 @@ extension StreamSession {
     /// a segment's bytes are gathered in one buffer that grows by appending (linear in its size) and
     /// never beyond `maxSegmentBytes`; its SHA-256 is checked here too.
     ///
-    /// ``StreamSession`` feeds it every message and carries out the ``Action``s; what happens to a
-    /// verified segment (ledger, `ack`, analysis) is the session's.
+    /// ``StreamSession`` feeds it every message and carries out the ``Action``s. A segment whose
+    /// bytes match its header is then judged by its MP4 (``judge(_:video:agent:)``, a ``Verdict``),
+    /// and the usage rules decide what the ledger's answer means for the car
+    /// (``mayCharge(remaining:)``, ``answer(_:)``); the session only carries them out.
     public struct StateMachine: Sendable {
         public struct Limits: Sendable, Equatable {
             /// Largest segment (`bytes`) accepted; `server.maxSegmentBytes`.
@@ -65,8 +67,9 @@ extension StreamSession {
             /// is taken (``InFlightBudget``) before another message is read. The room is given back
             /// once ``isReceivingSegment`` is false again.
             case expect(bytes: Int)
-            /// A segment that passed every check.
-            case verified(Verified)
+            /// A segment whose size and SHA-256 match its header: its MP4 is read next, and
+            /// ``judge(_:video:agent:)`` says whether it is taken.
+            case inspect(Verified)
             /// Worth a debug log line, nothing more (an unknown message type).
             case ignore(String)
             /// A new access token for this session (`auth`): the session checks it names its device.
@@ -83,7 +86,7 @@ extension StreamSession {
         /// Why a message was refused, as a metric label: a closed set.
         public enum Rejection: String, Sendable, CaseIterable {
             case unreadable, outOfOrder = "out_of_order", seq, duration, frames, bytes, sha256Format = "sha256_format"
-            case chunks, base64, overrun, incomplete, size, digest
+            case chunks, overrun, incomplete, size, digest
             /// The bytes are not one MP4 with one HEVC or H.264 video track.
             case video
             /// A `clip` or `clip_part` that breaks a rule, or a part's bytes that are not what it said.
@@ -275,14 +278,9 @@ extension StreamSession {
             guard header.sha256.utf8.count == 64, header.sha256.utf8.allSatisfy({ $0.isHexDigit }) else {
                 return (.sha256Format, "sha256 is not 64 hex digits")
             }
-            // A segment's bytes come only as binary chunks: base64 in the header (`data`) would make
-            // one text message as big as the segment, past every message limit.
-            guard header.data == nil else {
-                return (.base64, "data (base64 in the header) is not accepted; send the MP4 as binary chunks")
-            }
             switch header.chunks {
             case nil:
-                return (.chunks, "a segment needs chunks")
+                return (.chunks, "a segment needs chunks: its MP4 follows the header as binary messages")
             case .some(let chunks):
                 // bytes ≤ maxSegmentBytes: no overflow.
                 let expected = (header.bytes + Self.chunkBytes - 1) / Self.chunkBytes
@@ -298,12 +296,11 @@ extension StreamSession {
         /// A verified segment against what its MP4 says of itself (`video`, or `nil` when it is not an
         /// MP4 that can be read): one track, of video, in a codec the server takes, with as many
         /// frames as the header says and about as long. The charge is the file's duration, never the
-        /// header's; the header only has to agree with it. Returns `.verified` with that charge, or
-        /// `.reject`.
-        public func judge(_ segment: Verified, video: SegmentVideo.Info?, agent: Agent) -> Action {
+        /// header's; the header only has to agree with it.
+        public func judge(_ segment: Verified, video: SegmentVideo.Info?, agent: Agent) -> Verdict {
             let header = segment.header
-            func refuse(_ reason: Rejection, _ text: String) -> Action {
-                .reject(.badSegment, text, seq: header.seq, reason: reason)
+            func refuse(_ reason: Rejection, _ text: String) -> Verdict {
+                .refuse(text, seq: header.seq, reason: reason)
             }
             guard let video else { return refuse(.video, "not an MP4 segment that can be read") }
             guard video.streams == 1, video.videoStreams == 1 else {
@@ -326,7 +323,58 @@ extension StreamSession {
             }
             var charged = segment
             charged.seconds = video.durationMs / 1000 + (video.durationMs % 1000 == 0 ? 0 : 1)
-            return .verified(charged)
+            return .take(charged)
+        }
+
+        /// What the MP4 check decides of a segment.
+        public enum Verdict: Sendable, Equatable {
+            /// Taken: it is charged `seconds`, the MP4's own duration rounded up.
+            case take(Verified)
+            /// Refused (`bad_segment`); the session goes on.
+            case refuse(String, seq: Int, reason: Rejection)
+        }
+
+        /// Whether a taken segment may be charged, given the device's usage left (`nil`: unlimited).
+        /// None left: it is not acknowledged (the agent keeps it until usage returns), and the
+        /// session ends with `quota_exhausted`.
+        public static func mayCharge(remaining: Int?) -> Bool { remaining != 0 }
+
+        /// What the ledger said of a charge.
+        public enum LedgerAnswer: Sendable, Equatable {
+            /// Charged now; `remaining` is the usage left after it (`nil`: unlimited).
+            case charged(remaining: Int?)
+            /// The same segment (device, stream, seq) was charged before, with these bytes or not.
+            case chargedBefore(sameBytes: Bool)
+            /// The device's lease went to a newer session (here or at another instance).
+            case fenced
+            /// The ledger could not be reached or failed.
+            case failed
+        }
+
+        /// What the car is told, and whether the session goes on, after the ledger's answer.
+        public enum ChargeOutcome: Sendable, Equatable {
+            /// `ack`; with usage limited, then `usage` with what is left, and at 0 `quota_exhausted`
+            /// and the session ends (`endsSession`).
+            case acknowledge(usageLeft: Int?, endsSession: Bool)
+            /// Its ack was lost with an earlier connection: `ack` again, and only that.
+            case acknowledgeAgain
+            /// Delivered before with other content: `bad_segment`; the session goes on.
+            case refuseOtherContent
+            /// Another session holds the device now: no answer, the session ends (4000).
+            case superseded
+            /// Not acknowledged, so the agent keeps it and sends it again: `internal`, and the
+            /// session ends (1011).
+            case ledgerUnavailable
+        }
+
+        public static func answer(_ ledger: LedgerAnswer) -> ChargeOutcome {
+            switch ledger {
+            case .charged(let remaining): .acknowledge(usageLeft: remaining, endsSession: remaining == 0)
+            case .chargedBefore(sameBytes: true): .acknowledgeAgain
+            case .chargedBefore(sameBytes: false): .refuseOtherContent
+            case .fenced: .superseded
+            case .failed: .ledgerUnavailable
+            }
         }
 
         /// How far a header's `durationMs` may be from the MP4's (at least; or a tenth of it): the
@@ -394,7 +442,7 @@ extension StreamSession {
             }
             // durationMs is within 1…2 × segmentMs: rounding up cannot overflow.
             let seconds = header.durationMs / 1000 + (header.durationMs % 1000 == 0 ? 0 : 1)
-            return .verified(Verified(header: header, data: data, sha256: digest, seconds: seconds))
+            return .inspect(Verified(header: header, data: data, sha256: digest, seconds: seconds))
         }
     }
 }

@@ -242,20 +242,18 @@ public struct StreamSession: Sendable {
                     logger.notice("session \(id): closing: \(reason)", metadata: ["device": "\(device)"])
                     try await outbound.close(.protocolError, reason: reason)
                     return
-                case .verified(let received):
+                case .inspect(let received):
                     // The bytes, not the header: what the MP4 itself says decides, and what it costs.
                     guard let agent = machine.agent else { break }
                     let arrived = ContinuousClock.now
                     let video = try? await SegmentVideo.inspectReceived(received.data)
                     switch machine.judge(received, video: video, agent: agent) {
-                    case .verified(let segment):
+                    case .take(let segment):
                         metrics.verified()
                         guard try await finish(segment, arrived: arrived, agent: agent, lease: lease, outbound: outbound, analysis: analysis,
                                                incidents: &incidents) else { return }
-                    case .reject(let code, let text, let seq, let reason):
-                        try await reject(code, text, seq: seq, reason: reason, log: &log, outbound: outbound)
-                    default:
-                        break
+                    case .refuse(let text, let seq, let reason):
+                        try await reject(.badSegment, text, seq: seq, reason: reason, log: &log, outbound: outbound)
                     }
                 case .ignore(let what):
                     logger.debug("session \(id): ignoring \(GuidanceText.loggable(what, limit: 200))", metadata: ["device": "\(device)"])
@@ -390,18 +388,18 @@ public struct StreamSession: Sendable {
                         incidents: inout IncidentKeeper?) async throws -> Bool {
         let header = segment.header
         // With no allowance set, usage is unlimited and the ledger need not be asked.
-        if settings.usageSeconds != nil, let left = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left == 0 {
-            // Not acknowledged: the agent keeps the segment until usage returns.
-            lease.paused = true
-            try await outbound.write(.text(ServerMessage.error(code: .quotaExhausted, message: "no guidance time left", seq: header.seq).encoded()))
-            try await outbound.close(.init(codeNumber: Int(CloseCode.quotaExhausted.rawValue)), reason: "quota exhausted")
-            return false
+        if settings.usageSeconds != nil {
+            let left = try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
+            guard StateMachine.mayCharge(remaining: left) else {
+                try await endForQuota(seq: header.seq, lease: lease, outbound: outbound)
+                return false
+            }
         }
         // Without a stream id a segment cannot be recognised when re-sent: it is keyed by this session.
         let charge = UsageCharge(
             device: device, stream: agent.stream ?? "session:\(id)", seq: header.seq, sha256: segment.sha256,
             seconds: segment.seconds, fence: lease.epoch.map { LeaseFence(device: device, epoch: $0) })
-        let balance: DeviceBalance
+        let answer: StateMachine.LedgerAnswer
         do {
             let charging = ContinuousClock.now
             let charged = try await ledger.charge(charge)
@@ -409,31 +407,38 @@ public struct StreamSession: Sendable {
             switch charged {
             case .charged(let after):
                 metrics.ledger(.charged)
-                balance = after
-            case .alreadyCharged(_, let sha256) where sha256 == segment.sha256:
-                // Its ack was lost with an earlier connection: acknowledge it again, and only that.
+                answer = .charged(remaining: after.remaining(allowance: settings.usageSeconds))
+            case .alreadyCharged(_, let sha256):
                 metrics.ledger(.duplicate)
-                metrics.resent()
-                logger.info("segment \(header.seq) re-sent, acknowledged again", metadata: ["device": "\(device)", "stream": "\(charge.stream)"])
-                try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
-                return true
-            case .alreadyCharged:
-                metrics.ledger(.duplicate)
-                metrics.rejected(.digest)
-                try await outbound.write(.text(ServerMessage.error(
-                    code: .badSegment, message: "segment \(header.seq) of this stream was already delivered with other content", seq: header.seq).encoded()))
-                return true
+                answer = .chargedBefore(sameBytes: sha256 == segment.sha256)
             }
         } catch LedgerError.fenced {
-            // Another session (here or on another instance) holds the device now: this one is over.
             metrics.ledger(.fenced)
+            answer = .fenced
+        } catch {
+            metrics.ledger(.failed)
+            logger.error("session \(id): cannot charge segment \(header.seq): \(error)", metadata: ["device": "\(device)"])
+            answer = .failed
+        }
+        let usageLeft: Int?, endsSession: Bool
+        switch StateMachine.answer(answer) {
+        case .acknowledge(let left, let ends):
+            (usageLeft, endsSession) = (left, ends)
+        case .acknowledgeAgain:
+            metrics.resent()
+            logger.info("segment \(header.seq) re-sent, acknowledged again", metadata: ["device": "\(device)", "stream": "\(charge.stream)"])
+            try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
+            return true
+        case .refuseOtherContent:
+            metrics.rejected(.digest)
+            try await outbound.write(.text(ServerMessage.error(
+                code: .badSegment, message: "segment \(header.seq) of this stream was already delivered with other content", seq: header.seq).encoded()))
+            return true
+        case .superseded:
             logger.info("session \(id): its lease was taken; segment \(header.seq) left to the newer session", metadata: ["device": "\(device)"])
             try? await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
             return false
-        } catch {
-            // Not acknowledged, so the agent keeps it and sends it again on its next session.
-            metrics.ledger(.failed)
-            logger.error("session \(id): cannot charge segment \(header.seq): \(error)", metadata: ["device": "\(device)"])
+        case .ledgerUnavailable:
             try? await outbound.write(.text(ServerMessage.error(code: .internal, message: "usage ledger unavailable", seq: header.seq).encoded()))
             try? await outbound.close(.unexpectedServerError, reason: "usage ledger unavailable")
             return false
@@ -460,16 +465,20 @@ public struct StreamSession: Sendable {
             metrics.analysisSkipped()
             logger.info("segment \(older.header.seq) not analysed: segment \(header.seq) arrived while it waited", metadata: ["device": "\(device)"])
         }
-        if let left = balance.remaining(allowance: settings.usageSeconds) {
-            try await outbound.write(.text(ServerMessage.usage(remainingSeconds: left).encoded()))
-            if left == 0 {
-                lease.paused = true
-                try await outbound.write(.text(ServerMessage.error(code: .quotaExhausted, message: "no guidance time left", seq: nil).encoded()))
-                try await outbound.close(.init(codeNumber: Int(CloseCode.quotaExhausted.rawValue)), reason: "quota exhausted")
-                return false
-            }
+        if let usageLeft { try await outbound.write(.text(ServerMessage.usage(remainingSeconds: usageLeft).encoded())) }
+        if endsSession {
+            try await endForQuota(seq: nil, lease: lease, outbound: outbound)
+            return false
         }
         return true
+    }
+
+    /// No usage left: the lease is paused (no segment is taken on it), the car is told, and the
+    /// session ends. A segment not acknowledged stays with the car until usage returns.
+    private func endForQuota(seq: Int?, lease: Lease, outbound: WebSocketOutboundWriter) async throws {
+        lease.paused = true
+        try await outbound.write(.text(ServerMessage.error(code: .quotaExhausted, message: "no guidance time left", seq: seq).encoded()))
+        try await outbound.close(.init(codeNumber: Int(CloseCode.quotaExhausted.rawValue)), reason: "quota exhausted")
     }
 
     /// Analyses the waiting segment, one at a time, and sends what the analyzer says.

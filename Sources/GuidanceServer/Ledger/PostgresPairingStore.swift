@@ -145,7 +145,7 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         return try await transaction { [self] db in
             let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
             if let wait = try await Self.limited(db, throttles, nowMs: nowMs, logger: logger) { return .limited(waitSeconds: wait) }
-            guard var (hash, found) = try await authorization(where: "user_code", is: userCode, on: db) else {
+            guard case (let hash, var found)? = try await authorization(where: "user_code", is: userCode, on: db) else {
                 try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
                 return .wrong
             }
@@ -300,7 +300,7 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
 
     public func addPasswordLink(owner: Int64, tokenHash: String, expiresAtMs: Int64) async throws {
         let logger = self.logger
-        try await transaction { db in
+        _ = try await transaction { db in
             try await db.query("INSERT INTO password_links (token_hash, owner, expires_at) VALUES (\(tokenHash), \(owner), \(expiresAtMs))",
                                logger: logger)
         }
@@ -316,7 +316,7 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
 
     public func setPreferences(owner: Int64, _ preferences: OwnerPreferences) async throws {
         let logger = self.logger
-        try await transaction { db in
+        _ = try await transaction { db in
             try await db.query(
                 "UPDATE owners SET time_zone = \(preferences.timeZone), language = \(preferences.language), impact_mail = \(preferences.impactMail) WHERE id = \(owner)",
                 logger: logger)
@@ -444,7 +444,7 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
 
     public func seen(device: String, nowMs: Int64) async throws {
         let logger = self.logger
-        try await transaction { db in try await db.query("UPDATE paired_devices SET last_seen_at = \(nowMs) WHERE device = \(device)", logger: logger) }
+        _ = try await transaction { db in try await db.query("UPDATE paired_devices SET last_seen_at = \(nowMs) WHERE device = \(device)", logger: logger) }
     }
 
     public func recordGuidance(device: String, text: String, nowMs: Int64) async throws {
@@ -461,7 +461,7 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
 
     public func startPayment(_ payment: Payment) async throws {
         let logger = self.logger
-        try await transaction { db in
+        _ = try await transaction { db in
             try await db.query(
                 """
                 INSERT INTO payments (provider, payment_id, owner, device, product, seconds, price, status, created_at)

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// Where the server keeps what each device was credited and what it spent: append-only usage
 /// events keyed by `(device, stream, seq)`, credits, and a balance per device kept in the same

@@ -44,9 +44,7 @@ public struct SourceError: Error, Equatable, CustomStringConvertible {
     public static func unreadable(_ path: String, _ detail: String) -> Self { .init(.unreadable, path, detail) }
 
     public var isNotFound: Bool { kind == .notFound }
-    public var isNotACaptureDevice: Bool { kind == .notACaptureDevice || kind == .unsupported }
     public var isLost: Bool { kind == .lost }
-    public var isStalled: Bool { kind == .stalled }
     /// Lost and stalled cameras come back: the pipeline reopens them instead of exiting.
     public var isRecoverable: Bool { kind == .lost || kind == .stalled }
 

@@ -14,7 +14,7 @@ import Yams
 /// and modification time, and a changed file is read again, so `guidance-server token add` (or an
 /// edit) takes effect without a restart. A change that cannot be read (a half-written file, a
 /// wrong mode) is logged and the tokens read last stay in force.
-public struct DeviceTokens: Sendable {
+public struct StaticDeviceTokens: Sendable {
     private let source: Source
 
     private enum Source: Sendable {
@@ -114,7 +114,7 @@ public struct DeviceTokens: Sendable {
             let (devices, changed) = state.withLock { state in (state.devices, state.stamp != now) }
             guard changed else { return devices }
             do {
-                let fresh = try DeviceTokens.parse(file: file, key: key, allowEmpty: true)
+                let fresh = try StaticDeviceTokens.parse(file: file, key: key, allowEmpty: true)
                 state.withLock { $0 = (fresh, now) }
                 logger?.notice("tokens: \(file) changed; \(fresh.count) device token(s) in force")
                 return fresh
@@ -196,7 +196,7 @@ public enum TokensFileEditor {
         guard FileManager.default.fileExists(atPath: file) else { return [:] }
         let text = try PrivateFile.read(file, key: "server.tokensFile", holding: "every device's token (YAML token: device-id)")
         if text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty { return [:] }
-        return try DeviceTokens.parse(file: file, key: "server.tokensFile", allowEmpty: true)
+        return try StaticDeviceTokens.parse(file: file, key: "server.tokensFile", allowEmpty: true)
     }
 
     private static func write(_ devices: [String: String], to file: String) throws {

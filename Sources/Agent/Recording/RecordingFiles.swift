@@ -24,7 +24,7 @@ public struct OutputError: Error, CustomStringConvertible {
 /// Symbolic links inside the recording folder are never followed: the temporary file is made
 /// new (`O_EXCL | O_NOFOLLOW`), a day folder or `protected/` that is a link is refused, and
 /// ``remove(_:in:)`` deletes without passing through one.
-enum DurableFile {
+enum RecordingFiles {
     static func write(_ bytes: [UInt8], to file: URL) throws(OutputError) {
         let temporary = file.deletingLastPathComponent().appendingPathComponent(".\(file.lastPathComponent).partial")
         do {

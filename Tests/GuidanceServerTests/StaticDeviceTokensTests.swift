@@ -5,7 +5,7 @@ import Glibc
 import Testing
 
 /// The tokens file as a fleet has it: read by walking the composed YAML mapping once.
-@Suite struct DeviceTokensTests {
+@Suite struct StaticDeviceTokensTests {
     @Test func aFleetsTokensFileIsReadWhole() throws {
         var text = "# Device tokens of the guidance server\n"
         for i in 0..<3000 {
@@ -43,7 +43,7 @@ import Testing
     /// in what was read (`knownDevice`), which never looks at the file itself.
     @Test func knownDeviceLooksUpWhatWasReadAndRefreshReadsTheChange() throws {
         try Self.withFile("tok-a: car-a\ntok-b: car-b\n") { file in
-            let tokens = try DeviceTokens(file: file)
+            let tokens = try StaticDeviceTokens(file: file)
             #expect(tokens.knownDevice(authorization: "Bearer tok-a") == "car-a")
             // car-a's token removed: the file written again in place (its mode stays 0600).
             try Data("tok-b: car-b\n".utf8).write(to: URL(fileURLWithPath: file))
@@ -61,7 +61,7 @@ import Testing
     @Test func aRewriteOfTheSameSizeInTheSameSecondIsSeen() throws {
         try Self.withFile("tok-a: car-a\n") { file in
             try Self.setModified(file, seconds: 1_780_000_000, nanoseconds: 100)
-            let tokens = try DeviceTokens(file: file)
+            let tokens = try StaticDeviceTokens(file: file)
             #expect(tokens.device(authorization: "Bearer tok-a") == "car-a")
             let handle = try #require(FileHandle(forWritingAtPath: file))
             try handle.write(contentsOf: Data("tok-a: car-b\n".utf8))
@@ -79,12 +79,12 @@ import Testing
         guard utimensat(AT_FDCWD, file, &times, 0) == 0 else { throw CocoaError(.fileWriteUnknown) }
     }
 
-    private static func read(_ text: String) throws -> DeviceTokens {
-        try withFile(text) { try DeviceTokens(file: $0) }
+    private static func read(_ text: String) throws -> StaticDeviceTokens {
+        try withFile(text) { try StaticDeviceTokens(file: $0) }
     }
 
     private static func read(_ text: String, allowEmpty: Bool) throws -> [String: String] {
-        try withFile(text) { try DeviceTokens.parse(file: $0, key: "server.tokensFile", allowEmpty: allowEmpty) }
+        try withFile(text) { try StaticDeviceTokens.parse(file: $0, key: "server.tokensFile", allowEmpty: allowEmpty) }
     }
 
     private static func withFile<T>(_ text: String, _ body: (String) throws -> T) throws -> T {
