@@ -90,7 +90,7 @@ import TestSupport
         let json = try await Command.executeAsync(Self.agent, ["status", "--json", "--socket", files.path("status.sock")])
         #expect(json.status == 0, "\(json.stderr)")
         let status = try JSONDecoder().decode(AgentStatus.self, from: Data(json.stdout.utf8))
-        let offline = try #require(status.offline)
+        let offline = try #require(status.localGuidance)
         #expect(offline.state == "on" && offline.reason == "no session", "\(offline)")
         #expect(offline.lastFinding?.finding == "too_dark")
         #expect(offline.looked >= 1 && offline.spoken >= 1)

@@ -321,7 +321,7 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var usageKnown = false
     public var lastGuidance: Guidance?
     /// Nil in a status made without local guidance (an agent that never built it).
-    public var offline: LocalGuidance?
+    public var localGuidance: LocalGuidance?
     public var speech: Speech
     public var haptics: HapticsStatus
     /// Nil in a status made without the G-sensor's part (an agent that never built it).
@@ -381,12 +381,12 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         } else {
             lines.append("last guidance: none yet")
         }
-        if let offline {
-            var line = "local guidance: \(offline.state)"
-            if let reason = offline.reason, let since = offline.since { line += " (\(reason)) since \(since)" }
-            line += "; looked at \(offline.looked) frames, skipped \(offline.skipped), spoke \(offline.spoken) warnings"
-            if let ms = offline.lastLookMs { line += String(format: "; last look %.0f ms", ms) }
-            if let last = offline.lastFinding { line += "; last finding: \(last.finding) at \(last.at)" }
+        if let localGuidance {
+            var line = "local guidance: \(localGuidance.state)"
+            if let reason = localGuidance.reason, let since = localGuidance.since { line += " (\(reason)) since \(since)" }
+            line += "; looked at \(localGuidance.looked) frames, skipped \(localGuidance.skipped), spoke \(localGuidance.spoken) warnings"
+            if let ms = localGuidance.lastLookMs { line += String(format: "; last look %.0f ms", ms) }
+            if let last = localGuidance.lastFinding { line += "; last finding: \(last.finding) at \(last.at)" }
             lines.append(line)
         }
         if let clock {

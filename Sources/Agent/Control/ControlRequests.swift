@@ -70,8 +70,8 @@ struct ControlRequests: Sendable {
     func status() async -> AgentStatus {
         var status = board.current
         if let counts = watch?.counts {
-            status.offline?.looked = counts.looked
-            status.offline?.skipped = counts.skipped
+            status.localGuidance?.looked = counts.looked
+            status.localGuidance?.skipped = counts.skipped
         }
         if let uplink {
             let (state, stats, opened, paused) = await (uplink.state, uplink.stats, uplink.sessionOpenedAt, uplink.paused)

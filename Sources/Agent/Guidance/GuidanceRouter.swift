@@ -76,7 +76,7 @@ public struct GuidanceRouter: Sendable {
         let intro = phrases.isEmpty ? "" : voice.statusText(phrases)
         if !intro.isEmpty { logger.info("status: \(intro)") }
         voice.say(intro.isEmpty ? text : intro + " " + text, locale: lang, urgent: finding.urgent, receivedAt: receivedAt)
-        board.update { $0.offline?.spoken += 1 }
+        board.update { $0.localGuidance?.spoken += 1 }
         logger.notice("guidance (local): \(finding.rawValue): \(text)", metadata: ["lang": "\(lang)"])
     }
 }

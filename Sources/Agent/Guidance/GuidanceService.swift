@@ -13,7 +13,7 @@ struct GuidanceService: Service {
     let cameraEvents: AsyncStream<CameraEvent>
     let uplink: Uplink?
     /// Hears the sessions and the usage too, to know when the device must guide itself.
-    let offline: LocalGuidance?
+    let localGuidance: LocalGuidance?
     let voice: DeviceVoice
     /// True at the end of a run of N segments: its last guidance is spoken before the agent ends
     /// (bounded); a service that is told to stop does not wait for speech.
@@ -32,17 +32,17 @@ struct GuidanceService: Service {
                 }
             }
             guard let uplink else { return }
-            group.addTask { [announcer, offline, refused] in
+            group.addTask { [announcer, localGuidance, refused] in
                 for await state in uplink.states {
                     await announcer.uplink(state)
-                    await offline?.uplink(state)
+                    await localGuidance?.uplink(state)
                     if case .authenticationFailed = state { await refused?() }
                 }
             }
             // One guidance message from the wire to the speaker and the motor.
             for await message in uplink.messages {
                 await router.route(message, receivedAt: .now)
-                await offline?.received(message)
+                await localGuidance?.received(message)
             }
         }
         // The group stops its services one by one: this one ends when its turn comes.

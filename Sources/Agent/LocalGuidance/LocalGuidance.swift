@@ -28,7 +28,7 @@ public actor LocalGuidance {
         self.announcer = announcer
         self.board = board
         self.logger = logger
-        board.update { $0.offline = .init(enabled: settings.enabled) }
+        board.update { $0.localGuidance = .init(enabled: settings.enabled) }
     }
 
     public func uplink(_ state: Uplink.ConnectionState) async {
@@ -61,7 +61,7 @@ public actor LocalGuidance {
     public func tick() async {
         let settings = settings.current
         if settings != rules.settings {
-            board.update { $0.offline?.enabled = settings.enabled }
+            board.update { $0.localGuidance?.enabled = settings.enabled }
             await perform(rules.reconfigure(settings, now: .now))
         }
         guard let deadline = rules.deadline, deadline <= .now else { return }
@@ -71,9 +71,9 @@ public actor LocalGuidance {
     public func looked(_ look: RoadWatch.Look) async {
         // (Frames looked at and skipped are read from the watch when `status` asks.)
         board.update { status in
-            status.offline?.lastLookMs = look.took.milliseconds
+            status.localGuidance?.lastLookMs = look.took.milliseconds
             if let finding = look.finding {
-                status.offline?.lastFinding = .init(finding: finding.rawValue, at: Date().rfc3339Milliseconds)
+                status.localGuidance?.lastFinding = .init(finding: finding.rawValue, at: Date().rfc3339Milliseconds)
             }
         }
         await perform(rules.looked(look.finding, now: .now))
@@ -86,18 +86,18 @@ public actor LocalGuidance {
                 logger.notice("guidance: local checks on (\(reason.rawValue))")
                 watch.start()
                 board.update {
-                    $0.offline?.state = "on"
-                    $0.offline?.reason = reason.rawValue
-                    $0.offline?.since = Date().rfc3339Milliseconds
+                    $0.localGuidance?.state = "on"
+                    $0.localGuidance?.reason = reason.rawValue
+                    $0.localGuidance?.since = Date().rfc3339Milliseconds
                 }
             case .stopLooking:
                 watch.stop()
                 let counts = watch.counts
                 logger.notice("guidance: local checks off", metadata: ["looked": "\(counts.looked)", "skipped": "\(counts.skipped)"])
                 board.update {
-                    $0.offline?.state = "standby"
-                    $0.offline?.reason = nil
-                    $0.offline?.since = nil
+                    $0.localGuidance?.state = "standby"
+                    $0.localGuidance?.reason = nil
+                    $0.localGuidance?.since = nil
                 }
             case .announce(let phrase):
                 await announcer.say(phrase)
@@ -105,7 +105,7 @@ public actor LocalGuidance {
                 router.local(finding, after: phrases)
             }
         }
-        if !rules.settings.enabled { board.update { $0.offline?.state = "off" } }
+        if !rules.settings.enabled { board.update { $0.localGuidance?.state = "off" } }
     }
 }
 

@@ -114,7 +114,7 @@ extension AgentSystem {
         clock.show(on: board)
         let router = GuidanceRouter(voice: voice, haptics: haptics, clear: patterns.clear, alert: patterns.alert,
                                     announcer: announcer, board: board, logger: logger)
-        let offline = watch.map {
+        let localGuidance = watch.map {
             LocalGuidance(settings: config.localGuidanceSettings, watch: $0, router: router, announcer: announcer, board: board, logger: logger)
         }
         let pairing = pairingClient.flatMap { client in
@@ -137,7 +137,7 @@ extension AgentSystem {
             logLevel.current = new.log.level
             FFmpegLog.route()
             ALSALog.route()
-            offline?.settings.current = new.localGuidanceSettings
+            localGuidance?.settings.current = new.localGuidanceSettings
         }
 
         let notifier = SystemdNotifier()
@@ -171,7 +171,7 @@ extension AgentSystem {
             }
         }
         let guidance = GuidanceService(
-            router: router, announcer: announcer, board: board, cameraEvents: pipeline.events, uplink: uplink, offline: offline, voice: voice,
+            router: router, announcer: announcer, board: board, cameraEvents: pipeline.events, uplink: uplink, localGuidance: localGuidance, voice: voice,
             speakToTheEnd: { segments != nil && !stopRequested.value },
             refused: refused)
         var incidents = try config.makeIncidentService(store: store, uplink: uplink, board: board, motor: haptics,
@@ -194,7 +194,7 @@ extension AgentSystem {
             // One that cannot be made is logged, and the recording goes on.
             Part("status socket", StatusSocket(path: config.status.socket, logger: logger, answer: control.answer), fails: .ignore),
             Part("guidance: wire to speaker and motor", guidance),
-            offline.flatMap { offline in watch.map { Part("local guidance", LocalGuidanceService(guidance: offline, watch: $0)) } },
+            localGuidance.flatMap { localGuidance in watch.map { Part("local guidance", LocalGuidanceService(guidance: localGuidance, watch: $0)) } },
             pairing.map { Part("pairing", $0) },
             gps.map { Part("GPS", GPSService(receiver: $0.receiver, track: $0.track, board: board, logger: logger)) },
             // Before the G-sensor: stopped after it, so an incident it saves while stopping is still kept for upload.

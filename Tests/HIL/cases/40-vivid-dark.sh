@@ -86,7 +86,7 @@ status_json=$("$AGENT_BIN" status --json --socket "$STATUS_SOCKET" 2> "$CASE_DIR
 echo "    status: $status_json"
 if python3 - "$status_json" <<'PY'
 import json, sys
-s = json.loads(sys.argv[1])["offline"]
+s = json.loads(sys.argv[1])["localGuidance"]
 assert s["state"] == "on" and s["reason"] == "no session", s
 assert s["lastFinding"]["finding"] == "too_dark", s
 assert s["spoken"] >= 2, s
