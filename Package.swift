@@ -4,7 +4,7 @@ import PackageDescription
 let upcoming: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("MemberImportVisibility"),
-    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("InternalImportsByDefault")
 ]
 
 // `GUIDANCE_FUZZ=1` (bench/fuzz.sh, in a build folder of its own): the guidance server's parsers,
@@ -22,7 +22,7 @@ let package = Package(
         .executable(name: "guidance-server", targets: ["GuidanceServerMain"]),
         // OpenCV's people detector as a library of its own, which the agent loads only when its
         // local guidance first looks (the package installs it in /usr/lib/dashcam-agent).
-        .library(name: "RoadVision", type: .dynamic, targets: ["CRoadVision"]),
+        .library(name: "RoadVision", type: .dynamic, targets: ["CRoadVision"])
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -49,7 +49,7 @@ let package = Package(
         // The server's calls to hosted models (Gemini, OpenAI-compatible servers).
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.24.0"),
         // Property-based tests of the server against random client messages.
-        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0")
     ],
     targets: [
         // C libraries, each behind its pkg-config name (libgpiod, whose 1.x and 2.x APIs differ, below).
@@ -130,7 +130,7 @@ let package = Package(
                 "CShims", "CThreads", "CV4L2", "CFFmpeg", "CGPIOD", "CALSA", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio")
             ],
             swiftSettings: upcoming + fuzzed
         ),
@@ -145,7 +145,7 @@ let package = Package(
                 "FileSupport",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Yams", package: "Yams"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Logging", package: "swift-log")
             ],
             swiftSettings: upcoming
         ),
@@ -168,7 +168,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 // Pairing's two HTTP calls (the OAuth device grant and token renewal).
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client")
             ],
             swiftSettings: upcoming
         ),
@@ -205,7 +205,7 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 // Impact mails: STARTTLS to the mail relay (NIOTLS: the handshake's end).
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio")
             ],
             // The owners' pages: templates and stylesheet, apart from the Swift.
             resources: [.copy("Owners/Pages")],
@@ -218,7 +218,7 @@ let package = Package(
                 "ConfigSupport", "FFmpegLog",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser")
             ],
             swiftSettings: upcoming
         ),
@@ -226,7 +226,7 @@ let package = Package(
             name: "DashcamAgent",
             dependencies: [
                 "Agent",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser")
             ],
             swiftSettings: upcoming
         ),
@@ -242,7 +242,7 @@ let package = Package(
                 "GuidanceServer", "GuidanceProtocol", "RoadScene", "CLibFuzzer", "FFmpegLog", "HAL",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio")
             ],
             path: "fuzz/Harness",
             swiftSettings: upcoming + fuzzed + (fuzzing ? [.define("FUZZING")] : []),
@@ -259,7 +259,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio")
             ],
             path: "bench/ServerLoad",
             swiftSettings: upcoming
@@ -285,7 +285,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio")
             ],
             path: "Tests/TestSupport",
             swiftSettings: upcoming
@@ -326,7 +326,7 @@ let package = Package(
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl")
             ],
             swiftSettings: upcoming
         ),
@@ -340,9 +340,9 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl")
             ],
             swiftSettings: upcoming
-        ),
+        )
     ]
 )

@@ -35,8 +35,9 @@ struct ConfigFileContents {
             // A key of its own at the top (`ledger: …`), not a section of keys.
             if let key = table.byName[section], !section.contains(".") {
                 guard let text = Self.text(of: sectionNode), sectionNode.null == nil, sectionNode.mapping == nil else {
-                    throw .invalidValue(section, value: sectionNode.mapping != nil ? "a mapping" : "\(sectionNode)", expected: key.expected,
-                                        at: place(of: sectionName))
+                    throw .invalidValue(
+                        section, value: sectionNode.mapping != nil ? "a mapping" : "\(sectionNode)", expected: key.expected,
+                        at: place(of: sectionName))
                 }
                 entries[section] = Entry(text: text, line: sectionName.mark?.line)
                 continue
@@ -56,7 +57,8 @@ struct ConfigFileContents {
                 // A group of keys (`accel:` under `sensors:`) is a mapping of its own.
                 if table.byName.keys.contains(where: { $0.hasPrefix(name + ".") }) {
                     guard valueNode.mapping != nil else {
-                        throw .notAMapping(name, at: place(of: keyName), validKeys: table.byName.keys.filter { $0.hasPrefix(name + ".") }.sorted())
+                        throw .notAMapping(
+                            name, at: place(of: keyName), validKeys: table.byName.keys.filter { $0.hasPrefix(name + ".") }.sorted())
                     }
                     try read(valueNode, prefix: name, table: table)
                     continue

@@ -25,7 +25,8 @@ public enum ConfigFileWriter {
         }
         var owner: (user: UInt32, group: UInt32)?
         if getuid() == 0, let uid = (ownerSource?[.ownerAccountID] as? NSNumber)?.uint32Value,
-           let gid = (ownerSource?[.groupOwnerAccountID] as? NSNumber)?.uint32Value {
+            let gid = (ownerSource?[.groupOwnerAccountID] as? NSNumber)?.uint32Value
+        {
             owner = (uid, gid)
         }
         let temporary = "\(folder)/.\(url.lastPathComponent).\(getpid()).tmp"

@@ -246,7 +246,8 @@ extension ConfigKeyInfo {
 
     static func yamlString(_ text: String) -> String {
         let special: Set<String> = ["true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"]
-        let plain = text.first.map { $0.isASCII && ($0.isLetter || $0 == "/") } == true
+        let plain =
+            text.first.map { $0.isASCII && ($0.isLetter || $0 == "/") } == true
             && text.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "_./+-:".contains($0)) }
             && !text.contains(": ") && !text.hasSuffix(":")
             && !special.contains(text.lowercased())
@@ -300,9 +301,10 @@ extension ConfigKeyInfo {
             let defaultValue = key.defaultValue.map { "`\($0)`" } ?? "unset"
             return "| `\(key.name)` | \(key.type) | \(defaultValue) | \(key.allowed) | `\(key.environmentVariable)` | \(key.summary) |"
         }
-        return ([
-            "| Key | Type | Default | Allowed | Environment variable | What it does |",
-            "| --- | --- | --- | --- | --- | --- |",
-        ] + rows).joined(separator: "\n")
+        return
+            ([
+                "| Key | Type | Default | Allowed | Environment variable | What it does |",
+                "| --- | --- | --- | --- | --- | --- |"
+            ] + rows).joined(separator: "\n")
     }
 }

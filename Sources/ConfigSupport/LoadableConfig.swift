@@ -42,7 +42,7 @@ extension LoadableConfig {
         }
         var providers: [any ConfigProvider] = [
             try commandLineProvider(overrides, table: table),
-            ConfigEnvironment.provider(environment, prefix: environmentPrefix),
+            ConfigEnvironment.provider(environment, prefix: environmentPrefix)
         ]
         if let fileContents, !fileContents.isEmpty {
             providers.append(try await fileProvider(path: fileContents.path))

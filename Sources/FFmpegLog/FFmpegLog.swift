@@ -22,10 +22,11 @@ public enum FFmpegLog {
     /// `logger`'s level are dropped by FFmpeg before they are formatted.
     public static func route(to logger: Logger) {
         router.withLock { $0 = Router(logger: logger) }
-        ffmpeg_log_route({ level, item, line in
-            guard let line else { return }
-            FFmpegLog.log(level: level, item: item.map { String(cString: $0) } ?? "", line: String(cString: line))
-        }, ffmpegLevel(for: logger.logLevel))
+        ffmpeg_log_route(
+            { level, item, line in
+                guard let line else { return }
+                FFmpegLog.log(level: level, item: item.map { String(cString: $0) } ?? "", line: String(cString: line))
+            }, ffmpegLevel(for: logger.logLevel))
     }
 
     /// `Logger.Level` for an `AV_LOG_*` level: panic, fatal and error are errors; warnings

@@ -140,7 +140,9 @@ public enum ClientMessage: Sendable, Equatable {
             public var speed: Double?
             public var track: Double?
 
-            public init(t: String, mode: Int, lat: Double? = nil, lon: Double? = nil, alt: Double? = nil, speed: Double? = nil, track: Double? = nil) {
+            public init(
+                t: String, mode: Int, lat: Double? = nil, lon: Double? = nil, alt: Double? = nil, speed: Double? = nil, track: Double? = nil
+            ) {
                 self.t = t
                 self.mode = mode
                 self.lat = lat
@@ -152,7 +154,9 @@ public enum ClientMessage: Sendable, Equatable {
 
             /// Every number in range: what a server may compute with.
             public var isValid: Bool {
-                func within(_ value: Double?, _ range: ClosedRange<Double>) -> Bool { value.map { $0.isFinite && range.contains($0) } ?? true }
+                func within(_ value: Double?, _ range: ClosedRange<Double>) -> Bool {
+                    value.map { $0.isFinite && range.contains($0) } ?? true
+                }
                 return (0...3).contains(mode) && t.utf8.count <= 40 && within(lat, -90...90) && within(lon, -180...180)
                     && within(alt, -1000...100_000) && within(speed, 0...1000) && within(track, 0...360)
             }
@@ -161,8 +165,10 @@ public enum ClientMessage: Sendable, Equatable {
         /// Most points a header may carry: a second each of the longest segment, and a few more.
         public static let maxPositions = 130
 
-        public init(seq: Int, capturedAt: String, durationMs: Int, frames: Int, bytes: Int, sha256: String,
-                    chunks: Int?, gps: [Position]? = nil) {
+        public init(
+            seq: Int, capturedAt: String, durationMs: Int, frames: Int, bytes: Int, sha256: String,
+            chunks: Int?, gps: [Position]? = nil
+        ) {
             self.gps = gps
             self.seq = seq
             self.capturedAt = capturedAt

@@ -51,8 +51,10 @@ extension ClientMessage {
         public static let maxWindowSeconds = 300.0
         public static let maxPositions = 320
 
-        public init(id: String, kind: String, at: String, from: String, to: String, clock: String? = nil, peakG: Double? = nil,
-                    triggerMs: Int? = nil, files: [File], gps: [SegmentHeader.Position]? = nil) {
+        public init(
+            id: String, kind: String, at: String, from: String, to: String, clock: String? = nil, peakG: Double? = nil,
+            triggerMs: Int? = nil, files: [File], gps: [SegmentHeader.Position]? = nil
+        ) {
             self.id = id
             self.kind = kind
             self.at = at
@@ -92,10 +94,13 @@ extension ClientMessage {
             var names = Set<String>()
             for file in files {
                 guard Self.isFileName(file.name) else {
-                    return "a file name must be 1 to \(File.maxNameLength) letters, digits, '.', '_' or '-', end in .mp4 and not start with '.'"
+                    return
+                        "a file name must be 1 to \(File.maxNameLength) letters, digits, '.', '_' or '-', end in .mp4 and not start with '.'"
                 }
                 guard names.insert(file.name).inserted else { return "file \(file.name) is named twice" }
-                guard (1...maxFileBytes).contains(file.bytes) else { return "file \(file.name): bytes \(file.bytes) is not within 1…\(maxFileBytes)" }
+                guard (1...maxFileBytes).contains(file.bytes) else {
+                    return "file \(file.name): bytes \(file.bytes) is not within 1…\(maxFileBytes)"
+                }
                 guard ClientMessage.isSHA256(file.sha256) else { return "file \(file.name): sha256 is not 64 hex digits" }
             }
             return nil
@@ -137,7 +142,9 @@ extension ClientMessage {
         public func problem(maxFileBytes: Int) -> String? {
             guard Clip.isClipID(id) else { return "not a clip id" }
             guard Clip.isFileName(name) else { return "not a clip file's name" }
-            guard (1...GuidanceProtocol.maxMessageBytes).contains(bytes) else { return "bytes \(bytes) is not within 1…\(GuidanceProtocol.maxMessageBytes)" }
+            guard (1...GuidanceProtocol.maxMessageBytes).contains(bytes) else {
+                return "bytes \(bytes) is not within 1…\(GuidanceProtocol.maxMessageBytes)"
+            }
             // bytes ≤ 64 KiB: the sum cannot overflow once offset is in range.
             guard offset >= 0 else { return "offset \(offset) is negative" }
             guard offset < maxFileBytes, offset + bytes <= maxFileBytes else {
@@ -148,17 +155,19 @@ extension ClientMessage {
     }
 
     static func isID(_ text: String, maxLength: Int) -> Bool {
-        (1...maxLength).contains(text.utf8.count) && text.utf8.allSatisfy { byte in
-            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_")
-                || byte == UInt8(ascii: "-")
-        }
+        (1...maxLength).contains(text.utf8.count)
+            && text.utf8.allSatisfy { byte in
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_")
+                    || byte == UInt8(ascii: "-")
+            }
     }
 
     static func isSHA256(_ text: String) -> Bool {
-        text.utf8.count == 64 && text.utf8.allSatisfy { byte in
-            (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
-        }
+        text.utf8.count == 64
+            && text.utf8.allSatisfy { byte in
+                (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+            }
     }
 }
 

@@ -55,7 +55,8 @@ public enum GuidanceText {
             for scalar in character.unicodeScalars {
                 let category = scalar.properties.generalCategory
                 if category == .control || category == .format || scalar == "\"" || scalar == "\\"
-                    || category == .lineSeparator || category == .paragraphSeparator {
+                    || category == .lineSeparator || category == .paragraphSeparator
+                {
                     out += "\\u{\(String(scalar.value, radix: 16))}"
                 } else {
                     out.unicodeScalars.append(scalar)

@@ -46,17 +46,18 @@ public enum ServerMessage: Sendable, Equatable {
         case other(String)
 
         public init(rawValue: String) {
-            self = switch rawValue {
-            case "unauthorized": .unauthorized
-            case "quota_exhausted": .quotaExhausted
-            case "bad_segment": .badSegment
-            case "superseded": .superseded
-            case "internal": .internal
-            case "bad_message": .badMessage
-            case "guidance_unavailable": .guidanceUnavailable
-            case "bad_clip": .badClip
-            default: .other(rawValue)
-            }
+            self =
+                switch rawValue {
+                case "unauthorized": .unauthorized
+                case "quota_exhausted": .quotaExhausted
+                case "bad_segment": .badSegment
+                case "superseded": .superseded
+                case "internal": .internal
+                case "bad_message": .badMessage
+                case "guidance_unavailable": .guidanceUnavailable
+                case "bad_clip": .badClip
+                default: .other(rawValue)
+                }
         }
 
         public var rawValue: String {
@@ -115,16 +116,17 @@ extension ServerMessage {
 
     /// The message as the server writes it.
     public func encoded() -> String {
-        let object: any Encodable = switch self {
-        case .welcome(let session, let remaining):
-            Welcome(session: session, usage: .init(remainingSeconds: remaining))
-        case .ack(let seq): Ack(seq: seq)
-        case .guidance(let guidance): Typed(type: "guidance", body: guidance)
-        case .usage(let remaining): Usage(remainingSeconds: remaining)
-        case .error(let code, let message, let seq): ErrorBody(code: code.rawValue, message: message, seq: seq)
-        case .clipHave(let have): Typed(type: "clip_have", body: have)
-        case .unknown(let type): Envelope(type: type)
-        }
+        let object: any Encodable =
+            switch self {
+            case .welcome(let session, let remaining):
+                Welcome(session: session, usage: .init(remainingSeconds: remaining))
+            case .ack(let seq): Ack(seq: seq)
+            case .guidance(let guidance): Typed(type: "guidance", body: guidance)
+            case .usage(let remaining): Usage(remainingSeconds: remaining)
+            case .error(let code, let message, let seq): ErrorBody(code: code.rawValue, message: message, seq: seq)
+            case .clipHave(let have): Typed(type: "clip_have", body: have)
+            case .unknown(let type): Envelope(type: type)
+            }
         return JSONText.encode(object)
     }
 
@@ -135,7 +137,8 @@ extension ServerMessage {
         case .keyNotFound(let key, _): "missing field '\(key.stringValue)'"
         case .typeMismatch(let type, let context): "field '\(context.codingPath.map(\.stringValue).joined(separator: "."))' is not \(type)"
         case .valueNotFound(_, let context): "field '\(context.codingPath.map(\.stringValue).joined(separator: "."))' is null"
-        case .dataCorrupted(let context): "field '\(context.codingPath.map(\.stringValue).joined(separator: "."))': \(context.debugDescription)"
+        case .dataCorrupted(let context):
+            "field '\(context.codingPath.map(\.stringValue).joined(separator: "."))': \(context.debugDescription)"
         @unknown default: "\(error)"
         }
     }

@@ -33,8 +33,10 @@ public struct ServerApplication: Sendable {
         let router = Router(context: GuidanceRequestContext.self)
         // Every request: a failure logged and counted; plain HTTP refused where TLS is expected.
         router.add(middleware: ServerErrorLog(logger: logger, metrics: metrics))
-        router.add(middleware: SecureTransport(always: settings.tls != nil || stream.pairing?.site?.secureCookies == true,
-                                               peer: { $0.channel?.remoteAddress?.ipAddress }))
+        router.add(
+            middleware: SecureTransport(
+                always: settings.tls != nil || stream.pairing?.site?.secureCookies == true,
+                peer: { $0.channel?.remoteAddress?.ipAddress }))
         // The parts.
         stream.addRoutes(to: router)
         // Where the simulated payment provider posts its webhooks: this server, once it listens.
@@ -89,22 +91,28 @@ public struct ServerApplication: Sendable {
         let settings = stream.settings
         let sessions = SessionStorage<WebSession>(
             site.sessionDriver,
-            configuration: .init(sessionCookieParameters: .init(name: OwnerPages.sessionCookie, secure: site.secureCookies,
-                                                                 sameSite: .strict),
-                                 keyPrefix: OwnerPages.sessionKeyPrefix))
-        return OwnerPages(store: owners, ledger: stream.ledger, sessions: sessions, library: site.library, products: site.products,
-                          provider: site.provider, allowance: site.allowance, secureCookies: site.secureCookies,
-                          unpaired: pairing.unpaired, metrics: stream.metrics, webhookBase: webhookBase, clips: settings.clips,
-                          clipBytesPerOwner: settings.maxClipBytesPerOwner,
-                          shareLinks: ShareLinks(tokens: pairing.tokens), publicOrigin: OwnerPages.origin(of: pairing.verificationURI),
-                          mailRelay: site.mailRelay, logger: stream.logger, now: pairing.now)
+            configuration: .init(
+                sessionCookieParameters: .init(
+                    name: OwnerPages.sessionCookie, secure: site.secureCookies,
+                    sameSite: .strict),
+                keyPrefix: OwnerPages.sessionKeyPrefix))
+        return OwnerPages(
+            store: owners, ledger: stream.ledger, sessions: sessions, library: site.library, products: site.products,
+            provider: site.provider, allowance: site.allowance, secureCookies: site.secureCookies,
+            unpaired: pairing.unpaired, metrics: stream.metrics, webhookBase: webhookBase, clips: settings.clips,
+            clipBytesPerOwner: settings.maxClipBytesPerOwner,
+            shareLinks: ShareLinks(tokens: pairing.tokens), publicOrigin: OwnerPages.origin(of: pairing.verificationURI),
+            mailRelay: site.mailRelay, logger: stream.logger, now: pairing.now)
     }
 
     /// Hears of cars unpaired at another instance, when the store keeps owners (``UnpairWatch``).
     private func unpairWatch(_ pairing: Pairing) -> [any Service]? {
         pairing.owners.map { owners in
-            [UnpairWatch(store: owners, unpaired: pairing.unpaired, lookBackMs: pairing.tokens.lifetimeSeconds * 1000,
-                         now: pairing.now, logger: stream.logger)]
+            [
+                UnpairWatch(
+                    store: owners, unpaired: pairing.unpaired, lookBackMs: pairing.tokens.lifetimeSeconds * 1000,
+                    now: pairing.now, logger: stream.logger)
+            ]
         }
     }
 }
@@ -113,8 +121,9 @@ extension ServerMetrics {
     /// `GET /metrics`, in Prometheus text format.
     func addRoute(to router: Router<GuidanceRequestContext>) {
         router.get("/metrics") { [self] _, _ in
-            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                     body: .init(byteBuffer: ByteBuffer(string: exposition())))
+            Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: exposition())))
         }
     }
 }

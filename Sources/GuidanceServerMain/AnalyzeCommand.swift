@@ -10,7 +10,9 @@ import Logging
 struct AnalyzeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "analyze",
-        abstract: "Run the configured analyzer on segment files and print one JSON line each: the guidance a device would get, and the CPU and time it took.")
+        abstract:
+            "Run the configured analyzer on segment files and print one JSON line each: the guidance a device would get, and the CPU and time it took."
+    )
 
     @OptionGroup var options: ConfigOptions
 
@@ -44,10 +46,12 @@ struct AnalyzeCommand: AsyncParsableCommand {
                 seq: seq, capturedAt: "", durationMs: frames * 100, frames: frames, bytes: data.count, sha256: "", chunks: 1)
             let cpu = Self.cpuSeconds(), clock = ContinuousClock.now
             do {
-                let guidance = try await analyzer.analyze(ReceivedSegment(device: "analyze", stream: "analyze", locale: locale, header: header, data: data))
-                let line = Line(file: file, clear: guidance?.clear, text: guidance?.text, lang: guidance?.lang, priority: guidance?.priority.rawValue,
-                                cpuMs: Int(((Self.cpuSeconds() - cpu) * 1000).rounded()),
-                                wallMs: Int((ContinuousClock.now - clock) / .milliseconds(1)))
+                let guidance = try await analyzer.analyze(
+                    ReceivedSegment(device: "analyze", stream: "analyze", locale: locale, header: header, data: data))
+                let line = Line(
+                    file: file, clear: guidance?.clear, text: guidance?.text, lang: guidance?.lang, priority: guidance?.priority.rawValue,
+                    cpuMs: Int(((Self.cpuSeconds() - cpu) * 1000).rounded()),
+                    wallMs: Int((ContinuousClock.now - clock) / .milliseconds(1)))
                 print(String(decoding: try encoder.encode(line), as: UTF8.self))
             } catch {
                 FileHandle.standardError.write(Data("\(file): \(error)\n".utf8))

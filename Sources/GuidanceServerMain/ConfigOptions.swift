@@ -19,7 +19,9 @@ struct ConfigOptions: ParsableArguments {
     }
 
     /// The ledger the configuration names, or exit 69 (EX_UNAVAILABLE) when it cannot be reached.
-    func openLedger(_ config: ServerConfig, logger: Logger) async throws -> (ledger: any UsageLedger, leases: any SessionLeases, services: [any Service]) {
+    func openLedger(_ config: ServerConfig, logger: Logger) async throws -> (
+        ledger: any UsageLedger, leases: any SessionLeases, services: [any Service]
+    ) {
         do {
             let opened = try await config.openLedger(logger: logger)
             // A database that cannot be reached is told at start, not a minute into the first charge.

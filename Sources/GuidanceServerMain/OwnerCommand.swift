@@ -12,7 +12,9 @@ struct OwnerCommand: AsyncParsableCommand {
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Make an account for EMAIL and print a one-time link to set its password (valid 24 hours).",
-            discussion: "With an address that has an account, prints a new link for it (a forgotten password). Needs pairing.enabled and a SQLite ledger.")
+            discussion:
+                "With an address that has an account, prints a new link for it (a forgotten password). Needs pairing.enabled and a SQLite ledger."
+        )
         @OptionGroup var options: ConfigOptions
         @Argument(help: "The owner's email address: what they sign in with.")
         var email: String
@@ -22,7 +24,8 @@ struct OwnerCommand: AsyncParsableCommand {
         func validate() throws {
             let email = self.email.trimmingCharacters(in: .whitespaces).lowercased()
             guard email.count <= 254, email.split(separator: "@").count == 2, !email.hasPrefix("@"), !email.hasSuffix("@"),
-                  !email.contains(where: \.isWhitespace) else {
+                !email.contains(where: \.isWhitespace)
+            else {
                 throw ValidationError("EMAIL must be an address like ana@example.org, not '\(self.email)'")
             }
             if let name, name.isEmpty || name.count > 64 { throw ValidationError("--name must be 1 to 64 characters") }
@@ -35,7 +38,8 @@ struct OwnerCommand: AsyncParsableCommand {
             let name = self.name ?? String(email.split(separator: "@")[0])
             let link = try await options.withLedger(config) { ledger in
                 guard let pairing = try await config.openPairing(logger: Logger(label: "guidance-server"), ledger: ledger),
-                      let owners = pairing.owners else { fail("owner accounts need pairing.enabled: true", exit: 78) }
+                    let owners = pairing.owners
+                else { fail("owner accounts need pairing.enabled: true", exit: 78) }
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 let owner: Int64
                 if let id = try await owners.createOwner(email: email, displayName: name, nowMs: now) {

@@ -14,14 +14,16 @@ final class RunMarker: Sendable {
     func started(port: Int, logger: Logger) {
         let file = ServerConfig.inStateDirectory("guidance-server-\(port).running")
         if let since = try? String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines) {
-            logger.warning("""
+            logger.warning(
+                """
                 the last run on this port (started \(since)) ended without a shutdown: killed, crashed or its machine lost. \
                 Its cars reconnect (here or at another instance) and send again what was not acknowledged; \
                 the ledger charges each segment once
                 """)
         }
-        _ = FileManager.default.createFile(atPath: file, contents: Data("\(Date().formatted(.iso8601))\n".utf8),
-                                       attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(
+            atPath: file, contents: Data("\(Date().formatted(.iso8601))\n".utf8),
+            attributes: [.posixPermissions: 0o600])
         path.withLock { $0 = file }
     }
 

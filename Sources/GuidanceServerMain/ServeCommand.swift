@@ -30,12 +30,15 @@ struct ServeCommand: AsyncParsableCommand {
         do { tokens = try StaticDeviceTokens(file: config.server.tokensFile, logger: logger) } catch { fail("\(error)", exit: 78) }
         let (ledger, leases, services) = try await options.openLedger(config, logger: logger)
         let pairing: Pairing?
-        do { pairing = try await config.openPairing(logger: logger, ledger: ledger) } catch let error as ConfigError { fail("\(error)", exit: 78) }
+        do { pairing = try await config.openPairing(logger: logger, ledger: ledger) } catch let error as ConfigError {
+            fail("\(error)", exit: 78)
+        }
         let app: any ApplicationProtocol
         let server: StreamServer
         let marker = RunMarker()
         do {
-            server = try config.makeServer(tokens: tokens, logger: logger, ledger: ledger, leases: leases, services: services, pairing: pairing)
+            server = try config.makeServer(
+                tokens: tokens, logger: logger, ledger: ledger, leases: leases, services: services, pairing: pairing)
             app = try ServerApplication(stream: server).build { port in
                 // Before "listening": what happened to the last run is the first thing its log says.
                 marker.started(port: port, logger: logger)
@@ -47,8 +50,10 @@ struct ServeCommand: AsyncParsableCommand {
         }
         // A graceful shutdown goes through the services last to first: the sessions are told the
         // server is restarting (1012) before the listener closes.
-        try await ServiceGroup(configuration: .init(
-            services: [app, server.restartNotice], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
+        try await ServiceGroup(
+            configuration: .init(
+                services: [app, server.restartNotice], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        ).run()
         try? await pairing?.store.shutdown()
         try? await ledger.shutdown()
         marker.stopped()

@@ -11,7 +11,10 @@ struct UsageCommand: AsyncParsableCommand {
     @Argument(help: "Only this device.")
     var device: String?
 
-    @Flag(help: "One JSON array of {device, creditedSeconds, spentSeconds, segments, remainingSeconds (null: unlimited), inputTokens, outputTokens}.")
+    @Flag(
+        help:
+            "One JSON array of {device, creditedSeconds, spentSeconds, segments, remainingSeconds (null: unlimited), inputTokens, outputTokens}."
+    )
     var json = false
 
     func run() async throws {

@@ -38,7 +38,8 @@ struct UsageReport: Encodable {
     static let header = columns("device", "credited", "spent", "segments", "remaining")
 
     var line: String {
-        Self.columns(device, String(creditedSeconds), String(spentSeconds), String(segments), remainingSeconds.map(String.init) ?? "unlimited")
+        Self.columns(
+            device, String(creditedSeconds), String(spentSeconds), String(segments), remainingSeconds.map(String.init) ?? "unlimited")
     }
 
     /// Device left-aligned, numbers right-aligned. (Not `String(format: "%d")`, which reads 32 bits

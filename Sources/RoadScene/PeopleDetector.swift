@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import Synchronization
 
@@ -28,10 +28,11 @@ public final class PeopleDetector: Sendable {
     public struct Functions: Sendable {
         public typealias New = @convention(c) () -> OpaquePointer?
         public typealias Free = @convention(c) (OpaquePointer?) -> Void
-        public typealias Detect = @convention(c) (
-            OpaquePointer?, UnsafePointer<UInt8>?, Int32, Int32, Int32, Int32, Double, Double,
-            UnsafeMutablePointer<Int32>?, UnsafeMutablePointer<Double>?, Int32, UnsafeMutablePointer<CChar>?, Int32
-        ) -> Int32
+        public typealias Detect =
+            @convention(c) (
+                OpaquePointer?, UnsafePointer<UInt8>?, Int32, Int32, Int32, Int32, Double, Double,
+                UnsafeMutablePointer<Int32>?, UnsafeMutablePointer<Double>?, Int32, UnsafeMutablePointer<CChar>?, Int32
+            ) -> Int32
 
         public var new: New
         public var free: Free
@@ -101,8 +102,9 @@ public final class PeopleDetector: Sendable {
         var weights = [Double](repeating: 0, count: capacity)
         var error = [CChar](repeating: 0, count: 256)
         let count = frame.pixels.withUnsafeBufferPointer { pixels in
-            functions.detect(detector, pixels.baseAddress, Int32(frame.width), Int32(frame.height), Int32(frame.width),
-                             Int32(clamping: searchHeight), scaleStep, minWeight, &boxes, &weights, Int32(capacity), &error, Int32(error.count))
+            functions.detect(
+                detector, pixels.baseAddress, Int32(frame.width), Int32(frame.height), Int32(frame.width),
+                Int32(clamping: searchHeight), scaleStep, minWeight, &boxes, &weights, Int32(capacity), &error, Int32(error.count))
         }
         guard count >= 0 else {
             throw Failure(description: String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
@@ -125,7 +127,9 @@ public final class PeopleDetector: Sendable {
             case .unloaded:
                 do {
                     let functions = try Self.open(path ?? "")
-                    guard let detector = functions.new() else { throw Failure(description: "OpenCV could not make its HOG people detector") }
+                    guard let detector = functions.new() else {
+                        throw Failure(description: "OpenCV could not make its HOG people detector")
+                    }
                     state = .ready(functions, detector)
                     return (functions, detector)
                 } catch let failure as Failure {
@@ -145,8 +149,9 @@ public final class PeopleDetector: Sendable {
             guard let address = dlsym(handle, name) else { throw Failure(description: "\(path) has no \(name)") }
             return unsafeBitCast(address, to: type)
         }
-        return Functions(new: try symbol("road_people_detector_new", as: Functions.New.self),
-                         free: try symbol("road_people_detector_free", as: Functions.Free.self),
-                         detect: try symbol("road_people_detect", as: Functions.Detect.self))
+        return Functions(
+            new: try symbol("road_people_detector_new", as: Functions.New.self),
+            free: try symbol("road_people_detector_free", as: Functions.Free.self),
+            detect: try symbol("road_people_detect", as: Functions.Detect.self))
     }
 }

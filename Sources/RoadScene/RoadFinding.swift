@@ -10,11 +10,12 @@ public enum RoadFinding: String, Sendable, Equatable, CaseIterable {
     case frozen
 
     public init(_ scene: SceneCheck.Finding) {
-        self = switch scene {
-        case .tooDark: .tooDark
-        case .lensCovered: .lensCovered
-        case .frozen: .frozen
-        }
+        self =
+            switch scene {
+            case .tooDark: .tooDark
+            case .lensCovered: .lensCovered
+            case .frozen: .frozen
+            }
     }
 
     /// Only a person close ahead needs the driver now.
@@ -41,57 +42,57 @@ public enum RoadFinding: String, Sendable, Equatable, CaseIterable {
             .pedestrianClose: "Pedestrian close ahead. Slow down.",
             .tooDark: "The camera view is too dark.",
             .lensCovered: "The camera lens looks covered.",
-            .frozen: "The camera picture is frozen.",
+            .frozen: "The camera picture is frozen."
         ],
         "ko": [
             .pedestrian: "전방에 보행자가 있습니다.",
             .pedestrianClose: "가까이에 보행자가 있습니다. 속도를 줄이세요.",
             .tooDark: "카메라 화면이 너무 어둡습니다.",
             .lensCovered: "카메라 렌즈가 가려진 것 같습니다.",
-            .frozen: "카메라 화면이 멈춰 있습니다.",
+            .frozen: "카메라 화면이 멈춰 있습니다."
         ],
         "ja": [
             .pedestrian: "ぜんぽうに ほこうしゃが います。",
             .pedestrianClose: "ちかくに ほこうしゃが います。スピードを おとして ください。",
             .tooDark: "カメラの がぞうが くらすぎます。",
             .lensCovered: "カメラの レンズが ふさがれて いるようです。",
-            .frozen: "カメラの がぞうが とまって います。",
+            .frozen: "カメラの がぞうが とまって います。"
         ],
         "zh": [
             .pedestrian: "前方有行人。",
             .pedestrianClose: "前方近处有行人，请减速。",
             .tooDark: "摄像头画面太暗。",
             .lensCovered: "摄像头镜头似乎被遮挡。",
-            .frozen: "摄像头画面卡住了。",
+            .frozen: "摄像头画面卡住了。"
         ],
         "de": [
             .pedestrian: "Fußgänger voraus.",
             .pedestrianClose: "Fußgänger direkt voraus. Langsamer fahren.",
             .tooDark: "Das Kamerabild ist zu dunkel.",
             .lensCovered: "Das Kameraobjektiv scheint verdeckt.",
-            .frozen: "Das Kamerabild steht still.",
+            .frozen: "Das Kamerabild steht still."
         ],
         "es": [
             .pedestrian: "Peatón delante.",
             .pedestrianClose: "Peatón muy cerca. Reduzca la velocidad.",
             .tooDark: "La imagen de la cámara está demasiado oscura.",
             .lensCovered: "La lente de la cámara parece tapada.",
-            .frozen: "La imagen de la cámara está congelada.",
+            .frozen: "La imagen de la cámara está congelada."
         ],
         "fr": [
             .pedestrian: "Piéton devant.",
             .pedestrianClose: "Piéton tout près. Ralentissez.",
             .tooDark: "L'image de la caméra est trop sombre.",
             .lensCovered: "L'objectif de la caméra semble masqué.",
-            .frozen: "L'image de la caméra est figée.",
+            .frozen: "L'image de la caméra est figée."
         ],
         "pt": [
             .pedestrian: "Pedestre à frente.",
             .pedestrianClose: "Pedestre muito perto. Reduza a velocidade.",
             .tooDark: "A imagem da câmera está escura demais.",
             .lensCovered: "A lente da câmera parece coberta.",
-            .frozen: "A imagem da câmera está congelada.",
-        ],
+            .frozen: "A imagem da câmera está congelada."
+        ]
     ]
 }
 
@@ -148,7 +149,8 @@ public struct RoadLook: Sendable {
     /// How many people `frame` shows, whether one of them is close, and whether a shape that is
     /// not sure enough (``maybeWeight``) was seen. Blocks like ``look(at:detector:)``.
     public func people(in frame: GrayFrame, detector: PeopleDetector) throws -> (count: Int, close: Bool, maybe: Bool) {
-        let shapes = try detector.people(in: frame, minWeight: min(minWeight, maybeWeight), searchHeight: searchHeight, scaleStep: scaleStep)
+        let shapes = try detector.people(
+            in: frame, minWeight: min(minWeight, maybeWeight), searchHeight: searchHeight, scaleStep: scaleStep)
         let people = shapes.filter { $0.weight >= minWeight }
         let height = Double(frame.height)
         let close = people.contains { Double($0.height) >= closeHeight * height && Double($0.y + $0.height) >= closeBottom * height }

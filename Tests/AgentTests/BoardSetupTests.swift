@@ -14,7 +14,8 @@ struct BoardSetupTests {
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("setup-\(UUID().uuidString).yaml")
         try yaml.write(to: url, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(at: url) }
-        return BoardSetup.File(config: try await AgentConfig.load(file: url.path, environment: [:]), keys: try AgentConfig.keys(setIn: url.path))
+        return BoardSetup.File(
+            config: try await AgentConfig.load(file: url.path, environment: [:]), keys: try AgentConfig.keys(setIn: url.path))
     }
 
     func shippedFile(_ relative: String) async throws -> BoardSetup.File {
@@ -86,7 +87,8 @@ struct BoardSetupTests {
         var current = try String(contentsOf: Self.repo.appendingPathComponent("device-config/default.yaml"), encoding: .utf8)
         current += "uplink:\n  url: wss://guidance.example.com/v1/stream\n  tokenFile: /etc/dashcam-agent/token\n  deviceId: \"007\"\n"
         let setup = try await setup(board: "nvidia-jetson", current: current)
-        let camera = BoardSetup.CameraChoice(device: "/dev/v4l/by-id/usb-Cam_123-video-index0", width: 1280, height: 720, fps: 30, pixelFormat: .mjpeg)
+        let camera = BoardSetup.CameraChoice(
+            device: "/dev/v4l/by-id/usb-Cam_123-video-index0", width: 1280, height: 720, fps: 30, pixelFormat: .mjpeg)
         let outcome = setup.merge(camera: camera)
         let text = setup.render(outcome, version: "1.2.3")
         let reread = try await file(text)
@@ -105,21 +107,29 @@ struct BoardSetupTests {
     // MARK: - The encoders tried here
 
     func trial(_ name: String, opened: Bool, sustains: Bool? = nil, reason: String? = nil) -> EncoderBench.Trial {
-        EncoderBench.Trial(stream: "evidence", encoder: name, format: "1920x1080@30", opened: opened, reason: reason,
-                           fps: opened ? (sustains == true ? 45 : 12) : nil, cpuCores: opened ? 1 : nil, sustains: opened ? sustains : nil)
+        EncoderBench.Trial(
+            stream: "evidence", encoder: name, format: "1920x1080@30", opened: opened, reason: reason,
+            fps: opened ? (sustains == true ? 45 : 12) : nil, cpuCores: opened ? 1 : nil, sustains: opened ? sustains : nil)
     }
 
     @Test func theEncodersThatKeepUpAreKeptInOrderWithTheSoftwareFallbackLast() {
         let pi4 = ["h264_v4l2m2m", "libx264"]
-        let hardware = BoardSetup.chooseEncoders(pi4, trials: [trial("h264_v4l2m2m", opened: true, sustains: true), trial("libx264", opened: true, sustains: false)])
+        let hardware = BoardSetup.chooseEncoders(
+            pi4, trials: [trial("h264_v4l2m2m", opened: true, sustains: true), trial("libx264", opened: true, sustains: false)])
         #expect(hardware.kept == ["h264_v4l2m2m", "libx264"], "libx264 stays behind the hardware, as the fallback")
         #expect(hardware.notes == ["libx264: 12 frames/s at 1920x1080@30, too slow for it"])
 
-        let noCodec = BoardSetup.chooseEncoders(pi4, trials: [trial("h264_v4l2m2m", opened: false, reason: "no V4L2 memory-to-memory H.264 encoder"), trial("libx264", opened: true, sustains: true)])
+        let noCodec = BoardSetup.chooseEncoders(
+            pi4,
+            trials: [
+                trial("h264_v4l2m2m", opened: false, reason: "no V4L2 memory-to-memory H.264 encoder"),
+                trial("libx264", opened: true, sustains: true)
+            ])
         #expect(noCodec.kept == ["libx264"])
         #expect(noCodec.notes == ["h264_v4l2m2m: does not open here (no V4L2 memory-to-memory H.264 encoder), left out"])
 
-        let tooSlow = BoardSetup.chooseEncoders(pi4, trials: [trial("h264_v4l2m2m", opened: false, reason: "x"), trial("libx264", opened: true, sustains: false)])
+        let tooSlow = BoardSetup.chooseEncoders(
+            pi4, trials: [trial("h264_v4l2m2m", opened: false, reason: "x"), trial("libx264", opened: true, sustains: false)])
         #expect(tooSlow.kept == nil, "the profile's list stays")
         #expect(tooSlow.notes.last?.hasPrefix("no encoder keeps up at this size and rate") == true)
         #expect(BoardSetup.chooseEncoders(pi4, trials: []).kept == nil)
@@ -133,8 +143,9 @@ struct BoardSetupTests {
         #expect(BoardSetup.previousChoices(in: setup.render(outcome, version: "t"))["encoder.preference"] == "[libx264]")
 
         var current = try String(contentsOf: Self.repo.appendingPathComponent("device-config/default.yaml"), encoding: .utf8)
-        current = current.replacingOccurrences(of: "  preference: [hevc_v4l2m2m, h264_v4l2m2m, hevc_vaapi, h264_vaapi, hevc_nvenc, h264_nvenc, libx264, libx265]",
-                                               with: "  preference: [libx265]")
+        current = current.replacingOccurrences(
+            of: "  preference: [hevc_v4l2m2m, h264_v4l2m2m, hevc_vaapi, h264_vaapi, hevc_nvenc, h264_nvenc, libx264, libx265]",
+            with: "  preference: [libx265]")
         let mine = try await self.setup(current: current)
         #expect(mine.yours.contains("encoder.preference"))
         #expect(mine.merge(encoders: ["libx264"]).config.encoder.preference == ["libx265"])
@@ -143,10 +154,13 @@ struct BoardSetupTests {
     // MARK: - The camera
 
     func camera(_ formats: [(String, Bool, [(Int, Int, [Double])])]) -> V4L2DeviceInfo {
-        V4L2DeviceInfo(path: "/dev/video0", card: "Test camera", driver: "uvcvideo", bus: "usb-1", formats: formats.map { format in
-            V4L2DeviceInfo.Format(fourcc: format.0, description: format.0, emulated: format.1,
-                                  sizes: format.2.map { V4L2DeviceInfo.Size(width: $0.0, height: $0.1, fps: $0.2) })
-        })
+        V4L2DeviceInfo(
+            path: "/dev/video0", card: "Test camera", driver: "uvcvideo", bus: "usb-1",
+            formats: formats.map { format in
+                V4L2DeviceInfo.Format(
+                    fourcc: format.0, description: format.0, emulated: format.1,
+                    sizes: format.2.map { V4L2DeviceInfo.Size(width: $0.0, height: $0.1, fps: $0.2) })
+            })
     }
 
     func wanted(_ width: Int, _ height: Int, _ fps: Int, _ pixelFormat: AgentConfig.CapturePixelFormat = .auto) -> AgentConfig.Camera {
@@ -163,7 +177,7 @@ struct BoardSetupTests {
         camera([
             ("YUYV", false, [(640, 480, [30, 15]), (640, 360, [30, 15, 10, 5]), (1280, 720, [10, 5])]),
             ("MJPG", false, [(640, 480, [30]), (640, 360, [30, 15]), (1280, 720, [30, 15]), (1920, 1080, [30])]),
-            ("YU12", true, [(640, 480, [30]), (640, 360, [30]), (1280, 720, [30, 15])]),
+            ("YU12", true, [(640, 480, [30]), (640, 360, [30]), (1280, 720, [30, 15])])
         ])
     }
 
@@ -184,8 +198,11 @@ struct BoardSetupTests {
         #expect(choice.width == 640 && choice.height == 360, "16:9 and nearest in pixels (1280x720 is further)")
         #expect(choice.fps == 10, "the highest rate below 12 at 640x360")
         #expect(choice.pixelFormat == .auto)
-        #expect(choice.notes == ["the camera has no 960x540: 640x360, the nearest it offers",
-                                 "the camera has no 12 fps at 640x360: 10, the nearest it offers"])
+        #expect(
+            choice.notes == [
+                "the camera has no 960x540: 640x360, the nearest it offers",
+                "the camera has no 12 fps at 640x360: 10, the nearest it offers"
+            ])
     }
 
     @Test func aPixelFormatTheCameraLacksBecomesAuto() {
@@ -206,7 +223,8 @@ struct BoardSetupTests {
         #expect(choice.width == 640 && choice.height == 360 && choice.fps == 10 && choice.pixelFormat == .auto)
         #expect(choice.notes == [])
         let none = camera([("H264", false, [(1920, 1080, [30])])])
-        #expect(BoardSetup.chooseFormat(for: wanted(640, 360, 10), on: none, device: "/dev/video0").notes
-            == ["the camera offers none of YUYV, NV12, YU12 or MJPEG: size and rate as the board asks"])
+        #expect(
+            BoardSetup.chooseFormat(for: wanted(640, 360, 10), on: none, device: "/dev/video0").notes
+                == ["the camera offers none of YUYV, NV12, YU12 or MJPEG: size and rate as the board asks"])
     }
 }

@@ -48,8 +48,9 @@ final class UnpluggedCamera: FrameSource {
     let format = VideoFormat(width: 160, height: 96, fps: 10)
 
     func settings(maxSegments: Int? = nil) -> CapturePipeline.Settings {
-        .init(encoder: EncoderSettings(preference: ["libx265"], rateControl: .crf(28), format: format, keyframeInterval: 50),
-              segmentSeconds: 5, reopenBackoffMs: (1, 4), maxSegments: maxSegments)
+        .init(
+            encoder: EncoderSettings(preference: ["libx265"], rateControl: .crf(28), format: format, keyframeInterval: 50),
+            segmentSeconds: 5, reopenBackoffMs: (1, 4), maxSegments: maxSegments)
     }
 
     func hevc(_ inputFormat: PixelFormat) throws -> any VideoEncoder {
@@ -93,7 +94,8 @@ final class UnpluggedCamera: FrameSource {
     @Test func aConsumerThatFallsBehindLosesTheOldestSegmentsCounted() async throws {
         let produced = CapturePipeline.bufferedSegments + 2
         let pipeline = try CapturePipeline(
-            source: TestPatternSource(format: format, realtime: false), settings: settings(maxSegments: produced), encoder: hevc, logger: Logger(label: "test"))
+            source: TestPatternSource(format: format, realtime: false), settings: settings(maxSegments: produced), encoder: hevc,
+            logger: Logger(label: "test"))
         pipeline.start()
         // Nobody reads the segments until the capture thread has ended (its events end with it).
         for await _ in pipeline.events {}

@@ -9,8 +9,9 @@ import Testing
     typealias Machine = ClipUploads.StateMachine
 
     static func clip(_ id: String, files: [(String, Int)]) -> ClientMessage.Clip {
-        .init(id: id, kind: "incident", at: "2026-11-29T08:02:30.822Z", from: "2026-11-29T08:02:20.822Z", to: "2026-11-29T08:02:40.822Z",
-              files: files.map { .init(name: $0.0, bytes: $0.1, sha256: String(repeating: "a", count: 64)) })
+        .init(
+            id: id, kind: "incident", at: "2026-11-29T08:02:30.822Z", from: "2026-11-29T08:02:20.822Z", to: "2026-11-29T08:02:40.822Z",
+            files: files.map { .init(name: $0.0, bytes: $0.1, sha256: String(repeating: "a", count: 64)) })
     }
 
     static let one = clip("c1", files: [("a.mp4", 100_000), ("b.mp4", 10)])
@@ -34,8 +35,9 @@ import Testing
         machine.opened()
         machine.add(Self.two)
         #expect(Self.drain(&machine) == [.announce(Self.one), .announce(Self.two)], "announces, and no part before their answers")
-        #expect(machine.heard(Self.have("c1", [("a.mp4", 65_536), ("b.mp4", 0)])) == [.resuming(clip: "c1", held: 65_536, bytes: 100_010)],
-                "the first answer of a session tells what the server holds already")
+        #expect(
+            machine.heard(Self.have("c1", [("a.mp4", 65_536), ("b.mp4", 0)])) == [.resuming(clip: "c1", held: 65_536, bytes: 100_010)],
+            "the first answer of a session tells what the server holds already")
         #expect(machine.heard(Self.have("c2", [("c.mp4", 0)])).isEmpty)
         // One part, then nothing until its answer.
         #expect(Self.drain(&machine) == [.part(.init(id: "c1", name: "a.mp4", offset: 65_536, bytes: 34_464))])
@@ -88,7 +90,8 @@ import Testing
         machine.opened()
         _ = Self.drain(&machine)
         // The first announce is refused (a server without clips.dir, say): answers match by order.
-        #expect(machine.refused("this server keeps no clips") == [.refused(clip: "c1", reason: "this server keeps no clips", setAside: true)])
+        #expect(
+            machine.refused("this server keeps no clips") == [.refused(clip: "c1", reason: "this server keeps no clips", setAside: true)])
         _ = machine.heard(Self.have("c2", [("c.mp4", 0)]))
         #expect(Self.drain(&machine) == [.part(.init(id: "c2", name: "c.mp4", offset: 0, bytes: 5))])
         // A refused part announces its clip again, at most maxRefusals times a session.

@@ -57,12 +57,15 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(camera.pixelFormat == .auto && camera.buffers == 4 && camera.pace == .realtime)
     #expect(camera.pollTimeoutMs == 1000 && camera.stallTimeouts == 3 && camera.reopenBackoffMs == 250...2000)
     let encoder = config.encoder
-    #expect(encoder.preference == ["hevc_v4l2m2m", "h264_v4l2m2m", "hevc_vaapi", "h264_vaapi", "hevc_nvenc", "h264_nvenc", "libx264", "libx265"])
+    #expect(
+        encoder.preference == ["hevc_v4l2m2m", "h264_v4l2m2m", "hevc_vaapi", "h264_vaapi", "hevc_nvenc", "h264_nvenc", "libx264", "libx265"]
+    )
     #expect(config.uplink.video == AgentConfig.UplinkVideo() && config.guidanceFormat == nil, "one stream")
     #expect(encoder.rateControl == .crf && encoder.crf == 28 && encoder.segmentSeconds == 5)
     #expect(encoder.bitrateKbps == 1000 && encoder.effectiveMaxrateKbps == 1000 && encoder.effectiveBufsizeKbps == 2000)
     #expect(config.recording.dir == "/var/lib/dashcam-agent/recordings")
-    #expect(config.recording.maxMegabytes == nil && config.recording.protectedMaxMegabytes == 2048 && config.recording.minFreeMegabytes == 256)
+    #expect(
+        config.recording.maxMegabytes == nil && config.recording.protectedMaxMegabytes == 2048 && config.recording.minFreeMegabytes == 256)
     #expect("\(config.log.level)" == "info")
 }
 
@@ -166,7 +169,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
             "DASHCAM_CAMERA_REOPEN_BACKOFF_MS": "100, 200",
             "DASHCAM_ENCODER_PREFERENCE": "hevc_vaapi,libx265",
             "DASHCAM_CAMERA_SOURCE": "test-pattern",
-            "CAMERA_FPS": "99",  // no prefix, so not ours
+            "CAMERA_FPS": "99"  // no prefix, so not ours
         ])
     var expected = AgentConfig()
     expected.camera.pollTimeoutMs = 2000
@@ -211,21 +214,26 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(!message.contains("encoder."))
     #expect(
         try await failure(yaml: "network:\n  port: 1\n")
-            == "FILE:1: unknown key 'network' (valid keys here: device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, sensors, incident, parking, upload, status, log)")
+            == "FILE:1: unknown key 'network' (valid keys here: device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, sensors, incident, parking, upload, status, log)"
+    )
 }
 
 /// Keys three deep (`sensors.accel.device`): the group is a mapping of its own, with the same checks.
 @Test func keysInAGroupOfASection() async throws {
     let config = try await withYAML("sensors:\n  accel:\n    device: lis3dh\n    hz: 50\n") { try await AgentConfig.load(file: $0) }
     #expect(config.sensors.accel.device == "lis3dh" && config.sensors.accel.hz == 50)
-    #expect(try await failure(yaml: "sensors:\n  accel: lis3dh\n")
-        == "FILE:2: 'sensors.accel' must be a mapping of keys such as sensors.accel.device, sensors.accel.hz")
-    #expect(try await failure(yaml: "sensors:\n  accel:\n    rate: 50\n")
-        == "FILE:3: unknown key 'sensors.accel.rate' (valid keys here: sensors.accel.device, sensors.accel.hz)")
-    #expect(try await failure(yaml: "sensors:\n  accel:\n    hz: 0\n")
-        == "sensors.accel.hz: '0' is not allowed; expected an integer 1...400 (given at FILE:3)")
-    #expect(try await failure(yaml: "incident:\n  sensitivity: extreme\n")
-        == "incident.sensitivity: 'extreme' is not allowed; expected one of high, medium, low, off (given at FILE:2)")
+    #expect(
+        try await failure(yaml: "sensors:\n  accel: lis3dh\n")
+            == "FILE:2: 'sensors.accel' must be a mapping of keys such as sensors.accel.device, sensors.accel.hz")
+    #expect(
+        try await failure(yaml: "sensors:\n  accel:\n    rate: 50\n")
+            == "FILE:3: unknown key 'sensors.accel.rate' (valid keys here: sensors.accel.device, sensors.accel.hz)")
+    #expect(
+        try await failure(yaml: "sensors:\n  accel:\n    hz: 0\n")
+            == "sensors.accel.hz: '0' is not allowed; expected an integer 1...400 (given at FILE:3)")
+    #expect(
+        try await failure(yaml: "incident:\n  sensitivity: extreme\n")
+            == "incident.sensitivity: 'extreme' is not allowed; expected one of high, medium, low, off (given at FILE:2)")
 }
 
 @Test func sectionMustBeAMapping() async throws {
@@ -233,7 +241,8 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     #expect(message.hasPrefix("FILE:1: 'camera' must be a mapping of keys such as camera.source, camera.device, "))
     #expect(
         try await failure(yaml: "- camera\n")
-            == "FILE:1: the top level must be a mapping of keys such as device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, sensors, incident, parking, upload, status, log")
+            == "FILE:1: the top level must be a mapping of keys such as device, camera, encoder, recording, uplink, guidance, offline, speech, haptics, sensors, incident, parking, upload, status, log"
+    )
 }
 
 @Test(arguments: [
@@ -301,7 +310,7 @@ private func withYAML<T>(_ yaml: String?, _ body: (String?) async throws -> T) a
     (
         "log:\n  level: verbose\n",
         "log.level: 'verbose' is not allowed; expected one of trace, debug, info, notice, warning, error, critical (given at FILE:2)"
-    ),
+    )
 ])
 func rejectedFileValue(yaml: String, message: String) async throws {
     #expect(try await failure(yaml: yaml) == message)
@@ -407,10 +416,13 @@ func rejectedFileValue(yaml: String, message: String) async throws {
 }
 
 @Test(arguments: [
-    ("haptics:\n  clear: [0]\n", "haptics.clear: '[0]' is not allowed; expected a list of 1 to 16 integers, each 1...5000 (given at FILE:2)"),
+    (
+        "haptics:\n  clear: [0]\n",
+        "haptics.clear: '[0]' is not allowed; expected a list of 1 to 16 integers, each 1...5000 (given at FILE:2)"
+    ),
     ("haptics:\n  alert: []\n", "haptics.alert: '[]' is not allowed; expected a list of 1 to 16 integers, each 1...5000 (given at FILE:2)"),
     ("haptics:\n  required: maybe\n", "haptics.required: 'maybe' is not allowed; expected true or false (given at FILE:2)"),
-    ("speech:\n  sink: pulse\n", "speech.sink: 'pulse' is not allowed; expected `alsa` or `wav:DIR`"),
+    ("speech:\n  sink: pulse\n", "speech.sink: 'pulse' is not allowed; expected `alsa` or `wav:DIR`")
 ])
 func rejectedVoiceAndTouchValue(yaml: String, message: String) async throws {
     #expect(try await failure(yaml: yaml) == message)
@@ -466,7 +478,8 @@ func rejectedVoiceAndTouchValue(yaml: String, message: String) async throws {
 func theOldLocaleKeysStillSetTheDeviceLanguageWithANotice(section: String) async throws {
     let config = try await withYAML("\(section):\n  locale: ko-KR\n") { try await AgentConfig.load(file: $0, environment: [:]) }
     #expect(config.deviceLocale(environment: ["LANG": "en_US.UTF-8"]) == "ko-KR")
-    #expect(config.localeNotices == ["config: \(section).locale is deprecated; use device.locale: ko-KR (it sets the device's one language)"])
+    #expect(
+        config.localeNotices == ["config: \(section).locale is deprecated; use device.locale: ko-KR (it sets the device's one language)"])
     // The same language under both names is no conflict, in any case.
     let both = try await withYAML("device:\n  locale: ko-KR\n\(section):\n  locale: KO-kr\n") {
         try await AgentConfig.load(file: $0, environment: [:])
@@ -476,12 +489,18 @@ func theOldLocaleKeysStillSetTheDeviceLanguageWithANotice(section: String) async
 }
 
 @Test(arguments: [
-    ("device:\n  locale: ko-KR\nuplink:\n  locale: en-US\n",
-     "uplink.locale: 'en-US' is not allowed; expected unset or ko-KR, as device.locale says: uplink.locale is an old name of device.locale, and a device has one language"),
-    ("device:\n  locale: ko-KR\nspeech:\n  locale: de-DE\n",
-     "speech.locale: 'de-DE' is not allowed; expected unset or ko-KR, as device.locale says: speech.locale is an old name of device.locale, and a device has one language"),
-    ("uplink:\n  locale: ko-KR\nspeech:\n  locale: en-US\n",
-     "speech.locale: 'en-US' is not allowed; expected unset or ko-KR, as uplink.locale says: speech.locale is an old name of device.locale, and a device has one language"),
+    (
+        "device:\n  locale: ko-KR\nuplink:\n  locale: en-US\n",
+        "uplink.locale: 'en-US' is not allowed; expected unset or ko-KR, as device.locale says: uplink.locale is an old name of device.locale, and a device has one language"
+    ),
+    (
+        "device:\n  locale: ko-KR\nspeech:\n  locale: de-DE\n",
+        "speech.locale: 'de-DE' is not allowed; expected unset or ko-KR, as device.locale says: speech.locale is an old name of device.locale, and a device has one language"
+    ),
+    (
+        "uplink:\n  locale: ko-KR\nspeech:\n  locale: en-US\n",
+        "speech.locale: 'en-US' is not allowed; expected unset or ko-KR, as uplink.locale says: speech.locale is an old name of device.locale, and a device has one language"
+    )
 ])
 func twoLanguagesForOneDeviceAreAConfigError(yaml: String, message: String) async throws {
     #expect(try await failure(yaml: yaml) == message)
@@ -497,17 +516,22 @@ func twoLanguagesForOneDeviceAreAConfigError(yaml: String, message: String) asyn
     ("device:\n  locale: ko_KR.UTF-8\n", "device.locale", "ko_KR.UTF-8"),
     ("device:\n  locale: ko-\n", "device.locale", "ko-"),
     ("uplink:\n  locale: english\n", "uplink.locale", "english"),
-    ("speech:\n  locale: en US\n", "speech.locale", "en US"),
+    ("speech:\n  locale: en US\n", "speech.locale", "en US")
 ])
 func aLocaleThatIsNoLanguageTagIsRefusedNamingKeyValueAndWhatIsAllowed(yaml: String, key: String, value: String) async throws {
-    #expect(try await failure(yaml: yaml)
-        == "\(key): '\(value)' is not allowed; expected a BCP 47 language tag such as ko-KR, en-US, es-419 or zh-Hant-TW")
+    #expect(
+        try await failure(yaml: yaml)
+            == "\(key): '\(value)' is not allowed; expected a BCP 47 language tag such as ko-KR, en-US, es-419 or zh-Hant-TW")
 }
 
 @Test func everyBoardProfileLoadsAndNamesCameraEncoderSpeech() async throws {
     let boards = deviceConfig.appendingPathComponent("boards")
     let files = try FileManager.default.contentsOfDirectory(atPath: boards.path).filter { $0.hasSuffix(".yaml") }.sorted()
-    #expect(files == ["nvidia-jetson.yaml", "raspberry-pi-4-usb-webcam.yaml", "raspberry-pi-4.yaml", "raspberry-pi-5.yaml", "rockchip-rk3588.yaml", "usb-webcam.yaml"])
+    #expect(
+        files == [
+            "nvidia-jetson.yaml", "raspberry-pi-4-usb-webcam.yaml", "raspberry-pi-4.yaml", "raspberry-pi-5.yaml", "rockchip-rk3588.yaml",
+            "usb-webcam.yaml"
+        ])
     for file in files {
         let config = try await AgentConfig.load(file: boards.appendingPathComponent(file).path, environment: [:])
         #expect(config.camera.device == "/dev/dashcam-camera", "\(file)")

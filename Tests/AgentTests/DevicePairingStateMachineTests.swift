@@ -9,12 +9,14 @@ import Testing
     @Test func theCodeIsSaidThenPolledAtTheIntervalUntilPaired() {
         var machine = Machine()
         #expect(machine.handle(.start, now: 1_000) == [.requestCode(at: 1_000)])
-        #expect(machine.handle(.codeIssued(deviceCode: "dc", userCode: "123456789", expiresIn: 600, interval: 5), now: 2_000)
+        #expect(
+            machine.handle(.codeIssued(deviceCode: "dc", userCode: "123456789", expiresIn: 600, interval: 5), now: 2_000)
                 == [.announce(userCode: "123456789"), .poll(deviceCode: "dc", at: 7_000)])
         #expect(machine.userCode == "123456789")
         #expect(machine.handle(.pollAnswered(.pending), now: 7_100) == [.poll(deviceCode: "dc", at: 12_100)])
         #expect(machine.handle(.repeatCode, now: 8_000) == [.announce(userCode: "123456789")])
-        #expect(machine.handle(.pollAnswered(.paired(credentials)), now: 12_200) == [.store(credentials), .announcePaired(ownerName: "Ana")])
+        #expect(
+            machine.handle(.pollAnswered(.paired(credentials)), now: 12_200) == [.store(credentials), .announcePaired(ownerName: "Ana")])
         #expect(machine.isPaired)
         // Once paired, nothing more is said or asked.
         #expect(machine.handle(.repeatCode, now: 13_000) == [])
@@ -38,7 +40,8 @@ import Testing
         #expect(machine.handle(.pollAnswered(.failed), now: 300_000) == [.poll(deviceCode: "dc", at: 305_000)])
         // ...and past its life a new one is asked for, even without the server saying so.
         #expect(machine.handle(.pollAnswered(.failed), now: 600_000) == [.requestCode(at: 600_000)])
-        #expect(machine.handle(.codeIssued(deviceCode: "dc2", userCode: "222", expiresIn: 600, interval: 5), now: 601_000)
+        #expect(
+            machine.handle(.codeIssued(deviceCode: "dc2", userCode: "222", expiresIn: 600, interval: 5), now: 601_000)
                 == [.announce(userCode: "222"), .poll(deviceCode: "dc2", at: 606_000)])
         // The server's expired_token and access_denied end a code too.
         #expect(machine.handle(.pollAnswered(.expired), now: 700_000) == [.requestCode(at: 700_000)])
@@ -59,13 +62,15 @@ import Testing
     @Test func theServersNumbersAreBoundedBeforeUse() {
         var machine = Machine()
         _ = machine.handle(.start, now: 0)
-        #expect(machine.handle(.codeIssued(deviceCode: "dc", userCode: "1", expiresIn: Int.max, interval: Int.max), now: 0)
+        #expect(
+            machine.handle(.codeIssued(deviceCode: "dc", userCode: "1", expiresIn: Int.max, interval: Int.max), now: 0)
                 == [.announce(userCode: "1"), .poll(deviceCode: "dc", at: 600_000)])
         // An hour at most: past it the code is renewed.
         #expect(machine.handle(.pollAnswered(.pending), now: 3_600_000) == [.requestCode(at: 3_600_000)])
         var other = Machine()
         _ = other.handle(.start, now: 0)
-        #expect(other.handle(.codeIssued(deviceCode: "dc", userCode: "1", expiresIn: -5, interval: -1), now: 0)
+        #expect(
+            other.handle(.codeIssued(deviceCode: "dc", userCode: "1", expiresIn: -5, interval: -1), now: 0)
                 == [.announce(userCode: "1"), .poll(deviceCode: "dc", at: 5_000)])
     }
 }

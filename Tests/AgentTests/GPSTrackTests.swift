@@ -8,8 +8,9 @@ import Testing
 @Suite struct GPSTrackTests {
     static let t0 = Date(timeIntervalSince1970: 1_795_680_600)
     static func fix(_ mode: Int = 3, lat: Double = 37.5665, speed: Double = 13.89, at seconds: Double) -> GPSFix {
-        GPSFix(mode: mode, time: t0.addingTimeInterval(seconds), lat: mode >= 2 ? lat : nil, lon: mode >= 2 ? 126.978 : nil,
-               altitude: 53, speed: speed, track: 91.5)
+        GPSFix(
+            mode: mode, time: t0.addingTimeInterval(seconds), lat: mode >= 2 ? lat : nil, lon: mode >= 2 ? 126.978 : nil,
+            altitude: 53, speed: speed, track: 91.5)
     }
 
     @Test func aPointASecondCutBySpan() {
@@ -46,17 +47,21 @@ import Testing
     }
 
     @Test func theGPXHasAPointForEachSecondWithAPosition() {
-        var metadata = SegmentMetadata(seq: 42, capturedAt: Self.t0, captureStartMonotonicNs: 0, durationMs: 3000, frames: 30, droppedFrames: 0,
-                                       bytes: 1, sha256: "", encoder: "libx265", width: 320, height: 180, fps: 10, complete: true, endReason: .complete)
+        var metadata = SegmentMetadata(
+            seq: 42, capturedAt: Self.t0, captureStartMonotonicNs: 0, durationMs: 3000, frames: 30, droppedFrames: 0,
+            bytes: 1, sha256: "", encoder: "libx265", width: 320, height: 180, fps: 10, complete: true, endReason: .complete)
         metadata.gps = [
             GPSPoint(t: "2026-11-26T08:10:00.000Z", mode: 3, lat: 37.5665, lon: 126.978, alt: 53, speed: 13.89, track: 91.5),
             GPSPoint(t: "2026-11-26T08:10:01.000Z", mode: 1),
-            GPSPoint(t: "2026-11-26T08:10:02.000Z", mode: 2, lat: 37.5666, lon: 126.9781, speed: 0),
+            GPSPoint(t: "2026-11-26T08:10:02.000Z", mode: 2, lat: 37.5666, lon: 126.9781, speed: 0)
         ]
         let gpx = GPXFile.document(for: metadata, name: "000042-20261126T081000.000Z.mp4")
         #expect(gpx.components(separatedBy: "<trkpt ").count == 3, "\(gpx)")
-        #expect(gpx.contains(#"<trkpt lat="37.5665000" lon="126.9780000"><ele>53.00</ele><time>2026-11-26T08:10:00.000Z</time><fix>3d</fix>"#
-            + "<extensions><gpxtpx:TrackPointExtension><gpxtpx:speed>13.890</gpxtpx:speed><gpxtpx:course>91.5</gpxtpx:course></gpxtpx:TrackPointExtension></extensions></trkpt>"), "\(gpx)")
+        #expect(
+            gpx.contains(
+                #"<trkpt lat="37.5665000" lon="126.9780000"><ele>53.00</ele><time>2026-11-26T08:10:00.000Z</time><fix>3d</fix>"#
+                    + "<extensions><gpxtpx:TrackPointExtension><gpxtpx:speed>13.890</gpxtpx:speed><gpxtpx:course>91.5</gpxtpx:course></gpxtpx:TrackPointExtension></extensions></trkpt>"
+            ), "\(gpx)")
         #expect(gpx.contains(#"<trkpt lat="37.5666000" lon="126.9781000"><time>2026-11-26T08:10:02.000Z</time><fix>2d</fix>"#), "\(gpx)")
         // gpsbabel reads these files in GPSSystemTests.
     }

@@ -45,17 +45,19 @@ final class RecordingLine: HapticLine {
         init(deviceLocale: String = "ko-KR") throws {
             folder = FileManager.default.temporaryDirectory.appendingPathComponent("router-\(UUID().uuidString)")
             let synthesizer = try EspeakSynthesizer(logger: GuidanceRouterTests.logger)
-            let speaker = try Speaker(synthesizer: synthesizer, sink: WAVFileSink(directory: folder.path, realtime: false),
-                                      logger: GuidanceRouterTests.logger)
+            let speaker = try Speaker(
+                synthesizer: synthesizer, sink: WAVFileSink(directory: folder.path, realtime: false),
+                logger: GuidanceRouterTests.logger)
             let voice = DeviceVoice(
                 deviceLocale: deviceLocale, speaker: speaker, output: "wav:\(folder.path)",
                 voices: VoiceMap(available: VoiceMap.voiceNames(identifiers: synthesizer.voiceIdentifiers())),
                 logger: GuidanceRouterTests.logger)
             let spoken = self.spoken
             let announcer = StatusAnnouncer(gather: .milliseconds(1)) { phrases in spoken.phrases.withLock { $0.append(phrases) } }
-            let board = StatusBoard(AgentStatus(
-                camera: .init(source: "test", format: "320x180", fps: 10, state: "recording"), encoder: "libx265",
-                speech: .init(output: voice.output, locale: deviceLocale), haptics: .init(line: "recording line", released: false)))
+            let board = StatusBoard(
+                AgentStatus(
+                    camera: .init(source: "test", format: "320x180", fps: 10, state: "recording"), encoder: "libx265",
+                    speech: .init(output: voice.output, locale: deviceLocale), haptics: .init(line: "recording line", released: false)))
             router = GuidanceRouter(
                 voice: voice, haptics: try Haptics(line: line, logger: GuidanceRouterTests.logger),
                 clear: .clear, alert: .alert, announcer: announcer, board: board, logger: GuidanceRouterTests.logger)

@@ -14,8 +14,10 @@ struct IncidentDetectorTests {
     /// `seconds` of readings at `hz`, gravity along `up` (a unit vector: how the sensor is
     /// mounted), plus `shake(t)`: the dynamic part in the car's frame (forward, left, up) in g, t in
     /// seconds from the start. A little sensor noise, the same in every run.
-    static func readings(hz: Double = 50, seconds: Double, up: (Double, Double, Double) = (0, 0, 1),
-                         shake: (Double) -> (forward: Double, left: Double, up: Double)) -> [Acceleration] {
+    static func readings(
+        hz: Double = 50, seconds: Double, up: (Double, Double, Double) = (0, 0, 1),
+        shake: (Double) -> (forward: Double, left: Double, up: Double)
+    ) -> [Acceleration] {
         // The car's frame in the sensor's: `up` given, forward any unit vector across it.
         let u = up
         let helper = abs(u.0) < 0.9 ? (1.0, 0.0, 0.0) : (0.0, 1.0, 0.0)
@@ -36,9 +38,11 @@ struct IncidentDetectorTests {
         return (0..<Int(seconds * hz)).map { i in
             let t = Double(i) / hz
             let s = shake(t)
-            let g = (u.0 + s.up * u.0 + s.forward * forward.0 + s.left * left.0,
-                     u.1 + s.up * u.1 + s.forward * forward.1 + s.left * left.1,
-                     u.2 + s.up * u.2 + s.forward * forward.2 + s.left * left.2)
+            let g = (
+                u.0 + s.up * u.0 + s.forward * forward.0 + s.left * left.0,
+                u.1 + s.up * u.1 + s.forward * forward.1 + s.left * left.1,
+                u.2 + s.up * u.2 + s.forward * forward.2 + s.left * left.2
+            )
             return Acceleration(x: g.0 + noise(), y: g.1 + noise(), z: g.2 + noise(), at: t0 + UInt64(t * 1e9))
         }
     }

@@ -116,7 +116,8 @@ import Testing
     }
 
     @Test func aDisabledDeviceNeverGuidesItself() {
-        var rules = LocalGuidance.StateMachine(settings: .init(enabled: false, offlineAfter: .seconds(1), repeatAfter: .seconds(1)), now: at(0))
+        var rules = LocalGuidance.StateMachine(
+            settings: .init(enabled: false, offlineAfter: .seconds(1), repeatAfter: .seconds(1)), now: at(0))
         #expect(rules.tick(now: at(60)).isEmpty)
         #expect(rules.usage(remainingSeconds: 0, now: at(61)).isEmpty)
         #expect(rules.active == nil)

@@ -35,11 +35,17 @@ import Testing
         await offline.uplink(.connecting)
         await offline.uplink(.disconnected(retryIn: .seconds(1)))
         // Ticked as the service's timer would, until the rules' deadline has passed.
-        #expect(await eventually { await offline.tick(); return watch.isLooking })
+        #expect(
+            await eventually {
+                await offline.tick(); return watch.isLooking
+            })
         #expect(loop.router.board.current.localGuidance?.state == "on")
         #expect(loop.router.board.current.localGuidance?.reason == "no session")
         // No frame came to warn about: the news is said alone once its hold is over.
-        #expect(await eventually { await offline.tick(); return !loop.spoken.all.isEmpty })
+        #expect(
+            await eventually {
+                await offline.tick(); return !loop.spoken.all.isEmpty
+            })
         #expect(loop.spoken.all == [.guidanceLocal])
 
         await offline.uplink(.connected(session: "s1"))

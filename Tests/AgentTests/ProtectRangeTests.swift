@@ -20,7 +20,9 @@ import Testing
         #expect(refusal(try SegmentSelection.last("2m", now: now)) == nil)
         #expect(refusal(try SegmentSelection.last("24h", now: now)) == nil)
         #expect(refusal(.time(now...now.addingTimeInterval(SegmentSelection.maxAhead))) == nil)
-        #expect(refusal(.time(now...now.addingTimeInterval(SegmentSelection.maxAhead + 1)))?.contains("it may end at most 5 minutes ahead") == true)
+        #expect(
+            refusal(.time(now...now.addingTimeInterval(SegmentSelection.maxAhead + 1)))?.contains("it may end at most 5 minutes ahead")
+                == true)
         let dayAgo = now.addingTimeInterval(-SegmentSelection.maxLength)
         #expect(refusal(.time(dayAgo...now)) == nil)
         #expect(refusal(.time(dayAgo.addingTimeInterval(-1)...now))?.contains("protect at most 24 hours at once") == true)
@@ -36,7 +38,7 @@ import Testing
         ("protect time 1795426200000 1795426501000", "the range ends 6 minutes from now; it may end at most 5 minutes ahead"),
         ("protect time 1795426200000 1795433400000", "the range ends 2 hours from now"),
         ("protect time 0 1795426200000", "the range lasts more than a day; protect at most 24 hours at once"),
-        ("protect time -9223372036854775808 0", "the range lasts more than a day"),
+        ("protect time -9223372036854775808 0", "the range lasts more than a day")
     ])
     func openFarFutureOrLongRangesAreRefused(request: String, message: String) throws {
         let selection = try #require(SegmentSelection(request: request))

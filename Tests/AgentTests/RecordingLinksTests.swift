@@ -32,9 +32,10 @@ import Testing
 
     func segment(seq: Int, at time: String, bytes: Int = 1000) throws -> Segment {
         let capturedAt = try Date(time, strategy: Date.ISO8601FormatStyle())
-        return Segment(metadata: SegmentMetadata(
-            seq: seq, capturedAt: capturedAt, captureStartMonotonicNs: 0, durationMs: 5000, frames: 50, droppedFrames: 0,
-            bytes: bytes, sha256: "", encoder: "test", width: 16, height: 16, fps: 10, complete: true, endReason: .complete),
+        return Segment(
+            metadata: SegmentMetadata(
+                seq: seq, capturedAt: capturedAt, captureStartMonotonicNs: 0, durationMs: 5000, frames: 50, droppedFrames: 0,
+                bytes: bytes, sha256: "", encoder: "test", width: 16, height: 16, fps: 10, complete: true, endReason: .complete),
             data: [UInt8](repeating: 2, count: bytes))
     }
 
@@ -55,9 +56,10 @@ import Testing
         try link("2026-11-21/000004-20261121T080005.000Z.mp4", to: outside.appendingPathComponent("target.mp4"), in: root)
 
         #expect(StoredSegment.all(in: root).map(\.path) == ["2026-11-21/000003-20261121T080000.000Z.mp4"])
-        #expect(StoredSegment.symbolicLinks(in: root).map(\.path) == [
-            "2026-11-20", StoredSegment.protectedFolder, "2026-11-21/000004-20261121T080005.000Z.mp4",
-        ])
+        #expect(
+            StoredSegment.symbolicLinks(in: root).map(\.path) == [
+                "2026-11-20", StoredSegment.protectedFolder, "2026-11-21/000004-20261121T080005.000Z.mp4"
+            ])
 
         // A cap of one segment: the loop deletes its own oldest, never what the links point at.
         let store = try RecordingStore(directory: root.path, retention: retention(max: 1000), segmentSeconds: 5)
@@ -78,7 +80,9 @@ import Testing
 
         let refused = store.record(try segment(seq: 0, at: "2026-11-22T10:00:00Z"))
         #expect(refused.path == nil)
-        #expect(refused.error.map { "\($0)".contains("2026-11-22 is not writable: it is a symbolic link, which the recording never follows") } == true, "\(String(describing: refused.error))")
+        #expect(
+            refused.error.map { "\($0)".contains("2026-11-22 is not writable: it is a symbolic link, which the recording never follows") }
+                == true, "\(String(describing: refused.error))")
         #expect(files(under: outside).isEmpty)
 
         // A link planted under the temporary name: the segment is written as a new file, the
@@ -110,8 +114,9 @@ import Testing
         try link("2026-11-20", to: outside, in: root)
         try put("2026-11-21/000002-20261121T080000.000Z.mp4", in: root)
 
-        #expect(RecordingFiles.remove("2026-11-20/000001-20261120T080000.000Z.mp4", in: root) == ELOOP
-            || RecordingFiles.remove("2026-11-20/000001-20261120T080000.000Z.mp4", in: root) == ENOTDIR)
+        #expect(
+            RecordingFiles.remove("2026-11-20/000001-20261120T080000.000Z.mp4", in: root) == ELOOP
+                || RecordingFiles.remove("2026-11-20/000001-20261120T080000.000Z.mp4", in: root) == ENOTDIR)
         #expect(files(under: outside) == ["000001-20261120T080000.000Z.mp4"])
         // A link at the end is removed itself.
         #expect(RecordingFiles.remove("2026-11-20", in: root) == 0)
@@ -130,6 +135,9 @@ import Testing
         try link("2026-11-20", to: outside, in: root)
         try link("notes", to: outside, in: root)
         StoredSegment.warnAboutSymbolicLinks(in: root, logger: lines.logger)
-        #expect(lines.all == ["warning recording: 1 symbolic link(s) in \(root.path) are skipped and never followed (not counted, moved or deleted; segments are not written through them): 2026-11-20 -> \(outside.path)"])
+        #expect(
+            lines.all == [
+                "warning recording: 1 symbolic link(s) in \(root.path) are skipped and never followed (not counted, moved or deleted; segments are not written through them): 2026-11-20 -> \(outside.path)"
+            ])
     }
 }

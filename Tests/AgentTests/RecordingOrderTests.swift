@@ -8,9 +8,10 @@ import Testing
 /// make the fresh footage go first, and the order holds across a restart.
 @Suite struct RecordingOrderTests {
     static func segment(seq: Int, at capturedAt: Date, bytes: Int = 1000) -> Segment {
-        Segment(metadata: SegmentMetadata(
-            seq: seq, capturedAt: capturedAt, captureStartMonotonicNs: 0, durationMs: 5000, frames: 50, droppedFrames: 0,
-            bytes: bytes, sha256: "", encoder: "test", width: 16, height: 16, fps: 10, complete: true, endReason: .complete),
+        Segment(
+            metadata: SegmentMetadata(
+                seq: seq, capturedAt: capturedAt, captureStartMonotonicNs: 0, durationMs: 5000, frames: 50, droppedFrames: 0,
+                bytes: bytes, sha256: "", encoder: "test", width: 16, height: 16, fps: 10, complete: true, endReason: .complete),
             data: [UInt8](repeating: UInt8(seq % 256), count: bytes))
     }
 

@@ -18,9 +18,10 @@ import Testing
     }
 
     func segment(seq: Int, at capturedAt: Date) -> Segment {
-        Segment(metadata: SegmentMetadata(
-            seq: seq, capturedAt: capturedAt, captureStartMonotonicNs: 0, durationMs: 5000, frames: 50, droppedFrames: 0,
-            bytes: 100, sha256: "", encoder: "test", width: 16, height: 16, fps: 10, complete: true, endReason: .complete),
+        Segment(
+            metadata: SegmentMetadata(
+                seq: seq, capturedAt: capturedAt, captureStartMonotonicNs: 0, durationMs: 5000, frames: 50, droppedFrames: 0,
+                bytes: 100, sha256: "", encoder: "test", width: 16, height: 16, fps: 10, complete: true, endReason: .complete),
             data: [UInt8](repeating: 2, count: 100))
     }
 

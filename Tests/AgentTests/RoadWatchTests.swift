@@ -28,9 +28,11 @@ import Testing
         func offer(to tap: any FrameTap) {
             luma.withUnsafeBufferPointer { y in
                 chroma.withUnsafeBufferPointer { c in
-                    tap.offer(Frame(planes: (y.baseAddress, c.baseAddress, c.baseAddress, nil),
-                                    strides: (Int32(width), Int32(width / 2), Int32(width / 2), 0),
-                                    pixelFormat: .yuv420p, width: width, height: height, timestamp: MonotonicClock.now(), sequence: 0))
+                    tap.offer(
+                        Frame(
+                            planes: (y.baseAddress, c.baseAddress, c.baseAddress, nil),
+                            strides: (Int32(width), Int32(width / 2), Int32(width / 2), 0),
+                            pixelFormat: .yuv420p, width: width, height: height, timestamp: MonotonicClock.now(), sequence: 0))
                 }
             }
         }
@@ -87,10 +89,11 @@ import Testing
         #expect(found.last == .frozen)
         watch.stop()
         var moving = still
-        let live = try await Self.looks(at: (0..<3).map { shift in
-            moving.luma = still.luma.indices.map { still.luma[($0 + shift * 7) % still.luma.count] }
-            return moving
-        }, watch: watch)
+        let live = try await Self.looks(
+            at: (0..<3).map { shift in
+                moving.luma = still.luma.indices.map { still.luma[($0 + shift * 7) % still.luma.count] }
+                return moving
+            }, watch: watch)
         #expect(live == [nil, nil, nil])
     }
 
@@ -221,20 +224,28 @@ import Testing
 
     @Test func lumaComesOutOfPackedSemiPlanarAndPlanarLayoutsInFullRange() throws {
         // 4x2 YUYV: Y0 U Y1 V …, video range; 16 is black and 235 white.
-        let yuyv: [UInt8] = [16, 128, 235, 128, 126, 128, 16, 128,
-                             235, 128, 16, 128, 16, 128, 235, 128]
+        let yuyv: [UInt8] = [
+            16, 128, 235, 128, 126, 128, 16, 128,
+            235, 128, 16, 128, 16, 128, 235, 128
+        ]
         let luma = yuyv.withUnsafeBufferPointer {
-            Frame(planes: ($0.baseAddress, nil, nil, nil), strides: (8, 0, 0, 0), pixelFormat: .yuyv422,
-                  width: 4, height: 2, timestamp: 0, sequence: 0).luma(maxWidth: 640)
+            Frame(
+                planes: ($0.baseAddress, nil, nil, nil), strides: (8, 0, 0, 0), pixelFormat: .yuyv422,
+                width: 4, height: 2, timestamp: 0, sequence: 0
+            ).luma(maxWidth: 640)
         }
         #expect(luma == Luma(width: 4, height: 2, pixels: [0, 255, 128, 0, 255, 0, 0, 255]))
         // NV12, rows 6 bytes apart (padding), halved to fit 2 pixels: every other pixel and row.
-        let nv12: [UInt8] = [16, 99, 235, 99, 99, 99,
-                             99, 99, 99, 99, 99, 99,
-                             128, 128, 128, 128, 128, 128]
+        let nv12: [UInt8] = [
+            16, 99, 235, 99, 99, 99,
+            99, 99, 99, 99, 99, 99,
+            128, 128, 128, 128, 128, 128
+        ]
         let half = nv12.withUnsafeBufferPointer {
-            Frame(planes: ($0.baseAddress, $0.baseAddress! + 12, nil, nil), strides: (6, 6, 0, 0), pixelFormat: .nv12,
-                  width: 4, height: 2, timestamp: 0, sequence: 0).luma(maxWidth: 2)
+            Frame(
+                planes: ($0.baseAddress, $0.baseAddress! + 12, nil, nil), strides: (6, 6, 0, 0), pixelFormat: .nv12,
+                width: 4, height: 2, timestamp: 0, sequence: 0
+            ).luma(maxWidth: 2)
         }
         #expect(half == Luma(width: 2, height: 1, pixels: [0, 255]))
     }

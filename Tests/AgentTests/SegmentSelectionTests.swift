@@ -17,34 +17,44 @@ import Testing
     }
 
     @Test func timesInTheirZoneOrTheDevicesLocalTime() throws {
-        #expect(try SegmentSelection.parse("2026-11-23T09:30:00Z..2026-11-23T09:35:00Z", now: now)
-            == .time(at("2026-11-23T09:30:00Z")...at("2026-11-23T09:35:00Z")))
+        #expect(
+            try SegmentSelection.parse("2026-11-23T09:30:00Z..2026-11-23T09:35:00Z", now: now)
+                == .time(at("2026-11-23T09:30:00Z")...at("2026-11-23T09:35:00Z")))
         // No zone: the device's local time (Berlin is UTC+1 in November).
-        #expect(try SegmentSelection.parse("2026-11-23T10:30..2026-11-23 10:35:30", now: now, timeZone: berlin)
-            == .time(at("2026-11-23T09:30:00Z")...at("2026-11-23T09:35:30Z")))
+        #expect(
+            try SegmentSelection.parse("2026-11-23T10:30..2026-11-23 10:35:30", now: now, timeZone: berlin)
+                == .time(at("2026-11-23T09:30:00Z")...at("2026-11-23T09:35:30Z")))
         #expect(try SegmentSelection.parse("10:25..now", now: now, timeZone: berlin) == .time(at("2026-11-23T09:25:00Z")...now))
-        #expect(try SegmentSelection.parse("2026-11-23T12:00+02:30", now: now) == .time(at("2026-11-23T09:30:00Z")...at("2026-11-23T09:30:00Z")))
+        #expect(
+            try SegmentSelection.parse("2026-11-23T12:00+02:30", now: now) == .time(at("2026-11-23T09:30:00Z")...at("2026-11-23T09:30:00Z"))
+        )
         #expect(try SegmentSelection.last("2m", now: now) == .time(now.addingTimeInterval(-120)...now))
     }
 
     @Test func aTimeOfDayIsTheLatestOneInItsOwnZone() throws {
         // Today's, up to an hour ahead (a range still being recorded) …
-        #expect(try SegmentSelection.parse("10:20..10:45", now: now, timeZone: berlin)
-            == .time(at("2026-11-23T09:20:00Z")...at("2026-11-23T09:45:00Z")))
+        #expect(
+            try SegmentSelection.parse("10:20..10:45", now: now, timeZone: berlin)
+                == .time(at("2026-11-23T09:20:00Z")...at("2026-11-23T09:45:00Z")))
         // … further ahead, yesterday's.
-        #expect(try SegmentSelection.parse("12:00", now: now, timeZone: berlin)
-            == .time(at("2026-11-22T11:00:00Z")...at("2026-11-22T11:00:00Z")))
+        #expect(
+            try SegmentSelection.parse("12:00", now: now, timeZone: berlin)
+                == .time(at("2026-11-22T11:00:00Z")...at("2026-11-22T11:00:00Z")))
         // Just after midnight, 23:55 is last night's, and a range may cross midnight.
         let justAfterMidnight = at("2026-11-22T23:03:00Z")  // 00:03 in Berlin
-        #expect(try SegmentSelection.parse("23:55", now: justAfterMidnight, timeZone: berlin)
-            == .time(at("2026-11-22T22:55:00Z")...at("2026-11-22T22:55:00Z")))
-        #expect(try SegmentSelection.parse("23:58..00:02", now: justAfterMidnight, timeZone: berlin)
-            == .time(at("2026-11-22T22:58:00Z")...at("2026-11-22T23:02:00Z")))
+        #expect(
+            try SegmentSelection.parse("23:55", now: justAfterMidnight, timeZone: berlin)
+                == .time(at("2026-11-22T22:55:00Z")...at("2026-11-22T22:55:00Z")))
+        #expect(
+            try SegmentSelection.parse("23:58..00:02", now: justAfterMidnight, timeZone: berlin)
+                == .time(at("2026-11-22T22:58:00Z")...at("2026-11-22T23:02:00Z")))
         // A zone names the day in that zone: at 00:03 in Berlin it is still the 22nd in UTC.
-        #expect(try SegmentSelection.parse("22:30Z..now", now: justAfterMidnight, timeZone: berlin)
-            == .time(at("2026-11-22T22:30:00Z")...justAfterMidnight))
-        #expect(try SegmentSelection.parse("07:30+09:00", now: justAfterMidnight, timeZone: berlin)
-            == .time(at("2026-11-22T22:30:00Z")...at("2026-11-22T22:30:00Z")))
+        #expect(
+            try SegmentSelection.parse("22:30Z..now", now: justAfterMidnight, timeZone: berlin)
+                == .time(at("2026-11-22T22:30:00Z")...justAfterMidnight))
+        #expect(
+            try SegmentSelection.parse("07:30+09:00", now: justAfterMidnight, timeZone: berlin)
+                == .time(at("2026-11-22T22:30:00Z")...at("2026-11-22T22:30:00Z")))
     }
 
     @Test func theRequestLineRoundTrips() throws {
@@ -67,7 +77,7 @@ import Testing
         ("25:00", "'25:00' is not a time"),
         ("2026-02-30T10:00", "is not a time"),
         ("yesterday", "'yesterday' is not a time"),
-        ("1..2..3", "expected a sequence number"),
+        ("1..2..3", "expected a sequence number")
     ])
     func badSelectionsSayWhatIsAccepted(text: String, message: String) {
         #expect {

@@ -75,8 +75,9 @@ import Testing
         var machine = Machine(lostAfter: .seconds(10), gather: .milliseconds(250))
         for attempt in 0..<3 {
             machine.uplink(.connecting, now: at(attempt * 30_000))
-            machine.uplink(.noToken(problem: "uplink.tokenFile /etc/dashcam-agent/token: No such file or directory", retryIn: .seconds(30)),
-                           now: at(attempt * 30_000 + 10))
+            machine.uplink(
+                .noToken(problem: "uplink.tokenFile /etc/dashcam-agent/token: No such file or directory", retryIn: .seconds(30)),
+                now: at(attempt * 30_000 + 10))
         }
         #expect(utterances(&machine, until: at(600_000)) == [[.noToken]])
         machine.uplink(.connected(session: "a"), now: at(600_000))

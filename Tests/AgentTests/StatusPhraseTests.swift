@@ -100,7 +100,7 @@ private func kind(_ phrase: StatusPhrase) -> String {
         ("de", "Noch eine Minute Fahrhinweise.", "Noch 2 Minuten Fahrhinweise."),
         ("es", "Queda un minuto de asistencia.", "Quedan 2 minutos de asistencia."),
         ("fr", "Il reste une minute d'assistance.", "Il reste 2 minutes d'assistance."),
-        ("pt", "Resta um minuto de assistência.", "Restam 2 minutos de assistência."),
+        ("pt", "Resta um minuto de assistência.", "Restam 2 minutos de assistência.")
     ])
     func singularAndPlural(language: String, one: String, two: String) {
         #expect(StatusPhrase.usageRemaining(minutes: 1).text(language: language) == one)
@@ -119,7 +119,8 @@ private func kind(_ phrase: StatusPhrase) -> String {
 
     @Test func negativeCountsAreSpokenAsZero() {
         #expect(StatusPhrase.usageLow(minutes: -3).text(language: "en") == StatusPhrase.usageLow(minutes: 0).text(language: "en"))
-        #expect(StatusPhrase.usageRemaining(minutes: -1).text(language: "ja") == StatusPhrase.usageRemaining(minutes: 0).text(language: "ja"))
+        #expect(
+            StatusPhrase.usageRemaining(minutes: -1).text(language: "ja") == StatusPhrase.usageRemaining(minutes: 0).text(language: "ja"))
     }
 
     /// The ja voice reads any kanji as "Chinese letter".
@@ -138,9 +139,11 @@ private func kind(_ phrase: StatusPhrase) -> String {
 
     /// Nine digits, read one by one in groups of three, twice: letters are confused by ear.
     @Test func pairingCodesAreReadDigitByDigitTwice() {
-        #expect(StatusPhrase.pairingCode("012345678").text(language: "en")
+        #expect(
+            StatusPhrase.pairingCode("012345678").text(language: "en")
                 == "To pair this car, enter the code 0 1 2, 3 4 5, 6 7 8. Again: 0 1 2, 3 4 5, 6 7 8.")
-        #expect(StatusPhrase.pairingCode("012345678").text(language: "ja")
+        #expect(
+            StatusPhrase.pairingCode("012345678").text(language: "ja")
                 == "この くるまを つなぐには、コード ぜろ いち に、さん よん ご、ろく なな はち を にゅうりょく して ください。もう いちど、ぜろ いち に、さん よん ご、ろく なな はち。")
         for language in StatusPhrase.languages {
             let text = StatusPhrase.pairingCode("987654321").text(language: language)
@@ -161,14 +164,16 @@ private func kind(_ phrase: StatusPhrase) -> String {
         (11, "じゅういっぷん"), (20, "にじゅっぷん"), (43, "よんじゅうさんぷん"), (59, "ごじゅうきゅうふん"),
         (100, "ひゃっぷん"), (300, "さんびゃっぷん"), (600, "ろっぴゃっぷん"), (800, "はっぴゃっぷん"),
         (1000, "せんぷん"), (3000, "さんぜんぷん"), (10_000, "いちまんぷん"),
-        (12_345, "いちまんにせんさんびゃくよんじゅうごふん"), (20_006, "にまんろっぷん"),
+        (12_345, "いちまんにせんさんびゃくよんじゅうごふん"), (20_006, "にまんろっぷん")
     ])
     func japaneseMinutes(minutes: Int, kana: String) {
         #expect(Phrasebook.Japanese.minutes(minutes) == kana)
     }
 
-    @Test(arguments: [(1, "いっけん"), (2, "にけん"), (3, "さんけん"), (6, "ろっけん"), (8, "はっけん"), (10, "じゅっけん"),
-                      (11, "じゅういっけん"), (100, "ひゃっけん"), (1000, "せんけん")])
+    @Test(arguments: [
+        (1, "いっけん"), (2, "にけん"), (3, "さんけん"), (6, "ろっけん"), (8, "はっけん"), (10, "じゅっけん"),
+        (11, "じゅういっけん"), (100, "ひゃっけん"), (1000, "せんけん")
+    ])
     func japaneseEvents(count: Int, kana: String) {
         #expect(Phrasebook.Japanese.events(count) == kana)
         #expect(StatusPhrase.parkingEvents(count).text(language: "ja").contains(kana))

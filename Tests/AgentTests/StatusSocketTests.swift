@@ -15,8 +15,10 @@ import Testing
     static let patience = Duration.seconds(60)
 
     /// A socket in a fresh folder answering `answer:REQUEST`; `body` runs while it serves.
-    func withSocket<T>(limits: StatusSocket.Limits = .init(), logger: Logger = Logger(label: "status-socket-test"),
-                       _ body: (StatusSocket) async throws -> T) async throws -> T {
+    func withSocket<T>(
+        limits: StatusSocket.Limits = .init(), logger: Logger = Logger(label: "status-socket-test"),
+        _ body: (StatusSocket) async throws -> T
+    ) async throws -> T {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("sock-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: folder) }
         let socket = StatusSocket(path: folder.appendingPathComponent("status.sock").path, logger: logger, limits: limits) {
@@ -90,7 +92,9 @@ import Testing
             #expect(reply == #"{"error":"request longer than 4096 bytes; send one line: `status`, `say-status` or `protect …`"}"# + "\n")
             #expect(socket.refusals.tooLong == 1)
             // A request at the limit is still read.
-            #expect(try await StatusSocket.ask(String(repeating: "y", count: 4096), path: socket.path, patience: Self.patience).count == 4096 + 8)
+            #expect(
+                try await StatusSocket.ask(String(repeating: "y", count: 4096), path: socket.path, patience: Self.patience).count == 4096
+                    + 8)
         }
     }
 

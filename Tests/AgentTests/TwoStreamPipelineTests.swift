@@ -13,8 +13,9 @@ import Testing
 
     func settings(maxSegments: Int?) -> CapturePipeline.Settings {
         var settings = CapturePipeline.Settings(
-            encoder: EncoderSettings(preference: ["libx264"], rateControl: .crf(23), format: evidence, keyframeInterval: 30,
-                                     codecs: [.hevc, .h264]),
+            encoder: EncoderSettings(
+                preference: ["libx264"], rateControl: .crf(23), format: evidence, keyframeInterval: 30,
+                codecs: [.hevc, .h264]),
             segmentSeconds: 1, reopenBackoffMs: (1, 4), maxSegments: maxSegments)
         settings.guidance = EncoderSettings(preference: ["libx265"], rateControl: .crf(28), format: guidance, keyframeInterval: 10)
         return settings
@@ -83,10 +84,11 @@ import Testing
 /// The pairing rules without encoders: order, numbering, and segments whose partner never comes.
 @Suite struct SegmentPairingTests {
     func segment(seq: Int, start: UInt64, bytes: Int, _ stream: SegmentStream) -> Segment {
-        Segment(metadata: SegmentMetadata(
-            seq: seq, capturedAt: Date(timeIntervalSince1970: Double(start) / 1e9 + (stream == .evidence ? 0 : 0.5)),
-            captureStartMonotonicNs: start, durationMs: 5000, frames: 50, droppedFrames: 0, bytes: bytes,
-            sha256: "\(stream)-\(seq)", encoder: "x", width: 1, height: 1, fps: 10, complete: true, endReason: .complete),
+        Segment(
+            metadata: SegmentMetadata(
+                seq: seq, capturedAt: Date(timeIntervalSince1970: Double(start) / 1e9 + (stream == .evidence ? 0 : 0.5)),
+                captureStartMonotonicNs: start, durationMs: 5000, frames: 50, droppedFrames: 0, bytes: bytes,
+                sha256: "\(stream)-\(seq)", encoder: "x", width: 1, height: 1, fps: 10, complete: true, endReason: .complete),
             data: [])
     }
 
@@ -137,7 +139,10 @@ import Testing
         bench.seconds = 1
         bench.hardware = EncoderHardware(sysfs: "/nonexistent", dev: "/nonexistent") { _, _ in nil }
         let report = bench.run()
-        #expect(report.trials.map { "\($0.stream) \($0.encoder)" } == ["evidence h264_vaapi", "evidence mpeg4", "evidence libx264", "guidance libx265"])
+        #expect(
+            report.trials.map { "\($0.stream) \($0.encoder)" } == [
+                "evidence h264_vaapi", "evidence mpeg4", "evidence libx264", "guidance libx265"
+            ])
         #expect(report.trials[0].opened == false && report.trials[0].reason?.hasPrefix("no VAAPI device") == true)
         #expect(report.trials[1].reason == "not an HEVC or H.264 encoder")
         for trial in report.trials.suffix(2) {
@@ -166,11 +171,15 @@ import Testing
     }
 
     @Test func bothStreamsAreShownWithTheirRateAndTheHoursTheFolderHolds() throws {
-        let board = StatusBoard(AgentStatus(
-            camera: .init(source: "cam", format: "1920x1080@30", fps: 30, state: "recording"), encoder: "libx264",
-            speech: .init(output: "alsa", locale: "en-US"), haptics: .init(line: "none", released: false)))
-        board.update { $0.streams = .init(evidence: .init(encoder: "libx264", format: "1920x1080@30"),
-                                          guidance: .init(encoder: "libx265", format: "640x360@10")) }
+        let board = StatusBoard(
+            AgentStatus(
+                camera: .init(source: "cam", format: "1920x1080@30", fps: 30, state: "recording"), encoder: "libx264",
+                speech: .init(output: "alsa", locale: "en-US"), haptics: .init(line: "none", released: false)))
+        board.update {
+            $0.streams = .init(
+                evidence: .init(encoder: "libx264", format: "1920x1080@30"),
+                guidance: .init(encoder: "libx265", format: "640x360@10"))
+        }
         // 5 s of evidence in 2.5 MiB: 1800 MiB an hour; a 9000 MiB cap holds 5 hours.
         board.recorded(segment(bytes: 2_621_440, stream: .evidence, codec: .h264), capBytes: 9000 << 20)
         board.streamed(segment(bytes: 62_500, stream: .guidance, codec: .hevc))
@@ -179,7 +188,10 @@ import Testing
         #expect(streams.evidence.megabytesPerHour == 1800 && streams.recordingHours == 5)
         #expect(streams.guidance.segments == 1 && streams.guidance.codec == "hevc")
         let text = status.text
-        #expect(text.contains("evidence: libx264 (h264) at 1920x1080@30; 1 segments, 1800 MB an hour (4194 kbit/s); the recording folder holds 5.0 hours"), "\(text)")
+        #expect(
+            text.contains(
+                "evidence: libx264 (h264) at 1920x1080@30; 1 segments, 1800 MB an hour (4194 kbit/s); the recording folder holds 5.0 hours"),
+            "\(text)")
         #expect(text.contains("guidance: libx265 (hevc) at 640x360@10; 1 segments, 43 MB an hour (100 kbit/s)"), "\(text)")
     }
 }

@@ -16,10 +16,14 @@ import Testing
 
     /// A machine with these settings, session #1 open and welcomed at `t0`, and ``one`` announced
     /// at once and answered: the server holds none of it.
-    static func announced(clips: ClipUploads.StateMachine.Settings = .init(), segmentPeriod: Duration? = nil, _ announcing: Comment,
-                          sourceLocation: SourceLocation = #_sourceLocation) -> Machine {
-        var m = Machine(settings: .init(liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
-                                        queueSegments: 3, queueMaxAgeMs: 15_000, clips: clips, segmentPeriod: segmentPeriod))
+    static func announced(
+        clips: ClipUploads.StateMachine.Settings = .init(), segmentPeriod: Duration? = nil, _ announcing: Comment,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) -> Machine {
+        var m = Machine(
+            settings: .init(
+                liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
+                queueSegments: 3, queueMaxAgeMs: 15_000, clips: clips, segmentPeriod: segmentPeriod))
         _ = m.start(now: t0)
         _ = m.opened(SessionID(1), now: t0)
         _ = m.received(.welcome(session: "s1", remainingSeconds: nil), on: SessionID(1), now: t0)
@@ -38,11 +42,17 @@ import Testing
         _ = m.segment(UplinkStateMachineTests.seg(0), now: Self.t0)
         #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == nil)
         #expect(UplinkStateMachineTests.drainSends(&m, SessionID(1), now: Self.t0) == [0])
-        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == .part(.init(id: "c1", name: "a.mp4", offset: 0, bytes: 65_536)))
+        #expect(
+            m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0)
+                == .part(.init(id: "c1", name: "a.mp4", offset: 0, bytes: 65_536)))
         #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == nil, "one part in flight")
-        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 65_536)], stored: false)), on: SessionID(1), now: Self.t0)
-        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == .part(.init(id: "c1", name: "a.mp4", offset: 65_536, bytes: 34_464)))
-        let stored = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 100_000)], stored: true)), on: SessionID(1), now: Self.t0)
+        _ = m.received(
+            .clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 65_536)], stored: false)), on: SessionID(1), now: Self.t0)
+        #expect(
+            m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0)
+                == .part(.init(id: "c1", name: "a.mp4", offset: 65_536, bytes: 34_464)))
+        let stored = m.received(
+            .clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 100_000)], stored: true)), on: SessionID(1), now: Self.t0)
         #expect(stored.contains(.clipStored("c1")), "\(stored)")
         #expect(m.clips.waiting.isEmpty)
     }
@@ -61,8 +71,11 @@ import Testing
         #expect(retry.contains(.connect(SessionID(2))), "\(retry)")
         #expect(m.opened(SessionID(2), now: Self.t0 + 60 * Self.second) == [.wakeSender(SessionID(2))], "a clip waits: the sender wakes")
         #expect(m.nextClipMessage(session: SessionID(2), day: 1, now: Self.t0) == .announce(Self.one))
-        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 40_000)], stored: false)), on: SessionID(2), now: Self.t0)
-        #expect(m.nextClipMessage(session: SessionID(2), day: 1, now: Self.t0) == .part(.init(id: "c1", name: "a.mp4", offset: 40_000, bytes: 60_000)))
+        _ = m.received(
+            .clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 40_000)], stored: false)), on: SessionID(2), now: Self.t0)
+        #expect(
+            m.nextClipMessage(session: SessionID(2), day: 1, now: Self.t0)
+                == .part(.init(id: "c1", name: "a.mp4", offset: 40_000, bytes: 60_000)))
     }
 
     /// A server that takes a part and then says nothing is given up like one that never
@@ -74,7 +87,8 @@ import Testing
         #expect(m.tick(now: Self.t0 + 9 * Self.second) == [])
         let actions = m.tick(now: Self.t0 + 10 * Self.second)
         #expect(actions.contains(.connect(SessionID(2))), "\(actions)")
-        #expect(actions.contains { if case .log(.warning, let text) = $0 { text.contains("a clip's answer") } else { false } }, "\(actions)")
+        #expect(
+            actions.contains { if case .log(.warning, let text) = $0 { text.contains("a clip's answer") } else { false } }, "\(actions)")
     }
 
     /// Only on wireless LAN with `upload.when: wifi`; the sender wakes when the car joins one.
@@ -83,7 +97,9 @@ import Testing
         #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == nil)
         #expect(m.clips.whyWaiting(segmentsWaiting: false) == .wifi)
         #expect(m.network(wifi: true) == [.wakeSender(SessionID(1))])
-        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0) == .part(.init(id: "c1", name: "a.mp4", offset: 0, bytes: 65_536)))
+        #expect(
+            m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0)
+                == .part(.init(id: "c1", name: "a.mp4", offset: 0, bytes: 65_536)))
     }
 
     /// Segments every 5 s, a part's round trip of 200 ms: a part goes only if twice that fits
@@ -99,9 +115,12 @@ import Testing
         _ = m.clip(Self.one, now: t5)
         #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: t5) == .announce(Self.one))
         _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 0)], stored: false)), on: SessionID(1), now: t5)
-        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: t5 + second) == .part(.init(id: "c1", name: "a.mp4", offset: 0, bytes: 65_536)))
-        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 65_536)], stored: false)), on: SessionID(1),
-                       now: t5 + second + 200_000_000)
+        #expect(
+            m.nextClipMessage(session: SessionID(1), day: 1, now: t5 + second)
+                == .part(.init(id: "c1", name: "a.mp4", offset: 0, bytes: 65_536)))
+        _ = m.received(
+            .clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 65_536)], stored: false)), on: SessionID(1),
+            now: t5 + second + 200_000_000)
         #expect(m.partRoundTrip == 200_000_000)
         return m
     }
@@ -116,9 +135,12 @@ import Testing
         _ = m.segment(UplinkStateMachineTests.seg(2, at: due), now: due)
         #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: due) == nil, "the segment goes first")
         #expect(UplinkStateMachineTests.drainSends(&m, SessionID(1), now: due) == [2])
-        #expect(m.nextClipMessage(session: SessionID(1), day: 1, now: due) == .part(.init(id: "c1", name: "a.mp4", offset: 65_536, bytes: 34_464)))
-        _ = m.received(.clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 100_000)], stored: true)), on: SessionID(1),
-                       now: due + 700_000_000)
+        #expect(
+            m.nextClipMessage(session: SessionID(1), day: 1, now: due)
+                == .part(.init(id: "c1", name: "a.mp4", offset: 65_536, bytes: 34_464)))
+        _ = m.received(
+            .clipHave(.init(id: "c1", files: [.init(name: "a.mp4", have: 100_000)], stored: true)), on: SessionID(1),
+            now: due + 700_000_000)
         #expect(m.finishRoundTrip == 700_000_000 && m.partRoundTrip == 200_000_000, "a file's check is timed apart from a part")
     }
 
@@ -133,7 +155,9 @@ import Testing
         let big = ClipUploadsTests.clip("c2", files: [("b.mp4", 1_000_000)])
         _ = m.clip(big, now: Self.t0 + 5 * Self.second)
         _ = m.nextClipMessage(session: SessionID(1), day: 1, now: Self.t0 + 5 * Self.second)
-        _ = m.received(.clipHave(.init(id: "c2", files: [.init(name: "b.mp4", have: 0)], stored: false)), on: SessionID(1), now: Self.t0 + 5 * Self.second)
+        _ = m.received(
+            .clipHave(.init(id: "c2", files: [.init(name: "b.mp4", have: 0)], stored: false)), on: SessionID(1),
+            now: Self.t0 + 5 * Self.second)
         let due = Self.t0 + 10 * Self.second
         #expect(m.clips.upcomingPart?.finishesFile == false)
         // No round trip seen yet: the least margin, 20 ms.
@@ -195,9 +219,11 @@ import Testing
         try Data(bytes).write(to: root.appendingPathComponent(path))
         let segment = try #require(StoredSegment(path: path, bytes: Int64(bytes.count)))
         let at = segment.capturedAt.addingTimeInterval(2)
-        let entry = try #require(ClipCustody.make(id: "incident-1", kind: "incident", at: at, from: segment.capturedAt,
-                                                  to: segment.capturedAt.addingTimeInterval(5), clock: "synced", peakG: 2.1,
-                                                  segments: [segment], gps: [], root: root))
+        let entry = try #require(
+            ClipCustody.make(
+                id: "incident-1", kind: "incident", at: at, from: segment.capturedAt,
+                to: segment.capturedAt.addingTimeInterval(5), clock: "synced", peakG: 2.1,
+                segments: [segment], gps: [], root: root))
         // The digest as coreutils computes it.
         let sha256sum = Process()
         sha256sum.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")

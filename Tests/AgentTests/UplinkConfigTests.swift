@@ -21,7 +21,8 @@ import Testing
         let insecure = try await AgentConfig.load(
             file: nil, environment: [:], overrides: ["uplink.url": "ws://127.0.0.1:8080/v1/stream", "uplink.allowInsecure": "true"])
         #expect(insecure.uplink.allowInsecure)
-        let secure = try await AgentConfig.load(file: nil, environment: [:], overrides: ["uplink.url": "wss://guide.example:8443/v1/stream"])
+        let secure = try await AgentConfig.load(
+            file: nil, environment: [:], overrides: ["uplink.url": "wss://guide.example:8443/v1/stream"])
         #expect(secure.uplink.url == "wss://guide.example:8443/v1/stream")
     }
 }

@@ -14,11 +14,14 @@ import Testing
     static let logger = Logger(label: "uplink-hostile-test")
 
     func makeUplink(port: Int, token: String = "t0k3n", ping: Duration = .seconds(10)) -> Uplink {
-        Uplink(settings: .init(
-            url: "ws://127.0.0.1:\(port)/v1/stream", token: .literal(token), tls: nil,
-            hello: .init(device: "car-9", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
-            rules: .init(backoff: Backoff(base: .milliseconds(50), cap: .milliseconds(200)), ping: ping,
-                         guidanceMaxAge: .seconds(60), queueSegments: 3, queueMaxAgeMs: 60_000)),
+        Uplink(
+            settings: .init(
+                url: "ws://127.0.0.1:\(port)/v1/stream", token: .literal(token), tls: nil,
+                hello: .init(
+                    device: "car-9", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
+                rules: .init(
+                    backoff: Backoff(base: .milliseconds(50), cap: .milliseconds(200)), ping: ping,
+                    guidanceMaxAge: .seconds(60), queueSegments: 3, queueMaxAgeMs: 60_000)),
             logger: Self.logger)
     }
 
@@ -31,15 +34,18 @@ import Testing
             switch connection {
             case 0:
                 // Everything unreadable first; the readable messages after it must still arrive.
-                [.text("this is not JSON {"), .text(#"{"type":"mystery","x":1}"#), .text(#"{"type":"ack","seq":"seven"}"#),
-                 .text(#"{"type":"guidance","seq":1,"text":42}"#), .text("[1,2,3]"), .binary([0, 1, 2, 3]),
-                 .text(Self.welcome("s1")),
-                 .text(#"{"type":"guidance","seq":4,"text":"pothole ahead","lang":"en","clear":false,"priority":"normal","extra":true}"#),
-                 // A frame this big arriving before the upgrade completes fails the upgrade
-                 // itself; after the first ping the session is surely running.
-                 .awaitPing,
-                 // Over the 64 KiB limit: the agent refuses it and drops the connection.
-                 .text(String(repeating: "x", count: 1 << 20))]
+                [
+                    .text("this is not JSON {"), .text(#"{"type":"mystery","x":1}"#), .text(#"{"type":"ack","seq":"seven"}"#),
+                    .text(#"{"type":"guidance","seq":1,"text":42}"#), .text("[1,2,3]"), .binary([0, 1, 2, 3]),
+                    .text(Self.welcome("s1")),
+                    .text(
+                        #"{"type":"guidance","seq":4,"text":"pothole ahead","lang":"en","clear":false,"priority":"normal","extra":true}"#),
+                    // A frame this big arriving before the upgrade completes fails the upgrade
+                    // itself; after the first ping the session is surely running.
+                    .awaitPing,
+                    // Over the 64 KiB limit: the agent refuses it and drops the connection.
+                    .text(String(repeating: "x", count: 1 << 20))
+                ]
             case 1:
                 // Welcomes, then never answers a ping: dead after two ping periods.
                 [.text(Self.welcome("s2"))]
@@ -56,13 +62,14 @@ import Testing
             received.append(message)
             if case .usage = message { break }
         }
-        #expect(received == [
-            .welcome(session: "s1", remainingSeconds: nil),
-            .guidance(.init(seq: 4, text: "pothole ahead", lang: "en", clear: false, priority: .normal)),
-            .welcome(session: "s2", remainingSeconds: nil),
-            .welcome(session: "s3", remainingSeconds: nil),
-            .usage(remainingSeconds: 77),
-        ])
+        #expect(
+            received == [
+                .welcome(session: "s1", remainingSeconds: nil),
+                .guidance(.init(seq: 4, text: "pothole ahead", lang: "en", clear: false, priority: .normal)),
+                .welcome(session: "s2", remainingSeconds: nil),
+                .welcome(session: "s3", remainingSeconds: nil),
+                .usage(remainingSeconds: 77)
+            ])
         #expect(server.connections == 3)
         #expect(await uplink.stats.sessions == 3)
         await uplink.shutdown()

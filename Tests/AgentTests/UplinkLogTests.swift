@@ -17,15 +17,17 @@ import Testing
     static func dropCounts(_ actions: [Machine.Action]) -> [(since: Int, total: Int)] {
         actions.compactMap { action in
             guard case .log(_, let text) = action,
-                  let match = text.firstMatch(of: /dropped (\d+) segment\(s\) not delivered in time, kept on disk \((\d+) in all\)/)
+                let match = text.firstMatch(of: /dropped (\d+) segment\(s\) not delivered in time, kept on disk \((\d+) in all\)/)
             else { return nil }
             return (Int(match.1)!, Int(match.2)!)
         }
     }
 
     @Test func eachDropLineCountsTheDropsSinceTheLineBefore() {
-        var m = Machine(settings: .init(liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
-                                        queueSegments: 1, queueMaxAgeMs: 60_000))
+        var m = Machine(
+            settings: .init(
+                liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
+                queueSegments: 1, queueMaxAgeMs: 60_000))
         _ = m.start(now: Self.t0)
         var lines: [(since: Int, total: Int)] = []
         // Nothing is sent: with room for one, every new segment drops the one held. One a second
@@ -47,10 +49,12 @@ import Testing
                 + [.text(#"{"type":"welcome","session":"s1","usage":{"remainingSeconds":null}}"#)]
         }
         let lines = LogLines()
-        let uplink = Uplink(settings: .init(
-            url: "ws://127.0.0.1:\(server.port)/v1/stream", token: "t0k3n", tls: nil,
-            hello: .init(device: "car-9", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
-            rules: .init(ping: .seconds(10), guidanceMaxAge: .seconds(60), queueSegments: 3, queueMaxAgeMs: 60_000)),
+        let uplink = Uplink(
+            settings: .init(
+                url: "ws://127.0.0.1:\(server.port)/v1/stream", token: "t0k3n", tls: nil,
+                hello: .init(
+                    device: "car-9", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
+                rules: .init(ping: .seconds(10), guidanceMaxAge: .seconds(60), queueSegments: 3, queueMaxAgeMs: 60_000)),
             logger: lines.logger)
         let started = ContinuousClock.now
         let running = Task { await uplink.run(networkChanges: AsyncStream { _ in }) }

@@ -18,19 +18,25 @@ import Testing
         StreamServer(
             settings: .init(host: "127.0.0.1", port: port, idleTimeoutSeconds: 30),
             tokens: StaticDeviceTokens(["t0k3n": "car-7"]),
-            analyzer: ScriptedAnalyzer(items: [.init(text: "slow down", lang: "en-US", clear: false, priority: .normal),
-                                               .init(text: nil, lang: nil, clear: true, priority: nil)], order: .seq),
+            analyzer: ScriptedAnalyzer(
+                items: [
+                    .init(text: "slow down", lang: "en-US", clear: false, priority: .normal),
+                    .init(text: nil, lang: nil, clear: true, priority: nil)
+                ], order: .seq),
             ledger: SQLiteLedger(path: ":memory:", logger: Self.logger), logger: Self.logger)
     }
 
     func makeUplink(port: Int, token: String = "t0k3n") -> Uplink {
-        Uplink(settings: .init(
-            url: "ws://127.0.0.1:\(port)/v1/stream", token: .literal(token), tls: nil,
-            hello: .init(device: "car-7", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
-            // A loaded machine can leave a pong late by seconds: the session is not given up for
-            // that here (a dropped session loses the guidance still owed on it).
-            rules: .init(liveness: .seconds(30), ping: .seconds(1), guidanceMaxAge: .seconds(60), queueSegments: 3,
-                         queueMaxAgeMs: 60_000)),
+        Uplink(
+            settings: .init(
+                url: "ws://127.0.0.1:\(port)/v1/stream", token: .literal(token), tls: nil,
+                hello: .init(
+                    device: "car-7", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)),
+                // A loaded machine can leave a pong late by seconds: the session is not given up for
+                // that here (a dropped session loses the guidance still owed on it).
+                rules: .init(
+                    liveness: .seconds(30), ping: .seconds(1), guidanceMaxAge: .seconds(60), queueSegments: 3,
+                    queueMaxAgeMs: 60_000)),
             logger: Self.logger)
     }
 

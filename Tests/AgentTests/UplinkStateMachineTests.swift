@@ -11,8 +11,10 @@ import Testing
     static let t0: UInt64 = 1_000 * second
 
     static func machine(queue: Int = 3, random: @escaping @Sendable (ClosedRange<Double>) -> Double = { $0.upperBound }) -> Machine {
-        Machine(settings: .init(liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
-                                queueSegments: queue, queueMaxAgeMs: 15_000), random: random)
+        Machine(
+            settings: .init(
+                liveness: .seconds(10), ping: .seconds(5), drain: .milliseconds(1500), guidanceMaxAge: .seconds(10),
+                queueSegments: queue, queueMaxAgeMs: 15_000), random: random)
     }
 
     /// A machine with session #1 open and welcomed at `t0`.
@@ -49,8 +51,9 @@ import Testing
     }
 
     static func incident(_ id: String, final: Bool = false) -> ClientMessage.Incident {
-        .init(id: id, at: "2026-11-26T08:02:30.822Z", from: "2026-11-26T08:02:20.822Z", to: "2026-11-26T08:02:40.822Z",
-              peakG: 2, seqs: [1, 2], final: final)
+        .init(
+            id: id, at: "2026-11-26T08:02:30.822Z", from: "2026-11-26T08:02:20.822Z", to: "2026-11-26T08:02:40.822Z",
+            peakG: 2, seqs: [1, 2], final: final)
     }
 
     /// An incident is told once on each session while it is recent: at once on the session open
@@ -63,7 +66,10 @@ import Testing
         // Its final state replaces it, and is told again on the same session.
         _ = m.incident(Self.incident("a", final: true), now: Self.t0 + Self.second)
         _ = m.incident(Self.incident("b"), now: Self.t0 + 2 * Self.second)
-        #expect(m.incidentsToSend(session: SessionID(1), now: Self.t0 + 2 * Self.second) == [Self.incident("a", final: true), Self.incident("b")])
+        #expect(
+            m.incidentsToSend(session: SessionID(1), now: Self.t0 + 2 * Self.second) == [
+                Self.incident("a", final: true), Self.incident("b")
+            ])
         #expect(m.incidentsToSend(session: SessionID(2), now: Self.t0).isEmpty, "not a session of this machine")
 
         // The link dies: the next session tells both again.
@@ -123,7 +129,8 @@ import Testing
         #expect(park.contains(.close(SessionID(1), code: .goingAway, grace: m.settings.closeGrace)))
         #expect(m.state == .parked)
         #expect(m.parked)
-        #expect(m.ended(SessionID(1), code: 1001, now: Self.t0 + 2 * Self.second).allSatisfy { if case .connect = $0 { false } else { true } })
+        #expect(
+            m.ended(SessionID(1), code: 1001, now: Self.t0 + 2 * Self.second).allSatisfy { if case .connect = $0 { false } else { true } })
         // Whatever the network does, and however long it is, no session opens.
         let changed = m.networkChanged("default route moved", now: Self.t0 + 3 * Self.second)
         #expect(!changed.contains { if case .connect = $0 { true } else { false } })
@@ -165,7 +172,8 @@ import Testing
         #expect(failed.last == .report(.disconnected(retryIn: .milliseconds(125))))
         // A drop without a close code is the ordinary backoff, as before.
         var other = Self.connected()
-        #expect(other.ended(SessionID(1), code: nil, now: Self.t0 + Self.second).last == .report(.disconnected(retryIn: .milliseconds(250))))
+        #expect(
+            other.ended(SessionID(1), code: nil, now: Self.t0 + Self.second).last == .report(.disconnected(retryIn: .milliseconds(250))))
     }
 
     @Test func aParkedCarStillShutsDown() {
@@ -229,11 +237,13 @@ import Testing
         #expect(retryAfter.last == .report(.disconnected(retryIn: .seconds(7))))
         _ = m.tick(now: Self.t0 + 52 * Self.second)
         // 429 without one: backoff with full jitter (here the jitter's floor).
-        #expect(m.connectFailed(SessionID(3), .refused(status: 429, retryAfter: nil), now: Self.t0 + 52 * Self.second).last
+        #expect(
+            m.connectFailed(SessionID(3), .refused(status: 429, retryAfter: nil), now: Self.t0 + 52 * Self.second).last
                 == .report(.disconnected(retryIn: .zero)))
         // An absurd Retry-After is capped.
         _ = m.tick(now: Self.t0 + 52 * Self.second)
-        #expect(m.connectFailed(SessionID(4), .refused(status: 503, retryAfter: .seconds(1_000_000)), now: Self.t0 + 52 * Self.second).last
+        #expect(
+            m.connectFailed(SessionID(4), .refused(status: 503, retryAfter: .seconds(1_000_000)), now: Self.t0 + 52 * Self.second).last
                 == .report(.disconnected(retryIn: .seconds(600))))
     }
 
@@ -241,7 +251,8 @@ import Testing
         // The jitter's ceiling: half as long again; never less than the server asked.
         var late = Self.machine(random: { $0.upperBound })
         _ = late.start(now: Self.t0)
-        #expect(late.connectFailed(SessionID(1), .refused(status: 503, retryAfter: .seconds(8)), now: Self.t0).last
+        #expect(
+            late.connectFailed(SessionID(1), .refused(status: 503, retryAfter: .seconds(8)), now: Self.t0).last
                 == .report(.disconnected(retryIn: .seconds(12))))
         #expect(late.tick(now: Self.t0 + 11 * Self.second) == [])
         #expect(late.tick(now: Self.t0 + 12 * Self.second).contains(.connect(SessionID(2))))
@@ -250,7 +261,9 @@ import Testing
         for _ in 0..<20 {
             var car = Self.machine(random: { Double.random(in: $0) })
             _ = car.start(now: Self.t0)
-            if case .report(.disconnected(let wait)) = car.connectFailed(SessionID(1), .refused(status: 429, retryAfter: .seconds(8)), now: Self.t0).last {
+            if case .report(.disconnected(let wait)) = car.connectFailed(
+                SessionID(1), .refused(status: 429, retryAfter: .seconds(8)), now: Self.t0
+            ).last {
                 #expect(wait >= .seconds(8) && wait <= .seconds(12))
                 drawn.insert(wait)
             }
@@ -271,7 +284,10 @@ import Testing
         #expect(logs(m.connectFailed(SessionID(2), .noToken(missing), now: Self.t0 + 30 * Self.second)) == 0)
         // A different problem (the file appeared, but empty) is logged.
         _ = m.tick(now: Self.t0 + 60 * Self.second)
-        #expect(logs(m.connectFailed(SessionID(3), .noToken("uplink.tokenFile /etc/dashcam-agent/token is empty"), now: Self.t0 + 60 * Self.second)) == 1)
+        #expect(
+            logs(
+                m.connectFailed(
+                    SessionID(3), .noToken("uplink.tokenFile /etc/dashcam-agent/token is empty"), now: Self.t0 + 60 * Self.second)) == 1)
         // Nothing reached the server: these are not reconnects.
         #expect(m.stats.reconnects == 0)
         _ = m.tick(now: Self.t0 + 90 * Self.second)
@@ -292,7 +308,9 @@ import Testing
     @Test func anUpgradeThatNeverComesIsRetriedAfterTheBackoff() {
         var m = Self.machine(random: { $0.upperBound })
         _ = m.start(now: Self.t0)
-        #expect(m.connectFailed(SessionID(1), .timedOut, now: Self.t0 + 5 * Self.second).last == .report(.disconnected(retryIn: .milliseconds(250))))
+        #expect(
+            m.connectFailed(SessionID(1), .timedOut, now: Self.t0 + 5 * Self.second).last
+                == .report(.disconnected(retryIn: .milliseconds(250))))
         #expect(m.tick(now: Self.t0 + 5 * Self.second + 250_000_000).contains(.connect(SessionID(2))))
     }
 
@@ -325,7 +343,9 @@ import Testing
 
     @Test func unknownAcksAreLoggedOncePerSessionAndSurvived() {
         var m = Self.connected()
-        func warnings(_ actions: [Machine.Action]) -> Int { actions.filter { if case .log(.warning, _) = $0 { true } else { false } }.count }
+        func warnings(_ actions: [Machine.Action]) -> Int {
+            actions.filter { if case .log(.warning, _) = $0 { true } else { false } }.count
+        }
         #expect(warnings(m.received(.ack(seq: 99), on: SessionID(1), now: Self.t0)) == 1)
         #expect(warnings(m.received(.ack(seq: 98), on: SessionID(1), now: Self.t0)) == 0)
         #expect(m.stats.acked == 0 && m.currentSession == SessionID(1))
@@ -336,9 +356,10 @@ import Testing
         _ = m.segment(Self.seg(0), now: Self.t0)
         _ = Self.drainSends(&m, SessionID(1), now: Self.t0)
         let guidance = ServerMessage.Guidance(seq: 0, text: "slow down", lang: "en", clear: false, priority: .normal)
-        #expect(m.received(.guidance(guidance), on: SessionID(1), now: Self.t0 + 11 * Self.second).allSatisfy {
-            if case .deliver = $0 { false } else { true }
-        })
+        #expect(
+            m.received(.guidance(guidance), on: SessionID(1), now: Self.t0 + 11 * Self.second).allSatisfy {
+                if case .deliver = $0 { false } else { true }
+            })
         #expect(m.stats.staleGuidance == 1)
         #expect(m.received(.guidance(guidance), on: SessionID(1), now: Self.t0 + 2 * Self.second).contains(.deliver(.guidance(guidance))))
     }
@@ -350,9 +371,10 @@ import Testing
         #expect(Self.drainSends(&m, SessionID(1), now: Self.t0) == [0])
         #expect(m.received(.ack(seq: 0), on: SessionID(1), now: Self.t0).contains { if case .close = $0 { true } else { false } } == false)
         let guidance = ServerMessage.Guidance(seq: 0, text: "clear", lang: nil, clear: true, priority: .normal)
-        #expect(m.received(.guidance(guidance), on: SessionID(1), now: Self.t0) == [
-            .deliver(.guidance(guidance)), .close(SessionID(1), code: .goingAway, grace: .milliseconds(500)),
-        ])
+        #expect(
+            m.received(.guidance(guidance), on: SessionID(1), now: Self.t0) == [
+                .deliver(.guidance(guidance)), .close(SessionID(1), code: .goingAway, grace: .milliseconds(500))
+            ])
         #expect(m.ended(SessionID(1), code: 1001, now: Self.t0) == [.report(.stopped), .finish])
         #expect(m.isFinished)
     }

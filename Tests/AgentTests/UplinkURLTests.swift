@@ -21,7 +21,7 @@ import Testing
         ("wss:guide.example/v1/stream", form),
         ("https://guide.example/v1/stream", form),
         ("WSS://guide.example/v1/stream", form),
-        ("guide.example", form),
+        ("guide.example", form)
     ])
     func aURLTheUplinkCannotUseIsAConfigError(url: String, expected: String) async throws {
         let error = await #expect(throws: ConfigError.self) {
@@ -41,7 +41,7 @@ import Testing
 
     @Test(arguments: [
         "wss://guide.example/v1/stream", "wss://guide.example:1/v1/stream", "wss://guide.example:65535/v1/stream",
-        "wss://guide.example/", "wss://guide.example/v1/stream?fleet=7",
+        "wss://guide.example/", "wss://guide.example/v1/stream?fleet=7"
     ])
     func usableURLsLoad(url: String) async throws {
         let config = try await AgentConfig.load(file: nil, environment: [:], overrides: ["uplink.url": url])

@@ -4,7 +4,7 @@ import Testing
 /// Identifiers from `espeak_ListVoices(NULL)` of eSpeak-ng 1.51, the voices these tests need.
 private let identifiers = [
     "gmw/en", "gmw/en-US", "gmw/de", "roa/es", "roa/es-419", "roa/fr", "roa/fr-BE", "roa/it",
-    "roa/pt", "roa/pt-BR", "ko", "jpx/ja", "sit/cmn", "sit/cmn-Latn-pinyin", "sit/yue",
+    "roa/pt", "roa/pt-BR", "ko", "jpx/ja", "sit/cmn", "sit/cmn-Latn-pinyin", "sit/yue"
 ]
 
 private let espeak = VoiceMap(available: VoiceMap.voiceNames(identifiers: identifiers))
@@ -31,7 +31,7 @@ private let espeak = VoiceMap(available: VoiceMap.voiceNames(identifiers: identi
         ("en-US-u-ca-gregory", "en-us", "en"),
         ("de-DE", "de", "de"), ("de-AT", "de", "de"), ("fr-FR", "fr", "fr"), ("fr-CA", "fr", "fr"),
         ("fr-BE", "fr-be", "fr"), ("es-ES", "es", "es"), ("es-MX", "es-419", "es"), ("es-419", "es-419", "es"),
-        ("it-IT", "it", "it"),
+        ("it-IT", "it", "it")
     ])
     func languages(tag: String, voice: String, language: String) {
         #expect(espeak.voice(for: tag) == VoiceMap.Choice(voice: voice, language: language, fellBack: false))
@@ -70,7 +70,7 @@ private let espeak = VoiceMap(available: VoiceMap.voiceNames(identifiers: identi
 
     @Test(arguments: [
         ("ko_KR.UTF-8", "ko"), ("ja_JP.eucJP", "ja"), ("de_DE@euro", "de"), ("pt_BR.utf8", "pt-br"),
-        ("es_MX.UTF-8", "es-419"),
+        ("es_MX.UTF-8", "es-419")
     ])
     func posixLocales(locale: String, voice: String) {
         #expect(espeak.voice(for: locale).voice == voice)
@@ -95,7 +95,7 @@ private let espeak = VoiceMap(available: VoiceMap.voiceNames(identifiers: identi
 
     @Test(arguments: [
         ("ko_KR.UTF-8", "ko-KR"), ("en_US", "en-US"), ("de_DE@euro", "de-DE"), ("ja", "ja"),
-        ("pt_BR.utf8", "pt-BR"), ("es_419.UTF-8", "es-419"), (" fr_FR.UTF-8\n", "fr-FR"),
+        ("pt_BR.utf8", "pt-BR"), ("es_419.UTF-8", "es-419"), (" fr_FR.UTF-8\n", "fr-FR")
     ])
     func posixLocaleToTag(locale: String, tag: String) {
         #expect(VoiceMap.languageTag(fromPOSIXLocale: locale) == tag)

@@ -14,12 +14,14 @@ import Testing
 /// responders, a silent listener and a server that stops reading.
 @Suite struct WebSocketConnectionTests {
     static let logger = Logger(label: "websocket-connection-test")
-    static let hello = ClientMessage.hello(.init(
-        device: "car-7", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)))
+    static let hello = ClientMessage.hello(
+        .init(
+            device: "car-7", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000)))
 
     func options(port: Int, token: String? = nil, deadline: Duration = .seconds(5)) -> WebSocketConnectOptions {
-        WebSocketConnectOptions(url: "ws://127.0.0.1:\(port)/v1/stream",
-                                headers: token.map { [("Authorization", "Bearer \($0)")] } ?? [], deadline: deadline)
+        WebSocketConnectOptions(
+            url: "ws://127.0.0.1:\(port)/v1/stream",
+            headers: token.map { [("Authorization", "Bearer \($0)")] } ?? [], deadline: deadline)
     }
 
     /// Starts the reference server; returns its task and the bound port.

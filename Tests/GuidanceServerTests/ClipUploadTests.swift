@@ -12,10 +12,13 @@ import Testing
         .init(name: name, bytes: bytes.count, sha256: sha256Hex(bytes))
     }
 
-    static func clip(id: String = "20261129T080230.822Z", kind: String = "incident", files: [ClientMessage.Clip.File],
-                     at: String = "2026-11-29T08:02:30.822Z", gps: [ClientMessage.SegmentHeader.Position]? = nil) -> ClientMessage.Clip {
-        .init(id: id, kind: kind, at: at, from: "2026-11-29T08:02:20.822Z", to: "2026-11-29T08:02:40.822Z", clock: "synced",
-              peakG: 2.4, triggerMs: 10_000, files: files, gps: gps)
+    static func clip(
+        id: String = "20261129T080230.822Z", kind: String = "incident", files: [ClientMessage.Clip.File],
+        at: String = "2026-11-29T08:02:30.822Z", gps: [ClientMessage.SegmentHeader.Position]? = nil
+    ) -> ClientMessage.Clip {
+        .init(
+            id: id, kind: kind, at: at, from: "2026-11-29T08:02:20.822Z", to: "2026-11-29T08:02:40.822Z", clock: "synced",
+            peakG: 2.4, triggerMs: 10_000, files: files, gps: gps)
     }
 
     static let first = [UInt8]((0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
@@ -37,9 +40,10 @@ import Testing
             Self.clip(files: [.init(name: ".mp4", bytes: 1, sha256: file.sha256)]),
             Self.clip(files: [.init(name: "clip.json", bytes: 1, sha256: file.sha256)]),
             Self.clip(files: [.init(name: "a.mp4", bytes: 0, sha256: file.sha256)]),
-            Self.clip(files: [.init(name: "a.mp4", bytes: StreamSessionStateMachineTests.limits.maxClipFileBytes + 1, sha256: file.sha256)]),
+            Self.clip(files: [.init(name: "a.mp4", bytes: StreamSessionStateMachineTests.limits.maxClipFileBytes + 1, sha256: file.sha256)]
+            ),
             Self.clip(files: [.init(name: "a.mp4", bytes: 1, sha256: String(repeating: "G", count: 64))]),
-            Self.clip(files: [file], at: "2026-11-29T09:00:00.000Z"),  // after `to`
+            Self.clip(files: [file], at: "2026-11-29T09:00:00.000Z")  // after `to`
         ] {
             let actions = machine.text(ClientMessage.clip(bad).encoded())
             #expect(StreamSessionStateMachineTests.reasons(actions) == [.clip], "\(bad): \(actions)")
@@ -77,7 +81,7 @@ import Testing
             ClientMessage.ClipPart(id: "c1", name: "a.mp4", offset: limit - 2, bytes: 3),
             ClientMessage.ClipPart(id: "c1", name: "a.mp4", offset: Int.max, bytes: 3),
             ClientMessage.ClipPart(id: "..", name: "a.mp4", offset: 0, bytes: 3),
-            ClientMessage.ClipPart(id: "c1", name: "../../a.mp4", offset: 0, bytes: 3),
+            ClientMessage.ClipPart(id: "c1", name: "../../a.mp4", offset: 0, bytes: 3)
         ] {
             #expect(StreamSessionStateMachineTests.reasons(machine.text(ClientMessage.clipPart(bad).encoded())) == [.clip], "\(bad)")
             #expect(machine.binary([1, 2, 3]).isEmpty, "its bytes are dropped unread")
@@ -87,7 +91,8 @@ import Testing
     }
 
     @Test func theMessagesReadBackAsWritten() throws {
-        let clip = Self.clip(files: [Self.file("a.mp4", [1, 2])], gps: [.init(t: "2026-11-29T08:02:30Z", mode: 3, lat: 37.5, lon: 127, speed: 13.9)])
+        let clip = Self.clip(
+            files: [Self.file("a.mp4", [1, 2])], gps: [.init(t: "2026-11-29T08:02:30Z", mode: 3, lat: 37.5, lon: 127, speed: 13.9)])
         #expect(try ClientMessage.decode(ClientMessage.clip(clip).encoded()) == .clip(clip))
         let part = ClientMessage.ClipPart(id: "c1", name: "a.mp4", offset: 5, bytes: 3)
         #expect(try ClientMessage.decode(ClientMessage.clipPart(part).encoded()) == .clipPart(part))
@@ -160,13 +165,16 @@ import Testing
 
     /// Sends `bytes` of `name` from `offset` in parts of at most 64 KiB, as a car does; returns the
     /// last answer.
-    static func send(_ bytes: [UInt8], name: String, from offset: Int, clip: String = "20261129T080230.822Z",
-                     to store: FileClipStore, device: String = "car-1") throws -> ClipAppend {
+    static func send(
+        _ bytes: [UInt8], name: String, from offset: Int, clip: String = "20261129T080230.822Z",
+        to store: FileClipStore, device: String = "car-1"
+    ) throws -> ClipAppend {
         var offset = offset
         var last = ClipAppend.refused("nothing sent")
         while offset < bytes.count {
             let end = min(bytes.count, offset + 65_536)
-            last = try store.append(.init(id: clip, name: name, offset: offset, bytes: end - offset), Data(bytes[offset..<end]), device: device)
+            last = try store.append(
+                .init(id: clip, name: name, offset: offset, bytes: end - offset), Data(bytes[offset..<end]), device: device)
             guard case .held(let have) = last, let held = have.files.first?.have, held > offset else { return last }
             offset = held
         }
@@ -180,22 +188,27 @@ import Testing
         let start = try store.announce(clip, device: "car-1", now: .now)
         #expect(start == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: 0), .init(name: "b.mp4", have: 0)], stored: false)))
 
-        #expect(try Self.send(Self.first, name: "a.mp4", from: 0, to: store)
+        #expect(
+            try Self.send(Self.first, name: "a.mp4", from: 0, to: store)
                 == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: Self.first.count)], stored: false)))
-        #expect(try Self.send(Self.second, name: "b.mp4", from: 0, to: store)
+        #expect(
+            try Self.send(Self.second, name: "b.mp4", from: 0, to: store)
                 == .held(.init(id: clip.id, files: [.init(name: "b.mp4", have: Self.second.count)], stored: true)))
         let folder = root.appendingPathComponent("car-1/\(clip.id)")
         #expect(try Data(contentsOf: folder.appendingPathComponent("a.mp4")) == Data(Self.first))
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).sorted() == ["a.mp4", "b.mp4", "clip.json"])
         let listed = try store.clips(device: "car-1")
-        #expect(listed.count == 1 && listed[0].isStored && listed[0].clip == clip && listed[0].have == [Self.first.count, Self.second.count])
+        #expect(
+            listed.count == 1 && listed[0].isStored && listed[0].clip == clip && listed[0].have == [Self.first.count, Self.second.count])
         #expect(try store.clips(device: "car-2").isEmpty, "another car's clips are not this one's")
         // Announced again (a new session): nothing left to send.
         #expect(try store.announce(clip, device: "car-1", now: .now).answer?.stored == true)
         // Described otherwise once stored (a stolen car's other video under its id): refused, and
         // what was stored (and may be shared) stays as it came.
         let forged = Self.clip(kind: "parking", files: [Self.file("a.mp4", Self.second)], at: "2025-01-01T00:00:00.000Z")
-        guard case .refused(let why) = try store.announce(forged, device: "car-1", now: .now) else { Issue.record("a stored clip replaced"); return }
+        guard case .refused(let why) = try store.announce(forged, device: "car-1", now: .now) else {
+            Issue.record("a stored clip replaced"); return
+        }
         #expect(why.contains("not replaced"))
         #expect(try store.clip(device: "car-1", id: clip.id)?.clip == clip)
         #expect(try Data(contentsOf: folder.appendingPathComponent("a.mp4")) == Data(Self.first))
@@ -212,7 +225,8 @@ import Testing
         _ = try store.announce(clip, device: "car-1", now: .now)
         // Two parts, then the link dies (the car never heard the second answer).
         _ = try store.append(.init(id: clip.id, name: "a.mp4", offset: 0, bytes: 65_536), Data(Self.first[0..<65_536]), device: "car-1")
-        _ = try store.append(.init(id: clip.id, name: "a.mp4", offset: 65_536, bytes: 65_536), Data(Self.first[65_536..<131_072]), device: "car-1")
+        _ = try store.append(
+            .init(id: clip.id, name: "a.mp4", offset: 65_536, bytes: 65_536), Data(Self.first[65_536..<131_072]), device: "car-1")
         // A server killed in a write leaves a shorter prefix of the car's bytes.
         let part = root.appendingPathComponent("car-1/\(clip.id)/a.mp4.part")
         let handle = try FileHandle(forWritingTo: part)
@@ -221,9 +235,12 @@ import Testing
         // The new session's announce says where to go on from; a part re-sent from where the car
         // last heard is not written twice.
         #expect(try store.announce(clip, device: "car-1", now: .now).answer?.files == [.init(name: "a.mp4", have: 100_000)])
-        #expect(try store.append(.init(id: clip.id, name: "a.mp4", offset: 65_536, bytes: 65_536), Data(Self.first[65_536..<131_072]), device: "car-1")
+        #expect(
+            try store.append(
+                .init(id: clip.id, name: "a.mp4", offset: 65_536, bytes: 65_536), Data(Self.first[65_536..<131_072]), device: "car-1")
                 == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: 100_000)], stored: false)))
-        #expect(try Self.send(Self.first, name: "a.mp4", from: 100_000, to: store)
+        #expect(
+            try Self.send(Self.first, name: "a.mp4", from: 100_000, to: store)
                 == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: Self.first.count)], stored: true)))
         #expect(try Data(contentsOf: root.appendingPathComponent("car-1/\(clip.id)/a.mp4")) == Data(Self.first))
     }
@@ -235,10 +252,12 @@ import Testing
         _ = try store.announce(clip, device: "car-1", now: .now)
         var wrong = Self.second
         wrong[70_000 - 1] ^= 0xff
-        #expect(try Self.send(wrong, name: "a.mp4", from: 0, to: store)
+        #expect(
+            try Self.send(wrong, name: "a.mp4", from: 0, to: store)
                 == .mismatch(.init(id: clip.id, files: [.init(name: "a.mp4", have: 0)], stored: false)))
         #expect(try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("car-1/\(clip.id)").path) == ["clip.json"])
-        #expect(try Self.send(Self.second, name: "a.mp4", from: 0, to: store)
+        #expect(
+            try Self.send(Self.second, name: "a.mp4", from: 0, to: store)
                 == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: Self.second.count)], stored: true)))
     }
 
@@ -249,12 +268,15 @@ import Testing
         _ = try store.announce(clip, device: "car-1", now: .now)
         // Every byte on disk, not yet checked or renamed: a kill between the two.
         try Data(Self.second).write(to: root.appendingPathComponent("car-1/\(clip.id)/a.mp4.part"))
-        #expect(try store.announce(clip, device: "car-1", now: .now) == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: Self.second.count)], stored: true)))
+        #expect(
+            try store.announce(clip, device: "car-1", now: .now)
+                == .held(.init(id: clip.id, files: [.init(name: "a.mp4", have: Self.second.count)], stored: true)))
         // Or a part, if the car's part comes first.
         let again = Self.clip(id: "c2", files: [Self.file("a.mp4", Self.second)])
         _ = try store.announce(again, device: "car-1", now: .now)
         try Data(Self.second).write(to: root.appendingPathComponent("car-1/c2/a.mp4.part"))
-        #expect(try store.append(.init(id: "c2", name: "a.mp4", offset: 0, bytes: 10), Data(Self.second[0..<10]), device: "car-1")
+        #expect(
+            try store.append(.init(id: "c2", name: "a.mp4", offset: 0, bytes: 10), Data(Self.second[0..<10]), device: "car-1")
                 == .held(.init(id: "c2", files: [.init(name: "a.mp4", have: Self.second.count)], stored: true)))
     }
 
@@ -265,7 +287,8 @@ import Testing
         let first = Self.clip(id: "c1", files: [Self.file("a.mp4", Self.first)])  // 200 000
         let second = Self.clip(id: "c2", files: [Self.file("b.mp4", Self.second)])  // 70 000
         #expect(try store.announce(first, device: "car-1", now: .now).answer != nil)
-        #expect(try store.announce(second, device: "car-1", now: .now)
+        #expect(
+            try store.announce(second, device: "car-1", now: .now)
                 == .refused("clip c2: its 70000 bytes and the 200000 this car keeps already are more than its 250000"))
         #expect(try store.announce(first, device: "car-1", now: .now).answer != nil, "announced again, it does not count twice")
         #expect(try store.announce(second, device: "car-2", now: .now).answer != nil, "each car has its own share")
@@ -284,14 +307,20 @@ import Testing
         let changed = Self.clip(files: [Self.file("a.mp4", Self.second)])
         #expect(try store.announce(changed, device: "car-1", now: .now).answer?.files == [.init(name: "a.mp4", have: 0)])
         // Parts of files or clips never announced, or past a file's end, are refused.
-        #expect(try store.append(.init(id: clip.id, name: "z.mp4", offset: 0, bytes: 1), Data([1]), device: "car-1")
+        #expect(
+            try store.append(.init(id: clip.id, name: "z.mp4", offset: 0, bytes: 1), Data([1]), device: "car-1")
                 == .refused("clip \(clip.id) file z.mp4 was not announced"))
-        #expect(try store.append(.init(id: "other", name: "a.mp4", offset: 0, bytes: 1), Data([1]), device: "car-1")
+        #expect(
+            try store.append(.init(id: "other", name: "a.mp4", offset: 0, bytes: 1), Data([1]), device: "car-1")
                 == .refused("clip other file a.mp4 was not announced"))
-        #expect(try store.append(.init(id: clip.id, name: "a.mp4", offset: 0, bytes: 1), Data([1]), device: "car-2")
+        #expect(
+            try store.append(.init(id: clip.id, name: "a.mp4", offset: 0, bytes: 1), Data([1]), device: "car-2")
                 == .refused("clip \(clip.id) file a.mp4 was not announced"), "another car cannot write into this one's clip")
         _ = try store.append(.init(id: clip.id, name: "a.mp4", offset: 0, bytes: 65_536), Data(Self.second[0..<65_536]), device: "car-1")
-        guard case .refused = try store.append(.init(id: clip.id, name: "a.mp4", offset: 65_536, bytes: 65_536), Data(count: 65_536), device: "car-1") else {
+        guard
+            case .refused = try store.append(
+                .init(id: clip.id, name: "a.mp4", offset: 65_536, bytes: 65_536), Data(count: 65_536), device: "car-1")
+        else {
             Issue.record("a part past the file's end was taken")
             return
         }
@@ -310,11 +339,15 @@ extension ClipAppend {
 @Suite struct ClipQuotaTests {
     @Test func aClipFitsTheOwnersShareOrIsRefusedSayingWhy() {
         let file = ClipUploadTests.file("a.mp4", [UInt8](repeating: 1, count: 300))
-        let held = [StoredClip(device: "car-a", clip: ClipUploadTests.clip(id: "old", files: [file]), receivedAt: "", have: [300]),
-                    StoredClip(device: "car-b", clip: ClipUploadTests.clip(id: "new", files: [file]), receivedAt: "", have: [0])]
+        let held = [
+            StoredClip(device: "car-a", clip: ClipUploadTests.clip(id: "old", files: [file]), receivedAt: "", have: [300]),
+            StoredClip(device: "car-b", clip: ClipUploadTests.clip(id: "new", files: [file]), receivedAt: "", have: [0])
+        ]
         let new = ClipUploadTests.clip(id: "new", files: [file])
         #expect(ClipQuota.refusal(new, device: "car-b", held: held, limitBytes: 600) == nil, "its own earlier announce is not counted")
-        #expect(ClipQuota.refusal(new, device: "car-c", held: held, limitBytes: 600)?.contains("600") == true, "another car's clip of that id is")
+        #expect(
+            ClipQuota.refusal(new, device: "car-c", held: held, limitBytes: 600)?.contains("600") == true,
+            "another car's clip of that id is")
         #expect(ClipQuota.refusal(ClipUploadTests.clip(id: "third", files: [file]), device: "car-a", held: held, limitBytes: 899) != nil)
         #expect(ClipQuota.refusal(ClipUploadTests.clip(id: "third", files: [file]), device: "car-a", held: held, limitBytes: 900) == nil)
     }

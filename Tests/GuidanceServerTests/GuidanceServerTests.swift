@@ -14,12 +14,14 @@ import WSClient
 @Suite struct GuidanceServerTests {
     static let script: [ScriptedAnalyzer.Item] = [
         .init(text: "보행자가 있습니다", lang: "ko-KR", clear: false, priority: .urgent),
-        .init(text: nil, lang: nil, clear: true, priority: nil),
+        .init(text: nil, lang: nil, clear: true, priority: nil)
     ]
 
     /// Runs a server on a free port for the duration of `body`.
-    func withServer(usage: Int? = nil, idleSeconds: Int = 30, clips: (any ClipStore)? = nil,
-                    _ body: @Sendable (Int) async throws -> Void) async throws {
+    func withServer(
+        usage: Int? = nil, idleSeconds: Int = 30, clips: (any ClipStore)? = nil,
+        _ body: @Sendable (Int) async throws -> Void
+    ) async throws {
         let server = StreamServer(
             settings: .init(host: "127.0.0.1", port: 0, idleTimeoutSeconds: idleSeconds, usageSeconds: usage, clips: clips),
             tokens: StaticDeviceTokens(["good-token": "car-1", "other-token": "car-2"]),
@@ -37,22 +39,29 @@ import WSClient
     }
 
     static func hello(_ device: String = "car-1", stream: String? = nil) -> String {
-        ClientMessage.hello(.init(device: device, locale: "ko-KR", agent: "test",
-                                  video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: stream)).encoded()
+        ClientMessage.hello(
+            .init(
+                device: device, locale: "ko-KR", agent: "test",
+                video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: stream)
+        ).encoded()
     }
 
     static func header(seq: Int, data: [UInt8], chunks: Int, sha: String? = nil, durationMs: Int = 5000) -> String {
-        ClientMessage.segment(.init(
-            seq: seq, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: durationMs, frames: 50, bytes: data.count,
-            sha256: sha ?? sha256Hex(data),
-            chunks: chunks)).encoded()
+        ClientMessage.segment(
+            .init(
+                seq: seq, capturedAt: "2026-11-22T04:17:17.569Z", durationMs: durationMs, frames: 50, bytes: data.count,
+                sha256: sha ?? sha256Hex(data),
+                chunks: chunks)
+        ).encoded()
     }
 
     /// Sends `script` then collects server messages until `until` says stop (or the server closes).
     /// `then`: sends `more` once `when` holds for what came so far.
-    func converse(port: Int, token: String = "good-token", send script: [WebSocketMessage],
-                  then: (when: @Sendable ([ServerMessage]) -> Bool, more: [WebSocketMessage])? = nil,
-                  until done: @escaping @Sendable ([ServerMessage]) -> Bool) async throws -> (messages: [ServerMessage], close: WebSocketCloseFrame?) {
+    func converse(
+        port: Int, token: String = "good-token", send script: [WebSocketMessage],
+        then: (when: @Sendable ([ServerMessage]) -> Bool, more: [WebSocketMessage])? = nil,
+        until done: @escaping @Sendable ([ServerMessage]) -> Bool
+    ) async throws -> (messages: [ServerMessage], close: WebSocketCloseFrame?) {
         let received = Mutex<[ServerMessage]>([])
         let close = try await WebSocketClient.connect(
             url: "ws://127.0.0.1:\(port)\(GuidanceProtocol.path)",
@@ -71,7 +80,9 @@ import WSClient
             var next = then
             for try await message in inbound.messages(maxSize: 1 << 16) {
                 guard case .text(let text) = message, let decoded = try? ServerMessage.decode(text) else { continue }
-                let all = received.withLock { $0.append(decoded); return $0 }
+                let all = received.withLock {
+                    $0.append(decoded); return $0
+                }
                 if let pending = next, pending.when(all) {
                     next = nil
                     try await write(pending.more)
@@ -108,8 +119,10 @@ import WSClient
             id: "20261129T080230.822Z", kind: "parking", at: "2026-11-29T08:02:30.822Z", from: "2026-11-29T08:02:20.822Z",
             to: "2026-11-29T08:02:40.822Z", files: [.init(name: "a.mp4", bytes: data.count, sha256: sha256Hex(data))])
         @Sendable func part(_ offset: Int, _ count: Int) -> [WebSocketMessage] {
-            [.text(ClientMessage.clipPart(.init(id: clip.id, name: "a.mp4", offset: offset, bytes: count)).encoded()),
-             .binary(ByteBuffer(bytes: data[offset..<offset + count]))]
+            [
+                .text(ClientMessage.clipPart(.init(id: clip.id, name: "a.mp4", offset: offset, bytes: count)).encoded()),
+                .binary(ByteBuffer(bytes: data[offset..<offset + count]))
+            ]
         }
         @Sendable func answers(_ messages: [ServerMessage]) -> [ServerMessage.ClipHave] {
             messages.compactMap { if case .clipHave(let have) = $0 { have } else { nil } }
@@ -122,7 +135,8 @@ import WSClient
             #expect(answers(first).map { $0.files.map(\.have) } == [[0], [65_536]])
             // The next announces again and hears where to go on from; a stale part is not written twice.
             let (second, _) = try await converse(
-                port: port, send: [.text(Self.hello()), .text(ClientMessage.clip(clip).encoded())] + part(0, 65_536)
+                port: port,
+                send: [.text(Self.hello()), .text(ClientMessage.clip(clip).encoded())] + part(0, 65_536)
                     + part(65_536, 65_536) + part(131_072, data.count - 131_072),
                 until: { answers($0).count >= 4 })
             #expect(answers(second).map { $0.files.map(\.have) } == [[65_536], [65_536], [131_072], [data.count]])
@@ -152,11 +166,13 @@ import WSClient
             let data = await SampleSegment.clip(1)
             let (messages, _) = try await converse(
                 port: port,
-                send: [.text(Self.hello()), .text(Self.header(seq: 1, data: data, chunks: 1, sha: String(repeating: "0", count: 64))),
-                       .binary(ByteBuffer(bytes: data)),
-                       .text("{not json"), .binary(ByteBuffer(bytes: [1, 2, 3])),
-                       .text(#"{"type":"future-thing"}"#),
-                       .text(Self.header(seq: 2, data: data, chunks: 1)), .binary(ByteBuffer(bytes: data))],
+                send: [
+                    .text(Self.hello()), .text(Self.header(seq: 1, data: data, chunks: 1, sha: String(repeating: "0", count: 64))),
+                    .binary(ByteBuffer(bytes: data)),
+                    .text("{not json"), .binary(ByteBuffer(bytes: [1, 2, 3])),
+                    .text(#"{"type":"future-thing"}"#),
+                    .text(Self.header(seq: 2, data: data, chunks: 1)), .binary(ByteBuffer(bytes: data))
+                ],
                 until: { $0.contains(.ack(seq: 2)) })
             let errors = messages.compactMap { message -> ServerMessage.ErrorCode? in
                 if case .error(let code, _, _) = message { return code } else { return nil }
@@ -172,10 +188,12 @@ import WSClient
         try await withServer { port in
             let welcomed = Mutex(false)
             let first = Task {
-                try await converse(port: port, send: [.text(Self.hello())], until: { _ in
-                    welcomed.withLock { $0 = true }
-                    return false
-                })
+                try await converse(
+                    port: port, send: [.text(Self.hello())],
+                    until: { _ in
+                        welcomed.withLock { $0 = true }
+                        return false
+                    })
             }
             // The second connection comes only once the first session is registered.
             while !welcomed.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(20)) }
@@ -189,17 +207,21 @@ import WSClient
 
     @Test func aBadTokenIsRefusedAtTheUpgradeWith401() async throws {
         try await withServer { port in
-            let result = try await Command.executeAsync("curl", [
-                "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
-                "-H", "Sec-WebSocket-Version: 13", "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
-                "-H", "Authorization: Bearer wrong", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)",
-            ])
-            let good = try await Command.executeAsync("curl", [
-                // curl waits on the upgraded connection until -m: long enough for a busy machine's first answer.
-                "-s", "-o", "/dev/null", "-m", "10", "-w", "%{http_code}", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
-                "-H", "Sec-WebSocket-Version: 13", "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
-                "-H", "Authorization: Bearer good-token", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)",
-            ])
+            let result = try await Command.executeAsync(
+                "curl",
+                [
+                    "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
+                    "-H", "Sec-WebSocket-Version: 13", "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                    "-H", "Authorization: Bearer wrong", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)"
+                ])
+            let good = try await Command.executeAsync(
+                "curl",
+                [
+                    // curl waits on the upgraded connection until -m: long enough for a busy machine's first answer.
+                    "-s", "-o", "/dev/null", "-m", "10", "-w", "%{http_code}", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket",
+                    "-H", "Sec-WebSocket-Version: 13", "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                    "-H", "Authorization: Bearer good-token", "http://127.0.0.1:\(port)\(GuidanceProtocol.path)"
+                ])
             #expect(good.stdout == "101")
             #expect(result.stdout == "401", "refused before any WebSocket exists")
             await #expect(throws: WebSocketClientError.webSocketUpgradeFailed) {
@@ -213,8 +235,10 @@ import WSClient
             let data = await SampleSegment.clip(2)
             let (messages, close) = try await converse(
                 port: port,
-                send: [.text(Self.hello()), .text(Self.header(seq: 0, data: data, chunks: 1)), .binary(ByteBuffer(bytes: data)),
-                       .text(Self.header(seq: 1, data: data, chunks: 1)), .binary(ByteBuffer(bytes: data))],
+                send: [
+                    .text(Self.hello()), .text(Self.header(seq: 0, data: data, chunks: 1)), .binary(ByteBuffer(bytes: data)),
+                    .text(Self.header(seq: 1, data: data, chunks: 1)), .binary(ByteBuffer(bytes: data))
+                ],
                 until: { _ in false })
             #expect(messages.first == .welcome(session: sessionID(messages), remainingSeconds: 8))
             #expect(messages.contains(.usage(remainingSeconds: 3)))
@@ -227,16 +251,21 @@ import WSClient
     /// sends `resend` as segment 5, then, once the server has answered it as `answered` says, a
     /// new segment 6 (the server analyses only the newest segment: sent at once, 6 would race 5).
     /// Returns both sessions' messages.
-    func sendTwice(port: Int, stream: String?, resend: [UInt8]? = nil,
-                   answered: @escaping @Sendable ([ServerMessage]) -> Bool) async throws -> (first: [ServerMessage], second: [ServerMessage]) {
+    func sendTwice(
+        port: Int, stream: String?, resend: [UInt8]? = nil,
+        answered: @escaping @Sendable ([ServerMessage]) -> Bool
+    ) async throws -> (first: [ServerMessage], second: [ServerMessage]) {
         let data = await SampleSegment.clip(5)
         let next = await SampleSegment.clip(6)
         let resend = resend ?? data
         let charged = Mutex(false)
         let first = Task {
             try await converse(
-                port: port, send: [.text(Self.hello(stream: stream)), .text(Self.header(seq: 5, data: data, chunks: 1)),
-                                   .binary(ByteBuffer(bytes: data))],
+                port: port,
+                send: [
+                    .text(Self.hello(stream: stream)), .text(Self.header(seq: 5, data: data, chunks: 1)),
+                    .binary(ByteBuffer(bytes: data))
+                ],
                 until: { messages in
                     // Charged, and analysed (guidance goes out on its own, after the ack).
                     if messages.contains(where: { if case .usage = $0 { true } else { false } }), Self.guidance(messages, seq: 5) == 1 {
@@ -248,8 +277,11 @@ import WSClient
         // The second session opens while the first one is still open, as after a network handover.
         while !charged.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(20)) }
         let second = try await converse(
-            port: port, send: [.text(Self.hello(stream: stream)), .text(Self.header(seq: 5, data: resend, chunks: 1)),
-                               .binary(ByteBuffer(bytes: resend))],
+            port: port,
+            send: [
+                .text(Self.hello(stream: stream)), .text(Self.header(seq: 5, data: resend, chunks: 1)),
+                .binary(ByteBuffer(bytes: resend))
+            ],
             then: (when: answered, more: [.text(Self.header(seq: 6, data: next, chunks: 1)), .binary(ByteBuffer(bytes: next))]),
             until: { messages in
                 // Done once segment 6, the last one, is charged and analysed.
@@ -313,10 +345,12 @@ import WSClient
             let data = await SampleSegment.clip(3)
             let (messages, _) = try await converse(
                 port: port,
-                send: [.text(Self.hello(stream: "s-1")),
-                       .text(Self.header(seq: 1, data: data, chunks: 1, durationMs: -3_600_000)), .binary(ByteBuffer(bytes: data)),
-                       .text(Self.header(seq: 2, data: data, chunks: 1, durationMs: .max)), .binary(ByteBuffer(bytes: data)),
-                       .text(Self.header(seq: 3, data: data, chunks: 1)), .binary(ByteBuffer(bytes: data))],
+                send: [
+                    .text(Self.hello(stream: "s-1")),
+                    .text(Self.header(seq: 1, data: data, chunks: 1, durationMs: -3_600_000)), .binary(ByteBuffer(bytes: data)),
+                    .text(Self.header(seq: 2, data: data, chunks: 1, durationMs: .max)), .binary(ByteBuffer(bytes: data)),
+                    .text(Self.header(seq: 3, data: data, chunks: 1)), .binary(ByteBuffer(bytes: data))
+                ],
                 until: { $0.contains(.usage(remainingSeconds: 55)) })
             let errors = messages.compactMap { message -> Int? in
                 if case .error(.badSegment, _, let seq) = message { return seq } else { return nil }

@@ -36,7 +36,8 @@ import Testing
     }
 
     @Test func aModelsAnswerIsCleanedLikeAnyGuidance() throws {
-        let answer = try #require(ModelAnswer.decode(#"{"clear":false,"priority":"urgent","text":"Brake\u0000 now\u202e!\n","hazards":["a\u0007b"]}"#))
+        let answer = try #require(
+            ModelAnswer.decode(#"{"clear":false,"priority":"urgent","text":"Brake\u0000 now\u202e!\n","hazards":["a\u0007b"]}"#))
         #expect(answer.text == "Brake now!")
         #expect(answer.hazards == ["a b"])
         let control = try #require(ModelAnswer.decode(#"{"clear":false,"priority":"normal","text":"\u0001\u202e\n","hazards":[]}"#))

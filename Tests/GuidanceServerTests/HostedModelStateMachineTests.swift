@@ -12,8 +12,9 @@ import Testing
             #expect(rules.retry(after: .status(status, retryAfter: nil), attempt: 1, now: start, deadline: deadline, jitter: 1) != nil)
         }
         for status in [400, 401, 403, 404, 409, 413, 422, 501, 502] {
-            #expect(rules.retry(after: .status(status, retryAfter: nil), attempt: 1, now: start, deadline: deadline, jitter: 1) == nil,
-                    "\(status)")
+            #expect(
+                rules.retry(after: .status(status, retryAfter: nil), attempt: 1, now: start, deadline: deadline, jitter: 1) == nil,
+                "\(status)")
         }
         #expect(rules.retry(after: .transport, attempt: 1, now: start, deadline: deadline, jitter: 1) != nil)
         #expect(rules.retry(after: .malformed, attempt: 1, now: start, deadline: deadline, jitter: 1) == nil)
@@ -36,14 +37,19 @@ import Testing
 
     @Test func theServicesOwnDelayIsHonouredButBoundedAndNeverPastTheDeadline() {
         let rules = HostedModelAnalyzer.StateMachine()
-        #expect(rules.retry(after: .status(429, retryAfter: .seconds(2)), attempt: 1, now: start, deadline: deadline, jitter: 0) == .seconds(2))
+        #expect(
+            rules.retry(after: .status(429, retryAfter: .seconds(2)), attempt: 1, now: start, deadline: deadline, jitter: 0) == .seconds(2))
         // A delay that ends after the deadline gives up now: the guidance would be stale.
         #expect(rules.retry(after: .status(429, retryAfter: .seconds(37)), attempt: 1, now: start, deadline: deadline, jitter: 0) == nil)
-        #expect(rules.retry(after: .transport, attempt: 1, now: deadline.advanced(by: .milliseconds(-10)), deadline: deadline, jitter: 1) == nil)
+        #expect(
+            rules.retry(after: .transport, attempt: 1, now: deadline.advanced(by: .milliseconds(-10)), deadline: deadline, jitter: 1) == nil
+        )
         var long = HostedModelAnalyzer.StateMachine.Settings()
         long.maxBackoff = .seconds(1)
-        #expect(HostedModelAnalyzer.StateMachine(settings: long).retry(after: .status(503, retryAfter: .seconds(5)), attempt: 1, now: start,
-                                                     deadline: deadline, jitter: 0) == .seconds(1))
+        #expect(
+            HostedModelAnalyzer.StateMachine(settings: long).retry(
+                after: .status(503, retryAfter: .seconds(5)), attempt: 1, now: start,
+                deadline: deadline, jitter: 0) == .seconds(1))
     }
 
     @Test func theBreakerOpensAfterFailedSegmentsInARowRefusesThenLetsOneProbeThrough() {
@@ -95,7 +101,8 @@ import Testing
     }
 
     @Test func retryDelaysAreReadFromGooglesRetryInfo() {
-        let body = #"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure"},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.500s"}]}}"#
+        let body =
+            #"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure"},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.500s"}]}}"#
         #expect(GeminiAPI.retryDelay(errorBody: Data(body.utf8)) == .milliseconds(1500))
         #expect(GeminiAPI.protobufDuration("37s") == .seconds(37))
         for bad in ["", "s", "-1s", "1e400s", "nan s", "37", "999999999s"] {

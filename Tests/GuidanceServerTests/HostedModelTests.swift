@@ -11,8 +11,9 @@ extension SampleSegment {
         let data = await data()
         return ReceivedSegment(
             device: "car-1", stream: "stream-a", locale: locale,
-            header: .init(seq: seq, capturedAt: "2026-11-24T08:00:00.000Z", durationMs: 2000, frames: 20, bytes: data.count,
-                          sha256: String(repeating: "a", count: 64), chunks: 1),
+            header: .init(
+                seq: seq, capturedAt: "2026-11-24T08:00:00.000Z", durationMs: 2000, frames: 20, bytes: data.count,
+                sha256: String(repeating: "a", count: 64), chunks: 1),
             data: data)
     }
 }
@@ -124,7 +125,7 @@ extension SampleSegment {
             .json(status: 200, body: "{not json"),
             .json(status: 200, body: #"{"candidates": []}"#),
             GeminiReplies.answer("the road looks fine"),
-            GeminiReplies.answer(#"{"clear": false, "priority": "panic", "text": "x", "hazards": []}"#),
+            GeminiReplies.answer(#"{"clear": false, "priority": "panic", "text": "x", "hazards": []}"#)
         ]
         let standIn = ModelStandIn(replies: replies)
         try await standIn.serve { url in
@@ -163,7 +164,10 @@ extension SampleSegment {
                     Issue.record("segment \(segment) got an answer from a service that is down")
                 } catch let error as ModelCallError {
                     // The segment that opens the breaker already says "unavailable".
-                    #expect(error == (segment == failures - 1 ? .unavailable(service: "gemini") : .failed(service: "gemini", .status(503, retryAfter: nil))))
+                    #expect(
+                        error
+                            == (segment == failures - 1
+                                ? .unavailable(service: "gemini") : .failed(service: "gemini", .status(503, retryAfter: nil))))
                 }
             }
             let calls = standIn.requests.count
@@ -181,17 +185,20 @@ extension SampleSegment {
 
     static func chatCompletion(_ content: String) -> ModelStandIn.Reply {
         let text = String(data: try! JSONSerialization.data(withJSONObject: [content]), encoding: .utf8)!.dropFirst().dropLast()
-        return .json(status: 200, body: """
-            {"id": "chatcmpl-stand-in", "object": "chat.completion", "created": 1764000000, "model": "qwen2.5-vl",
-             "choices": [{"index": 0, "message": {"role": "assistant", "content": \(text)}, "finish_reason": "stop"}],
-             "usage": {"prompt_tokens": 812, "completion_tokens": 25, "total_tokens": 837}}
-            """)
+        return .json(
+            status: 200,
+            body: """
+                {"id": "chatcmpl-stand-in", "object": "chat.completion", "created": 1764000000, "model": "qwen2.5-vl",
+                 "choices": [{"index": 0, "message": {"role": "assistant", "content": \(text)}, "finish_reason": "stop"}],
+                 "usage": {"prompt_tokens": 812, "completion_tokens": 25, "total_tokens": 837}}
+                """)
     }
 
     func openai(_ url: String, key: String?, keyframes: Int = 3) -> HostedModelAnalyzer {
         HostedModelAnalyzer(
-            endpoint: OpenAIChatEndpoint(endpoint: "\(url)/v1", model: "qwen2.5-vl", apiKey: key,
-                                       keyframes: { try await SegmentVideo.keyframeJPEGs(from: $0, count: keyframes) }),
+            endpoint: OpenAIChatEndpoint(
+                endpoint: "\(url)/v1", model: "qwen2.5-vl", apiKey: key,
+                keyframes: { try await SegmentVideo.keyframeJPEGs(from: $0, count: keyframes) }),
             // Long enough for the keyframes on a machine busy with every other test.
             timeout: .seconds(30), rules: Self.fastRules, ledger: nil, logger: Logger(label: "openai-test"))
     }
@@ -200,7 +207,8 @@ extension SampleSegment {
     func openAIRequestCarriesKeyframesAsJPEGDataURIsAndTheSchema(keyframes: Int) async throws {
         let standIn = ModelStandIn(replies: [Self.chatCompletion(Self.answer)])
         try await standIn.serve { url in
-            let guidance = try await openai(url, key: "local-key", keyframes: keyframes).analyze(await SampleSegment.received(locale: "de-DE"))
+            let guidance = try await openai(url, key: "local-key", keyframes: keyframes).analyze(
+                await SampleSegment.received(locale: "de-DE"))
             #expect(guidance?.priority == .urgent && guidance?.lang == "de-DE")
         }
         let request = try #require(standIn.requests.first)
@@ -228,9 +236,10 @@ extension SampleSegment {
     @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func openAIWithoutAKeySendsNoAuthorizationAndHonoursRetryAfter() async throws {
         let standIn = ModelStandIn(replies: [
-            .json(status: 429, body: #"{"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}"#,
-                  headers: ["Retry-After": "1"]),
-            Self.chatCompletion(#"{"clear": true, "priority": "normal", "text": "", "hazards": []}"#),
+            .json(
+                status: 429, body: #"{"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}"#,
+                headers: ["Retry-After": "1"]),
+            Self.chatCompletion(#"{"clear": true, "priority": "normal", "text": "", "hazards": []}"#)
         ])
         try await standIn.serve { url in
             let guidance = try await openai(url, key: nil).analyze(await SampleSegment.received())

@@ -46,19 +46,23 @@ import Testing
     // MARK: - The message
 
     static func settings(origin: String? = "https://cars.example.org") -> ImpactMail.Settings {
-        .init(relay: .init(host: "relay.example.org", port: 587), from: "dashcam@example.org", startTLS: .whenOffered, credentials: nil,
-              tls: TLSConfiguration.makeClientConfiguration(), timeout: .seconds(5), maxPerCarPerHour: 4, ehloName: "server",
-              publicOrigin: origin)
+        .init(
+            relay: .init(host: "relay.example.org", port: 587), from: "dashcam@example.org", startTLS: .whenOffered, credentials: nil,
+            tls: TLSConfiguration.makeClientConfiguration(), timeout: .seconds(5), maxPerCarPerHour: 4, ehloName: "server",
+            publicOrigin: origin)
     }
 
     static func job(label: String, gps: Bool = true, zone: String? = "Asia/Seoul", language: String? = "en") -> ImpactMail.Job {
         let clip = ClientMessage.Clip(
             id: "20261129T080230.822Z", kind: "parking", at: "2026-11-29T08:02:30.822Z", from: "2026-11-29T08:02:25.822Z",
-            to: "2026-11-29T08:02:40.822Z", peakG: 2.41, files: [.init(name: "a.mp4", bytes: 10, sha256: String(repeating: "a", count: 64))],
+            to: "2026-11-29T08:02:40.822Z", peakG: 2.41,
+            files: [.init(name: "a.mp4", bytes: 10, sha256: String(repeating: "a", count: 64))],
             gps: gps ? [.init(t: "2026-11-29T08:02:30Z", mode: 3, lat: 37.5665, lon: 126.978)] : nil)
-        return .init(device: "d1", clip: clip,
-                     recipient: .init(owner: 7, address: "ana@example.org", carName: label,
-                                      clock: OwnerClock(timeZone: zone.flatMap(TimeZone.init(identifier:)), language: language)))
+        return .init(
+            device: "d1", clip: clip,
+            recipient: .init(
+                owner: 7, address: "ana@example.org", carName: label,
+                clock: OwnerClock(timeZone: zone.flatMap(TimeZone.init(identifier:)), language: language)))
     }
 
     static func text(_ message: MailMessage) throws -> String {
@@ -91,7 +95,8 @@ import Testing
     }
 
     @Test func theMailSaysWhichCarWhenWhereHowHardAndLinksTheEvent() throws {
-        let rendered = try Self.text(ImpactMail.message(Self.job(label: "Blue Kona"), settings: Self.settings(), date: Date(timeIntervalSince1970: 0)))
+        let rendered = try Self.text(
+            ImpactMail.message(Self.job(label: "Blue Kona"), settings: Self.settings(), date: Date(timeIntervalSince1970: 0)))
         #expect(rendered.contains("\r\nSubject: Impact on your parked car Blue Kona\r\n"))
         #expect(rendered.hasPrefix("From: dashcam@example.org\r\nTo: ana@example.org\r\n"))
         #expect(rendered.contains("Date: Thu, 01 Jan 1970 00:00:00 +0000\r\n"))
@@ -100,12 +105,15 @@ import Testing
         #expect(body.contains("Your car Blue Kona recorded an impact while it was parked."))
         #expect(body.contains("When: Nov 29, 2026") && body.contains("5:02"), "in the owner's zone (Seoul, UTC+9): \(body)")
         #expect(body.contains("Peak: 2.4 g"))
-        #expect(body.contains("Where: 37.56650, 126.97800 (https://www.openstreetmap.org/?mlat=37.56650&mlon=126.97800#map=17/37.56650/126.97800)"))
+        #expect(
+            body.contains(
+                "Where: 37.56650, 126.97800 (https://www.openstreetmap.org/?mlat=37.56650&mlon=126.97800#map=17/37.56650/126.97800)"))
         #expect(body.contains("See the recording: https://cars.example.org/events/d1/20261129T080230.822Z\r\n"))
         let bare = rendered.replacingOccurrences(of: "\r\n", with: "")
         #expect(!bare.contains("\r") && !bare.contains("\n"), "every line ends in CRLF, and nothing else does")
 
-        let nowhere = Self.body(try Self.text(ImpactMail.message(Self.job(label: "Kona", gps: false), settings: Self.settings(origin: nil), date: Date())))
+        let nowhere = Self.body(
+            try Self.text(ImpactMail.message(Self.job(label: "Kona", gps: false), settings: Self.settings(origin: nil), date: Date())))
         #expect(!nowhere.contains("Where:"), "no GPS, no place")
         #expect(nowhere.contains("See the recording: /events/d1/20261129T080230.822Z"))
     }
@@ -116,7 +124,9 @@ import Testing
         let ascii = rendered.unicodeScalars.allSatisfy { $0.isASCII }
         #expect(ascii, "7-bit on the wire")
         #expect(Self.decodedSubject(rendered) == "Impact on your parked car " + name)
-        let subject = rendered.components(separatedBy: "\r\n").drop { !$0.hasPrefix("Subject: ") }.prefix { $0.hasPrefix("Subject: ") || $0.hasPrefix(" ") }
+        let subject = rendered.components(separatedBy: "\r\n").drop { !$0.hasPrefix("Subject: ") }.prefix {
+            $0.hasPrefix("Subject: ") || $0.hasPrefix(" ")
+        }
         #expect(subject.count > 1 && subject.allSatisfy { $0.utf8.count <= 78 }, "folded, each line short: \(Array(subject))")
         #expect(rendered.contains("Content-Transfer-Encoding: base64"))
         #expect(Self.body(rendered).contains("Your car \(name) recorded"))
@@ -125,15 +135,18 @@ import Testing
     /// A car's name comes from the car (or its owner): a line end in it could add a header or a
     /// recipient. It is cleaned for the subject, and the message refuses any that gets through.
     @Test func noHeaderValueFromOutsideCarriesALineEnd() throws {
-        let rendered = try Self.text(ImpactMail.message(Self.job(label: "Kona\r\nBcc: eve@example.org\nX: y"), settings: Self.settings(), date: Date()))
+        let rendered = try Self.text(
+            ImpactMail.message(Self.job(label: "Kona\r\nBcc: eve@example.org\nX: y"), settings: Self.settings(), date: Date()))
         #expect(!rendered.contains("\r\nBcc:") && !rendered.contains("\nX:"))
         #expect(rendered.contains("Subject: Impact on your parked car Kona  Bcc: eve@example.org X: y\r\n"))
         #expect(ImpactMail.carName("\u{7}\r\n", device: "d\n1") == "d_1", "nothing left: the device id, cleaned too")
 
         let good = MailMessage(from: "dashcam@example.org", to: "ana@example.org", subject: "s", body: "b", date: Date(), id: "1")
-        for (field, value) in [("to", "ana@example.org\r\nBcc: eve@example.org"), ("to", "ana@example.org>"), ("from", "a b@example.org"),
-                               ("subject", "hi\r\nBcc: eve@example.org"), ("subject", "tab\there"), ("to", "ana"), ("to", "@example.org"),
-                               ("to", "ana@"), ("to", "ana@b@example.org"), ("to", "아나@example.org")] {
+        for (field, value) in [
+            ("to", "ana@example.org\r\nBcc: eve@example.org"), ("to", "ana@example.org>"), ("from", "a b@example.org"),
+            ("subject", "hi\r\nBcc: eve@example.org"), ("subject", "tab\there"), ("to", "ana"), ("to", "@example.org"),
+            ("to", "ana@"), ("to", "ana@b@example.org"), ("to", "아나@example.org")
+        ] {
             var bad = good
             switch field {
             case "to": bad.to = value
@@ -224,8 +237,10 @@ import Testing
     /// The box is usable only where the server has a relay; otherwise the page says why.
     @Test func theSettingsPageOffersTheMailOnlyWithARelay() async throws {
         let library = try await OwnerTemplates.library()
-        let base: [String: Any] = ["t": PageText.english.lambda, "title": "Settings", "csrf": "c", "signedIn": true, "now": "now", "zones": [], "languages": [],
-                                   "address": "ana@example.org"]
+        let base: [String: Any] = [
+            "t": PageText.english.lambda, "title": "Settings", "csrf": "c", "signedIn": true, "now": "now", "zones": [], "languages": [],
+            "address": "ana@example.org"
+        ]
         let off = try #require(library.render(base.merging(["mailRelay": false, "impactMail": true]) { $1 }, withTemplate: "settings"))
         #expect(off.contains(#"<input type="checkbox" id="impactMail" name="impactMail" value="on" checked disabled>"#), "\(off)")
         #expect(off.contains(#"<label for="impactMail">E-mail me when a parked car of mine records an impact</label>"#))

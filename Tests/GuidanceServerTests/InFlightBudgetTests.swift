@@ -15,9 +15,13 @@ import Testing
         actor Order { var names: [String] = []; func add(_ name: String) { names.append(name) } }
         let order = Order()
         // 50 does not fit beside 70; 10 would, but it came after 50 and waits its turn.
-        let big = Task { let taken = try await budget.reserve(50); await order.add("50"); return taken }
+        let big = Task {
+            let taken = try await budget.reserve(50); await order.add("50"); return taken
+        }
         await Self.waiters(budget, 1)
-        let small = Task { let taken = try await budget.reserve(10); await order.add("10"); return taken }
+        let small = Task {
+            let taken = try await budget.reserve(10); await order.add("10"); return taken
+        }
         await Self.waiters(budget, 2)
         #expect(budget.inFlight == 70)
         budget.release(70)

@@ -6,9 +6,11 @@ import Testing
 /// What the server keeps of a car's incident (`incident`): the message checked, the segments it
 /// names linked into `keepDir/incidents/<device>-<stream>-<id>/`, now or when they arrive.
 @Suite struct IncidentKeeperTests {
-    static func incident(id: String = "20261126T080230.822Z", seqs: [Int] = [3, 4, 5], final: Bool = false,
-                         at: String = "2026-11-26T08:02:30.822Z", from: String = "2026-11-26T08:02:20.822Z",
-                         to: String = "2026-11-26T08:02:40.822Z", peakG: Double = 2.4) -> ClientMessage.Incident {
+    static func incident(
+        id: String = "20261126T080230.822Z", seqs: [Int] = [3, 4, 5], final: Bool = false,
+        at: String = "2026-11-26T08:02:30.822Z", from: String = "2026-11-26T08:02:20.822Z",
+        to: String = "2026-11-26T08:02:40.822Z", peakG: Double = 2.4
+    ) -> ClientMessage.Incident {
         .init(id: id, at: at, from: from, to: to, peakG: peakG, seqs: seqs, final: final)
     }
 
@@ -18,11 +20,12 @@ import Testing
         #expect(machine.text(ClientMessage.incident(good).encoded()) == [.keepIncident(good)])
         for bad in [
             Self.incident(id: ""), Self.incident(id: "../../etc"), Self.incident(id: String(repeating: "a", count: 65)),
-            Self.incident(id: "a b"), Self.incident(seqs: Array(0...64)), Self.incident(seqs: [-1]), Self.incident(seqs: [Int(Int32.max) + 1]),
+            Self.incident(id: "a b"), Self.incident(seqs: Array(0...64)), Self.incident(seqs: [-1]),
+            Self.incident(seqs: [Int(Int32.max) + 1]),
             Self.incident(peakG: -1), Self.incident(peakG: 1e9), Self.incident(at: "yesterday"),
             Self.incident(from: "2026-11-26T08:02:31.000Z"),  // after `at`
             Self.incident(to: "2026-11-26T08:05:40.822Z"),  // 200 s
-            Self.incident(at: "2026-11-26T08:02:30.822+09:00"),  // UTC only
+            Self.incident(at: "2026-11-26T08:02:30.822+09:00")  // UTC only
         ] {
             let actions = machine.text(ClientMessage.incident(bad).encoded())
             #expect(StreamSessionStateMachineTests.reasons(actions) == [.unreadable], "\(bad): \(actions)")
@@ -61,7 +64,8 @@ import Testing
         // The final message again: the record is the newest, nothing is linked twice.
         let final = Self.incident(seqs: [3, 4, 5, 6], final: true)
         #expect(try keeper.keep(final)?.linked == [3, 4, 5, 6])
-        let record = try JSONSerialization.jsonObject(with: Data(contentsOf: folder.appendingPathComponent("incident.json"))) as? [String: Any]
+        let record =
+            try JSONSerialization.jsonObject(with: Data(contentsOf: folder.appendingPathComponent("incident.json"))) as? [String: Any]
         #expect((record?["incident"] as? [String: Any])?["final"] as? Bool == true)
         #expect(record?["device"] as? String == "car-1")
     }

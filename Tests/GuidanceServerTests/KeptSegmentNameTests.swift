@@ -12,7 +12,7 @@ import Testing
         // A client's stream id cannot name a path.
         ("car-1", "../../etc/passwd", 1, "car-1-.._.._etc_passwd-000001.mp4"),
         ("car-1", "session:3F2A", 1, "car-1-session_3F2A-000001.mp4"),
-        ("car-1", "ü\n", 1, "car-1-__-000001.mp4"),
+        ("car-1", "ü\n", 1, "car-1-__-000001.mp4")
     ])
     func namesEachSegmentOnce(device: String, stream: String, seq: Int, name: String) {
         #expect(StreamSession.keptName(device: device, stream: stream, seq: seq) == name)

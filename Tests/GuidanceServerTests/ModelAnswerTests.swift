@@ -29,8 +29,9 @@ import Testing
     /// for a text cut at 300 characters just after a space.
     @Test func decodingItsOwnResultChangesNothing() throws {
         let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let reply = try String(decoding: Data(contentsOf: repo.appendingPathComponent("fuzz/regressions/answers/hazard-cut-before-a-space")),
-                               as: UTF8.self)
+        let reply = try String(
+            decoding: Data(contentsOf: repo.appendingPathComponent("fuzz/regressions/answers/hazard-cut-before-a-space")),
+            as: UTF8.self)
         let answer = try #require(ModelAnswer.decode(reply))
         let hazard = try #require(answer.hazards.first)
         #expect(hazard.count <= 64 && !hazard.hasSuffix(" "), "\(hazard.debugDescription)")

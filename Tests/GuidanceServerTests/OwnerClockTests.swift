@@ -5,10 +5,11 @@ import Testing
 /// Times on the owner's pages: in their zone, written as their language writes dates; the
 /// language from their setting, else the browser's first one the cars speak.
 @Suite struct OwnerClockTests {
-    @Test(arguments: [
-        ("ko-KR,ko;q=0.9,en-US;q=0.8", "ko"), ("fr-CH, fr;q=0.9, en;q=0.8", "fr"), ("xx, ja;q=0.5", "ja"),
-        ("en;q=0.1, de;q=0.9", "de"), ("pt-BR", "pt"), ("ko;q=0, es", "es"), ("", nil), ("tlh", nil),
-    ] as [(String, String?)])
+    @Test(
+        arguments: [
+            ("ko-KR,ko;q=0.9,en-US;q=0.8", "ko"), ("fr-CH, fr;q=0.9, en;q=0.8", "fr"), ("xx, ja;q=0.5", "ja"),
+            ("en;q=0.1, de;q=0.9", "de"), ("pt-BR", "pt"), ("ko;q=0, es", "es"), ("", nil), ("tlh", nil)
+        ] as [(String, String?)])
     func theBrowsersFirstLanguageTheCarsSpeak(header: String, expected: String?) {
         #expect(PageText.language(acceptLanguage: header) == expected)
     }

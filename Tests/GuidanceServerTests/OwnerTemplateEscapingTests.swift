@@ -10,8 +10,10 @@ import Testing
 @Suite struct OwnerTemplateEscapingTests {
     /// What a hostile value is made of: markup, combining marks (U+0301 and an enclosing one),
     /// joiners, an emoji, a right-to-left override, NUL, plain letters.
-    static let alphabet: [Unicode.Scalar] = ["\"", "'", "<", ">", "&", "=", ";", "#", "\u{0301}", "\u{20DD}", "\u{200D}", "\u{1F697}",
-                                             "\u{202E}", "\u{0}", "a", "x", " ", "/", "é"]
+    static let alphabet: [Unicode.Scalar] = [
+        "\"", "'", "<", ">", "&", "=", ";", "#", "\u{0301}", "\u{20DD}", "\u{200D}", "\u{1F697}",
+        "\u{202E}", "\u{0}", "a", "x", " ", "/", "é"
+    ]
     static let hostile = Gen.element(of: alphabet).array(of: 0...40).map { scalars in
         var text = String.UnicodeScalarView()
         text.append(contentsOf: scalars.compactMap { $0 })
@@ -56,28 +58,35 @@ import Testing
     static func strayAmpersands(_ text: String) -> Int {
         let scalars = Array(text.unicodeScalars)
         return scalars.indices.filter { index in
-            scalars[index] == "&" && !entities.contains { entity in
-                scalars[index..<min(scalars.count, index + entity.unicodeScalars.count)].elementsEqual(entity.unicodeScalars)
-            }
+            scalars[index] == "&"
+                && !entities.contains { entity in
+                    scalars[index..<min(scalars.count, index + entity.unicodeScalars.count)].elementsEqual(entity.unicodeScalars)
+                }
         }.count
     }
 
     /// Every value a template shows, set to `value`, nested as the pages nest them.
     static func values(_ value: String, _ text: PageText = .english) -> [String: Any] {
         let guidance: [[String: Any]] = [["at": value, "text": value]]
-        let car: [String: Any] = ["device": value, "label": value, "remaining": value, "pairedSince": value, "lastSeen": value,
-                                  "guidance": guidance]
+        let car: [String: Any] = [
+            "device": value, "label": value, "remaining": value, "pairedSince": value, "lastSeen": value,
+            "guidance": guidance
+        ]
         let session: [String: Any] = ["id": value, "created": value, "agent": value, "expires": value, "current": true]
         let product: [String: Any] = ["index": value, "name": value, "price": value, "device": value]
         let place: [String: Any] = ["text": value, "map": value]
-        let trip: [String: Any] = ["device": value, "start": value, "car": value, "from": value, "to": value, "distance": value,
-                                   "duration": value, "topSpeed": value, "startPlace": place, "endPlace": place]
+        let trip: [String: Any] = [
+            "device": value, "start": value, "car": value, "from": value, "to": value, "distance": value,
+            "duration": value, "topSpeed": value, "startPlace": place, "endPlace": place
+        ]
         let drawing: [String: Any] = ["height": value, "points": value, "startX": value, "startY": value, "endX": value, "endY": value]
         return trip.merging(["trips": [trip], "hasTrips": true, "drawing": drawing]) { a, _ in a }.merging([
-                "t": text.lambda, "lang": text.language, "title": value, "csrf": value, "token": value, "email": value, "problem": value, "notice": value, "deviceName": value,
-                "code": value, "price": value, "product": value, "payment": value, "next": value, "nextLabel": value, "signedIn": true,
-                "address": value, "mailRelay": true,
-                "devices": [car], "sessions": [session], "products": [product]]) { a, _ in a }
+            "t": text.lambda, "lang": text.language, "title": value, "csrf": value, "token": value, "email": value, "problem": value,
+            "notice": value, "deviceName": value,
+            "code": value, "price": value, "product": value, "payment": value, "next": value, "nextLabel": value, "signedIn": true,
+            "address": value, "mailRelay": true,
+            "devices": [car], "sessions": [session], "products": [product]
+        ]) { a, _ in a }
     }
 
     @Test func noTemplateLetsAValueAddMarkup() async throws {
@@ -87,15 +96,15 @@ import Testing
         #expect(names.count >= 8)
         // In every language: a translated phrase holding a value escapes it as the page does.
         for name in names {
-          for language in PageText.languages.map({ PageText.of($0.code) }) {
-            let plain = try #require(library.render(Self.values("x", language), withTemplate: name))
-            let counts = { (page: String) in Self.markup.map { mark in page.unicodeScalars.filter { $0 == mark }.count } }
-            await propertyCheck(count: language.language == "en" ? 60 : 12, input: Self.hostile) { text in
-                let page = library.render(Self.values(text, language), withTemplate: name) ?? ""
-                #expect(counts(page) == counts(plain), "\(name): a value added markup: \(text.debugDescription)")
-                #expect(Self.strayAmpersands(page) == Self.strayAmpersands(plain), "\(name): a raw & from \(text.debugDescription)")
+            for language in PageText.languages.map({ PageText.of($0.code) }) {
+                let plain = try #require(library.render(Self.values("x", language), withTemplate: name))
+                let counts = { (page: String) in Self.markup.map { mark in page.unicodeScalars.filter { $0 == mark }.count } }
+                await propertyCheck(count: language.language == "en" ? 60 : 12, input: Self.hostile) { text in
+                    let page = library.render(Self.values(text, language), withTemplate: name) ?? ""
+                    #expect(counts(page) == counts(plain), "\(name): a value added markup: \(text.debugDescription)")
+                    #expect(Self.strayAmpersands(page) == Self.strayAmpersands(plain), "\(name): a raw & from \(text.debugDescription)")
+                }
             }
-          }
         }
     }
 

@@ -57,9 +57,13 @@ import Testing
     @Test func aPageIsInItsLanguageWithValuesEscapedInsideTheTranslation() async throws {
         let library = try await OwnerTemplates.library()
         let korean = PageText.of("ko")
-        let page = try #require(library.render(["t": korean.lambda, "lang": "ko", "title": "x", "signedIn": true, "csrf": "c",
-                                                "devices": [["device": "d", "label": "\"><script>", "guidance": []]]],
-                                               withTemplate: "devices"))
+        let page = try #require(
+            library.render(
+                [
+                    "t": korean.lambda, "lang": "ko", "title": "x", "signedIn": true, "csrf": "c",
+                    "devices": [["device": "d", "label": "\"><script>", "guidance": []]]
+                ],
+                withTemplate: "devices"))
         #expect(page.contains("<html lang=\"ko\">"))
         #expect(page.contains(korean("Sign out")) && korean("Sign out") != "Sign out")
         #expect(page.contains(korean("Remaining usage")))
@@ -74,16 +78,26 @@ import Testing
         let text = PageText.of("ja")
         let devices = try #require(library.render(["t": text.lambda, "devices": [] as [Any], "hasDevices": false], withTemplate: "devices"))
         #expect(devices.contains(text("No car is paired to your account yet. <a href=\"/pair\">Pair a car</a>.")))
-        let guidance = try #require(library.render(["t": text.lambda, "devices": [["device": "d", "guidance": [] as [Any], "hasGuidance": false]],
-                                                    "hasDevices": true], withTemplate: "devices"))
+        let guidance = try #require(
+            library.render(
+                [
+                    "t": text.lambda, "devices": [["device": "d", "guidance": [] as [Any], "hasGuidance": false]],
+                    "hasDevices": true
+                ], withTemplate: "devices"))
         #expect(guidance.contains(text("None yet.")))
         let events = try #require(library.render(["t": text.lambda, "events": [] as [Any], "hasEvents": false], withTemplate: "events"))
-        #expect(events.contains(text("No event yet. When a car feels an impact, records something while parked, or is told to keep a clip, it sends the video here.")))
+        #expect(
+            events.contains(
+                text(
+                    "No event yet. When a car feels an impact, records something while parked, or is told to keep a clip, it sends the video here."
+                )))
         let inverted = /\{\{\^([a-zA-Z]+)\}\}/
         for file in try FileManager.default.contentsOfDirectory(atPath: Self.owners.path + "/Pages") where file.hasSuffix(".mustache") {
             let template = try String(contentsOfFile: Self.owners.path + "/Pages/" + file, encoding: .utf8)
             for name in template.matches(of: inverted).map({ String($0.output.1) }) {
-                #expect(["place", "current", "signedIn", "askZone", "mailRelay"].contains(name) || name.hasPrefix("has"), "\(file): {{^\(name)}} may be a list")
+                #expect(
+                    ["place", "current", "signedIn", "askZone", "mailRelay"].contains(name) || name.hasPrefix("has"),
+                    "\(file): {{^\(name)}} may be a list")
             }
         }
     }

@@ -97,13 +97,15 @@ import Testing
 
     @Test(arguments: [
         ("012 345 678", "012345678"), ("012-345-678", "012345678"), ("  012345678 ", "012345678"),
-        ("0 1 2 3 4 5 6 7 8", "012345678"), ("012.345.678", "012345678"),
+        ("0 1 2 3 4 5 6 7 8", "012345678"), ("012.345.678", "012345678")
     ])
     func typedCodesAreReadWithTheirSeparators(typed: String, code: String) {
         #expect(DeviceCodes.normalize(typed) == code)
     }
 
-    @Test(arguments: ["", "12345678", "0123456789", "abc def ghi", "012 345 67o", "０１２３４５６７８", "012345678\u{0}", String(repeating: "1", count: 10_000)])
+    @Test(arguments: [
+        "", "12345678", "0123456789", "abc def ghi", "012 345 67o", "０１２３４５６７８", "012345678\u{0}", String(repeating: "1", count: 10_000)
+    ])
     func anythingButNineDigitsIsNotACode(typed: String) {
         #expect(DeviceCodes.normalize(typed) == nil)
     }
@@ -139,7 +141,8 @@ import Testing
     }
 
     @Test func theSameTokenAgainSoonAfterIsARetryOnAPatchyLink() {
-        let spent = RefreshTokenRules.Presented(familyRevoked: false, spentAtMs: now - 5_000, successorUsed: false, expiresAtMs: now + 86_400_000)
+        let spent = RefreshTokenRules.Presented(
+            familyRevoked: false, spentAtMs: now - 5_000, successorUsed: false, expiresAtMs: now + 86_400_000)
         #expect(rules.judge(spent, nowMs: now) == .retry)
         #expect(rules.judge(spent, nowMs: now - 5_000 + 30_000) == .retry)
         // Past the grace it is reuse: the family goes.
@@ -147,13 +150,15 @@ import Testing
     }
 
     @Test func aSpentTokenWhoseSuccessorWasUsedIsReuseAtOnce() {
-        let spent = RefreshTokenRules.Presented(familyRevoked: false, spentAtMs: now - 1_000, successorUsed: true, expiresAtMs: now + 86_400_000)
+        let spent = RefreshTokenRules.Presented(
+            familyRevoked: false, spentAtMs: now - 1_000, successorUsed: true, expiresAtMs: now + 86_400_000)
         #expect(rules.judge(spent, nowMs: now) == .reuse)
     }
 
     @Test func aRevokedFamilyRefusesEveryToken() {
         for spentAt in [nil, now - 1_000] as [Int64?] {
-            let token = RefreshTokenRules.Presented(familyRevoked: true, spentAtMs: spentAt, successorUsed: false, expiresAtMs: now + 86_400_000)
+            let token = RefreshTokenRules.Presented(
+                familyRevoked: true, spentAtMs: spentAt, successorUsed: false, expiresAtMs: now + 86_400_000)
             #expect(rules.judge(token, nowMs: now) == .refuse)
         }
     }
@@ -206,9 +211,12 @@ import Testing
         #expect(result("t=\(now),v1=\(oldV1),v0=abc", body) == .mismatch)
     }
 
-    @Test(arguments: [nil, "", "t=1", "v1=00", "t=abc,v1=00", "t=1,t=2,v1=00", "t=-5,v1=" + String(repeating: "0", count: 64),
-                      "t=1780000000,v1=zz", "t=1780000000,v1=" + String(repeating: "0", count: 63), "=t=1780000000,v1=" + String(repeating: "0", count: 64), "t =1780000000,v1=" + String(repeating: "0", count: 64),
-                      "t=99999999999999999999,v1=" + String(repeating: "0", count: 64), "garbage", String(repeating: "t=1,", count: 400)])
+    @Test(arguments: [
+        nil, "", "t=1", "v1=00", "t=abc,v1=00", "t=1,t=2,v1=00", "t=-5,v1=" + String(repeating: "0", count: 64),
+        "t=1780000000,v1=zz", "t=1780000000,v1=" + String(repeating: "0", count: 63),
+        "=t=1780000000,v1=" + String(repeating: "0", count: 64), "t =1780000000,v1=" + String(repeating: "0", count: 64),
+        "t=99999999999999999999,v1=" + String(repeating: "0", count: 64), "garbage", String(repeating: "t=1,", count: 400)
+    ])
     func malformedHeadersAreRefused(header: String?) {
         #expect(result(header, body) == .malformed)
     }
@@ -239,7 +247,8 @@ import Testing
         let (token, _) = tokens.issue(device: "car-abc", owner: 3, nowSeconds: now)
         let parts = token.split(separator: ".").map(String.init)
         // Another device in the payload, the signature kept.
-        let payload = AccessTokens.base64URL(Data(#"{"aud":"guidance-stream","exp":1780000600,"iat":1780000000,"iss":"guidance-server","owner":3,"sub":"car-xyz"}"#.utf8))
+        let payload = AccessTokens.base64URL(
+            Data(#"{"aud":"guidance-stream","exp":1780000600,"iat":1780000000,"iss":"guidance-server","owner":3,"sub":"car-xyz"}"#.utf8))
         #expect(tokens.verify([parts[0], payload, parts[2]].joined(separator: "."), nowSeconds: now) == nil)
         // "alg": "none" and an empty signature.
         let none = AccessTokens.base64URL(Data(#"{"alg":"none","typ":"JWT"}"#.utf8))

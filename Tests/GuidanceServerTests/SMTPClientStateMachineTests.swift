@@ -8,8 +8,9 @@ import Testing
     typealias Machine = SMTPClient.StateMachine
 
     static func settings(startTLS: Machine.StartTLS = .whenOffered, credentials: (String, String)? = nil) -> Machine.Settings {
-        .init(ehloName: "server.example.org", startTLS: startTLS, credentials: credentials.map { (username: $0.0, password: $0.1) },
-              from: "dashcam@example.org", to: "ana@example.org")
+        .init(
+            ehloName: "server.example.org", startTLS: startTLS, credentials: credentials.map { (username: $0.0, password: $0.1) },
+            from: "dashcam@example.org", to: "ana@example.org")
     }
 
     static func reply(_ code: Int, _ lines: String...) -> SMTPReply { SMTPReply(code: code, lines: lines.isEmpty ? [""] : lines) }
@@ -24,7 +25,7 @@ import Testing
         let expected = [
             SMTPReply(code: 220, lines: ["relay.example.org ESMTP"]),
             SMTPReply(code: 250, lines: ["relay.example.org", "STARTTLS", "AUTH PLAIN"]),
-            SMTPReply(code: 354, lines: ["go on"]),
+            SMTPReply(code: 354, lines: ["go on"])
         ]
         for cut in 0...text.count {
             var parser = SMTPReplyParser()
@@ -51,7 +52,7 @@ import Testing
             "hello\r\n", "25\r\n", "2x0 no\r\n", "650 no\r\n", "250_no\r\n", "250-a\r\n251 b\r\n",
             "250 " + String(repeating: "x", count: SMTPReplyParser.maxLineBytes) + "\r\n",
             String(repeating: "250-x\r\n", count: SMTPReplyParser.maxLines + 1),
-            String(repeating: "250-" + String(repeating: "y", count: 900) + "\r\n", count: 20),
+            String(repeating: "250-" + String(repeating: "y", count: 900) + "\r\n", count: 20)
         ] {
             var parser = SMTPReplyParser()
             #expect(throws: SMTPFailure.self, "\(bad.prefix(40))") { try parser.feed(Array(bad.utf8)) }

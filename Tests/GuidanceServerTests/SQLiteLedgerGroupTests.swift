@@ -17,8 +17,10 @@ import Testing
         // with another (a different segment under the same seq).
         let charges = (0..<20).flatMap { device in
             (0..<20).flatMap { seq in
-                [UsageCharge(device: "car-\(device)", stream: "s", seq: seq, sha256: Self.sha(seq), seconds: 5),
-                 UsageCharge(device: "car-\(device)", stream: "s", seq: seq, sha256: Self.sha(seq + 1), seconds: 5)]
+                [
+                    UsageCharge(device: "car-\(device)", stream: "s", seq: seq, sha256: Self.sha(seq), seconds: 5),
+                    UsageCharge(device: "car-\(device)", stream: "s", seq: seq, sha256: Self.sha(seq + 1), seconds: 5)
+                ]
             }
         }
         let results = try await withThrowingTaskGroup(of: (UsageCharge, ChargeResult).self) { group in

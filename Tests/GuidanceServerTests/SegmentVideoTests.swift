@@ -13,14 +13,18 @@ import Testing
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("probe-\(UUID().uuidString).\(suffix)")
         defer { try? FileManager.default.removeItem(at: file) }
         try data.write(to: file)
-        let output = try await Command.executeAsync("ffprobe", [
-            "-v", "error", "-count_frames", "-select_streams", "v:0",
-            "-show_entries", "stream=codec_name,width,height,nb_read_frames,pix_fmt", "-of", "default=noprint_wrappers=1", file.path,
-        ]).stdout
-        return Dictionary(output.split(separator: "\n").compactMap { line in
-            let parts = line.split(separator: "=", maxSplits: 1)
-            return parts.count == 2 ? (String(parts[0]), String(parts[1])) : nil
-        }, uniquingKeysWith: { $1 })
+        let output = try await Command.executeAsync(
+            "ffprobe",
+            [
+                "-v", "error", "-count_frames", "-select_streams", "v:0",
+                "-show_entries", "stream=codec_name,width,height,nb_read_frames,pix_fmt", "-of", "default=noprint_wrappers=1", file.path
+            ]
+        ).stdout
+        return Dictionary(
+            output.split(separator: "\n").compactMap { line in
+                let parts = line.split(separator: "=", maxSplits: 1)
+                return parts.count == 2 ? (String(parts[0]), String(parts[1])) : nil
+            }, uniquingKeysWith: { $1 })
     }
 
     @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"), arguments: [2, 3, 4])
@@ -83,14 +87,18 @@ import Testing
 
     @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func aSecondTrackAndOtherFormatsAreSeenForWhatTheyAre() async throws {
-        let withSound = try await made("mp4", [
-            "-f", "lavfi", "-i", "testsrc2=size=128x72:rate=10", "-f", "lavfi", "-i", "sine", "-t", "1",
-            "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-c:a", "aac"])
+        let withSound = try await made(
+            "mp4",
+            [
+                "-f", "lavfi", "-i", "testsrc2=size=128x72:rate=10", "-f", "lavfi", "-i", "sine", "-t", "1",
+                "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-c:a", "aac"
+            ])
         let info = try SegmentVideo.inspect(withSound)
         #expect(info.streams == 2 && info.videoStreams == 1)
         // MPEG-TS, Matroska: formats FFmpeg reads, but a segment is MP4 and nothing else is probed.
         for (suffix, format) in [("ts", "mpegts"), ("mkv", "matroska")] {
-            let other = try await made(suffix, ["-f", "lavfi", "-i", "testsrc2=size=128x72:rate=10", "-t", "1", "-c:v", "mpeg2video", "-f", format])
+            let other = try await made(
+                suffix, ["-f", "lavfi", "-i", "testsrc2=size=128x72:rate=10", "-t", "1", "-c:v", "mpeg2video", "-f", format])
             #expect(throws: SegmentVideo.Failure.self, "\(format)") { _ = try SegmentVideo.inspect(other) }
             await #expect(throws: SegmentVideo.Failure.self, "\(format)") {
                 _ = try await SegmentVideo.grayFrames(from: other, every: 1, maxWidth: 64, limit: 1)
@@ -104,7 +112,9 @@ import Testing
         let secret = FileManager.default.temporaryDirectory.appendingPathComponent("secret-\(UUID().uuidString).ts")
         try Data("secret".utf8).write(to: secret)
         defer { try? FileManager.default.removeItem(at: secret) }
-        let playlist = Data("#EXTM3U\n#EXT-X-TARGETDURATION:5\n#EXTINF:5,\nfile://\(secret.path)\n#EXTINF:5,\nhttp://127.0.0.1:9/x.ts\n#EXT-X-ENDLIST\n".utf8)
+        let playlist = Data(
+            "#EXTM3U\n#EXT-X-TARGETDURATION:5\n#EXTINF:5,\nfile://\(secret.path)\n#EXTINF:5,\nhttp://127.0.0.1:9/x.ts\n#EXT-X-ENDLIST\n"
+                .utf8)
         #expect(throws: SegmentVideo.Failure.self) { _ = try SegmentVideo.inspect(playlist) }
         await #expect(throws: SegmentVideo.Failure.self) {
             _ = try await SegmentVideo.grayFrames(from: playlist, every: 1, maxWidth: 64, limit: 1)
@@ -119,9 +129,12 @@ import Testing
     /// HEVC frame took about 170 MB); now no frame over the limit's pixels is allocated.
     @Test(.enabled(if: SampleSegment.available, "needs ffmpeg with libx265"))
     func aStreamLargerThanItsContainerSaysIsNotDecoded() async throws {
-        let large = try await made("mp4", [
-            "-f", "lavfi", "-i", "color=c=gray:size=8192x2176:rate=10", "-frames:v", "1",
-            "-c:v", "libx264", "-preset", "ultrafast", "-movflags", "+faststart"])
+        let large = try await made(
+            "mp4",
+            [
+                "-f", "lavfi", "-i", "color=c=gray:size=8192x2176:rate=10", "-frames:v", "1",
+                "-c:v", "libx264", "-preset", "ultrafast", "-movflags", "+faststart"
+            ])
         var bytes = [UInt8](large)
         /// The offset of the first box of `type` (at its size field), moov coming first.
         func box(_ type: String) throws -> Int {
@@ -190,7 +203,11 @@ import Testing
         let seen = Seen()
         // Every pool thread held.
         let holders = (0..<System.coreCount).map { _ in
-            Task { try await SegmentVideo.onPool(Data([1])) { _ in seen.busy.add(1, ordering: .relaxed); gate.wait() } }
+            Task {
+                try await SegmentVideo.onPool(Data([1])) { _ in
+                    seen.busy.add(1, ordering: .relaxed); gate.wait()
+                }
+            }
         }
         let allBusy = await eventually { seen.busy.load(ordering: .relaxed) == System.coreCount }
         #expect(allBusy)

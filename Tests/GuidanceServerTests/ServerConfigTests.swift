@@ -84,7 +84,7 @@ import Testing
     /// loopback when it listens on all of them.
     @Test(arguments: [
         ("0.0.0.0", false, "http://127.0.0.1:8080"), ("::", false, "http://[::1]:8080"), ("::1", true, "https://[::1]:8080"),
-        ("127.0.0.1", false, "http://127.0.0.1:8080"), ("guidance.example.com", true, "https://guidance.example.com:8080"),
+        ("127.0.0.1", false, "http://127.0.0.1:8080"), ("guidance.example.com", true, "https://guidance.example.com:8080")
     ])
     func theServersOwnURL(host: String, tls: Bool, expected: String) {
         let settings = StreamServer.Settings(host: host, tls: tls ? (certificateFile: "c.pem", keyFile: "k.pem") : nil)
@@ -109,8 +109,9 @@ import Testing
         #expect(config.analyzer.kind == .vision && config.analyzer.scriptFile == nil)
         #expect(config.server.host == "127.0.0.1" && config.server.tokensFile == "/etc/guidance-server/tokens.yaml")
         #expect(config.ledger == "sqlite:/var/lib/guidance-server/usage.sqlite")
-        let unit = try String(contentsOf: Self.deviceConfig.deletingLastPathComponent()
-            .appendingPathComponent("deploy/server/guidance-server.service"), encoding: .utf8)
+        let unit = try String(
+            contentsOf: Self.deviceConfig.deletingLastPathComponent()
+                .appendingPathComponent("deploy/server/guidance-server.service"), encoding: .utf8)
         #expect(unit.contains("--config /etc/guidance-server/server.yaml") && unit.contains("StateDirectory=guidance-server"))
     }
 
@@ -131,8 +132,9 @@ import Testing
         #expect(await failure(yaml: "analyzer:\n  kind: gemini\n")?.contains("analyzer.apiKeyFile") == true)
         #expect(await failure(yaml: "analyzer:\n  kind: openai\n")?.contains("analyzer.model") == true)
         #expect(await failure(yaml: "analyzer:\n  kind: openai\n  model: m\n  keyframes: 9\n")?.contains("analyzer.keyframes") == true)
-        #expect(await failure(yaml: "analyzer:\n  kind: openai\n  model: m\n  endpoint: 127.0.0.1:8081\n")?
-            .contains("analyzer.endpoint") == true)
+        #expect(
+            await failure(yaml: "analyzer:\n  kind: openai\n  model: m\n  endpoint: 127.0.0.1:8081\n")?
+                .contains("analyzer.endpoint") == true)
     }
 
     @Test func environmentBeatsFileBeatsDefault() async throws {
@@ -167,7 +169,8 @@ import Testing
                 == "FILE:2: unknown key 'server.prot' (did you mean 'server.port'?)")
         #expect(
             await failure(yaml: "analyzer:\n  script: a.yaml\n")
-                == "FILE:2: unknown key 'analyzer.script' (valid keys here: analyzer.kind, analyzer.scriptFile, analyzer.order, analyzer.endpoint, analyzer.model, analyzer.apiKeyFile, analyzer.timeoutMs, analyzer.transcodeToH264, analyzer.keyframes, analyzer.visionFrames)")
+                == "FILE:2: unknown key 'analyzer.script' (valid keys here: analyzer.kind, analyzer.scriptFile, analyzer.order, analyzer.endpoint, analyzer.model, analyzer.apiKeyFile, analyzer.timeoutMs, analyzer.transcodeToH264, analyzer.keyframes, analyzer.visionFrames)"
+        )
         #expect(
             await failure(yaml: "camera:\n  fps: 10\n")
                 == "FILE:1: unknown key 'camera' (valid keys here: server, analyzer, usage, pairing, payments, clips, mail, log, ledger)")
@@ -213,7 +216,8 @@ import Testing
     @Test func mailKeysAreCheckedAlone() async throws {
         let base = ["analyzer.scriptFile": "script.yaml"]
         let defaults = try await load(overrides: base).mail
-        #expect(defaults.relay == nil && defaults.from == nil && defaults.starttls == .whenOffered && defaults.maxPerCarPerHour == 4
+        #expect(
+            defaults.relay == nil && defaults.from == nil && defaults.starttls == .whenOffered && defaults.maxPerCarPerHour == 4
                 && defaults.timeoutMs == 30_000 && defaults.username == nil && defaults.caFile == nil)
         let good = base.merging(["mail.relay": "smtp.example.org:587", "mail.from": "dashcam@example.org"]) { $1 }
         let loaded = try await load(overrides: good.merging(["mail.starttls": "required", "mail.maxPerCarPerHour": "10"]) { $1 }).mail
@@ -223,18 +227,22 @@ import Testing
             let refused = await failure(overrides: good.merging(["mail.relay": relay]) { $1 })
             #expect(refused?.hasPrefix("mail.relay: '\(relay)'") == true && refused?.contains("HOST:PORT") == true, "\(refused ?? "")")
         }
-        #expect(await failure(overrides: base.merging(["mail.relay": "smtp.example.org:587"]) { $1 })
+        #expect(
+            await failure(overrides: base.merging(["mail.relay": "smtp.example.org:587"]) { $1 })
                 == "mail.from: not set, but mail.relay is set; set it to the address mails come from, such as dashcam@example.org")
         let badFrom = await failure(overrides: good.merging(["mail.from": "dashcam@example.org\r\nBcc: x@y"]) { $1 })
         #expect(badFrom?.hasPrefix("mail.from:") == true && badFrom?.contains("a plain address") == true, "\(badFrom ?? "")")
         let badMode = await failure(overrides: good.merging(["mail.starttls": "always"]) { $1 })
-        #expect(badMode?.contains("mail.starttls") == true && badMode?.contains("whenOffered") == true && badMode?.contains("required") == true,
-                "\(badMode ?? "")")
+        #expect(
+            badMode?.contains("mail.starttls") == true && badMode?.contains("whenOffered") == true && badMode?.contains("required") == true,
+            "\(badMode ?? "")")
         let badRate = await failure(overrides: good.merging(["mail.maxPerCarPerHour": "0"]) { $1 })
         #expect(badRate?.contains("mail.maxPerCarPerHour") == true && badRate?.contains("60") == true, "\(badRate ?? "")")
-        #expect(await failure(overrides: good.merging(["mail.username": "ana"]) { $1 })
+        #expect(
+            await failure(overrides: good.merging(["mail.username": "ana"]) { $1 })
                 == "mail.passwordFile: not set, but mail.username is set; the relay's password goes in a file (mode 0600)")
-        #expect(await failure(overrides: good.merging(["mail.passwordFile": "pw"]) { $1 })
+        #expect(
+            await failure(overrides: good.merging(["mail.passwordFile": "pw"]) { $1 })
                 == "mail.username: not set, but mail.passwordFile is set; AUTH needs a user name too")
     }
 

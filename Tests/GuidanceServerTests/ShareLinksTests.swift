@@ -29,8 +29,10 @@ import Testing
         // The signature's last character carries two bits of padding: another spelling of it is not the link.
         let last = token.last!
         let respelled = String(token.dropLast()) + String(last == "A" ? "B" : "A")
-        for broken in [respelled, "", ".", token + ".", String(token.dropLast()), token.replacingOccurrences(of: ".", with: ""),
-                       String(repeating: "A", count: ShareLinks.maxLength + 1)] {
+        for broken in [
+            respelled, "", ".", token + ".", String(token.dropLast()), token.replacingOccurrences(of: ".", with: ""),
+            String(repeating: "A", count: ShareLinks.maxLength + 1)
+        ] {
             #expect(Self.links.verify(broken, nowSeconds: 0) == nil, "\(broken.prefix(40))")
         }
     }

@@ -12,9 +12,11 @@ import Testing
     }
 
     @Test func aSegmentsFixesAreSpacedAndKeepTheFastestSpeedBetween() {
-        let gps: [Position] = [Self.second(0, speed: 5), Self.second(1, speed: 30), Self.second(2, speed: 6), Self.second(3, speed: 7),
-                               Self.second(4, speed: 8), Self.second(5, lat: nil, lon: nil, mode: 1), Self.second(6, speed: 1000.5),
-                               Position(t: "not a time", mode: 3, lat: 37, lon: 127), Self.second(7, speed: 9, mode: 2)]
+        let gps: [Position] = [
+            Self.second(0, speed: 5), Self.second(1, speed: 30), Self.second(2, speed: 6), Self.second(3, speed: 7),
+            Self.second(4, speed: 8), Self.second(5, lat: nil, lon: nil, mode: 1), Self.second(6, speed: 1000.5),
+            Position(t: "not a time", mode: 3, lat: 37, lon: 127), Self.second(7, speed: 9, mode: 2)
+        ]
         let now: Int64 = 1_796_000_400_000  // 2026-11-30T01:00:00Z
         let points = TripRules.points(gps, nowMs: now)
         let seconds: [Int64] = points.map { ($0.atMs - points[0].atMs) / 1000 }
@@ -46,17 +48,21 @@ import Testing
         // A trip holds at most its longest hours: a drive on is a new trip.
         var long = trip
         long.endMs = t0 + TripRules.longestMs - 1_000
-        let (split, _) = TripRules.extend(long, device: "car", with: [TrackPoint(atMs: t0 + TripRules.longestMs + 1, lat: 37.5, lon: 127, speed: 1)])
+        let (split, _) = TripRules.extend(
+            long, device: "car", with: [TrackPoint(atMs: t0 + TripRules.longestMs + 1, lat: 37.5, lon: 127, speed: 1)])
         #expect(split.map(\.startMs) == [t0 + TripRules.longestMs + 1])
     }
 
     @Test func aDrawingFitsTheWidthNorthUpWithTheStartAndEndMarked() throws {
-        let points = (0...10).map { TrackPoint(atMs: Int64($0), lat: 37.5 + Double($0) * 0.001, lon: 127 + Double($0 % 2) * 0.0005, speed: 0) }
+        let points = (0...10).map {
+            TrackPoint(atMs: Int64($0), lat: 37.5 + Double($0) * 0.001, lon: 127 + Double($0 % 2) * 0.0005, speed: 0)
+        }
         let drawing = try #require(TripDrawing(points))
         #expect(drawing.start.y > drawing.end.y, "north is up")
         let xs = drawing.polyline.split(separator: " ").compactMap { Double($0.split(separator: ",")[0]) }
         let ys = drawing.polyline.split(separator: " ").compactMap { Double($0.split(separator: ",")[1]) }
-        #expect(xs.count == 11 && xs.allSatisfy { (0...TripDrawing.width).contains($0) } && ys.allSatisfy { (0...drawing.height).contains($0) })
+        #expect(
+            xs.count == 11 && xs.allSatisfy { (0...TripDrawing.width).contains($0) } && ys.allSatisfy { (0...drawing.height).contains($0) })
         #expect(ys.max()! - ys.min()! == TripDrawing.width - 2 * TripDrawing.margin)
         let many = (0..<5000).map { TrackPoint(atMs: Int64($0), lat: 37 + Double($0) * 1e-5, lon: 127, speed: 0) }
         let thinned = try #require(TripDrawing(many, maxPoints: 2000))

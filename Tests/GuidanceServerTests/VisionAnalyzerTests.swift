@@ -15,17 +15,20 @@ import Testing
     static func clip(_ input: [String], filter: String? = nil, seconds: Int = 2) async throws -> Data {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("vision-\(UUID().uuidString).mp4")
         defer { try? FileManager.default.removeItem(at: file) }
-        let made = try await Command.executeAsync("ffmpeg", ["-v", "error"] + input + ["-t", "\(seconds)", "-r", "10"] + (filter.map { ["-vf", $0] } ?? [])
-            + ["-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path])
+        let made = try await Command.executeAsync(
+            "ffmpeg",
+            ["-v", "error"] + input + ["-t", "\(seconds)", "-r", "10"] + (filter.map { ["-vf", $0] } ?? [])
+                + ["-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path])
         guard made.status == 0 else { throw SegmentVideo.Failure(description: "ffmpeg: \(made.stderr)") }
         return try Data(contentsOf: file)
     }
 
     static func analyze(_ data: Data, locale: String = "en-US") async throws -> ServerMessage.Guidance? {
-        try await VisionAnalyzer(framesPerSegment: 4).analyze(ReceivedSegment(
-            device: "car-1", stream: "s", locale: locale,
-            header: .init(seq: 1, capturedAt: "", durationMs: 2000, frames: 20, bytes: data.count, sha256: "", chunks: 1),
-            data: data))
+        try await VisionAnalyzer(framesPerSegment: 4).analyze(
+            ReceivedSegment(
+                device: "car-1", stream: "s", locale: locale,
+                header: .init(seq: 1, capturedAt: "", durationMs: 2000, frames: 20, bytes: data.count, sha256: "", chunks: 1),
+                data: data))
     }
 
     @Test(.enabled(if: hasFootage, "needs opencv-doc's vtest.avi"), arguments: [0, 40])
@@ -65,7 +68,8 @@ import Testing
     @Test func aFlatPictureIsACoveredLensAndAStillOneIsFrozen() async throws {
         let covered = try await Self.clip(["-f", "lavfi", "-i", "color=c=0x807060:s=320x240"], filter: "noise=alls=3:allf=t")
         #expect(try await Self.analyze(covered)?.text == "The camera lens looks covered.")
-        let still = try await Self.clip(["-f", "lavfi", "-i", "testsrc2=s=320x240:r=10"], filter: "trim=end_frame=1,loop=loop=-1:size=1,setpts=N/10/TB")
+        let still = try await Self.clip(
+            ["-f", "lavfi", "-i", "testsrc2=s=320x240:r=10"], filter: "trim=end_frame=1,loop=loop=-1:size=1,setpts=N/10/TB")
         #expect(try await Self.analyze(still)?.text == "The camera picture is frozen.")
     }
 

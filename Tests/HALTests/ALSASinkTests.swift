@@ -41,8 +41,9 @@ import Testing
     }
 
     @Test func aSpeakerPlaysToTheNullDevice() async throws {
-        let speaker = try Speaker(synthesizer: FakeSynthesizer(), sink: ALSASink(device: "null"),
-                                  logger: Logger(label: "alsa-tests"))
+        let speaker = try Speaker(
+            synthesizer: FakeSynthesizer(), sink: ALSASink(device: "null"),
+            logger: Logger(label: "alsa-tests"))
         speaker.say(text: "A/200", voice: "en")
         await speaker.waitUntilIdle()
         speaker.say(text: "B/200", voice: "en")
@@ -53,8 +54,9 @@ import Testing
 
     @Test func aSpeakerOnAMissingDeviceFailsToStartNamingIt() {
         #expect {
-            _ = try Speaker(synthesizer: FakeSynthesizer(), sink: ALSASink(device: "dashcam_no_such_pcm"),
-                            logger: Logger(label: "alsa-tests"))
+            _ = try Speaker(
+                synthesizer: FakeSynthesizer(), sink: ALSASink(device: "dashcam_no_such_pcm"),
+                logger: Logger(label: "alsa-tests"))
         } throws: { error in
             "\(error)".contains("'dashcam_no_such_pcm'")
         }

@@ -4,16 +4,18 @@ import Testing
 
 @Suite struct EncoderTests {
     func settings(_ preference: [String], codecs: Set<VideoCodec> = [.hevc]) -> EncoderSettings {
-        EncoderSettings(preference: preference, rateControl: .crf(28),
-                        format: VideoFormat(width: 320, height: 180, fps: 10), keyframeInterval: 50, codecs: codecs)
+        EncoderSettings(
+            preference: preference, rateControl: .crf(28),
+            format: VideoFormat(width: 320, height: 180, fps: 10), keyframeInterval: 50, codecs: codecs)
     }
 
     /// A machine with none of the hardware: no render node, no mem2mem device, no NVIDIA driver.
     let bare = EncoderHardware(sysfs: "/nonexistent-sysfs", dev: "/nonexistent-dev") { _, _ in nil }
 
     @Test func theFirstEncoderThatOpensWinsAndTheOthersSayWhy() throws {
-        let encoder = try LibavEncoder(settings: settings(["no_such_encoder", "mpeg4", "libx265", "hevc_nvenc"]),
-                                       inputFormat: .yuv420p, hardware: bare)
+        let encoder = try LibavEncoder(
+            settings: settings(["no_such_encoder", "mpeg4", "libx265", "hevc_nvenc"]),
+            inputFormat: .yuv420p, hardware: bare)
         #expect(encoder.name == "libx265")
         #expect(encoder.codec == .hevc)
         #expect(encoder.skipped.map(\.name) == ["no_such_encoder", "mpeg4"])
@@ -37,8 +39,9 @@ import Testing
     }
 
     @Test func evidenceMayBeH264InThePreferenceOrder() throws {
-        let encoder = try LibavEncoder(settings: settings(["h264_vaapi", "libx264", "libx265"], codecs: [.hevc, .h264]),
-                                       inputFormat: .yuv420p, hardware: bare)
+        let encoder = try LibavEncoder(
+            settings: settings(["h264_vaapi", "libx264", "libx265"], codecs: [.hevc, .h264]),
+            inputFormat: .yuv420p, hardware: bare)
         #expect(encoder.name == "libx264")
         #expect(encoder.codec == .h264)
         #expect(encoder.stream.codec == .h264)
@@ -60,10 +63,13 @@ import Testing
         // to open, and that is the reason given (not FFmpeg's "hardware frames reference" error).
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("drm-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }
-        try FileManager.default.createDirectory(at: root.appendingPathComponent("sys/class/drm/renderD128"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: root.appendingPathComponent("sys/class/drm/renderD128"), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: root.appendingPathComponent("dev/dri"), withIntermediateDirectories: true)
         try Data().write(to: root.appendingPathComponent("dev/dri/renderD128"))
-        let hardware = EncoderHardware(sysfs: root.appendingPathComponent("sys").path, dev: root.appendingPathComponent("dev").path) { _, _ in nil }
+        let hardware = EncoderHardware(sysfs: root.appendingPathComponent("sys").path, dev: root.appendingPathComponent("dev").path) {
+            _, _ in nil
+        }
         #expect(hardware.renderNode() == root.appendingPathComponent("dev/dri/renderD128").path)
         let encoder = try LibavEncoder(settings: settings(["hevc_vaapi", "libx265"]), inputFormat: .yuv420p, hardware: hardware)
         #expect(encoder.name == "libx265")
@@ -111,8 +117,10 @@ import Testing
         let hardware = EncoderHardware(sysfs: root.path, dev: "/dev", askVideoDevice: answer)
         #expect(hardware.videoDevices().map(\.node) == ["/dev/video0", "/dev/video10", "/dev/video11", "/dev/video12"])
         #expect(hardware.missing(for: "h264_v4l2m2m", codec: .h264) == nil)
-        #expect(hardware.missing(for: "hevc_v4l2m2m", codec: .hevc)
-            == "no V4L2 memory-to-memory HEVC encoder (/dev/video0 unicam-image, /dev/video10 bcm2835-codec-decode, /dev/video11 bcm2835-codec-encode, /dev/video12 bcm2835-codec-isp)")
+        #expect(
+            hardware.missing(for: "hevc_v4l2m2m", codec: .hevc)
+                == "no V4L2 memory-to-memory HEVC encoder (/dev/video0 unicam-image, /dev/video10 bcm2835-codec-decode, /dev/video11 bcm2835-codec-encode, /dev/video12 bcm2835-codec-isp)"
+        )
         #expect(hardware.missing(for: "libx264", codec: .h264) == nil)
     }
 
@@ -120,7 +128,9 @@ import Testing
         let root = try sysfs([0: "HD Pro Webcam C920", 1: "HD Pro Webcam C920"])
         defer { try? FileManager.default.removeItem(at: root) }
         let hardware = EncoderHardware(sysfs: root.path, dev: "/dev", askVideoDevice: answer)
-        #expect(hardware.missing(for: "h264_v4l2m2m", codec: .h264)?.hasPrefix("no V4L2 memory-to-memory H.264 encoder (/dev/video0 HD Pro Webcam C920") == true)
+        #expect(
+            hardware.missing(for: "h264_v4l2m2m", codec: .h264)?.hasPrefix(
+                "no V4L2 memory-to-memory H.264 encoder (/dev/video0 HD Pro Webcam C920") == true)
         #expect(hardware.renderNode() == nil)
     }
 

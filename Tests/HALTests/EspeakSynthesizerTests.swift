@@ -20,8 +20,9 @@ import Testing
     @Test func oneUtteranceStopsAtItsLongestWhateverTheText() async throws {
         let folder = try TemporaryFolder()
         defer { folder.remove() }
-        let speaker = try Speaker(synthesizer: EspeakSynthesizer(logger: logger),
-                                  sink: WAVFileSink(directory: folder.path, realtime: false), logger: logger)
+        let speaker = try Speaker(
+            synthesizer: EspeakSynthesizer(logger: logger),
+            sink: WAVFileSink(directory: folder.path, realtime: false), logger: logger)
         speaker.say(text: String(repeating: Self.long + " ", count: 6), voice: "en")
         await speaker.waitUntilIdle()
         speaker.close()
@@ -38,8 +39,9 @@ import Testing
     @Test func koreanAndEnglishGuidanceBecomeAudibleWAVFilesOfPlausibleLength() async throws {
         let folder = try TemporaryFolder()
         defer { folder.remove() }
-        let speaker = try Speaker(synthesizer: EspeakSynthesizer(logger: logger),
-                                  sink: WAVFileSink(directory: folder.path, realtime: false), logger: logger)
+        let speaker = try Speaker(
+            synthesizer: EspeakSynthesizer(logger: logger),
+            sink: WAVFileSink(directory: folder.path, realtime: false), logger: logger)
         speaker.say(text: Self.korean, voice: "ko")
         await speaker.waitUntilIdle()
         speaker.say(text: Self.english, voice: "en")
@@ -103,8 +105,9 @@ import Testing
     @Test func theSpeakerSpeaksAFailedVoiceInEnglishAndCountsIt() async throws {
         let folder = try TemporaryFolder()
         defer { folder.remove() }
-        let speaker = try Speaker(synthesizer: EspeakSynthesizer(logger: logger),
-                                  sink: WAVFileSink(directory: folder.path, realtime: false), logger: logger)
+        let speaker = try Speaker(
+            synthesizer: EspeakSynthesizer(logger: logger),
+            sink: WAVFileSink(directory: folder.path, realtime: false), logger: logger)
         for voice in ["en", "ko", "xx-bogus"] {
             speaker.say(text: Self.numbers, voice: voice)
             await speaker.waitUntilIdle()

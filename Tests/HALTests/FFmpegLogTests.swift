@@ -25,8 +25,9 @@ import Testing
     @Test func anEncoderThatDoesNotOpenSaysWhyThroughTheLogNamingTheCodec() throws {
         let lines = LogLines()
         FFmpegLog.route(to: lines.logger)
-        let settings = EncoderSettings(preference: ["hevc_v4l2m2m"], rateControl: .crf(28),
-                                       format: VideoFormat(width: 640, height: 360, fps: 10), keyframeInterval: 50)
+        let settings = EncoderSettings(
+            preference: ["hevc_v4l2m2m"], rateControl: .crf(28),
+            format: VideoFormat(width: 640, height: 360, fps: 10), keyframeInterval: 50)
         // sysfs made to list a memory-to-memory HEVC encoder that is not there: FFmpeg is asked,
         // fails to find one, and says so.
         let claimed = EncoderHardware(sysfs: "/nonexistent", dev: "/dev") { node, name in
@@ -35,7 +36,8 @@ import Testing
         #expect(claimed.missing(for: "hevc_v4l2m2m", codec: .hevc) != nil, "no sysfs, no devices")
         let listing = FileManager.default.temporaryDirectory.appendingPathComponent("sysfs-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: listing) }
-        try FileManager.default.createDirectory(at: listing.appendingPathComponent("class/video4linux/video99"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: listing.appendingPathComponent("class/video4linux/video99"), withIntermediateDirectories: true)
         let hardware = EncoderHardware(sysfs: listing.path, dev: "/dev", askVideoDevice: claimed.askVideoDevice)
         #expect(hardware.missing(for: "hevc_v4l2m2m", codec: .hevc) == nil)
         if (try? LibavEncoder(settings: settings, inputFormat: .yuv420p, hardware: hardware)) == nil {
@@ -48,12 +50,15 @@ import Testing
     @Test func anEncoderWhoseHardwareIsAbsentIsPassedOverWithoutAWordFromFFmpeg() throws {
         let lines = LogLines()
         FFmpegLog.route(to: lines.logger)
-        let settings = EncoderSettings(preference: ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc", "libx265"], rateControl: .crf(28),
-                                       format: VideoFormat(width: 320, height: 180, fps: 10), keyframeInterval: 50)
+        let settings = EncoderSettings(
+            preference: ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc", "libx265"], rateControl: .crf(28),
+            format: VideoFormat(width: 320, height: 180, fps: 10), keyframeInterval: 50)
         let bare = EncoderHardware(sysfs: "/nonexistent", dev: "/nonexistent") { _, _ in nil }
         let encoder = try LibavEncoder(settings: settings, inputFormat: .yuv420p, hardware: bare)
         #expect(encoder.name == "libx265" && encoder.skipped.count == 3)
-        let hardwareLines = lines.entries.filter { ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc"].contains($0.metadata["ffmpeg"]?.description ?? "") }
+        let hardwareLines = lines.entries.filter {
+            ["hevc_v4l2m2m", "hevc_vaapi", "hevc_nvenc"].contains($0.metadata["ffmpeg"]?.description ?? "")
+        }
         #expect(hardwareLines.isEmpty, "\(lines.all)")
     }
 
@@ -88,7 +93,10 @@ import Testing
     }
 
     @Test func levelsMapBothWays() {
-        #expect([0, 8, 16, 24, 32, 40, 48, 56].map { FFmpegLog.level(ofFFmpeg: $0) } == [.error, .error, .error, .warning, .info, .debug, .trace, .trace])
+        #expect(
+            [0, 8, 16, 24, 32, 40, 48, 56].map { FFmpegLog.level(ofFFmpeg: $0) } == [
+                .error, .error, .error, .warning, .info, .debug, .trace, .trace
+            ])
         for level: Logger.Level in [.trace, .debug, .info, .warning, .error] {
             #expect(FFmpegLog.level(ofFFmpeg: FFmpegLog.ffmpegLevel(for: level)) == level)
         }

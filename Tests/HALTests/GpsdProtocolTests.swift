@@ -10,7 +10,7 @@ import Testing
         #"{"class":"VERSION","release":"3.22","rev":"3.22","proto_major":3,"proto_minor":14}"#,
         #"{"class":"DEVICES","devices":[{"class":"DEVICE","path":"udp://127.0.0.1:29471","driver":"NMEA0183","activated":"2026-11-26T08:05:51.785Z","flags":1}]}"#,
         #"{"class":"WATCH","enable":true,"json":true,"nmea":false,"raw":0,"scaled":false,"timing":false,"split24":false,"pps":false}"#,
-        #"{"class":"TPV","device":"udp://127.0.0.1:29471","mode":3,"time":"2026-11-26T08:10:11.000Z","ept":0.005,"lat":37.566500000,"lon":126.978000000,"altHAE":53.0000,"altMSL":35.0000,"alt":35.0000,"epv":27.600,"track":91.5000,"magtrack":82.9980,"magvar":-8.5,"speed":13.890,"climb":0.000,"epc":55.20,"geoidSep":18.000,"eph":17.100,"sep":28.500}"#,
+        #"{"class":"TPV","device":"udp://127.0.0.1:29471","mode":3,"time":"2026-11-26T08:10:11.000Z","ept":0.005,"lat":37.566500000,"lon":126.978000000,"altHAE":53.0000,"altMSL":35.0000,"alt":35.0000,"epv":27.600,"track":91.5000,"magtrack":82.9980,"magvar":-8.5,"speed":13.890,"climb":0.000,"epc":55.20,"geoidSep":18.000,"eph":17.100,"sep":28.500}"#
     ]
 
     static func parse(_ line: String) -> GpsdReport? { GpsdReport.parse(Array(line.utf8)) }
@@ -28,14 +28,20 @@ import Testing
     }
 
     @Test func noFixAndFieldsOutOfRangeAreLeftOut() throws {
-        guard case .fix(let blind)? = Self.parse(#"{"class":"TPV","mode":1,"time":"2026-11-26T08:10:11.000Z"}"#) else { Issue.record("no"); return }
+        guard case .fix(let blind)? = Self.parse(#"{"class":"TPV","mode":1,"time":"2026-11-26T08:10:11.000Z"}"#) else {
+            Issue.record("no"); return
+        }
         #expect(blind.mode == 1 && !blind.hasPosition && blind.modeName == "no fix")
-        guard case .fix(let odd)? = Self.parse(
-            #"{"class":"TPV","mode":7,"lat":91,"lon":"east","speed":-3,"track":360,"alt":1e300,"time":"yesterday"}"#) else { Issue.record("no"); return }
+        guard
+            case .fix(let odd)? = Self.parse(
+                #"{"class":"TPV","mode":7,"lat":91,"lon":"east","speed":-3,"track":360,"alt":1e300,"time":"yesterday"}"#)
+        else { Issue.record("no"); return }
         #expect(odd == GPSFix(mode: 0, time: nil, lat: nil, lon: nil, altitude: nil, speed: nil, track: 0))
         guard case .fix(let flags)? = Self.parse(#"{"class":"TPV","mode":true,"lat":true,"lon":false}"#) else { Issue.record("no"); return }
         #expect(flags.mode == 0 && flags.lat == nil && flags.lon == nil)
-        for line in ["", "not json", "[1,2]", #"{"mode":3}"#, #"{"class":3}"#, "{" + String(repeating: " ", count: GpsdLineReader.maxLine) + "}"] {
+        for line in [
+            "", "not json", "[1,2]", #"{"mode":3}"#, #"{"class":3}"#, "{" + String(repeating: " ", count: GpsdLineReader.maxLine) + "}"
+        ] {
             #expect(Self.parse(line) == nil, "\(line.prefix(40))")
         }
     }
@@ -53,7 +59,7 @@ import Testing
     }
 
     @Test(arguments: [
-        ("127.0.0.1:2947", "127.0.0.1", 2947), ("gps.local", "gps.local", 2947), ("[::1]:3000", "::1", 3000), ("[::1]", "::1", 2947),
+        ("127.0.0.1:2947", "127.0.0.1", 2947), ("gps.local", "gps.local", 2947), ("[::1]:3000", "::1", 3000), ("[::1]", "::1", 2947)
     ])
     func addresses(text: String, host: String, port: Int) throws {
         let address = try #require(GpsdClient.address(text))

@@ -97,7 +97,6 @@ private func capturingLogger() -> (Logger, CapturingLogHandler.Box) {
 
 private let logger = capturingLogger().0
 
-
 /// Runs `body` on a new thread after `delay`; what it returns is in the result once it is done.
 private func onThread<T: Sendable>(after delay: Duration, _ body: @escaping @Sendable () -> T) -> ThreadResult<T> {
     let result = ThreadResult<T>()

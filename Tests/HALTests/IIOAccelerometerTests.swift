@@ -29,7 +29,7 @@ import Testing
     static let lis3dh = [
         "name": "lis3dh", "in_accel_x_raw": "0", "in_accel_y_raw": "-500", "in_accel_z_raw": "1000",
         "in_accel_x_scale": "0.009806", "in_accel_y_scale": "0.009806", "in_accel_z_scale": "0.009806",
-        "sampling_frequency": "1", "sampling_frequency_available": "1 10 25 50 100 200 400 1600",
+        "sampling_frequency": "1", "sampling_frequency_available": "1 10 25 50 100 200 400 1600"
     ]
 
     @Test func aLIS3DHIsFoundByItsNameAndReadInG() throws {
@@ -68,16 +68,20 @@ import Testing
         let devices = try Devices()
         defer { devices.remove() }
         // hid-sensor-accel-3d style: one scale, an offset, a rate file without a list.
-        try devices.add("iio:device0", files: [
-            "name": "accel_3d", "in_accel_x_raw": "100", "in_accel_y_raw": "0", "in_accel_z_raw": "0",
-            "in_accel_scale": "0.0980665", "in_accel_offset": "-100", "in_accel_sampling_frequency": "10",
-        ])
+        try devices.add(
+            "iio:device0",
+            files: [
+                "name": "accel_3d", "in_accel_x_raw": "100", "in_accel_y_raw": "0", "in_accel_z_raw": "0",
+                "in_accel_scale": "0.0980665", "in_accel_offset": "-100", "in_accel_sampling_frequency": "10"
+            ])
         let sensor = try IIOAccelerometer(device: "accel_3d", hz: 25, root: devices.root.path)
         let reading = try sensor.read()
         #expect(abs(reading.x) < 1e-9 && abs(reading.y + 1) < 1e-9 && abs(reading.z + 1) < 1e-9, "(raw + offset) × scale: \(reading)")
         #expect(sensor.chipHz == 200, "asked for 8 × 25 Hz")
         // Nothing to set at all.
-        try devices.add("iio:device1", files: ["name": "bare", "in_accel_x_raw": "0", "in_accel_y_raw": "0", "in_accel_z_raw": "0", "in_accel_scale": "1"])
+        try devices.add(
+            "iio:device1",
+            files: ["name": "bare", "in_accel_x_raw": "0", "in_accel_y_raw": "0", "in_accel_z_raw": "0", "in_accel_scale": "1"])
         #expect(try IIOAccelerometer(device: "bare", hz: 25, root: devices.root.path).chipHz == nil)
     }
 
@@ -85,17 +89,25 @@ import Testing
         let devices = try Devices()
         defer { devices.remove() }
         try devices.add("iio:device0", files: ["name": "ads1015"])
-        #expect(throws: AccelerometerError("sensors.accel.device lis3dh: no IIO device of that name in \(devices.root.path); there are iio:device0 (ads1015)")) {
+        #expect(
+            throws: AccelerometerError(
+                "sensors.accel.device lis3dh: no IIO device of that name in \(devices.root.path); there are iio:device0 (ads1015)")
+        ) {
             try IIOAccelerometer(device: "lis3dh", hz: 25, root: devices.root.path)
         }
-        #expect(throws: AccelerometerError("ads1015 (iio:device0): no in_accel_scale or in_accel_x_scale in \(devices.root.path)/iio:device0")) {
+        #expect(
+            throws: AccelerometerError("ads1015 (iio:device0): no in_accel_scale or in_accel_x_scale in \(devices.root.path)/iio:device0")
+        ) {
             _ = try IIOAccelerometer(device: "ads1015", hz: 25, root: devices.root.path)
         }
         var broken = Self.lis3dh
         broken["in_accel_z_raw"] = "lots"
         try devices.add("iio:device1", files: broken.merging(["name": "broken"]) { $1 })
         let sensor = try IIOAccelerometer(device: "broken", hz: 25, root: devices.root.path)
-        #expect(throws: AccelerometerError("broken (iio:device1): \(devices.root.path)/iio:device1/in_accel_z_raw reads 'lots', not a whole number")) {
+        #expect(
+            throws: AccelerometerError(
+                "broken (iio:device1): \(devices.root.path)/iio:device1/in_accel_z_raw reads 'lots', not a whole number")
+        ) {
             try sensor.read()
         }
         #expect(throws: AccelerometerError.self) { try IIOAccelerometer(device: "/dev/iio:device9", hz: 25, root: devices.root.path) }

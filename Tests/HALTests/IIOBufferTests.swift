@@ -16,9 +16,11 @@ import Testing
         #expect(timestamp.storageBytes == 8)
         let repeated = try #require(IIOScanType("be:u16/16X3>>0"))
         #expect(repeated.repeatCount == 3 && repeated.storageBytes == 6 && repeated.description == "be:u16/16X3>>0")
-        for bad in ["", "le", "xe:s12/16>>4", "le:x12/16>>4", "le:s12/12>>0", "le:s17/16>>0", "le:s12/16>>8", "le:s0/16>>0",
-                    "le:s12/16>4", "le:s12/16>>", "le:s12/16X0>>0", "le:s12/16X9>>0", "le:s12/16>>4>>4", "le:s-12/16>>4",
-                    "le:s12/16>>4 extra", "le:s１２/16>>4", String(repeating: "9", count: 40)] {
+        for bad in [
+            "", "le", "xe:s12/16>>4", "le:x12/16>>4", "le:s12/12>>0", "le:s17/16>>0", "le:s12/16>>8", "le:s0/16>>0",
+            "le:s12/16>4", "le:s12/16>>", "le:s12/16X0>>0", "le:s12/16X9>>0", "le:s12/16>>4>>4", "le:s-12/16>>4",
+            "le:s12/16>>4 extra", "le:s１２/16>>4", String(repeating: "9", count: 40)
+        ] {
             #expect(IIOScanType(bad) == nil, "\(bad)")
         }
     }
@@ -148,7 +150,8 @@ import Testing
         defer { devices.remove() }
         let folder = try Self.buffered(in: devices, current: "lis3dh-trigger")
         // No character device where it should be.
-        let sensor = try IIOAccelerometer(device: "lis3dh", hz: 25, root: devices.root.path, devices: devices.root.appendingPathComponent("nodev").path)
+        let sensor = try IIOAccelerometer(
+            device: "lis3dh", hz: 25, root: devices.root.path, devices: devices.root.appendingPathComponent("nodev").path)
         #expect(sensor.trigger == nil && sensor.mode == "polled")
         #expect(Self.read(folder.appendingPathComponent("buffer/enable")) == "0")
         // A channel type the layout cannot hold: polled too.

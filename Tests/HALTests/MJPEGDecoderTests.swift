@@ -9,8 +9,12 @@ import Testing
     func jpeg(width: Int, height: Int) throws -> Data {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("frame-\(UUID().uuidString).jpg")
         defer { try? FileManager.default.removeItem(at: file) }
-        _ = try Command.run("ffmpeg", ["-v", "error", "-f", "lavfi", "-i", "testsrc2=size=\(width)x\(height)", "-frames:v", "1",
-                                       "-pix_fmt", "yuvj422p", "-f", "mjpeg", "-y", file.path])
+        _ = try Command.run(
+            "ffmpeg",
+            [
+                "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=\(width)x\(height)", "-frames:v", "1",
+                "-pix_fmt", "yuvj422p", "-f", "mjpeg", "-y", file.path
+            ])
         return try Data(contentsOf: file)
     }
 
@@ -20,8 +24,12 @@ import Testing
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         try data.write(to: folder.appendingPathComponent("in.jpg"))
-        _ = try Command.run("ffmpeg", ["-v", "error", "-i", folder.appendingPathComponent("in.jpg").path, "-pix_fmt", "yuv420p",
-                                       "-f", "rawvideo", "-y", folder.appendingPathComponent("out.yuv").path])
+        _ = try Command.run(
+            "ffmpeg",
+            [
+                "-v", "error", "-i", folder.appendingPathComponent("in.jpg").path, "-pix_fmt", "yuv420p",
+                "-f", "rawvideo", "-y", folder.appendingPathComponent("out.yuv").path
+            ])
         return Array(try Data(contentsOf: folder.appendingPathComponent("out.yuv")).prefix(width * height))
     }
 

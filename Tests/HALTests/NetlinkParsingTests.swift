@@ -11,11 +11,15 @@ let twoInterfacesPath = NetworkPath(
 @Suite struct NetlinkParsingTests {
     @Test func capturedKernelMessagesMakeThePath() {
         var snapshot = RTNetlinkSnapshot()
-        let buffer = [Captured.link, Captured.address4, Captured.address6, Captured.linkLocal6, Captured.route4, Captured.route6].flatMap { $0 }
+        let buffer = [Captured.link, Captured.address4, Captured.address6, Captured.linkLocal6, Captured.route4, Captured.route6].flatMap {
+            $0
+        }
         snapshot.apply(buffer)
-        #expect(snapshot.path == NetworkPath(
-            ipv4: pathRoute("veth-a", 3, via: "10.231.1.1", ["10.231.1.2"]),
-            ipv6: pathRoute("veth-a", 3, via: "fd00:231:1::1", ["fd00:231:1::2"])))
+        #expect(
+            snapshot.path
+                == NetworkPath(
+                    ipv4: pathRoute("veth-a", 3, via: "10.231.1.1", ["10.231.1.2"]),
+                    ipv6: pathRoute("veth-a", 3, via: "fd00:231:1::1", ["fd00:231:1::2"])))
     }
 
     @Test func aRouteWithoutItsLinkMessageStillNamesTheInterfaceIndex() {
@@ -70,11 +74,13 @@ let twoInterfacesPath = NetworkPath(
     @Test func aMultipathRouteCountsAsItsFirstNexthop() {
         let found = parsedPath { builder in
             twoInterfaces(&builder)
-            builder.message(NetlinkBuilder.delRoute, header: [2, 0, 0, 0, 254, 3, 0, 1, 0, 0, 0, 0], attributes: [
-                NetlinkBuilder.attribute(15, NetlinkBuilder.raw(UInt32(254))),
-                NetlinkBuilder.attribute(5, NetlinkBuilder.address("10.231.1.1")),
-                NetlinkBuilder.attribute(4, NetlinkBuilder.raw(Int32(3))),
-            ])
+            builder.message(
+                NetlinkBuilder.delRoute, header: [2, 0, 0, 0, 254, 3, 0, 1, 0, 0, 0, 0],
+                attributes: [
+                    NetlinkBuilder.attribute(15, NetlinkBuilder.raw(UInt32(254))),
+                    NetlinkBuilder.attribute(5, NetlinkBuilder.address("10.231.1.1")),
+                    NetlinkBuilder.attribute(4, NetlinkBuilder.raw(Int32(3)))
+                ])
             builder.multipathDefaultRoute(NetlinkBuilder.inet, [("10.231.2.1", 5), ("10.231.1.1", 3)])
         }
         #expect(found.ipv4 == pathRoute("veth-b", 5, via: "10.231.2.1", ["10.231.2.2"]))
@@ -89,8 +95,11 @@ let twoInterfacesPath = NetworkPath(
             builder.defaultRoute(NetlinkBuilder.inet, via: nil, dev: 9)
             builder.defaultRoute(NetlinkBuilder.inet6, via: nil, dev: 9, metric: 1024)
         }
-        #expect(found == NetworkPath(ipv4: pathRoute("ppp0", 9, via: nil, ["100.64.0.7"]),
-                                     ipv6: pathRoute("ppp0", 9, via: nil, ["fd00:231:7::8"])))
+        #expect(
+            found
+                == NetworkPath(
+                    ipv4: pathRoute("ppp0", 9, via: nil, ["100.64.0.7"]),
+                    ipv6: pathRoute("ppp0", 9, via: nil, ["fd00:231:7::8"])))
     }
 
     @Test func truncatedAndGarbledBuffersNeitherCrashNorInvent() {

@@ -6,10 +6,12 @@ import Testing
 
 @Suite struct NetworkPathChangeTests {
     func after(_ change: (inout NetlinkBuilder) -> Void) -> NetworkChange {
-        NetworkChange(old: twoInterfacesPath, new: parsedPath { builder in
-            twoInterfaces(&builder)
-            change(&builder)
-        })
+        NetworkChange(
+            old: twoInterfacesPath,
+            new: parsedPath { builder in
+                twoInterfaces(&builder)
+                change(&builder)
+            })
     }
 
     @Test func movingTheDefaultRouteIsAChange() {
@@ -26,8 +28,9 @@ import Testing
 
     @Test func addressesOnTheDefaultInterfaceCount() {
         #expect(after { $0.address(3, "10.231.1.3", prefix: 24) }.reasons == ["IPv4 addresses on veth-a changed: +10.231.1.3"])
-        #expect(after { $0.address(3, "10.231.1.2", prefix: 24, type: NetlinkBuilder.delAddress) }.reasons
-            == ["IPv4 addresses on veth-a changed: -10.231.1.2"])
+        #expect(
+            after { $0.address(3, "10.231.1.2", prefix: 24, type: NetlinkBuilder.delAddress) }.reasons
+                == ["IPv4 addresses on veth-a changed: -10.231.1.2"])
         #expect(after { $0.address(3, "fd00:231:1::3", prefix: 64) }.reasons == ["IPv6 addresses on veth-a changed: +fd00:231:1::3"])
     }
 
@@ -41,7 +44,7 @@ import Testing
             ("another interface going down", { $0.link(5, "veth-b", flags: NetlinkBuilder.up) }),
             ("a default route in another table", { $0.defaultRoute(NetlinkBuilder.inet, via: "10.231.2.1", dev: 5, table: 100) }),
             ("a worse default route", { $0.defaultRoute(NetlinkBuilder.inet, via: "10.231.2.1", dev: 5, metric: 500) }),
-            ("the same route again", { $0.defaultRoute(NetlinkBuilder.inet, via: "10.231.1.1", dev: 3, flags: NetlinkBuilder.replace) }),
+            ("the same route again", { $0.defaultRoute(NetlinkBuilder.inet, via: "10.231.1.1", dev: 3, flags: NetlinkBuilder.replace) })
         ]
         for (what, change) in unrelated {
             let found = after(change)

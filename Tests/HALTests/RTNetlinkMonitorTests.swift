@@ -31,7 +31,8 @@ import Testing
     /// loops have theirs too).
     static func eventDescriptors() -> Int {
         let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
-        return fds.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)")) == "anon_inode:[eventfd]" }.count
+        return fds.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)")) == "anon_inode:[eventfd]" }
+            .count
     }
 
     /// Sockets of this process that are NETLINK_ROUTE sockets (protocol 0 in /proc/net/netlink).
@@ -88,7 +89,9 @@ import Testing
         // A monitor whose last reference went on its own thread ends that thread (and closes its
         // sockets) as the thread returns, and a joined thread can stay listed in /proc a moment
         // after the join on a busy machine. So the test waits for both to be gone; a leak never goes.
-        #expect(await Self.threadsAndSocketsGone(sockets: sockets), "threads: \(Self.monitorThreads()), sockets: \(Self.routeSockets()) (before: \(sockets))")
+        #expect(
+            await Self.threadsAndSocketsGone(sockets: sockets),
+            "threads: \(Self.monitorThreads()), sockets: \(Self.routeSockets()) (before: \(sockets))")
         // Its two sockets are counted exactly above; its eventfd is one of a kind that only event
         // loops share. Other tests run at the same time and open and close files of every other
         // kind by the dozen, so only eventfds are counted here, and only growth: 300 rounds that
@@ -109,7 +112,9 @@ import Testing
         #expect(Self.routeSockets() == sockets + 2)
         consumer.cancel()
         try await consumer.value
-        #expect(await Self.threadsAndSocketsGone(sockets: sockets), "threads: \(Self.monitorThreads()), sockets: \(Self.routeSockets()) (before: \(sockets))")
+        #expect(
+            await Self.threadsAndSocketsGone(sockets: sockets),
+            "threads: \(Self.monitorThreads()), sockets: \(Self.routeSockets()) (before: \(sockets))")
     }
 
     @Test func closingEndsEveryStream() async throws {

@@ -43,7 +43,8 @@ final class FakeEncoder: VideoEncoder {
 
     /// A length-prefixed NAL unit of varying size that says which slot it is.
     static func packet(slot: Int64, generation: UInt8) -> [UInt8] {
-        let payload = [0x26, 0x01, generation] + withUnsafeBytes(of: slot.bigEndian, Array.init)
+        let payload =
+            [0x26, 0x01, generation] + withUnsafeBytes(of: slot.bigEndian, Array.init)
             + Array(repeating: UInt8(truncatingIfNeeded: slot), count: Int(slot % 7) * 100)
         return withUnsafeBytes(of: UInt32(payload.count).bigEndian, Array.init) + payload
     }
@@ -55,13 +56,16 @@ final class FakeEncoder: VideoEncoder {
         let level: UInt8 = [60, 90, 93, 120][Int(generation) % 4]
         let profileTierLevel: [UInt8] = [0x04, 0x08, 0x00, 0x00, 0x03, 0x00, 0x9E, 0x08, 0x00, 0x00, 0x03, 0x00, 0x00, level]
         let vps: [UInt8] = [0x40, 0x01, 0x0C, 0x01, 0xFF, 0xFF] + profileTierLevel + [0x95, 0x98, 0x09]
-        let sps: [UInt8] = [0x42, 0x01, 0x01] + profileTierLevel + [
-            0x90, 0x01, 0x41, 0x01, 0x73, 0xE5, 0xCB, 0x2B, 0x34, 0x92, 0x65, 0x78, 0x0B, 0x70, 0x20, 0x20,
-            0x00, 0x40, 0x00, 0x00, 0x03, 0x00, 0x40, 0x00, 0x00, 0x03, 0x02, 0x82, 0xA2,
-        ]
+        let sps: [UInt8] =
+            [0x42, 0x01, 0x01] + profileTierLevel + [
+                0x90, 0x01, 0x41, 0x01, 0x73, 0xE5, 0xCB, 0x2B, 0x34, 0x92, 0x65, 0x78, 0x0B, 0x70, 0x20, 0x20,
+                0x00, 0x40, 0x00, 0x00, 0x03, 0x00, 0x40, 0x00, 0x00, 0x03, 0x02, 0x82, 0xA2
+            ]
         let pps: [UInt8] = [0x44, 0x01, 0xC1, 0x72, 0x86, 0x0C, 0x46, 0x24]
-        let header: [UInt8] = [0x01, 0x04, 0x08, 0x00, 0x00, 0x00, 0x9E, 0x08, 0x00, 0x00, 0x00, 0x00, level, 0xF0, 0x00,
-                               0xFC, 0xFF, 0xF8, 0xF8, 0x00, 0x00, 0x0F]
+        let header: [UInt8] = [
+            0x01, 0x04, 0x08, 0x00, 0x00, 0x00, 0x9E, 0x08, 0x00, 0x00, 0x00, 0x00, level, 0xF0, 0x00,
+            0xFC, 0xFF, 0xF8, 0xF8, 0x00, 0x00, 0x0F
+        ]
         func array(_ type: UInt8, _ nal: [UInt8]) -> [UInt8] {
             [0x80 | type, 0x00, 0x01, UInt8(nal.count >> 8), UInt8(nal.count & 0xFF)] + nal
         }
@@ -75,8 +79,9 @@ final class FakeEncoder: VideoEncoder {
     let start: UInt64 = 3_000_000_000
 
     func frame(_ n: Int) -> Frame {
-        Frame(planes: (nil, nil, nil, nil), strides: (0, 0, 0, 0), pixelFormat: .yuv420p, width: format.width,
-              height: format.height, timestamp: start + UInt64(n) * 100_000_000, sequence: UInt64(n))
+        Frame(
+            planes: (nil, nil, nil, nil), strides: (0, 0, 0, 0), pixelFormat: .yuv420p, width: format.width,
+            height: format.height, timestamp: start + UInt64(n) * 100_000_000, sequence: UInt64(n))
     }
 
     /// Feeds frames `0..<count` except `missing` through `encoder`; closes early with `reason`.
@@ -110,7 +115,7 @@ final class FakeEncoder: VideoEncoder {
             #expect(top.first == "ftyp")
             let moov = try #require(top.firstIndex(of: "moov")), mdat = try #require(top.firstIndex(of: "mdat"))
             #expect(moov < mdat)
-            let slots = Int64(index * 50) ..< Int64(index * 50 + 50)
+            let slots = Int64(index * 50)..<Int64(index * 50 + 50)
             #expect(try mp4.sampleSizes() == encoder.sent.filter { slots.contains($0.slot) }.map(\.bytes.count))
             #expect(Array(segment.data[try mp4.box(["mdat"]).payload]) == payload(encoder, slots))
             #expect(try mp4.syncSamples() == [1])

@@ -8,9 +8,11 @@ import Testing
     let format = VideoFormat(width: 320, height: 180, fps: 10)
 
     func encoder() throws -> LibavEncoder {
-        try LibavEncoder(settings: EncoderSettings(preference: ["libx265"], rateControl: .crf(28), format: format,
-                                                  keyframeInterval: 50),
-                        inputFormat: .yuv420p)
+        try LibavEncoder(
+            settings: EncoderSettings(
+                preference: ["libx265"], rateControl: .crf(28), format: format,
+                keyframeInterval: 50),
+            inputFormat: .yuv420p)
     }
 
     /// Encodes `count` test-pattern frames, skipping `missing` frame numbers, and closes early with `reason`.
@@ -43,8 +45,9 @@ import Testing
         _ = try source.open()
         let encoder = try encoder()
         let point = GPSPoint(t: "2026-11-26T08:10:00.000Z", mode: 3, lat: 37.5665, lon: 126.978, alt: 35, speed: 10, track: 90)
-        let segmenter = Segmenter(format: format, segmentSeconds: 1, locate: { _, _ in [point] }, clockSource: { "ntp" },
-                                  wallOffset: { offset.value })
+        let segmenter = Segmenter(
+            format: format, segmentSeconds: 1, locate: { _, _ in [point] }, clockSource: { "ntp" },
+            wallOffset: { offset.value })
         for n in 0..<40 {
             if n == 25 { offset.value -= 3600 }
             let frame = try #require(try source.nextFrame())

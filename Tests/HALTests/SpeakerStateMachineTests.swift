@@ -44,7 +44,11 @@ import Testing
         #expect(!machine.shouldCut, "the new message starts uncut")
         let r12 = machine.finished(.spoken)
         #expect(r12)
-        #expect(machine.stats == { var stats = Speaker.Stats(); stats.spoken = 1; stats.cutOff = 1; stats.replaced = 1; return stats }())
+        #expect(
+            machine.stats
+                == {
+                    var stats = Speaker.Stats(); stats.spoken = 1; stats.cutOff = 1; stats.replaced = 1; return stats
+                }())
     }
 
     @Test func anUrgentMessageWithNothingPlayingCutsNothing() {
@@ -143,7 +147,11 @@ import Testing
         let k12 = machine.finished(.spoken)
         #expect(k12)
         #expect(machine.isIdle)
-        #expect(machine.stats == { var stats = Speaker.Stats(); stats.spoken = 2; stats.cutOff = 1; return stats }())
+        #expect(
+            machine.stats
+                == {
+                    var stats = Speaker.Stats(); stats.spoken = 2; stats.cutOff = 1; return stats
+                }())
     }
 
     @Test func shuttingDownDropsTheKeptMessagesToo() {

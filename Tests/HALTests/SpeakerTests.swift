@@ -14,7 +14,7 @@ struct FakeSynthesizer: SpeechSynthesizer {
 
     func start(text: String, voice: String) throws -> FakeStream {
         guard text != "FAIL", let slash = text.firstIndex(of: "/"), let ms = Int(text[text.index(after: slash)...]),
-              let code = text.unicodeScalars.first?.value
+            let code = text.unicodeScalars.first?.value
         else { throw Failure() }
         return FakeStream(voice: voice, samples: Array(repeating: Int16(code), count: Self.samples(ms: ms)))
     }
@@ -201,7 +201,6 @@ final class FakeSink: AudioSink, @unchecked Sendable {
     }
 }
 
-
 @Suite(.timeLimit(.minutes(10))) struct SpeakerTests {
     let logger = Logger(label: "speaker-tests")
 
@@ -257,7 +256,11 @@ final class FakeSink: AudioSink, @unchecked Sendable {
         #expect(sink.script == ["begin en", "write A", "drain", "begin en", "write B", "drain"])
         #expect(sink.samplesWritten(of: "A") == FakeSynthesizer.samples(ms: 500))
         #expect(sink.samplesWritten(of: "B") == FakeSynthesizer.samples(ms: 200))
-        #expect(speaker.stats == { var stats = Speaker.Stats(); stats.spoken = 2; return stats }())
+        #expect(
+            speaker.stats
+                == {
+                    var stats = Speaker.Stats(); stats.spoken = 2; return stats
+                }())
     }
 
     @Test func aNewerNormalMessageReplacesOneThatHasNotStarted() async throws {

@@ -31,7 +31,7 @@ import Testing
     @Test func leapDaysCenturiesAndTheLastMillisecondOfAYear() {
         let instants: [Double] = [
             0, 951_782_400, 951_868_799.999, 4_107_542_400, 1_709_164_800.5, 1_735_689_599.999,
-            978_307_200, 978_307_199.9995, 1_795_000_000.0009, -0.0005, -86_400.25,
+            978_307_200, 978_307_199.9995, 1_795_000_000.0009, -0.0005, -86_400.25
         ]
         for instant in instants { expectSameAsFoundation(Date(timeIntervalSince1970: instant)) }
         let leap = UTCTime(Date(timeIntervalSince1970: 951_782_400))  // 2000-02-29
@@ -49,14 +49,17 @@ import Testing
             // The same millisecond: Foundation counts from 2001 and UTCTime from 1970, so the two
             // Doubles may differ in their last bit.
             let foundation = try basic.parse(text)
-            #expect((parsed.date.timeIntervalSince1970 * 1000).rounded() == (foundation.timeIntervalSince1970 * 1000).rounded(),
-                    "\(text)")
+            #expect(
+                (parsed.date.timeIntervalSince1970 * 1000).rounded() == (foundation.timeIntervalSince1970 * 1000).rounded(),
+                "\(text)")
         }
     }
 
     @Test func anythingButTheBasicFormIsNotParsed() {
-        for text in ["2026-11-22T04:17:17.569Z", "20261122T041717Z", "20261122T041717.569", "20261322T041717.569Z",
-                     "20250229T000000.000Z", "20261122T241717.569Z", "2026112xT041717.569Z", ""] {
+        for text in [
+            "2026-11-22T04:17:17.569Z", "20261122T041717Z", "20261122T041717.569", "20261322T041717.569Z",
+            "20250229T000000.000Z", "20261122T241717.569Z", "2026112xT041717.569Z", ""
+        ] {
             #expect(UTCTime(basic: text) == nil, "\(text)")
         }
         #expect(UTCTime(basic: "20240229T235959.999Z") != nil)

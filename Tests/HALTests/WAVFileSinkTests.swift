@@ -44,9 +44,10 @@ import Testing
             try sink.write([1, 2, 3])
             try sink.drain()
         }
-        #expect(folder.files == [
-            "000041-en.wav", "000042-en.wav", "000043-cmn-latn-pinyin.wav", "000044-___odd_voice.wav", "notes.txt",
-        ])
+        #expect(
+            folder.files == [
+                "000041-en.wav", "000042-en.wav", "000043-cmn-latn-pinyin.wav", "000044-___odd_voice.wav", "notes.txt"
+            ])
     }
 
     @Test func aCutOffUtteranceKeepsWhatWasPlayed() throws {

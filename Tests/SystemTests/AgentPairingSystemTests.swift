@@ -27,8 +27,9 @@ import Testing
 
         // No token file, no credentials yet.
         try FileManager.default.removeItem(atPath: files.path("token"))
-        _ = try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", segmentSeconds: 1,
-                                  uplink: ["credentialsFile": files.path("credentials.json")], extra: "haptics:\n  required: false\n")
+        _ = try files.agentConfig(
+            url: "ws://127.0.0.1:\(port)/v1/stream", segmentSeconds: 1,
+            uplink: ["credentialsFile": files.path("credentials.json")], extra: "haptics:\n  required: false\n")
         let agent = try Spawned("dashcam-agent", ["record", "--config", files.path("agent.yaml")], folder: files.folder)
         defer { agent.stop(SIGKILL) }
         let codeLine = #/pairing: enter the code (\d{3}) (\d{3}) (\d{3}) at (\S+)/#
@@ -37,9 +38,10 @@ import Testing
         let code = "\(match.1)\(match.2)\(match.3)"
         #expect(match.4 == "http://127.0.0.1:\(port)/pair")
         // Recording never waited: segments are being written meanwhile.
-        try #require(await agent.wait(for: .seconds(60)) { _ in
-            ((try? FileManager.default.subpathsOfDirectory(atPath: files.path("segments"))) ?? []).contains { $0.hasSuffix(".mp4") }
-        })
+        try #require(
+            await agent.wait(for: .seconds(60)) { _ in
+                ((try? FileManager.default.subpathsOfDirectory(atPath: files.path("segments"))) ?? []).contains { $0.hasSuffix(".mp4") }
+            })
 
         // The code is said (twice, in groups of three) and `dashcam-agent pair` gives the same code.
         let phrase = StatusPhrase.pairingCode(code).text(language: "en")
@@ -47,14 +49,16 @@ import Testing
         try #require(await agent.wait(for: .seconds(60), until: saidCode), "\(agent.stderr.suffix(3000))")
         let pair = try await Command.executeAsync(
             Spawned.buildFolder.appendingPathComponent("dashcam-agent").path, ["pair", "--socket", files.path("status.sock")])
-        #expect(pair.status == 0 && pair.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "\(match.1) \(match.2) \(match.3)",
-                "\(pair.stdout) \(pair.stderr)")
+        #expect(
+            pair.status == 0 && pair.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "\(match.1) \(match.2) \(match.3)",
+            "\(pair.stdout) \(pair.stderr)")
         try #require(await agent.wait(for: .seconds(30)) { _ in Self.wavFiles(files).count >= 2 })
         // The phrase may be said together with another due at the same moment ("Dashcam ready."):
         // an utterance is a whole logged line. It is said more than once, and one saying may be
         // replaced by the next while it waits (a busy machine): any of them heard whole counts.
-        let utterances = Set(agent.stderr.split(separator: "\n").filter { $0.contains("status: ") && $0.contains(phrase) }
-            .compactMap { $0.components(separatedBy: "status: ").last })
+        let utterances = Set(
+            agent.stderr.split(separator: "\n").filter { $0.contains("status: ") && $0.contains(phrase) }
+                .compactMap { $0.components(separatedBy: "status: ").last })
         try #require(!utterances.isEmpty)
         var expected: [Int] = []
         for utterance in utterances { expected.append(try await LocalGuidanceSystemTests.reference(utterance, voice: "en-us")) }
@@ -62,7 +66,9 @@ import Testing
         // Within 3 %: eSpeak-ng's rendering depends on what it said before in the same process,
         // so the agent's saying of the phrase alone after "Dashcam ready. …" came out 1.3 % longer
         // than espeak-ng's own in one run (0.0–0.2 % in others). The other utterances differ by far more.
-        #expect(heard.contains { count in expected.contains { abs(count - $0) * 100 <= $0 * 3 } }, "a WAV of \(expected) samples among \(heard)")
+        #expect(
+            heard.contains { count in expected.contains { abs(count - $0) * 100 <= $0 * 3 } }, "a WAV of \(expected) samples among \(heard)"
+        )
 
         // The owner's side: an account, the code typed in lower case with spaces, approved.
         let store = try await SQLitePairingStore.open(path: files.path("usage.sqlite"), logger: Logger(label: "owner-side"))
@@ -73,7 +79,9 @@ import Testing
         let looked = try await store.lookUp(userCode: typed, owner: owner, address: "127.0.0.1", nowMs: now)
         guard case .pending(let deviceName, _) = looked else { Issue.record("not pending: \(looked)"); return }
         #expect(deviceName == "loop-car")
-        #expect(try await store.decide(userCode: typed, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1", nowMs: now) == .decided)
+        #expect(
+            try await store.decide(userCode: typed, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1", nowMs: now)
+                == .decided)
         try await store.shutdown()
 
         // Paired: said with the account's name, stored privately, and streaming.
@@ -82,7 +90,8 @@ import Testing
         try #require(await agent.wait(for: .seconds(60)) { $0.stderr.contains("Connected to guidance.") }, "\(agent.stderr.suffix(3000))")
         let mode = try FileManager.default.attributesOfItem(atPath: files.path("credentials.json"))[.posixPermissions] as? NSNumber
         #expect(mode?.intValue == 0o600)
-        let stored = try JSONDecoder().decode(DeviceCredentials.Stored.self, from: Data(contentsOf: URL(fileURLWithPath: files.path("credentials.json"))))
+        let stored = try JSONDecoder().decode(
+            DeviceCredentials.Stored.self, from: Data(contentsOf: URL(fileURLWithPath: files.path("credentials.json"))))
         #expect(stored.ownerName == "Ana" && stored.deviceId.hasPrefix("car-"))
         let again = try await Command.executeAsync(
             Spawned.buildFolder.appendingPathComponent("dashcam-agent").path, ["pair", "--socket", files.path("status.sock")])
@@ -105,13 +114,16 @@ import Testing
         _ = try files.serverConfig()
         let serverYAML = try String(contentsOfFile: files.path("server.yaml"), encoding: .utf8)
             .replacingOccurrences(of: "level: info", with: "level: debug")
-        try files.write("server.yaml", serverYAML + "pairing:\n  enabled: true\n  accessTokenSeconds: 60\n  signingKeyFile: \(files.path("signing.key"))\n")
+        try files.write(
+            "server.yaml",
+            serverYAML + "pairing:\n  enabled: true\n  accessTokenSeconds: 60\n  signingKeyFile: \(files.path("signing.key"))\n")
         let server = try Spawned("guidance-server", ["--config", files.path("server.yaml")], folder: files.folder)
         defer { server.stop() }
         try #require(await server.wait(for: .seconds(60)) { $0.stderr.contains("listening on") }, "\(server.stderr)")
         let port = Int(server.stderr.split(separator: "\n").first { $0.contains("listening on") }?.split(separator: ":").last ?? "") ?? 0
-        _ = try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", segmentSeconds: 1,
-                                  uplink: ["credentialsFile": files.path("credentials.json")], extra: "haptics:\n  required: false\n")
+        _ = try files.agentConfig(
+            url: "ws://127.0.0.1:\(port)/v1/stream", segmentSeconds: 1,
+            uplink: ["credentialsFile": files.path("credentials.json")], extra: "haptics:\n  required: false\n")
         let agent = try Spawned("dashcam-agent", ["record", "--config", files.path("agent.yaml")], folder: files.folder)
         defer { agent.stop(SIGKILL) }
         let codeLine = #/pairing: enter the code (\d{3}) (\d{3}) (\d{3})/#
@@ -122,10 +134,13 @@ import Testing
         let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: now)
         let spoken = "\(match.1)\(match.2)\(match.3)"
         _ = try await store.lookUp(userCode: spoken, owner: owner, address: "127.0.0.1", nowMs: now)
-        #expect(try await store.decide(userCode: spoken, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1", nowMs: now) == .decided)
+        #expect(
+            try await store.decide(userCode: spoken, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1", nowMs: now)
+                == .decided)
         try await store.shutdown()
         try #require(await agent.wait(for: .seconds(60)) { $0.stderr.contains("Connected to guidance.") }, "\(agent.stderr.suffix(3000))")
-        let first = try JSONDecoder().decode(DeviceCredentials.Stored.self, from: Data(contentsOf: URL(fileURLWithPath: files.path("credentials.json"))))
+        let first = try JSONDecoder().decode(
+            DeviceCredentials.Stored.self, from: Data(contentsOf: URL(fileURLWithPath: files.path("credentials.json"))))
 
         // Past the first token's end (the event waited for is the clock passing it), the session
         // is the one that opened, and the server took newer tokens in it.

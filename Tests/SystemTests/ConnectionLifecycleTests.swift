@@ -31,16 +31,19 @@ import TestSupport
             let (first, _) = try ServerHardeningTests.session(port: server.port)
             let (second, _) = try ServerHardeningTests.session(port: server.port, token: "other-token")
             // Half a segment: its buffer is held until the session goes.
-            try second.sendText(ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: clip.count,
-                                                           chunks: (clip.count + 65_535) / 65_536, sha: sha256Hex(clip)))
+            try second.sendText(
+                ServerHardeningTests.header(
+                    seq: 1, durationMs: 5000, bytes: clip.count,
+                    chunks: (clip.count + 65_535) / 65_536, sha: sha256Hex(clip)))
             try second.sendFrame(.binary, Array(clip.prefix(65_536)))
             // The same device again: the first is superseded.
             let (third, _) = try ServerHardeningTests.session(port: server.port)
             return [first, second, third]
         }
         // Nobody reads or answers anything from here on.
-        #expect(await Self.eventuallyUpgrades(port: server.port, token: "other-token"),
-                "the silent peers kept their slots: \(server.process.stderr.suffix(2000))")
+        #expect(
+            await Self.eventuallyUpgrades(port: server.port, token: "other-token"),
+            "the silent peers kept their slots: \(server.process.stderr.suffix(2000))")
         // And the server did end each of them: their sockets read end-of-file.
         for client in silent { #expect(client.isClosedByPeer()) }
         #expect(server.isRunning)
@@ -59,8 +62,9 @@ import TestSupport
                 return client
             }
         }
-        #expect(await Self.eventuallyUpgrades(port: server.port, token: "good-token"),
-                "kept-alive connections kept their slots: \(server.process.stderr.suffix(2000))")
+        #expect(
+            await Self.eventuallyUpgrades(port: server.port, token: "good-token"),
+            "kept-alive connections kept their slots: \(server.process.stderr.suffix(2000))")
         for client in scrapers { #expect(client.isClosedByPeer()) }
         withExtendedLifetime(scrapers) {}
     }
@@ -116,11 +120,12 @@ import TestSupport
         }
         // The bound only keeps a broken server from hanging the run: the session ends about 2 s
         // (the idle timeout) after the server stopped reading.
-        #expect(await eventually(within: .seconds(120), every: .milliseconds(250)) {
-            let scraped = try? await Command.executeAsync("/usr/bin/curl", ["-sS", "http://127.0.0.1:\(server.port)/metrics"]).stdout
-            let gauge = scraped?.split(separator: "\n").first { $0.hasPrefix("guidance_sessions ") }
-            return gauge.flatMap { Double($0.split(separator: " ").last ?? "") } == 0
-        }, "the session of a peer that never reads was kept: \(server.process.stderr.suffix(2000))")
+        #expect(
+            await eventually(within: .seconds(120), every: .milliseconds(250)) {
+                let scraped = try? await Command.executeAsync("/usr/bin/curl", ["-sS", "http://127.0.0.1:\(server.port)/metrics"]).stdout
+                let gauge = scraped?.split(separator: "\n").first { $0.hasPrefix("guidance_sessions ") }
+                return gauge.flatMap { Double($0.split(separator: " ").last ?? "") } == 0
+            }, "the session of a peer that never reads was kept: \(server.process.stderr.suffix(2000))")
         #expect(server.isRunning)
         withExtendedLifetime(client) {}
     }

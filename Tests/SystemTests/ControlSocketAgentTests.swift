@@ -23,7 +23,8 @@ import Testing
         // The socket is the agent user's alone from the moment it has its name.
         #expect(await agent.wait(for: .seconds(60)) { _ in FileManager.default.fileExists(atPath: loop.path("status.sock")) })
         var info = stat()
-        #expect(lstat(loop.path("status.sock"), &info) == 0 && info.st_mode & 0o777 == 0o600, "mode \(String(info.st_mode & 0o777, radix: 8))")
+        #expect(
+            lstat(loop.path("status.sock"), &info) == 0 && info.st_mode & 0o777 == 0o600, "mode \(String(info.st_mode & 0o777, radix: 8))")
         #expect(await agent.wait(for: .seconds(60)) { self.segmentLines($0).count >= 1 }, "\(agent.stderr)")
 
         // More idle clients than the agent has descriptors.
@@ -58,7 +59,8 @@ import Testing
         let open = try await StatusSocket.ask("protect time 0 9223372036854775807", path: loop.path("status.sock"), patience: Self.patience)
         #expect(open.contains("may end at most 5 minutes ahead"), "\(open)")
         let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
-        let long = try await StatusSocket.ask("protect time \(nowMs - 25 * 3_600_000) \(nowMs)", path: loop.path("status.sock"), patience: Self.patience)
+        let long = try await StatusSocket.ask(
+            "protect time \(nowMs - 25 * 3_600_000) \(nowMs)", path: loop.path("status.sock"), patience: Self.patience)
         #expect(long.contains("protect at most 24 hours at once"), "\(long)")
 
         // The command line says so before asking.
@@ -72,7 +74,8 @@ import Testing
         let before = segmentLines(agent).count
         #expect(await agent.wait(for: .seconds(60)) { self.segmentLines($0).count >= before + 3 }, "\(agent.stderr)")
         let reply = try await StatusSocket.ask("status", path: loop.path("status.sock"), patience: Self.patience)
-        let recording = try #require((try JSONSerialization.jsonObject(with: Data(reply.utf8)) as? [String: Any])?["recording"] as? [String: Any])
+        let recording = try #require(
+            (try JSONSerialization.jsonObject(with: Data(reply.utf8)) as? [String: Any])?["recording"] as? [String: Any])
         #expect(recording["protectedSegments"] as? Int == 0, "\(recording)")
         #expect(files(under: URL(fileURLWithPath: loop.path("recordings/protected"))).isEmpty)
         #expect(agent.stop() == 0, "\(agent.stderr)")

@@ -7,10 +7,12 @@ import Testing
     @Test func thePackageHoldsTheAgentTheUnitTheConfigAsConffileAndTheMaintainerScripts() async throws {
         let out = FileManager.default.temporaryDirectory.appendingPathComponent("deb-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: out) }
-        let built = try await Command.executeAsync("/usr/bin/env", [
-            "AGENT_BIN=\(RecordCommandTests.agent)", "DEB_OUT=\(out.path)", "DEB_COMPRESSION=none", "bash",
-            RecordCommandTests.repo.appendingPathComponent("deploy/build-deb.sh").path,
-        ])
+        let built = try await Command.executeAsync(
+            "/usr/bin/env",
+            [
+                "AGENT_BIN=\(RecordCommandTests.agent)", "DEB_OUT=\(out.path)", "DEB_COMPRESSION=none", "bash",
+                RecordCommandTests.repo.appendingPathComponent("deploy/build-deb.sh").path
+            ])
         #expect(built.status == 0, "\(built.stderr)")
         let deb = built.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(deb.hasSuffix(".deb"))
@@ -25,16 +27,18 @@ import Testing
         let unit = "." + unitDir.stdout.trimmingCharacters(in: .whitespacesAndNewlines) + "/dashcam-agent.service"
         let rules = "." + udevDir.stdout.trimmingCharacters(in: .whitespacesAndNewlines) + "/rules.d/70-dashcam-agent.rules"
         #expect(unitDir.status == 0 && udevDir.status == 0, "pkg-config: \(unitDir.stderr) \(udevDir.stderr)")
-        for (mode, path) in [("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", "./usr/lib/dashcam-agent/libRoadVision.so"), ("-rw-r--r--", unit),
-                             ("-rw-r--r--", "./etc/dashcam-agent/agent.yaml"), ("-rw-r--r--", rules),
-                             ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4.yaml"),
-                             ("-rw-r--r--", "./usr/share/dashcam-agent/chrony/dashcam-gps.conf"),
-                             ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4-usb-webcam.yaml"),
-                             ("-rw-r--r--", "./usr/share/dashcam-agent/default.yaml"),
-                             ("-rw-r--r--", "./usr/share/doc/dashcam-agent/copyright"),
-                             ("-rw-r--r--", "./usr/share/doc/dashcam-agent/changelog.gz"),
-                             ("-rw-r--r--", "./usr/share/doc/dashcam-agent/README.Debian"),
-                             ("-rw-r--r--", "./usr/share/lintian/overrides/dashcam-agent")] {
+        for (mode, path) in [
+            ("-rwxr-xr-x", "./usr/bin/dashcam-agent"), ("-rw-r--r--", "./usr/lib/dashcam-agent/libRoadVision.so"), ("-rw-r--r--", unit),
+            ("-rw-r--r--", "./etc/dashcam-agent/agent.yaml"), ("-rw-r--r--", rules),
+            ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4.yaml"),
+            ("-rw-r--r--", "./usr/share/dashcam-agent/chrony/dashcam-gps.conf"),
+            ("-rw-r--r--", "./usr/share/dashcam-agent/boards/raspberry-pi-4-usb-webcam.yaml"),
+            ("-rw-r--r--", "./usr/share/dashcam-agent/default.yaml"),
+            ("-rw-r--r--", "./usr/share/doc/dashcam-agent/copyright"),
+            ("-rw-r--r--", "./usr/share/doc/dashcam-agent/changelog.gz"),
+            ("-rw-r--r--", "./usr/share/doc/dashcam-agent/README.Debian"),
+            ("-rw-r--r--", "./usr/share/lintian/overrides/dashcam-agent")
+        ] {
             #expect(listed.contains { $0.mode == mode && $0.path == path }, "\(mode) \(path) in \(contents.stdout)")
         }
         #expect(!listed.contains { $0.path.hasSuffix("/token") }, "the token file is made on the board, never shipped")
@@ -62,6 +66,7 @@ import Testing
         let conffiles = try String(contentsOf: scripts.appendingPathComponent("conffiles"), encoding: .utf8)
         #expect(conffiles == "/etc/dashcam-agent/agent.yaml\n")
         let postinst = try String(contentsOf: scripts.appendingPathComponent("postinst"), encoding: .utf8)
-        #expect(postinst.contains("adduser --system") && postinst.contains("install -m 0600") && postinst.contains("deb-systemd-helper enable"))
+        #expect(
+            postinst.contains("adduser --system") && postinst.contains("install -m 0600") && postinst.contains("deb-systemd-helper enable"))
     }
 }

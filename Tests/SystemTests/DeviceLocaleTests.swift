@@ -21,8 +21,9 @@ import Testing
         // No key: the process locale.
         Setup(yaml: "", environment: ["LANG": "ko_KR.UTF-8"]),
         // The old name the demo used.
-        Setup(yaml: "uplink:\n  locale: ko-KR\n", environment: ["LANG": "en_US.UTF-8"],
-              notice: "config: uplink.locale is deprecated; use device.locale: ko-KR"),
+        Setup(
+            yaml: "uplink:\n  locale: ko-KR\n", environment: ["LANG": "en_US.UTF-8"],
+            notice: "config: uplink.locale is deprecated; use device.locale: ko-KR")
     ]
 
     /// The agent streams two segments to the reference server, whose guidance carries no `lang`:
@@ -37,28 +38,31 @@ import Testing
         let (server, port) = try await files.startServer()
         defer { server.stop() }
         // `uplink:` from the setup is merged into the one uplink section.
-        let uplinkExtra = setup.yaml.hasPrefix("uplink:") ? setup.yaml.split(separator: "\n").dropFirst().joined(separator: "\n") + "\n" : ""
-        try files.write("agent.yaml", (setup.yaml.hasPrefix("uplink:") ? "" : setup.yaml) + """
-            \(LoopFiles.testPattern(segmentSeconds: 1))
-            recording:
-              dir: \(files.path("segments"))
-            uplink:
-              url: ws://127.0.0.1:\(port)/v1/stream
-              allowInsecure: true
-              tokenFile: \(files.path("token"))
-              deviceId: loop-car
+        let uplinkExtra =
+            setup.yaml.hasPrefix("uplink:") ? setup.yaml.split(separator: "\n").dropFirst().joined(separator: "\n") + "\n" : ""
+        try files.write(
+            "agent.yaml",
+            (setup.yaml.hasPrefix("uplink:") ? "" : setup.yaml) + """
+                \(LoopFiles.testPattern(segmentSeconds: 1))
+                recording:
+                  dir: \(files.path("segments"))
+                uplink:
+                  url: ws://127.0.0.1:\(port)/v1/stream
+                  allowInsecure: true
+                  tokenFile: \(files.path("token"))
+                  deviceId: loop-car
 
-            """ + uplinkExtra + """
-            speech:
-              sink: wav:\(files.path("speech"))
-            haptics:
-              required: false
-            status:
-              socket: \(files.path("status.sock"))
-            guidance:
-              maxAgeMs: 120000
+                """ + uplinkExtra + """
+                    speech:
+                      sink: wav:\(files.path("speech"))
+                    haptics:
+                      required: false
+                    status:
+                      socket: \(files.path("status.sock"))
+                    guidance:
+                      maxAgeMs: 120000
 
-            """)
+                    """)
         // Only the variables of the setup decide the process locale.
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("LC_") && !$0.key.hasPrefix("DASHCAM_") }
         environment.merge(setup.environment) { $1 }
@@ -84,10 +88,14 @@ import Testing
     /// A language that is no tag, and two keys that name different languages: exit 78, naming the
     /// key, the value and what is allowed.
     @Test(arguments: [
-        ("device:\n  locale: korean\ncamera:\n  source: test-pattern\n",
-         "device.locale: 'korean' is not allowed; expected a BCP 47 language tag such as ko-KR"),
-        ("device:\n  locale: ko-KR\ncamera:\n  source: test-pattern\nspeech:\n  locale: en-US\n",
-         "speech.locale: 'en-US' is not allowed; expected unset or ko-KR, as device.locale says"),
+        (
+            "device:\n  locale: korean\ncamera:\n  source: test-pattern\n",
+            "device.locale: 'korean' is not allowed; expected a BCP 47 language tag such as ko-KR"
+        ),
+        (
+            "device:\n  locale: ko-KR\ncamera:\n  source: test-pattern\nspeech:\n  locale: en-US\n",
+            "speech.locale: 'en-US' is not allowed; expected unset or ko-KR, as device.locale says"
+        )
     ])
     func aBadLocaleStopsTheAgentWithExit78(yaml: String, message: String) async throws {
         let files = try LoopFiles()

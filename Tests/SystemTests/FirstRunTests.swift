@@ -24,8 +24,9 @@ import Testing
         let spoken = "No device token. Recording continues without guidance."
         // Recording goes on: segments close while the uplink has no token.
         // A bound only a hang exceeds: on a busy machine three 1-s segments may take long.
-        try #require(await agent.wait(for: .seconds(120)) { $0.stdout.split(separator: "\n").count >= 3 && $0.stderr.contains(spoken) },
-                     "\(agent.stderr.suffix(3000))")
+        try #require(
+            await agent.wait(for: .seconds(120)) { $0.stdout.split(separator: "\n").count >= 3 && $0.stderr.contains(spoken) },
+            "\(agent.stderr.suffix(3000))")
         #expect(agent.process.isRunning)
 
         let json = try await Command.executeAsync(Self.agentBinary, ["status", "--json", "--socket", files.path("status.sock")])
@@ -37,7 +38,8 @@ import Testing
         // The user puts the token in place: no restart, the uplink reads the file again.
         try files.write("token", files.token + "\n", mode: 0o600)
         try #require(await server.wait(for: .seconds(60)) { $0.stderr.contains("opened") }, "\(agent.stderr.suffix(3000))")
-        try #require(await agent.wait(for: .seconds(30)) { $0.stderr.contains("status: Connected to guidance.") }, "\(agent.stderr.suffix(3000))")
+        try #require(
+            await agent.wait(for: .seconds(30)) { $0.stderr.contains("status: Connected to guidance.") }, "\(agent.stderr.suffix(3000))")
         let lines = agent.stderr.split(separator: "\n")
         #expect(lines.filter { $0.contains(spoken) }.count == 1, "said once, not at every retry")
         #expect(lines.filter { $0.contains("no guidance until the device has a token") }.count == 1, "logged once, not at every retry")
@@ -62,12 +64,15 @@ import Testing
         try #require(await agent.wait(for: .seconds(30)) { !$0.stdout.isEmpty }, "\(agent.stderr.suffix(2000))")
         let asRoot = try await Command.executeAsync(Self.agentBinary, ["status", "--socket", files.path("status.sock")])
         try #require(asRoot.status == 0, "\(asRoot.stderr)")
-        let asNobody = try await Command.executeAsync("setpriv", [
-            "--reuid=65534", "--regid=65534", "--clear-groups", Self.agentBinary, "status", "--socket", files.path("status.sock"),
-        ])
+        let asNobody = try await Command.executeAsync(
+            "setpriv",
+            [
+                "--reuid=65534", "--regid=65534", "--clear-groups", Self.agentBinary, "status", "--socket", files.path("status.sock")
+            ])
         #expect(asNobody.status == 66)
-        #expect(asNobody.stderr.contains("permission denied on \(files.path("status.sock"))") && asNobody.stderr.contains("sudo"),
-                "\(asNobody.stderr)")
+        #expect(
+            asNobody.stderr.contains("permission denied on \(files.path("status.sock"))") && asNobody.stderr.contains("sudo"),
+            "\(asNobody.stderr)")
         #expect(!asNobody.stderr.contains("no running agent"), "\(asNobody.stderr)")
         // With no server configured, say-status says so, in the device's language (en-US here).
         let said = try await Command.executeAsync(Self.agentBinary, ["say-status", "--socket", files.path("status.sock")])
@@ -103,7 +108,8 @@ import Testing
         _ = try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", extra: "haptics:\n  required: false\n")
 
         let (status, report, output) = try await doctor(files)
-        #expect(report.check("server")?.outcome == "ok" && report.check("server")?.detail.contains("accepted the token") == true, "\(output)")
+        #expect(
+            report.check("server")?.outcome == "ok" && report.check("server")?.detail.contains("accepted the token") == true, "\(output)")
         #expect(report.check("token")?.outcome == "ok", "\(output)")
         #expect(report.check("camera")?.outcome == "skipped", "the test pattern is no camera: \(output)")
         #expect(report.check("encoder")?.outcome == "ok" && report.check("encoder")?.detail.contains("libx265") == true, "\(output)")
@@ -120,15 +126,18 @@ import Testing
         try files.write("token", "not-the-servers-token\n", mode: 0o600)
         let (refusedStatus, refused, refusedOutput) = try await doctor(files, ["--quiet"])
         #expect(refusedStatus == 1)
-        #expect(refused.check("server")?.outcome == "failed" && refused.check("server")?.detail.contains("refused the token (HTTP 401)") == true,
-                "\(refusedOutput)")
+        #expect(
+            refused.check("server")?.outcome == "failed"
+                && refused.check("server")?.detail.contains("refused the token (HTTP 401)") == true,
+            "\(refusedOutput)")
         #expect(refused.check("speaker")?.outcome == "skipped", "--quiet: \(refusedOutput)")
 
         try FileManager.default.removeItem(atPath: files.path("token"))
         let (missingStatus, missing, missingOutput) = try await doctor(files, ["--quiet"])
         #expect(missingStatus == 1)
-        #expect(missing.check("token")?.outcome == "failed" && missing.check("token")?.fix?.contains("guidance-server token add") == true,
-                "\(missingOutput)")
+        #expect(
+            missing.check("token")?.outcome == "failed" && missing.check("token")?.fix?.contains("guidance-server token add") == true,
+            "\(missingOutput)")
         #expect(missing.check("server")?.outcome == "skipped", "\(missingOutput)")
     }
 }

@@ -146,7 +146,6 @@ import Testing
     }
 }
 
-
 /// Echoes what it reads; counts connections, bytes and closes.
 private final class EchoServer: Sendable {
     private let channel: any Channel

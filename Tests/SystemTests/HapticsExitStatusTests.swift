@@ -18,8 +18,10 @@ import Testing
         defer { try? FileManager.default.removeItem(at: folder) }
         let result = try await Command.executeAsync(
             Self.agent,
-            ["record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path, "--out", folder.path,
-             "--source", "test-pattern", "--segments", "1"],
+            [
+                "record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path, "--out", folder.path,
+                "--source", "test-pattern", "--segments", "1"
+            ],
             environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
         return (result.status, result.stderr)
     }
@@ -43,17 +45,21 @@ import Testing
     }
 
     @Test func aNegativeLineOffsetIsAConfigErrorEvenWhenTheMotorIsOptional() async throws {
-        let run = try await record(["DASHCAM_HAPTICS_CHIP": "gpiochip0", "DASHCAM_HAPTICS_LINE": "-3",
-                                    "DASHCAM_HAPTICS_REQUIRED": "false"])
+        let run = try await record([
+            "DASHCAM_HAPTICS_CHIP": "gpiochip0", "DASHCAM_HAPTICS_LINE": "-3",
+            "DASHCAM_HAPTICS_REQUIRED": "false"
+        ])
         #expect(run.status == 78)
         #expect(run.stderr.contains("haptics.line: '-3' is not allowed; expected a line offset, 0 or more"), "\(run.stderr)")
     }
 
     @Test func aBusyLineExits75AndAChipThisUserMayNotOpenExits77() {
-        let busy = GPIOError.lineBusy(#"GPIO chip gpiochip0 line 5: line busy, used by consumer "gpioset""#,
-                                         holder: "gpioset", code: EBUSY)
-        let denied = GPIOError.permissionDenied("GPIO chip \"gpiochip0\" (/dev/gpiochip0) line 5: permission denied",
-                                                   code: EACCES)
+        let busy = GPIOError.lineBusy(
+            #"GPIO chip gpiochip0 line 5: line busy, used by consumer "gpioset""#,
+            holder: "gpioset", code: EBUSY)
+        let denied = GPIOError.permissionDenied(
+            "GPIO chip \"gpiochip0\" (/dev/gpiochip0) line 5: permission denied",
+            code: EACCES)
         #expect(busy.holder == "gpioset")
         #expect(ExitStatus.status(of: busy) == ExitStatus.busy && ExitStatus.busy == 75)
         #expect(ExitStatus.status(of: denied) == ExitStatus.noPermission && ExitStatus.noPermission == 77)

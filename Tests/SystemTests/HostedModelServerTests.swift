@@ -22,14 +22,19 @@ import Testing
         return try await ServerHardeningTests.offPool {
             let client = try RawClient(port: port, receiveTimeoutMs: 90_000)
             guard try client.upgrade(token: "good-token").status == 101 else { return [] }
-            try client.sendText(ClientMessage.hello(.init(
-                device: "car-1", locale: "ko-KR", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 2000),
-                stream: "s-1")).encoded())
+            try client.sendText(
+                ClientMessage.hello(
+                    .init(
+                        device: "car-1", locale: "ko-KR", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 2000),
+                        stream: "s-1")
+                ).encoded())
             var texts = try client.readTexts(until: "welcome")
             let sha = sha256Hex(data)
             for seq in 0..<count {
-                try client.sendText(ServerHardeningTests.header(seq: seq, durationMs: 2000, bytes: data.count,
-                                                                chunks: (data.count + 65535) / 65536, sha: sha, frames: 20))
+                try client.sendText(
+                    ServerHardeningTests.header(
+                        seq: seq, durationMs: 2000, bytes: data.count,
+                        chunks: (data.count + 65535) / 65536, sha: sha, frames: 20))
                 for start in stride(from: 0, to: data.count, by: 65536) {
                     try client.sendFrame(.binary, Array(data[start..<min(start + 65536, data.count)]))
                 }
@@ -45,20 +50,24 @@ import Testing
         let standIn = ModelStandIn(replies: [GeminiReplies.answer(GeminiReplies.sampleAnswer, promptTokens: 700, outputTokens: 20)])
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("gemini-\(UUID().uuidString)")
         try await standIn.serve { url in
-            let server = try await ServerProcess(analyzer: [
-                // The stand-in answers from this busy test process: the longest wait allowed, so the
-                // answer is judged, not how soon it came.
-                "kind": "gemini", "endpoint": "\(url)/v1beta", "apiKeyFile": try Self.keyFile(in: folder), "timeoutMs": "60000",
-            ], folder: folder)
+            let server = try await ServerProcess(
+                analyzer: [
+                    // The stand-in answers from this busy test process: the longest wait allowed, so the
+                    // answer is judged, not how soon it came.
+                    "kind": "gemini", "endpoint": "\(url)/v1beta", "apiKeyFile": try Self.keyFile(in: folder), "timeoutMs": "60000"
+                ], folder: folder)
             let texts = try await Self.stream(port: server.port, count: 1, until: "guidance")
             let guidance = try #require(texts.last)
-            #expect(guidance.contains("\"type\":\"guidance\"") && guidance.contains("보행자가 있습니다") && guidance.contains("\"urgent\""),
-                    "\(texts)")
+            #expect(
+                guidance.contains("\"type\":\"guidance\"") && guidance.contains("보행자가 있습니다") && guidance.contains("\"urgent\""),
+                "\(texts)")
             #expect(texts.contains { $0.contains("\"ack\"") })
             let usage = try await Command.executeAsync(
                 Spawned.buildFolder.appendingPathComponent("guidance-server").path,
                 ["usage", "car-1", "--json", "--config", folder.appendingPathComponent("server.yaml").path])
-            #expect(usage.stdout.contains("\"inputTokens\":700") && usage.stdout.contains("\"outputTokens\":20"), "\(usage.stdout) \(usage.stderr)")
+            #expect(
+                usage.stdout.contains("\"inputTokens\":700") && usage.stdout.contains("\"outputTokens\":20"),
+                "\(usage.stdout) \(usage.stderr)")
             #expect(!server.process.stderr.contains(Self.key), "the API key was logged")
         }
         let request = try #require(standIn.requests.first)
@@ -75,9 +84,10 @@ import Testing
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("gemini-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }
         try await standIn.serve { url in
-            let server = try await ServerProcess(analyzer: [
-                "kind": "gemini", "endpoint": "\(url)/v1beta", "apiKeyFile": try Self.keyFile(in: folder), "timeoutMs": "3000",
-            ], folder: folder)
+            let server = try await ServerProcess(
+                analyzer: [
+                    "kind": "gemini", "endpoint": "\(url)/v1beta", "apiKeyFile": try Self.keyFile(in: folder), "timeoutMs": "3000"
+                ], folder: folder)
             let texts = try await Self.stream(port: server.port, count: 5, until: "\"error\"")
             let acks = texts.filter { $0.contains("\"ack\"") }.count
             let unavailable = texts.filter { $0.contains("guidance_unavailable") }.count
@@ -94,7 +104,9 @@ import Testing
         defer { try? FileManager.default.removeItem(at: folder) }
         let keyFile = try Self.keyFile(in: folder, mode: mode < 0 ? 0o600 : mode)
         try ServerProcess.write(folder, "tokens.yaml", "good-token: car-1\n", mode: 0o600)
-        try ServerProcess.write(folder, "server.yaml", """
+        try ServerProcess.write(
+            folder, "server.yaml",
+            """
             server:
               port: 0
               tokensFile: \(folder.appendingPathComponent("tokens.yaml").path)

@@ -20,8 +20,11 @@ import TestSupport
         init(in parent: URL) throws {
             folder = parent.appendingPathComponent("iio:device0")
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            for (name, text) in [("name", "lis3dh\n"), ("sampling_frequency", "1\n"), ("sampling_frequency_available", "1 10 25 50 100 200 400 1600\n")]
-                + ["x", "y", "z"].map({ ("in_accel_\($0)_scale", "0.009806\n") }) {
+            for (name, text) in [
+                ("name", "lis3dh\n"), ("sampling_frequency", "1\n"), ("sampling_frequency_available", "1 10 25 50 100 200 400 1600\n")
+            ]
+                + ["x", "y", "z"].map({ ("in_accel_\($0)_scale", "0.009806\n") })
+            {
                 try Data(text.utf8).write(to: folder.appendingPathComponent(name))
             }
             try set(x: 0, y: 0, z: 1000)
@@ -46,9 +49,10 @@ import TestSupport
         // The server finds the road clear every time: no guidance is spoken over the phrase.
         try Data("- clear: true\n".utf8).write(to: keep.appendingPathComponent("clear.yaml"))
         let clipStore = keep.appendingPathComponent("clips")
-        let server = try await ServerProcess(server: ["keepDir": keep.path],
-                                             analyzer: ["kind": "scripted", "scriptFile": keep.appendingPathComponent("clear.yaml").path],
-                                             extra: "clips:\n  dir: \(clipStore.path)")
+        let server = try await ServerProcess(
+            server: ["keepDir": keep.path],
+            analyzer: ["kind": "scripted", "scriptFile": keep.appendingPathComponent("clear.yaml").path],
+            extra: "clips:\n  dir: \(clipStore.path)")
         defer { server.stop() }
         // The road between car and server. The answer to the clip's first part (the server's
         // second `clip_have`: the first answers the announce) never arrives: the link dies there,
@@ -63,20 +67,24 @@ import TestSupport
         let sensor = try FakeIIO(in: files.folder)
         // The uplink holds every segment until it is delivered (a busy machine makes them late;
         // by default late ones are left to the disk): this test is about what the server keeps.
-        let config = try files.agentConfig(url: "ws://127.0.0.1:\(link.port)/v1/stream", segmentSeconds: 1,
-                                           uplink: ["queueSegments": "100", "queueMaxAgeMs": "600000", "connectTimeoutMs": "2000"], extra: """
-            sensors:
-              accel:
-                device: \(sensor.folder.path)
-                hz: 50
-            incident:
-              sensitivity: medium
-              beforeSeconds: 3
-              afterSeconds: 3
-            """)
+        let config = try files.agentConfig(
+            url: "ws://127.0.0.1:\(link.port)/v1/stream", segmentSeconds: 1,
+            uplink: ["queueSegments": "100", "queueMaxAgeMs": "600000", "connectTimeoutMs": "2000"],
+            extra: """
+                sensors:
+                  accel:
+                    device: \(sensor.folder.path)
+                    hz: 50
+                incident:
+                  sensitivity: medium
+                  beforeSeconds: 3
+                  afterSeconds: 3
+                """)
         let agent = try Spawned("dashcam-agent", ["record", "--config", config], folder: files.folder)
         defer { _ = agent.stop() }
-        #expect(await agent.wait(for: .seconds(60)) { $0.stderr.contains("g-sensor: reading lis3dh (iio:device0) at 50 Hz") }, "\(agent.stderr)")
+        #expect(
+            await agent.wait(for: .seconds(60)) { $0.stderr.contains("g-sensor: reading lis3dh (iio:device0) at 50 Hz") }, "\(agent.stderr)"
+        )
         // The chip was set to its fastest rate.
         #expect(try String(contentsOf: sensor.folder.appendingPathComponent("sampling_frequency"), encoding: .utf8).hasPrefix("1600"))
         let segments = { (spawned: Spawned) in spawned.stdout.split(separator: "\n").count }
@@ -105,9 +113,12 @@ import TestSupport
         // The impact is a reading taken while the sensor held the shock (0.1 s for the clocks'
         // conversion); the window runs 3 s before it, and 3 s past the last impact, which is at
         // most one 60-ms mean after the shock ended.
-        #expect(at.timeIntervalSince(shock) > -0.1 && at.timeIntervalSince(shockEnd) < 0.1, "the impact is the shock: \(incident.at) against \(shock)–\(shockEnd)")
-        #expect(abs(from.timeIntervalSince(at) + 3) < 0.01 && to.timeIntervalSince(at) >= 3 && to.timeIntervalSince(shockEnd) < 3.2,
-                "\(incident), the shock ended \(shockEnd)")
+        #expect(
+            at.timeIntervalSince(shock) > -0.1 && at.timeIntervalSince(shockEnd) < 0.1,
+            "the impact is the shock: \(incident.at) against \(shock)–\(shockEnd)")
+        #expect(
+            abs(from.timeIntervalSince(at) + 3) < 0.01 && to.timeIntervalSince(at) >= 3 && to.timeIntervalSince(shockEnd) < 3.2,
+            "\(incident), the shock ended \(shockEnd)")
 
         // Every segment of the window is protected, and each is a whole HEVC segment (ffprobe).
         let recordings = URL(fileURLWithPath: files.path("segments"))
@@ -117,11 +128,14 @@ import TestSupport
         // segment recorded in the window is one of them.
         let recordedInWindow = agent.stdout.split(separator: "\n").compactMap { line -> Int? in
             guard let json = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-                  let seq = json["seq"] as? Int, let stamp = json["capturedAt"] as? String,
-                  let at = ISO8601DateFormatter.milliseconds.date(from: stamp) else { return nil }
+                let seq = json["seq"] as? Int, let stamp = json["capturedAt"] as? String,
+                let at = ISO8601DateFormatter.milliseconds.date(from: stamp)
+            else { return nil }
             return at < to && at.addingTimeInterval(1) > from ? seq : nil
         }
-        #expect(!overlapping.isEmpty && Set(overlapping.map(\.seq)) == Set(recordedInWindow), "\(overlapping.map(\.path)) against \(recordedInWindow)")
+        #expect(
+            !overlapping.isEmpty && Set(overlapping.map(\.seq)) == Set(recordedInWindow),
+            "\(overlapping.map(\.path)) against \(recordedInWindow)")
         #expect(!agent.stderr.contains("dropped: the disk and the uplink"), "no segment was dropped between the encoder and the disk")
         if overlapping.count < 6 { print("incident window: \(overlapping.count) segments; the camera gave no frame for the other seconds") }
         #expect(overlapping.allSatisfy { $0.isProtected }, "\(overlapping.map(\.path))")
@@ -137,29 +151,37 @@ import TestSupport
         // The car said it: the log, and a WAV as long as eSpeak-ng's program makes of the phrase.
         #expect(agent.stderr.contains("status: Incident saved."), "\(agent.stderr.suffix(2000))")
         let expected = try await LocalGuidanceSystemTests.reference("Incident saved.", voice: "en-us")
-        #expect(await agent.wait(for: .seconds(30)) { _ in
-            let spoken = (try? FileManager.default.contentsOfDirectory(atPath: files.path("speech"))) ?? []
-            return spoken.contains { name in
-                let count = (try? LocalGuidanceSystemTests.samples(files.path("speech/\(name)")).count) ?? 0
-                return abs(count - expected) * 200 <= expected
-            }
-        }, "a WAV of \(expected) voiced samples in \(((try? FileManager.default.contentsOfDirectory(atPath: files.path("speech"))) ?? []).sorted().map { "\($0): \((try? LocalGuidanceSystemTests.samples(files.path("speech/\($0)")).count) ?? -1)" }); \(agent.stderr.split(separator: "\n").filter { $0.contains("status:") || $0.contains("speech") || $0.contains("uplink") }.suffix(30).joined(separator: "\n"))")
+        #expect(
+            await agent.wait(for: .seconds(30)) { _ in
+                let spoken = (try? FileManager.default.contentsOfDirectory(atPath: files.path("speech"))) ?? []
+                return spoken.contains { name in
+                    let count = (try? LocalGuidanceSystemTests.samples(files.path("speech/\(name)")).count) ?? 0
+                    return abs(count - expected) * 200 <= expected
+                }
+            },
+            "a WAV of \(expected) voiced samples in \(((try? FileManager.default.contentsOfDirectory(atPath: files.path("speech"))) ?? []).sorted().map { "\($0): \((try? LocalGuidanceSystemTests.samples(files.path("speech/\($0)")).count) ?? -1)" }); \(agent.stderr.split(separator: "\n").filter { $0.contains("status:") || $0.contains("speech") || $0.contains("uplink") }.suffix(30).joined(separator: "\n"))"
+        )
 
         // The server kept the incident's segments in keepDir/incidents/, whatever its analysis said.
         let kept = keep.appendingPathComponent("incidents")
-        #expect(await server.process.wait(for: .seconds(240)) { _ in
-            let folders = (try? FileManager.default.contentsOfDirectory(atPath: kept.path)) ?? []
-            guard folders.count == 1, let folder = folders.first else { return false }
-            let inside = (try? FileManager.default.contentsOfDirectory(atPath: kept.appendingPathComponent(folder).path)) ?? []
-            return inside.filter { $0.hasSuffix(".mp4") }.count == overlapping.count
-        }, "kept \(((try? FileManager.default.subpathsOfDirectory(atPath: kept.path)) ?? []).sorted()) of \(overlapping.map(\.seq)); agent: \(agent.stderr.split(separator: "\n").filter { $0.contains("uplink") || $0.contains("incident") }.suffix(20).joined(separator: "\n")); server: \(server.process.stderr.split(separator: "\n").filter { !$0.contains("verified") }.suffix(20).joined(separator: "\n"))")
+        #expect(
+            await server.process.wait(for: .seconds(240)) { _ in
+                let folders = (try? FileManager.default.contentsOfDirectory(atPath: kept.path)) ?? []
+                guard folders.count == 1, let folder = folders.first else { return false }
+                let inside = (try? FileManager.default.contentsOfDirectory(atPath: kept.appendingPathComponent(folder).path)) ?? []
+                return inside.filter { $0.hasSuffix(".mp4") }.count == overlapping.count
+            },
+            "kept \(((try? FileManager.default.subpathsOfDirectory(atPath: kept.path)) ?? []).sorted()) of \(overlapping.map(\.seq)); agent: \(agent.stderr.split(separator: "\n").filter { $0.contains("uplink") || $0.contains("incident") }.suffix(20).joined(separator: "\n")); server: \(server.process.stderr.split(separator: "\n").filter { !$0.contains("verified") }.suffix(20).joined(separator: "\n"))"
+        )
         let folder = try #require(try FileManager.default.contentsOfDirectory(atPath: kept.path).first)
         #expect(folder.hasSuffix("-" + incident.id) && folder.hasPrefix("car-1-"), "\(folder)")
-        let record = try JSONSerialization.jsonObject(with: Data(contentsOf: kept.appendingPathComponent(folder).appendingPathComponent("incident.json")))
+        let record = try JSONSerialization.jsonObject(
+            with: Data(contentsOf: kept.appendingPathComponent(folder).appendingPathComponent("incident.json")))
         let message = try #require((record as? [String: Any])?["incident"] as? [String: Any])
         #expect(message["final"] as? Bool == true && message["id"] as? String == incident.id, "\(message)")
         #expect(Set((message["seqs"] as? [Int]) ?? []) == Set(overlapping.map(\.seq)), "\(message)")
-        for mp4 in try FileManager.default.contentsOfDirectory(atPath: kept.appendingPathComponent(folder).path) where mp4.hasSuffix(".mp4") {
+        for mp4 in try FileManager.default.contentsOfDirectory(atPath: kept.appendingPathComponent(folder).path) where mp4.hasSuffix(".mp4")
+        {
             let probed = try FFprobe.probe(kept.appendingPathComponent(folder).appendingPathComponent(mp4))
             #expect(probed.codec == "hevc", "\(mp4): \(probed)")
         }
@@ -168,8 +190,10 @@ import TestSupport
         // arrived once, every file whole and equal to the car's.
         let clipID = "incident-" + incident.id
         let logged = { (spawned: Spawned) in spawned.stderr.contains("uplink: clip \(clipID) is stored on the server") }
-        #expect(await agent.wait(for: .seconds(240), until: logged),
-                "\(agent.stderr.split(separator: "\n").filter { $0.contains("clip") || $0.contains("session") }.suffix(30).joined(separator: "\n")); server: \(server.process.stderr.split(separator: "\n").filter { $0.contains("clip") }.suffix(20).joined(separator: "\n"))")
+        #expect(
+            await agent.wait(for: .seconds(240), until: logged),
+            "\(agent.stderr.split(separator: "\n").filter { $0.contains("clip") || $0.contains("session") }.suffix(30).joined(separator: "\n")); server: \(server.process.stderr.split(separator: "\n").filter { $0.contains("clip") }.suffix(20).joined(separator: "\n"))"
+        )
         #expect(link.tripped && link.connections >= 3, "the link died mid-upload (\(link.connections) connections)")
         #expect(agent.stderr.components(separatedBy: "uplink: clip \(clipID) is stored on the server").count == 2, "stored once")
         // ... and the session after the cut went on from what the server held, not from the start.
@@ -188,7 +212,8 @@ import TestSupport
             let stored = try Data(contentsOf: clipFolder.appendingPathComponent(name))
             #expect(sha256Hex(stored) == sha256Hex(car), "\(name)")
         }
-        let clipRecord = try JSONSerialization.jsonObject(with: Data(contentsOf: clipFolder.appendingPathComponent("clip.json"))) as? [String: Any]
+        let clipRecord =
+            try JSONSerialization.jsonObject(with: Data(contentsOf: clipFolder.appendingPathComponent("clip.json"))) as? [String: Any]
         let described = try #require(clipRecord?["clip"] as? [String: Any], "\(String(describing: clipRecord))")
         #expect(described["kind"] as? String == "incident" && described["at"] as? String == incident.at, "\(described)")
         #expect((described["peakG"] as? Double).map { abs($0 - incident.peakG) < 0.01 } == true, "\(described)")
@@ -205,11 +230,12 @@ import TestSupport
     @Test func aMissingSensorIsRetriedAndRecordingGoesOn() async throws {
         let files = try LoopFiles()
         defer { files.remove() }
-        let agent = try files.startRecorder(extra: """
-            sensors:
-              accel:
-                device: lis3dh-not-here
-            """)
+        let agent = try files.startRecorder(
+            extra: """
+                sensors:
+                  accel:
+                    device: lis3dh-not-here
+                """)
         defer { _ = agent.stop() }
         #expect(await agent.wait(for: .seconds(60)) { $0.stdout.split(separator: "\n").count >= 3 }, "\(agent.stderr)")
         #expect(agent.stderr.contains("g-sensor: sensors.accel.device lis3dh-not-here: no IIO device of that name"), "\(agent.stderr)")

@@ -7,8 +7,11 @@ import TestSupport
 /// (on the other instance when there are two), a clean stop, and a new session. Each new session
 /// must be welcomed and keep its lease: a segment it sends is acknowledged, not superseded.
 @Suite struct LeaseCycleTests {
-    static let hello = ClientMessage.hello(.init(device: "car-1", locale: "en-US", agent: "test",
-                                                 video: .init(width: 128, height: 72, fps: 10, segmentMs: 5000), stream: "day")).encoded()
+    static let hello = ClientMessage.hello(
+        .init(
+            device: "car-1", locale: "en-US", agent: "test",
+            video: .init(width: 128, height: 72, fps: 10, segmentMs: 5000), stream: "day")
+    ).encoded()
 
     /// The first session of a cycle is not read while the second is opened, so it answers no
     /// ping: on a busy machine that takes longer than the idle timeout, and the server would
@@ -21,8 +24,10 @@ import TestSupport
         guard try client.upgrade(token: "good-token").status == 101 else { throw RawClient.Failure(description: "upgrade refused") }
         try client.sendText(hello)
         var texts = try client.readTexts(until: "welcome")
-        try client.sendText(ServerHardeningTests.header(seq: seq, durationMs: 5000, bytes: clip.count,
-                                                       chunks: (clip.count + 65_535) / 65_536, sha: sha256Hex(clip)))
+        try client.sendText(
+            ServerHardeningTests.header(
+                seq: seq, durationMs: 5000, bytes: clip.count,
+                chunks: (clip.count + 65_535) / 65_536, sha: sha256Hex(clip)))
         try client.sendFrame(.binary, clip)
         texts += try client.readTexts(until: #""ack""#)
         return (client, texts)
@@ -36,7 +41,9 @@ import TestSupport
             let (old, opened) = try await ServerHardeningTests.offPool { try session(port: first.port, seq: 2 * cycle, clip: clip) }
             #expect(opened.last?.contains(#""ack""#) == true, "cycle \(cycle), first session: \(opened)")
             // The handover: a second session takes the lease; the first is told and closed with 4000.
-            let (new, handedOver) = try await ServerHardeningTests.offPool { try session(port: second.port, seq: 2 * cycle + 1, clip: clip) }
+            let (new, handedOver) = try await ServerHardeningTests.offPool {
+                try session(port: second.port, seq: 2 * cycle + 1, clip: clip)
+            }
             #expect(handedOver.last?.contains(#""ack""#) == true, "cycle \(cycle), second session: \(handedOver)")
             let oldClose = try await ServerHardeningTests.offPool { () -> Int? in
                 var seen: [UInt8] = []

@@ -57,11 +57,13 @@ import TestSupport
 
             // A stale release leaves B's lease in place.
             try await a.leases.release(device: "car-1", session: "on-a", epoch: epochA)
-            let row = try await PostgresServer.shared().psql(database: database, "SELECT session || '|' || epoch FROM session_leases WHERE device = 'car-1'")
+            let row = try await PostgresServer.shared().psql(
+                database: database, "SELECT session || '|' || epoch FROM session_leases WHERE device = 'car-1'")
             #expect(row.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "on-b|\(epochB)")
             try await b.leases.release(device: "car-1", session: "on-b", epoch: epochB)
             // Released, the row keeps its epoch with no session, so the next lease goes above it.
-            let released = try await PostgresServer.shared().psql(database: database, "SELECT session || '|' || epoch FROM session_leases WHERE device = 'car-1'")
+            let released = try await PostgresServer.shared().psql(
+                database: database, "SELECT session || '|' || epoch FROM session_leases WHERE device = 'car-1'")
             #expect(released.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "|\(epochB)")
             #expect(try await a.leases.acquire(device: "car-1", session: "on-a-again") == epochB + 1)
         }

@@ -12,14 +12,16 @@ import TestSupport
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-command-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let config = folder.appendingPathComponent("server.yaml").path
-        try Data("""
+        try Data(
+            """
             analyzer:
               kind: scripted
               scriptFile: \(folder.appendingPathComponent("script.yaml").path)
             ledger: \(ledger ?? "sqlite:" + folder.appendingPathComponent("usage.sqlite").path)
             \(extra)
 
-            """.utf8).write(to: URL(fileURLWithPath: config))
+            """.utf8
+        ).write(to: URL(fileURLWithPath: config))
         return (folder, config)
     }
 
@@ -39,19 +41,31 @@ import TestSupport
 
         let table = try await Self.run(["usage", "--config", config])
         #expect(table.status == 0, "\(table.stderr)")
-        #expect(table.stdout == """
-            device                 credited      spent  segments  remaining
-            car-1                5000000000          0         0  5000000100
-            car-2                        30          0         0  130
+        #expect(
+            table.stdout == """
+                device                 credited      spent  segments  remaining
+                car-1                5000000000          0         0  5000000100
+                car-2                        30          0         0  130
 
-            """)
+                """)
         let one = try await Self.run(["usage", "car-2", "--json", "--config", config])
-        #expect(one.stdout == #"[{"creditedSeconds":30,"device":"car-2","inputTokens":0,"outputTokens":0,"remainingSeconds":130,"segments":0,"spentSeconds":0}]"# + "\n")
+        #expect(
+            one.stdout
+                == #"[{"creditedSeconds":30,"device":"car-2","inputTokens":0,"outputTokens":0,"remainingSeconds":130,"segments":0,"spentSeconds":0}]"#
+                + "\n")
         // A device the ledger never saw has the allowance and nothing else.
         let unknown = try await Self.run(["usage", "car-9", "--json", "--config", config])
-        #expect(unknown.stdout == #"[{"creditedSeconds":0,"device":"car-9","inputTokens":0,"outputTokens":0,"remainingSeconds":100,"segments":0,"spentSeconds":0}]"# + "\n")
+        #expect(
+            unknown.stdout
+                == #"[{"creditedSeconds":0,"device":"car-9","inputTokens":0,"outputTokens":0,"remainingSeconds":100,"segments":0,"spentSeconds":0}]"#
+                + "\n")
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") {
-            let notes = try Command.run("/usr/bin/sqlite3", [folder.appendingPathComponent("usage.sqlite").path, "SELECT device || '|' || seconds || '|' || note FROM credits ORDER BY id"])
+            let notes = try Command.run(
+                "/usr/bin/sqlite3",
+                [
+                    folder.appendingPathComponent("usage.sqlite").path,
+                    "SELECT device || '|' || seconds || '|' || note FROM credits ORDER BY id"
+                ])
             #expect(notes.stdout == "car-2|30|order 7\ncar-1|5000000000|\n")
         }
     }
@@ -68,11 +82,15 @@ import TestSupport
         let large = try await Self.run(["credit", "car-1", "5000000000", "--config", config])
         #expect(large.stdout == "car-1                5000000000          0         0  5000000100\n", "\(large.stderr)")
         let json = try await Self.run(["usage", "--json", "--config", config])
-        #expect(json.stdout == "[" + [
-            #"{"creditedSeconds":5000000000,"device":"car-1","inputTokens":0,"outputTokens":0,"remainingSeconds":5000000100,"segments":0,"spentSeconds":0}"#,
-            #"{"creditedSeconds":30,"device":"car-2","inputTokens":0,"outputTokens":0,"remainingSeconds":130,"segments":0,"spentSeconds":0}"#,
-        ].joined(separator: ",") + "]\n", "\(json.stderr)")
-        let rows = try await server.psql(database: String(url.split(separator: "/").last ?? ""), """
+        #expect(
+            json.stdout == "["
+                + [
+                    #"{"creditedSeconds":5000000000,"device":"car-1","inputTokens":0,"outputTokens":0,"remainingSeconds":5000000100,"segments":0,"spentSeconds":0}"#,
+                    #"{"creditedSeconds":30,"device":"car-2","inputTokens":0,"outputTokens":0,"remainingSeconds":130,"segments":0,"spentSeconds":0}"#
+                ].joined(separator: ",") + "]\n", "\(json.stderr)")
+        let rows = try await server.psql(
+            database: String(url.split(separator: "/").last ?? ""),
+            """
             SELECT b.device || '|' || b.credited || '|' || string_agg(c.note, ',') FROM balances b JOIN credits c USING (device)
             GROUP BY b.device, b.credited ORDER BY b.device
             """)
@@ -82,11 +100,12 @@ import TestSupport
         defer { try? FileManager.default.removeItem(at: otherFolder) }
         let refused = try await Self.run(["usage", "--config", missing])
         #expect(refused.status == 69)
-        #expect(refused.stderr == """
-            guidance-server: cannot reach the usage ledger postgres@127.0.0.1:\(server.port)/no_such_ledger: \
-            PostgreSQL says: database "no_such_ledger" does not exist (SQLSTATE 3D000)
+        #expect(
+            refused.stderr == """
+                guidance-server: cannot reach the usage ledger postgres@127.0.0.1:\(server.port)/no_such_ledger: \
+                PostgreSQL says: database "no_such_ledger" does not exist (SQLSTATE 3D000)
 
-            """)
+                """)
     }
 
     @Test func withoutAnAllowanceWhatIsLeftIsUnlimited() async throws {
@@ -95,11 +114,15 @@ import TestSupport
         let credit = try await Self.run(["credit", "car-1", "60", "--config", config])
         #expect(credit.stdout == "car-1                        60          0         0  unlimited\n", "\(credit.stderr)")
         let json = try await Self.run(["usage", "--json", "--config", config])
-        #expect(json.stdout == #"[{"creditedSeconds":60,"device":"car-1","inputTokens":0,"outputTokens":0,"remainingSeconds":null,"segments":0,"spentSeconds":0}]"# + "\n")
+        #expect(
+            json.stdout
+                == #"[{"creditedSeconds":60,"device":"car-1","inputTokens":0,"outputTokens":0,"remainingSeconds":null,"segments":0,"spentSeconds":0}]"#
+                + "\n")
         // An empty ledger: the titles only, and an empty array.
         let (emptyFolder, empty) = try Self.setUp()
         defer { try? FileManager.default.removeItem(at: emptyFolder) }
-        #expect(try await Self.run(["usage", "--config", empty]).stdout == "device                 credited      spent  segments  remaining\n")
+        #expect(
+            try await Self.run(["usage", "--config", empty]).stdout == "device                 credited      spent  segments  remaining\n")
         #expect(try await Self.run(["usage", "--json", "--config", empty]).stdout == "[]\n")
     }
 
@@ -121,12 +144,14 @@ import TestSupport
         writer.standardInput = input
         writer.standardOutput = try FileHandle(forWritingTo: output)
         try writer.run()
-        try input.fileHandleForWriting.write(contentsOf: Data("""
-            BEGIN IMMEDIATE;
-            INSERT INTO credits (device, seconds, note, at) VALUES ('car-1', 10, 'by hand', '');
-            SELECT 'locked';
+        try input.fileHandleForWriting.write(
+            contentsOf: Data(
+                """
+                BEGIN IMMEDIATE;
+                INSERT INTO credits (device, seconds, note, at) VALUES ('car-1', 10, 'by hand', '');
+                SELECT 'locked';
 
-            """.utf8))
+                """.utf8))
         var locked = false
         for _ in 0..<1000 where !locked {
             locked = (try? String(contentsOf: output, encoding: .utf8))?.contains("locked") == true
@@ -173,7 +198,7 @@ import TestSupport
         (["credit", "car-1"], "Missing expected argument '<seconds>'"),
         (["credit", "", "5"], "DEVICE must not be empty"),
         (["credit", "car-1", "2000000000000"], "seconds 2000000000000 is not within 1…1000000000000"),
-        (["usage", "car-1", "car-2"], "Unexpected argument 'car-2'"),
+        (["usage", "car-1", "car-2"], "Unexpected argument 'car-2'")
     ])
     func badArgumentsExit64AndSayWhy(arguments: [String], message: String) async throws {
         let (folder, config) = try Self.setUp()
@@ -189,7 +214,7 @@ import TestSupport
     /// alone would retry for a minute). Port 1 on loopback refuses connections.
     @Test(arguments: [
         ("sqlite:/nonexistent-folder/usage.sqlite", "cannot open the usage ledger /nonexistent-folder/usage.sqlite"),
-        ("postgres://postgres@127.0.0.1:1/ledger", "cannot reach the usage ledger postgres@127.0.0.1:1/ledger: "),
+        ("postgres://postgres@127.0.0.1:1/ledger", "cannot reach the usage ledger postgres@127.0.0.1:1/ledger: ")
     ])
     func anUnavailableLedgerExits69AndSaysWhy(ledger: String, message: String) async throws {
         let (folder, config) = try Self.setUp(ledger: ledger)

@@ -34,10 +34,11 @@ import TestSupport
 
         /// One query through the store's own client (sqlite3, psql), trimmed.
         func sql(_ ledger: String, _ query: String) async throws -> String {
-            let result = switch self {
-            case .sqlite: try Command.execute("/usr/bin/sqlite3", [String(ledger.dropFirst("sqlite:".count)), query])
-            case .postgres: try await PostgresServer.shared().psql(database: String(ledger.split(separator: "/").last ?? ""), query)
-            }
+            let result =
+                switch self {
+                case .sqlite: try Command.execute("/usr/bin/sqlite3", [String(ledger.dropFirst("sqlite:".count)), query])
+                case .postgres: try await PostgresServer.shared().psql(database: String(ledger.split(separator: "/").last ?? ""), query)
+                }
             guard result.status == 0 else { throw PostgresServer.Failure(description: "\(query): \(result.stderr)") }
             return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         }
@@ -66,7 +67,8 @@ import TestSupport
             rounds += 1
             let started = ContinuousClock.now
             let credits = try (0..<backend.writers).map { bit in
-                try Spawned("guidance-server", ["credit", device, "\(1 << bit)", "--note", "credit \(bit)", "--config", config], folder: folder)
+                try Spawned(
+                    "guidance-server", ["credit", device, "\(1 << bit)", "--note", "credit \(bit)", "--config", config], folder: folder)
             }
             // Readers beside the writers, never killed: they read while credits commit.
             let readers = try (0..<3).map { _ in try Spawned("guidance-server", ["usage", "--json", "--config", config], folder: folder) }
@@ -80,7 +82,10 @@ import TestSupport
             }
             for process in credits + readers {
                 let exited = await process.wait(for: .seconds(120)) { !$0.process.isRunning }
-                #expect(exited, "guidance-server \(process.process.arguments ?? []) still runs after 120 s; its threads: \(exited ? "" : process.threads); stdout: \(process.stdout); stderr: \(process.stderr)")
+                #expect(
+                    exited,
+                    "guidance-server \(process.process.arguments ?? []) still runs after 120 s; its threads: \(exited ? "" : process.threads); stdout: \(process.stdout); stderr: \(process.stderr)"
+                )
                 if !exited { kill(process.pid, SIGKILL) }
                 process.process.waitUntilExit()
             }
@@ -99,7 +104,8 @@ import TestSupport
                     continue
                 }
                 // Not killed in time, or not killed at all: it must have finished and said so.
-                #expect(process.process.terminationStatus == 0, "credit \(bit) exited \(process.process.terminationStatus): \(process.stderr)")
+                #expect(
+                    process.process.terminationStatus == 0, "credit \(bit) exited \(process.process.terminationStatus): \(process.stderr)")
                 guard process.process.terminationStatus == 0 else { continue }
                 reported += 1
                 #expect(committed, "credit \(bit) to \(device) reported success but is not in the balance \(balance)")
@@ -110,7 +116,9 @@ import TestSupport
             #expect(balance >> backend.writers == 0, "balance \(balance) of \(device) has credits nobody made")
         }
         let written = balances.values.map(\.nonzeroBitCount).reduce(0, +)
-        print("\(backend): \(rounds) rounds, kills within \(span): \(killed) credits killed (\(killedAfterCommit) after their commit), \(reported) reported; \(written) in the ledger")
+        print(
+            "\(backend): \(rounds) rounds, kills within \(span): \(killed) credits killed (\(killedAfterCommit) after their commit), \(reported) reported; \(written) in the ledger"
+        )
 
         // Later rounds lost nothing of earlier ones, and the rows agree with the balances: one
         // credits row per bit, summing to it. The file is intact.
@@ -118,10 +126,13 @@ import TestSupport
             let report = try await Self.usage(device, config: config)
             #expect(report.creditedSeconds == balance && report.spentSeconds == 0 && report.segments == 0, "\(device): \(report)")
             let rows = try await backend.sql(
-                ledger, "SELECT count(*) || '|' || coalesce(sum(seconds), 0) || '|' || count(DISTINCT note) FROM credits WHERE device = '\(device)'")
+                ledger,
+                "SELECT count(*) || '|' || coalesce(sum(seconds), 0) || '|' || count(DISTINCT note) FROM credits WHERE device = '\(device)'"
+            )
             #expect(rows == "\(balance.nonzeroBitCount)|\(balance)|\(balance.nonzeroBitCount)", "\(device)")
         }
-        #expect(try await backend.sql(ledger, "SELECT count(*) FROM balances WHERE device NOT IN ('car-0', 'car-1', 'car-2', 'car-3')") == "0")
+        #expect(
+            try await backend.sql(ledger, "SELECT count(*) FROM balances WHERE device NOT IN ('car-0', 'car-1', 'car-2', 'car-3')") == "0")
         if backend == .sqlite {
             #expect(try await backend.sql(ledger, "PRAGMA integrity_check") == "ok")
         }
@@ -130,7 +141,8 @@ import TestSupport
     /// A configuration whose `ledger` is `ledger`.
     static func config(in folder: URL, name: String, ledger: String) throws -> String {
         let file = folder.appendingPathComponent("\(name).yaml")
-        try Data("""
+        try Data(
+            """
             analyzer:
               kind: scripted
               scriptFile: \(folder.appendingPathComponent("script.yaml").path)
@@ -138,7 +150,8 @@ import TestSupport
               remainingSeconds: 0
             ledger: \(ledger)
 
-            """.utf8).write(to: file)
+            """.utf8
+        ).write(to: file)
         return file.path
     }
 
@@ -146,7 +159,9 @@ import TestSupport
     static func quickest(of count: Int, config: String) async throws -> Duration {
         let started = ContinuousClock.now
         let folder = URL(fileURLWithPath: config).deletingLastPathComponent()
-        let credits = try (0..<count).map { _ in try Spawned("guidance-server", ["credit", "warm-up", "1", "--config", config], folder: folder) }
+        let credits = try (0..<count).map { _ in
+            try Spawned("guidance-server", ["credit", "warm-up", "1", "--config", config], folder: folder)
+        }
         var first: Duration?
         while credits.contains(where: \.process.isRunning) {
             if first == nil, credits.contains(where: { !$0.process.isRunning }) { first = ContinuousClock.now - started }

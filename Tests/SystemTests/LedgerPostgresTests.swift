@@ -83,7 +83,9 @@ import TestSupport
             }
             // A's listening connection, by the name A's connections give.
             try await Self.waitForListeners(url, count: 2)
-            let cut = try await Self.psql(url, """
+            let cut = try await Self.psql(
+                url,
+                """
                 SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
                 WHERE datname = current_database() AND query LIKE 'LISTEN%' AND application_name = 'guidance-server \(a.leases.instance)'
                 """)
@@ -143,7 +145,8 @@ import TestSupport
     static func waitForListeners(_ url: String, count: Int) async throws {
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
-            let listening = try await psql(url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'")
+            let listening = try await psql(
+                url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'")
             if listening == "\(count)" { return }
             try await Task.sleep(for: .milliseconds(20))
         }

@@ -52,10 +52,11 @@ import TestSupport
 
         /// One SQL query through a client nobody here wrote: sqlite3 or psql; its output, trimmed.
         func sql(_ query: String) async throws -> String {
-            let result = switch backend {
-            case .sqlite: try await Command.executeAsync("/usr/bin/sqlite3", [location, query])
-            case .postgres: try await PostgresServer.shared().psql(database: String(location.split(separator: "/").last ?? ""), query)
-            }
+            let result =
+                switch backend {
+                case .sqlite: try await Command.executeAsync("/usr/bin/sqlite3", [location, query])
+                case .postgres: try await PostgresServer.shared().psql(database: String(location.split(separator: "/").last ?? ""), query)
+                }
             guard result.status == 0 else { throw PostgresServer.Failure(description: "\(query): \(result.stderr)") }
             return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         }
@@ -70,16 +71,20 @@ import TestSupport
             // The same key again: nothing changes, and the digest first charged is told.
             var again = first
             again.sha256 = Self.sha("b")
-            #expect(try await ledger.charge(again) == .alreadyCharged(.init(device: "car-1", spentSeconds: 5, segments: 1), sha256: Self.sha("a")))
-            #expect(try await ledger.charge(UsageCharge(device: "car-1", stream: "s2", seq: 0, sha256: Self.sha("c"), seconds: 4))
-                == .charged(.init(device: "car-1", spentSeconds: 9, segments: 2)))
+            #expect(
+                try await ledger.charge(again)
+                    == .alreadyCharged(.init(device: "car-1", spentSeconds: 5, segments: 1), sha256: Self.sha("a")))
+            #expect(
+                try await ledger.charge(UsageCharge(device: "car-1", stream: "s2", seq: 0, sha256: Self.sha("c"), seconds: 4))
+                    == .charged(.init(device: "car-1", spentSeconds: 9, segments: 2)))
             _ = try await ledger.credit(device: "car-1", seconds: 100, note: "order 1")
             #expect(try await ledger.credit(device: "car-2", seconds: 7, note: "") == .init(device: "car-2", creditedSeconds: 7))
         }
         try await store.use { (reopened: any UsageLedger) async throws in
-            #expect(try await reopened.balances() == [
-                .init(device: "car-1", creditedSeconds: 100, spentSeconds: 9, segments: 2), .init(device: "car-2", creditedSeconds: 7),
-            ])
+            #expect(
+                try await reopened.balances() == [
+                    .init(device: "car-1", creditedSeconds: 100, spentSeconds: 9, segments: 2), .init(device: "car-2", creditedSeconds: 7)
+                ])
             #expect(try await reopened.balance(device: "car-1").remaining(allowance: 0) == 91)
             #expect(try await reopened.balance(device: "car-1").remaining(allowance: nil) == nil)
             #expect(try await reopened.balance(device: "nobody") == .init(device: "nobody"))
@@ -111,7 +116,7 @@ import TestSupport
                 UsageCharge(device: "d", stream: "s", seq: -1, sha256: Self.sha("a"), seconds: 1),
                 UsageCharge(device: "d", stream: "s", seq: 0, sha256: Self.sha("a"), seconds: -5),
                 UsageCharge(device: "d", stream: "s", seq: 0, sha256: Self.sha("a"), seconds: .max),
-                UsageCharge(device: "d", stream: "s", seq: 0, sha256: "short", seconds: 1),
+                UsageCharge(device: "d", stream: "s", seq: 0, sha256: "short", seconds: 1)
             ] {
                 await #expect(throws: LedgerError.self) { try await ledger.charge(charge) }
             }
@@ -137,7 +142,8 @@ import TestSupport
             next.outputTokens = 9
             try await ledger.recordModelUsage(next)
             await #expect(throws: LedgerError.self) {
-                try await ledger.recordModelUsage(.init(device: "car-1", stream: "s1", seq: 5, model: "m", inputTokens: -1, outputTokens: 0))
+                try await ledger.recordModelUsage(
+                    .init(device: "car-1", stream: "s1", seq: 5, model: "m", inputTokens: -1, outputTokens: 0))
             }
         }
         try await store.use { (reopened: any UsageLedger) async throws in
@@ -171,7 +177,8 @@ import TestSupport
         let version = try await Command.executeAsync("/usr/bin/sqlite3", [file, "PRAGMA user_version"])
         #expect(version.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "4")
         // Schema 3's pairing tables (and schema 4's columns) came with the same upgrade.
-        let tables = try await Command.executeAsync("/usr/bin/sqlite3", [file, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"])
+        let tables = try await Command.executeAsync(
+            "/usr/bin/sqlite3", [file, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"])
         for table in ["code_entry_failures", "device_authorizations", "owners", "paired_devices", "refresh_families", "refresh_tokens"] {
             #expect(tables.stdout.split(separator: "\n").contains(Substring(table)), "\(table)")
         }
@@ -199,8 +206,11 @@ import TestSupport
         let header: @Sendable (Int) -> String = { seq in
             ServerHardeningTests.header(seq: seq, durationMs: 5000, bytes: data.count, chunks: 1, sha: ServerHardeningTests.sha(data))
         }
-        let hello = ClientMessage.hello(.init(device: "car-1", locale: "en-US", agent: "test",
-                                              video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "run-1")).encoded()
+        let hello = ClientMessage.hello(
+            .init(
+                device: "car-1", locale: "en-US", agent: "test",
+                video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "run-1")
+        ).encoded()
         let port = try #require(server?.port)
         let acked = try await ServerHardeningTests.offPool { () -> [String] in
             let client = try RawClient(port: port)

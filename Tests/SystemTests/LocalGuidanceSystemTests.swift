@@ -13,10 +13,12 @@ import TestSupport
 
     /// A night with nothing lit: black with sensor noise, 640x360 at 10 fps, made by the ffmpeg CLI.
     static func darkVideo(_ path: String, seconds: Int) async throws {
-        let made = try await Command.executeAsync("ffmpeg", [
-            "-v", "error", "-f", "lavfi", "-i", "color=c=0x0a0a0a:s=640x360:r=10", "-vf", "noise=alls=10:allf=t",
-            "-t", "\(seconds)", "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-y", path,
-        ])
+        let made = try await Command.executeAsync(
+            "ffmpeg",
+            [
+                "-v", "error", "-f", "lavfi", "-i", "color=c=0x0a0a0a:s=640x360:r=10", "-vf", "noise=alls=10:allf=t",
+                "-t", "\(seconds)", "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-y", path
+            ])
         try #require(made.status == 0, "\(made.stderr)")
     }
 
@@ -42,7 +44,8 @@ import TestSupport
     /// Without the near-silence before and after the voice.
     static func voiced(_ samples: [Int16]) -> [Int16] {
         guard let first = samples.firstIndex(where: { abs(Int($0)) > 256 }),
-              let last = samples.lastIndex(where: { abs(Int($0)) > 256 }) else { return [] }
+            let last = samples.lastIndex(where: { abs(Int($0)) > 256 })
+        else { return [] }
         return Array(samples[first...last])
     }
 
@@ -52,7 +55,9 @@ import TestSupport
         try await Self.darkVideo(files.path("dark.mp4"), seconds: 14)
         // A server that is not there: the port was free a moment ago and nothing listens.
         let port = try PostgresServer.freePort()
-        try files.write("agent.yaml", """
+        try files.write(
+            "agent.yaml",
+            """
             camera:
               source: file
               file: \(files.path("dark.mp4"))
@@ -126,8 +131,10 @@ import TestSupport
         for finding in RoadFinding.allCases {
             candidates[finding.rawValue] = try await Self.reference(finding.text(locale: "ko-KR").text, voice: "ko")
         }
-        for (name, phrases) in [("ready", [StatusPhrase.ready]), ("local", [.guidanceLocal]), ("lost", [.connectionLost]),
-                                ("lost+local", [.connectionLost, .guidanceLocal])] {
+        for (name, phrases) in [
+            ("ready", [StatusPhrase.ready]), ("local", [.guidanceLocal]), ("lost", [.connectionLost]),
+            ("lost+local", [.connectionLost, .guidanceLocal])
+        ] {
             let text = phrases.map { $0.text(language: "ko") }.joined(separator: " ")
             candidates[name] = try await Self.reference(text, voice: "ko")
         }
@@ -141,8 +148,12 @@ import TestSupport
         // The first warning comes with the news that the device now warns by itself: one
         // utterance, or two in a row when a busy machine spoke the news before the warning came.
         let news = heard.indices.filter { heard[$0].hasPrefix("local") }
-        #expect(news.count == 1 && news.allSatisfy { heard[$0] == "local+too_dark" || (heard[$0] == "local" && heard.dropFirst($0 + 1).first == "too_dark") },
-                "heard \(heard); candidates \(candidates)")
+        #expect(
+            news.count == 1
+                && news.allSatisfy {
+                    heard[$0] == "local+too_dark" || (heard[$0] == "local" && heard.dropFirst($0 + 1).first == "too_dark")
+                },
+            "heard \(heard); candidates \(candidates)")
         let darkWarnings = heard.filter { $0.hasSuffix("too_dark") }.count
         #expect(darkWarnings >= 2 && darkWarnings <= warnings, "heard \(heard); candidates \(candidates)")
     }

@@ -16,15 +16,18 @@ import TestSupport
 /// parked car's clip announced on two sessions to the server makes one mail to its owner.
 @Suite(.serialized) struct MailRelayTests {
     static func client(port: Int, credentials: TestCredentials?, timeout: Duration = .seconds(120), logger: Logger = Logger(label: "smtp"))
-        throws -> SMTPClient {
+        throws -> SMTPClient
+    {
         var tls = TLSConfiguration.makeClientConfiguration()
         if let credentials { tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(credentials.ca))] }
         return SMTPClient(relay: .init(host: "localhost", port: port), tls: tls, timeout: timeout, logger: logger)
     }
 
     static func message(subject: String, body: String) throws -> [UInt8] {
-        try MailMessage(from: "dashcam@example.org", to: "ana@example.org", subject: subject, body: body, date: Date(), id: UUID().uuidString)
-            .rendered()
+        try MailMessage(
+            from: "dashcam@example.org", to: "ana@example.org", subject: subject, body: body, date: Date(), id: UUID().uuidString
+        )
+        .rendered()
     }
 
     @Test func aMailGoesOverSTARTTLSWithAuthAndArrivesAsWritten() async throws {
@@ -36,20 +39,23 @@ import TestSupport
         let body = "Your car recorded an impact.\n.a line that starts with a dot\n..and two\nhttps://cars.example.org/events/d1/c1"
         let outcome = try await Self.client(port: relay.port, credentials: credentials).send(
             try Self.message(subject: subject, body: body),
-            settings: .init(ehloName: "server.example.org", startTLS: .required, credentials: ("ana", "pässword"),
-                            from: "dashcam@example.org", to: "ana@example.org"))
+            settings: .init(
+                ehloName: "server.example.org", startTLS: .required, credentials: ("ana", "pässword"),
+                from: "dashcam@example.org", to: "ana@example.org"))
         #expect(outcome == .sent, "\(relay.process.stderr.suffix(2000))")
         #expect(await eventually { relay.received.count == 1 })
         let got = relay.received.first
         #expect(got?.from == "dashcam@example.org" && got?.to == ["ana@example.org"])
         #expect(got?.subject == subject)
         #expect(got?.auth == "ana", "AUTH PLAIN, after STARTTLS (the relay takes it only over TLS)")
-        #expect(got?.body.replacingOccurrences(of: "\r\n", with: "\n") == body + "\n", "dot-stuffing undone by the relay: \(got?.body ?? "")")
+        #expect(
+            got?.body.replacingOccurrences(of: "\r\n", with: "\n") == body + "\n", "dot-stuffing undone by the relay: \(got?.body ?? "")")
 
         // A certificate the client does not trust (no mail.caFile): nothing is sent.
         let untrusted = try await Self.client(port: relay.port, credentials: nil).send(
             try Self.message(subject: "s", body: "b"),
-            settings: .init(ehloName: "server.example.org", startTLS: .required, credentials: nil, from: "dashcam@example.org", to: "ana@example.org"))
+            settings: .init(
+                ehloName: "server.example.org", startTLS: .required, credentials: nil, from: "dashcam@example.org", to: "ana@example.org"))
         guard case .failed(let failure) = untrusted else { Issue.record("sent to a relay whose certificate is not trusted"); return }
         #expect(failure.description.contains("relay"), "\(failure)")
         #expect(relay.received.count == 1)
@@ -92,13 +98,16 @@ import TestSupport
         }
         let outcome = try await Self.client(port: try #require(port), credentials: nil).send(
             try Self.message(subject: "s", body: "b"),
-            settings: .init(ehloName: "server.example.org", startTLS: .whenOffered, credentials: ("ana", "pässword"),
-                            from: "dashcam@example.org", to: "ana@example.org"))
+            settings: .init(
+                ehloName: "server.example.org", startTLS: .whenOffered, credentials: ("ana", "pässword"),
+                from: "dashcam@example.org", to: "ana@example.org"))
         guard case .failed(let failure) = outcome else { Issue.record("sent through a man in the middle: \(outcome)"); return }
         #expect(failure.description.contains("STARTTLS"), "\(failure)")
         // The client has closed: what the relay heard is complete, and holds no AUTH.
         #expect(await mitm.wait(for: .seconds(60)) { $0.wholeLines.count >= 2 })
-        let heard = mitm.wholeLines.dropFirst().first.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8))["heard"] } ?? ""
+        let heard =
+            mitm.wholeLines.dropFirst().first.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8))["heard"] }
+            ?? ""
         #expect(heard.contains("STARTTLS") && !heard.uppercased().contains("AUTH"), "\(heard)")
     }
 
@@ -113,14 +122,23 @@ import TestSupport
         config.mail.from = "dashcam@example.org"
         config.mail.starttls = .required
         let (store, ledger, pairing) = try await Self.ownerWithCar(in: folder, mail: true)
-        defer { Task { try? await store.shutdown(); try? await ledger.shutdown() } }
-        let mail = try #require(try config.makeImpactMail(clips: FileClipStore(root: folder.path + "/clips"), pairing: pairing, logger: lines.logger))
-        let job = ImpactMail.Job(device: "d1", clip: Self.parked(id: "c1"),
-                                 recipient: .init(owner: 1, address: "ana@example.org", carName: "Kona", clock: OwnerClock()))
+        defer {
+            Task {
+                try? await store.shutdown(); try? await ledger.shutdown()
+            }
+        }
+        let mail = try #require(
+            try config.makeImpactMail(clips: FileClipStore(root: folder.path + "/clips"), pairing: pairing, logger: lines.logger))
+        let job = ImpactMail.Job(
+            device: "d1", clip: Self.parked(id: "c1"),
+            recipient: .init(owner: 1, address: "ana@example.org", carName: "Kona", clock: OwnerClock()))
         await mail.deliver(job)
         #expect(mail.sofar.failed == 1 && mail.sofar.sent == 0)
-        #expect(lines.entries.contains { $0.level == .error && $0.message.contains("does not offer STARTTLS") && $0.message.contains("1 tries") },
-                "\(lines.all)")
+        #expect(
+            lines.entries.contains {
+                $0.level == .error && $0.message.contains("does not offer STARTTLS") && $0.message.contains("1 tries")
+            },
+            "\(lines.all)")
         // The relay took nothing: the client stopped before MAIL FROM, and a plain send goes through.
         let plain = try await Self.client(port: relay.port, credentials: nil).send(
             try Self.message(subject: "plain", body: "b"),
@@ -149,13 +167,16 @@ import TestSupport
         let store = try await SQLitePairingStore.open(path: path, logger: Logger(label: "pairing"))
         let settings = DeviceAuthorization.Settings()
         let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: 1)
-        _ = try await store.startAuthorization(deviceCodeHash: "dc1", deviceName: "Blue Kona", nowMs: 1, settings: settings, newUserCode: { "123456789" })
+        _ = try await store.startAuthorization(
+            deviceCodeHash: "dc1", deviceName: "Blue Kona", nowMs: 1, settings: settings, newUserCode: { "123456789" })
         _ = try await store.lookUp(userCode: "123456789", owner: owner, address: "192.0.2.1", nowMs: 2)
         _ = try await store.decide(userCode: "123456789", decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: 2)
-        _ = try await store.poll(deviceCodeHash: "dc1", nowMs: 3, settings: settings, newDevice: "d1", refreshTokenHash: "r1",
-                                 refreshExpiresAtMs: Int64(Date().timeIntervalSince1970 * 1000) + 86_400_000)
+        _ = try await store.poll(
+            deviceCodeHash: "dc1", nowMs: 3, settings: settings, newDevice: "d1", refreshTokenHash: "r1",
+            refreshExpiresAtMs: Int64(Date().timeIntervalSince1970 * 1000) + 86_400_000)
         try await store.setPreferences(owner: owner, OwnerPreferences(timeZone: "Asia/Seoul", language: "en", impactMail: mail))
-        var pairing = Pairing(store: store, tokens: AccessTokens(key: Array(repeating: 1, count: 32)), verificationURI: "https://cars.example.org/pair")
+        var pairing = Pairing(
+            store: store, tokens: AccessTokens(key: Array(repeating: 1, count: 32)), verificationURI: "https://cars.example.org/pair")
         pairing.owners = store
         return (store, ledger, pairing)
     }
@@ -174,7 +195,11 @@ import TestSupport
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mail-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }
         let (store, ledger, pairing) = try await Self.ownerWithCar(in: folder, mail: true)
-        defer { Task { try? await store.shutdown(); try? await ledger.shutdown() } }
+        defer {
+            Task {
+                try? await store.shutdown(); try? await ledger.shutdown()
+            }
+        }
         var config = ServerConfig()
         config.mail.relay = "localhost:\(relay.port)"
         config.mail.from = "dashcam@example.org"
@@ -200,11 +225,16 @@ import TestSupport
         /// One session: hello, then each clip announced, each answer awaited.
         func session(_ announced: [ClientMessage.Clip]) async throws {
             let connection = try await WebSocketConnection.connect(
-                WebSocketConnectOptions(url: "ws://127.0.0.1:\(port.withLock { $0 })/v1/stream", headers: [("Authorization", "Bearer good-token")]),
+                WebSocketConnectOptions(
+                    url: "ws://127.0.0.1:\(port.withLock { $0 })/v1/stream", headers: [("Authorization", "Bearer good-token")]),
                 logger: Logger(label: "car"))
             var inbound = connection.inbound.makeAsyncIterator()
-            try await connection.send(text: ClientMessage.hello(.init(device: "d1", locale: "en-US", agent: "test",
-                                                                      video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000))).encoded())
+            try await connection.send(
+                text: ClientMessage.hello(
+                    .init(
+                        device: "d1", locale: "en-US", agent: "test",
+                        video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000))
+                ).encoded())
             var answers = 0
             for clip in announced { try await connection.send(text: ClientMessage.clip(clip).encoded()) }
             while answers < announced.count, let message = await inbound.next() {
@@ -238,7 +268,11 @@ import TestSupport
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mail-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }
         let (store, ledger, pairing) = try await Self.ownerWithCar(in: folder, mail: false)
-        defer { Task { try? await store.shutdown(); try? await ledger.shutdown() } }
+        defer {
+            Task {
+                try? await store.shutdown(); try? await ledger.shutdown()
+            }
+        }
         var config = ServerConfig()
         config.mail.relay = "localhost:9"
         config.mail.from = "dashcam@example.org"

@@ -14,30 +14,35 @@ import TestSupport
     static func nginxConfig(port: Int, upstreams: [Int], folder: URL) throws -> String {
         let site = try Nginx.shippedSite()
         guard let start = site.range(of: "map $http_upgrade"), let mapEnd = site.range(of: "}", range: start.upperBound..<site.endIndex),
-              let location = site.range(of: "location = /v1/stream {"),
-              let locationEnd = site.range(of: "\n    }", range: location.upperBound..<site.endIndex),
-              let first = site.range(of: "server 127.0.0.1:8080 "), let firstEnd = site.range(of: ";", range: first.upperBound..<site.endIndex) else {
+            let location = site.range(of: "location = /v1/stream {"),
+            let locationEnd = site.range(of: "\n    }", range: location.upperBound..<site.endIndex),
+            let first = site.range(of: "server 127.0.0.1:8080 "),
+            let firstEnd = site.range(of: ";", range: first.upperBound..<site.endIndex)
+        else {
             throw PostgresServer.Failure(description: "the shipped site no longer has its map, upstream and /v1/stream location")
         }
         let health = site[first.upperBound..<firstEnd.lowerBound]
-        return Nginx.mainConfig(folder: folder, http: """
-                access_log \(folder.path)/access.log;
-                \(site[start.lowerBound..<mapEnd.upperBound])
-                upstream guidance_server {
-            \(upstreams.map { "        server 127.0.0.1:\($0) \(health);" }.joined(separator: "\n"))
-                }
-                server {
-                    listen 127.0.0.1:\(port);
-                    \(site[location.lowerBound..<locationEnd.upperBound])
-                }
-            """)
+        return Nginx.mainConfig(
+            folder: folder,
+            http: """
+                    access_log \(folder.path)/access.log;
+                    \(site[start.lowerBound..<mapEnd.upperBound])
+                    upstream guidance_server {
+                \(upstreams.map { "        server 127.0.0.1:\($0) \(health);" }.joined(separator: "\n"))
+                    }
+                    server {
+                        listen 127.0.0.1:\(port);
+                        \(site[location.lowerBound..<locationEnd.upperBound])
+                    }
+                """)
     }
 
     /// nginx on a free port in front of `upstreams`, once its port answers.
     static func proxy(upstreams: [Int], folder: URL) async throws -> (Spawned, port: Int) {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let port = try PostgresServer.freePort()
-        try Data(try nginxConfig(port: port, upstreams: upstreams, folder: folder).utf8).write(to: folder.appendingPathComponent("nginx.conf"))
+        try Data(try nginxConfig(port: port, upstreams: upstreams, folder: folder).utf8).write(
+            to: folder.appendingPathComponent("nginx.conf"))
         let proxy = try Spawned(try #require(Nginx.binary), Nginx.arguments(folder: folder), folder: folder, absolute: true)
         var listening = false
         for _ in 0..<200 where !listening {
@@ -62,7 +67,8 @@ import TestSupport
             let url = try await PostgresServer.shared().createDatabase()
             let extra = "usage:\n  remainingSeconds: 100\nledger: \(url)"
             let a = try await ServerProcess(extra: extra), b = try await ServerProcess(extra: extra)
-            let (proxy, port) = try await MultiInstanceTests.proxy(upstreams: [a.port, b.port], folder: a.folder.appendingPathComponent("nginx"))
+            let (proxy, port) = try await MultiInstanceTests.proxy(
+                upstreams: [a.port, b.port], folder: a.folder.appendingPathComponent("nginx"))
             return Fleet(database: String(url.split(separator: "/").last ?? ""), extra: extra, a: a, b: b, proxy: proxy, proxyPort: port)
         }
 
@@ -71,8 +77,11 @@ import TestSupport
     }
 
     /// car-1's `hello`, with the stream id its segments are charged under.
-    static let hello = ClientMessage.hello(.init(device: "car-1", locale: "en-US", agent: "test",
-                                                 video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "run-1")).encoded()
+    static let hello = ClientMessage.hello(
+        .init(
+            device: "car-1", locale: "en-US", agent: "test",
+            video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "run-1")
+    ).encoded()
 
     @Test(.enabled(if: Nginx.binary != nil, "needs nginx"))
     func aNewSessionOnTheOtherInstanceClosesTheOldOneAndUsageCountsOnce() async throws {
@@ -81,11 +90,15 @@ import TestSupport
         let (database, a, b, proxyPort, hello) = (fleet.database, fleet.a, fleet.b, fleet.proxyPort, Self.hello)
 
         let data = await SampleSegment.clip(6)
-        let header = ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: data.count, chunks: 1, sha: ServerHardeningTests.sha(data))
-        let result = try await ServerHardeningTests.offPool { () -> (first: [String], close: Int?, second: [String], closeAfter: Duration) in
+        let header = ServerHardeningTests.header(
+            seq: 1, durationMs: 5000, bytes: data.count, chunks: 1, sha: ServerHardeningTests.sha(data))
+        let result = try await ServerHardeningTests.offPool {
+            () -> (first: [String], close: Int?, second: [String], closeAfter: Duration) in
             // The first session: segment 1 acknowledged and charged; its ack is then "lost".
             let first = try RawClient(port: proxyPort, receiveTimeoutMs: 10_000)
-            guard try first.upgrade(token: "good-token").status == 101 else { throw PostgresServer.Failure(description: "first upgrade refused") }
+            guard try first.upgrade(token: "good-token").status == 101 else {
+                throw PostgresServer.Failure(description: "first upgrade refused")
+            }
             try first.sendText(hello)
             var firstTexts = try first.readTexts(until: "welcome")
             try first.sendText(header)
@@ -93,7 +106,9 @@ import TestSupport
             firstTexts += try first.readTexts(until: #""usage""#)
             // The car's next session, through the same proxy: round robin sends it to the other instance.
             let second = try RawClient(port: proxyPort, receiveTimeoutMs: 10_000)
-            guard try second.upgrade(token: "good-token").status == 101 else { throw PostgresServer.Failure(description: "second upgrade refused") }
+            guard try second.upgrade(token: "good-token").status == 101 else {
+                throw PostgresServer.Failure(description: "second upgrade refused")
+            }
             try second.sendText(hello)
             let opened = ContinuousClock.now
             var secondTexts = try second.readTexts(until: "welcome")
@@ -113,11 +128,13 @@ import TestSupport
         #expect(result.second.contains { $0.contains(#""ack""#) && $0.contains(#""seq":1"#) }, "\(result.second)")
         // One session on each instance: the proxy really spread them, and the one that had the
         // first closed it.
-        #expect(a.process.stderr.contains(" opened") && b.process.stderr.contains(" opened"),
-                "not one session per instance: A \(a.process.stderr.suffix(1500)) B \(b.process.stderr.suffix(1500))")
+        #expect(
+            a.process.stderr.contains(" opened") && b.process.stderr.contains(" opened"),
+            "not one session per instance: A \(a.process.stderr.suffix(1500)) B \(b.process.stderr.suffix(1500))")
         #expect(a.process.stderr.contains("superseded") != b.process.stderr.contains("superseded"))
         // Counted once, as psql sees it.
-        let spent = try await PostgresServer.shared().psql(database: database, "SELECT spent || '|' || segments FROM balances WHERE device = 'car-1'")
+        let spent = try await PostgresServer.shared().psql(
+            database: database, "SELECT spent || '|' || segments FROM balances WHERE device = 'car-1'")
         #expect(spent.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "5|1")
     }
 
@@ -157,11 +174,12 @@ import TestSupport
         let (victim, survivor) = a.process.stderr.contains(" opened") ? (a, b) : (b, a)
         victim.stop()
         // The car sees its connection end (nginx closes it when the instance's side dies).
-        #expect(try await ServerHardeningTests.offPool { () -> Bool in
-            var seen: [UInt8] = []
-            _ = try? first.readUntilClose(answerPings: true, within: .seconds(30), seen: &seen)
-            return first.isClosedByPeer()
-        })
+        #expect(
+            try await ServerHardeningTests.offPool { () -> Bool in
+                var seen: [UInt8] = []
+                _ = try? first.readUntilClose(answerPings: true, within: .seconds(30), seen: &seen)
+                return first.isClosedByPeer()
+            })
         // Its next connections are on the survivor at once (round robin would give one of two to
         // the dead instance: nginx passes it on), and segment 2 is acknowledged there.
         let second = try await ServerHardeningTests.offPool { () -> [String] in
@@ -173,7 +191,8 @@ import TestSupport
         }
         #expect(second.last?.contains(#""seq":2"#) == true, "\(second)")
         #expect(survivor.process.stderr.contains(" opened"))
-        let spent = try await PostgresServer.shared().psql(database: database, "SELECT spent || '|' || segments FROM balances WHERE device = 'car-1'")
+        let spent = try await PostgresServer.shared().psql(
+            database: database, "SELECT spent || '|' || segments FROM balances WHERE device = 'car-1'")
         #expect(spent.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "10|2", "each segment charged once")
 
         // Started again on its port, the killed instance takes new sessions again.
@@ -187,8 +206,9 @@ import TestSupport
         }
         #expect(landed, "no session reached the restarted instance: \(back.process.stderr.suffix(1500))")
         // Its log says what happened to the run before.
-        #expect(await eventually(within: .seconds(60), every: .milliseconds(20)) { back.process.stderr.contains("ended without a shutdown") },
-                "\(back.process.stderr.suffix(1500))")
+        #expect(
+            await eventually(within: .seconds(60), every: .milliseconds(20)) { back.process.stderr.contains("ended without a shutdown") },
+            "\(back.process.stderr.suffix(1500))")
         #expect(!survivor.process.stderr.contains("ended without a shutdown"))
     }
 }

@@ -31,14 +31,16 @@ enum NetNS {
             let name = String(line.split(separator: " ").first ?? "")
             let parts = name.split(separator: "-")
             guard parts.count >= 3, parts[0] == "netmon", let pid = Int32(parts[1]), pid != getpid(),
-                  kill(pid, 0) != 0, errno == ESRCH else { continue }
+                kill(pid, 0) != 0, errno == ESRCH
+            else { continue }
             _ = try? run(ip, ["netns", "del", name])
         }
     }
 
     static func requireProbe() throws {
-        try #require(FileManager.default.isExecutableFile(atPath: probe.path),
-                     "netmon-probe is not beside the test bundle (\(probe.path)); `swift build --build-tests` builds it")
+        try #require(
+            FileManager.default.isExecutableFile(atPath: probe.path),
+            "netmon-probe is not beside the test bundle (\(probe.path)); `swift build --build-tests` builds it")
     }
 
     struct Failure: Error, CustomStringConvertible {
@@ -194,15 +196,17 @@ final class NetmonProbe: @unchecked Sendable {
 
     /// `ip netns exec NAME netmon-probe --debounce-ms N`.
     static func start(in namespace: TestNamespace, debounceMs: Int = 75) throws -> NetmonProbe {
-        try NetmonProbe(executable: NetNS.ip ?? "ip",
-                  arguments: ["netns", "exec", namespace.name, NetNS.probe.path, "--debounce-ms", "\(debounceMs)"])
+        try NetmonProbe(
+            executable: NetNS.ip ?? "ip",
+            arguments: ["netns", "exec", namespace.name, NetNS.probe.path, "--debounce-ms", "\(debounceMs)"])
     }
 
     /// netmon-probe in this namespace, allowed `limit` open files; no stderr, backtrace or core
     /// file, since the runtime itself may die of the limit.
     static func start(fileLimit limit: Int) throws -> NetmonProbe {
-        try NetmonProbe(executable: "/bin/sh", arguments: ["-c", "ulimit -c 0; ulimit -n \(limit) && exec \"$0\"", NetNS.probe.path],
-                  quiet: true)
+        try NetmonProbe(
+            executable: "/bin/sh", arguments: ["-c", "ulimit -c 0; ulimit -n \(limit) && exec \"$0\"", NetNS.probe.path],
+            quiet: true)
     }
 
     /// The next line, if one comes within `timeout`.
@@ -289,7 +293,9 @@ struct NetworkNamespaceTests {
             let sorted = values.sorted()
             return String(format: "min %.1f, median %.1f, max %.1f ms", sorted[0], sorted[sorted.count / 2], sorted[sorted.count - 1])
         }
-        print("netmon latency, `ip route replace` started → change line read (debounce 75 ms, n=\(toLine.count)): \(summary(toLine)); → change out of the monitor's stream: \(summary(toProbe))")
+        print(
+            "netmon latency, `ip route replace` started → change line read (debounce 75 ms, n=\(toLine.count)): \(summary(toLine)); → change out of the monitor's stream: \(summary(toProbe))"
+        )
     }
 
     @Test func addressesCountOnlyOnTheDefaultInterface() async throws {

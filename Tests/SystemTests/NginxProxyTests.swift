@@ -22,7 +22,7 @@ import Testing
             "server 127.0.0.1:8080": "server 127.0.0.1:\(serverPort)",
             // One instance: its second line goes, as the deployment guide says.
             "    server 127.0.0.1:8081 max_fails=3 fail_timeout=10s;\n": "",
-            "/var/log/nginx/guidance-server.access.log": folder.appendingPathComponent("access.log").path,
+            "/var/log/nginx/guidance-server.access.log": folder.appendingPathComponent("access.log").path
         ]
         for (old, new) in replacements {
             #expect(text.contains(old), "the shipped config no longer has \(old)")
@@ -37,7 +37,8 @@ import Testing
 
     /// Established TCP connections in `namespace` whose local (`sport`) or remote (`dport`) port is `port`.
     static func established(_ paths: TwoPaths, in namespace: String, _ filter: String) throws -> Int {
-        let result = try Command.execute(paths.exec(in: namespace)[0], Array(paths.exec(in: namespace).dropFirst()) + ["ss", "-Htn", "state", "established", filter])
+        let result = try Command.execute(
+            paths.exec(in: namespace)[0], Array(paths.exec(in: namespace).dropFirst()) + ["ss", "-Htn", "state", "established", filter])
         return result.stdout.split(separator: "\n").count
     }
 
@@ -57,20 +58,29 @@ import Testing
         try FileManager.default.createDirectory(at: proxyFolder, withIntermediateDirectories: true)
         try Self.site(serverPort: serverPort, credentials: credentials, folder: proxyFolder)
             .write(to: proxyFolder.appendingPathComponent("site.conf"), atomically: true, encoding: .utf8)
-        try Self.mainConfig(folder: proxyFolder).write(to: proxyFolder.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
+        try Self.mainConfig(folder: proxyFolder).write(
+            to: proxyFolder.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
         let nginxArguments = Nginx.arguments(folder: proxyFolder)
         let inServer = paths.exec(in: paths.server)
         let check = try Command.execute(inServer[0], Array(inServer.dropFirst()) + [try #require(Nginx.binary), "-t"] + nginxArguments)
         try #require(check.status == 0, "nginx -t: \(check.stderr)")
-        let proxy = try Spawned(try #require(Nginx.binary), nginxArguments, prefix: paths.exec(in: paths.server), folder: files.folder, absolute: true)
+        let proxy = try Spawned(
+            try #require(Nginx.binary), nginxArguments, prefix: paths.exec(in: paths.server), folder: files.folder, absolute: true)
         defer { proxy.stop(SIGQUIT) }
 
-        let agent = try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(
-            url: "wss://\(Self.host):\(Self.proxyPort)/v1/stream", segmentSeconds: 1, caFile: credentials.ca,
-            uplink: UplinkContinuityTests.uplinkKeys)], prefix: paths.exec(in: paths.car), folder: files.folder)
+        let agent = try Spawned(
+            "dashcam-agent",
+            [
+                "record", "--config",
+                try files.agentConfig(
+                    url: "wss://\(Self.host):\(Self.proxyPort)/v1/stream", segmentSeconds: 1, caFile: credentials.ca,
+                    uplink: UplinkContinuityTests.uplinkKeys)
+            ], prefix: paths.exec(in: paths.car), folder: files.folder)
         defer { agent.stop() }
-        try #require(await server.wait(for: .seconds(30)) { UplinkContinuityTests.received([$0]).count >= 1 },
-                     "nothing through nginx: \(agent.stderr.suffix(2000)) \((try? String(contentsOf: proxyFolder.appendingPathComponent("error.log"), encoding: .utf8)) ?? "")")
+        try #require(
+            await server.wait(for: .seconds(30)) { UplinkContinuityTests.received([$0]).count >= 1 },
+            "nothing through nginx: \(agent.stderr.suffix(2000)) \((try? String(contentsOf: proxyFolder.appendingPathComponent("error.log"), encoding: .utf8)) ?? "")"
+        )
 
         var baselineFds = 0
         for handover in 1...20 {

@@ -15,10 +15,12 @@ import TestSupport
 
     @Test(arguments: ["sqlite", "postgres"])
     func droppedPeersAtEveryPointLeaveTheServerWorking(store: String) async throws {
-        let result = try await Command.executeAsync("/usr/bin/env", [
-            "python3", Self.script, "--bin", Spawned.buildFolder.path, "--store", store, "--cycles", "300", "--seed", "41",
-            "--timeout", "30", "--final-timeout", "60", "--cycle-seconds", "900", "--max-seconds", "1500",
-        ])
+        let result = try await Command.executeAsync(
+            "/usr/bin/env",
+            [
+                "python3", Self.script, "--bin", Spawned.buildFolder.path, "--store", store, "--cycles", "300", "--seed", "41",
+                "--timeout", "30", "--final-timeout", "60", "--cycle-seconds", "900", "--max-seconds", "1500"
+            ])
         let output = result.stdout + result.stderr
         #expect(result.status == 0, "\(output.suffix(6000))")
         #expect(output.contains("checks: 6 passed, 0 failed"), "\(output.suffix(3000))")

@@ -21,7 +21,7 @@ import TestSupport
             "server 127.0.0.1:8080": "server 127.0.0.1:\(serverPort)",
             // One instance: its second line goes, as the deployment guide says.
             "    server 127.0.0.1:8081 max_fails=3 fail_timeout=10s;\n": "",
-            "/var/log/nginx/guidance-server.access.log": folder.appendingPathComponent("access.log").path,
+            "/var/log/nginx/guidance-server.access.log": folder.appendingPathComponent("access.log").path
         ] {
             #expect(text.contains(old), "the shipped config no longer has \(old)")
             text = text.replacingOccurrences(of: old, with: new)
@@ -52,7 +52,11 @@ import TestSupport
             // Up once its port answers; waited for as long as a busy machine takes, unless nginx exits.
             let deadline = ContinuousClock.now + .seconds(120)
             while started == nil, proxy.process.isRunning, ContinuousClock.now < deadline {
-                if let page = try? await browser.get("/signin") { started = (proxy, browser, page) } else { try await Task.sleep(for: .milliseconds(50)) }
+                if let page = try? await browser.get("/signin") {
+                    started = (proxy, browser, page)
+                } else {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
             }
             if started == nil {
                 failures.append(proxy.stderr)
@@ -68,8 +72,9 @@ import TestSupport
         #expect(OwnerSiteAttackTests.cookieIsSecure(preCookie), "\(preCookie)")
 
         // Signed in through the proxy: the session cookie is Secure too, and so is every page after.
-        let set = try await browser.setPassword(link: try await OwnerSiteAttackTests.ownerLink(server, "ana@example.org"),
-                                                OwnerSiteAttackTests.password)
+        let set = try await browser.setPassword(
+            link: try await OwnerSiteAttackTests.ownerLink(server, "ana@example.org"),
+            OwnerSiteAttackTests.password)
         #expect(set.status == 200)
         let signedIn = try await browser.signIn("ana@example.org", OwnerSiteAttackTests.password)
         #expect(signedIn.status == 303)
@@ -87,7 +92,8 @@ import TestSupport
         // The proxy's access log keeps paths, never a link's token; /metrics is not public in any spelling.
         let accessLog = try String(contentsOf: folder.appendingPathComponent("access.log"), encoding: .utf8)
         #expect(accessLog.contains("/set-password") && !accessLog.contains("token="), "\(accessLog)")
-        #expect(accessLog.contains("GET /shared/- ") && accessLog.contains("GET /shared/-/files/000001-20261129T080220.822Z.mp4 ")
+        #expect(
+            accessLog.contains("GET /shared/- ") && accessLog.contains("GET /shared/-/files/000001-20261129T080220.822Z.mp4 ")
                 && !accessLog.contains(sharedToken), "\(accessLog)")
         for path in ["/metrics", "/metrics/", "/metrics//"] { #expect(try await browser.get(path).status == 404, "\(path)") }
 

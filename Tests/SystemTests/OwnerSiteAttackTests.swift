@@ -16,18 +16,19 @@ import TestSupport
     static func server(extra: String = "") async throws -> ServerProcess {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("owners-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        return try await ServerProcess(extra: """
-            pairing:
-              enabled: true
-              signingKeyFile: \(folder.path)/signing.key
-            payments:
-              provider: simulated
-              products: ["1 hour=3600=4.99 EUR"]
-              webhookSecretFile: \(folder.path)/webhook.secret
-            usage:
-              remainingSeconds: 600
-            \(extra)
-            """, folder: folder)
+        return try await ServerProcess(
+            extra: """
+                pairing:
+                  enabled: true
+                  signingKeyFile: \(folder.path)/signing.key
+                payments:
+                  provider: simulated
+                  products: ["1 hour=3600=4.99 EUR"]
+                  webhookSecretFile: \(folder.path)/webhook.secret
+                usage:
+                  remainingSeconds: 600
+                \(extra)
+                """, folder: folder)
     }
 
     /// `guidance-server owner add EMAIL`: the one-time link it prints.
@@ -51,14 +52,18 @@ import TestSupport
 
     /// A car that asked for a code: its device code and the code it says.
     static func waitingCar(_ server: ServerProcess, name: String = "Ana's van") async throws -> (deviceCode: String, userCode: String) {
-        let started = try await PairingSystemTests.post(server.port, "/oauth/device_authorization",
-                                                        ["client_id": "dashcam-agent", "device_name": name])
+        let started = try await PairingSystemTests.post(
+            server.port, "/oauth/device_authorization",
+            ["client_id": "dashcam-agent", "device_name": name])
         return (try #require(started.json["device_code"] as? String), try #require(started.json["user_code"] as? String))
     }
 
     static func poll(_ server: ServerProcess, _ deviceCode: String) async throws -> PairingSystemTests.Answer {
-        try await PairingSystemTests.post(server.port, "/oauth/token", [
-            "client_id": "dashcam-agent", "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": deviceCode])
+        try await PairingSystemTests.post(
+            server.port, "/oauth/token",
+            [
+                "client_id": "dashcam-agent", "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": deviceCode
+            ])
     }
 
     /// A code nobody has: nine digits that differ from `code`.
@@ -85,7 +90,10 @@ import TestSupport
         // The same account at the other route: limited as well, not answered 410 ever after.
         var decided: [Int] = []
         for i in 6..<12 {
-            decided.append(try await attacker.submit("/pair/decide", from: pair, ["code": Self.wrongCode(i, not: victim.userCode), "decision": "approve"]).status)
+            decided.append(
+                try await attacker.submit(
+                    "/pair/decide", from: pair, ["code": Self.wrongCode(i, not: victim.userCode), "decision": "approve"]
+                ).status)
         }
         #expect(decided.allSatisfy { $0 == 429 }, "\(decided)")
         #expect(try await attacker.submit("/pair/decide", from: pair, ["code": victim.userCode, "decision": "approve"]).status == 429)
@@ -147,7 +155,8 @@ import TestSupport
         let stranger = OwnerBrowser(port: server.port, address: "203.0.113.9")
         for i in 0..<4 {
             let form = try await stranger.get("/set-password?token=forged\(i)")
-            let answer = try await stranger.submit("/set-password", from: form, ["token": "forged\(i)", "password": Self.password, "again": Self.password])
+            let answer = try await stranger.submit(
+                "/set-password", from: form, ["token": "forged\(i)", "password": Self.password, "again": Self.password])
             #expect(answer.status == 410, "\(answer.status)")
         }
         #expect(try await Self.hashes(server) == before)
@@ -186,9 +195,13 @@ import TestSupport
         let server = try await Self.server()
         let browser = try await Self.signedIn(server, "ana@example.org", address: "192.0.2.32")
         #expect(try await browser.get("/").status == 200)
-        let changed = try await Command.executeAsync("/usr/bin/env", ["python3", "-c",
-            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE owners SET password_hash = '$2b$12$' || hex(randomblob(26))\"); c.commit()",
-            server.folder.appendingPathComponent("usage.sqlite").path])
+        let changed = try await Command.executeAsync(
+            "/usr/bin/env",
+            [
+                "python3", "-c",
+                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE owners SET password_hash = '$2b$12$' || hex(randomblob(26))\"); c.commit()",
+                server.folder.appendingPathComponent("usage.sqlite").path
+            ])
         try #require(changed.status == 0, "\(changed.stderr)")
         let after = try await browser.get("/")
         #expect(after.status == 303 && after.location == "/signin", "\(after.status)")
@@ -214,12 +227,18 @@ import TestSupport
         #expect(try await laptop.get("/").status == 200)
         // The database never holds the cookie's value.
         let cookie = try #require(laptop.sessionCookie)
-        let dump = try await Command.executeAsync("/usr/bin/env", ["python3", "-c",
-            "import sqlite3,sys; print([r[0] for r in sqlite3.connect(sys.argv[1]).execute('SELECT key FROM web_sessions')])",
-            server.folder.appendingPathComponent("usage.sqlite").path])
+        let dump = try await Command.executeAsync(
+            "/usr/bin/env",
+            [
+                "python3", "-c",
+                "import sqlite3,sys; print([r[0] for r in sqlite3.connect(sys.argv[1]).execute('SELECT key FROM web_sessions')])",
+                server.folder.appendingPathComponent("usage.sqlite").path
+            ])
         #expect(dump.status == 0 && !dump.stdout.contains(cookie), "\(dump.stdout) \(dump.stderr)")
         // The ledger file was made private to the server's user.
-        let mode = try FileManager.default.attributesOfItem(atPath: server.folder.appendingPathComponent("usage.sqlite").path)[.posixPermissions] as? NSNumber
+        let mode =
+            try FileManager.default.attributesOfItem(atPath: server.folder.appendingPathComponent("usage.sqlite").path)[.posixPermissions]
+            as? NSNumber
         #expect(mode?.intValue == 0o600)
     }
 
@@ -235,8 +254,9 @@ import TestSupport
         #expect(try await owner.submit("/pair/decide", from: approve, ["code": car.userCode, "decision": "approve"]).status == 200)
         let r0 = try #require(try await Self.poll(server, car.deviceCode).json["refresh_token"] as? String)
         func refresh(_ token: String) async throws -> PairingSystemTests.Answer {
-            try await PairingSystemTests.post(server.port, "/oauth/token",
-                                              ["client_id": "dashcam-agent", "grant_type": "refresh_token", "refresh_token": token])
+            try await PairingSystemTests.post(
+                server.port, "/oauth/token",
+                ["client_id": "dashcam-agent", "grant_type": "refresh_token", "refresh_token": token])
         }
         let carAnswer = try await refresh(r0)
         let r1 = try #require(carAnswer.json["refresh_token"] as? String)
@@ -334,16 +354,19 @@ import TestSupport
         // The car's upload, as the store takes it from a session.
         let bytes = [UInt8]((0..<5_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
         let store = FileClipStore(root: clips.path)
-        let clip = ClientMessage.Clip(id: "incident-1", kind: "incident", at: "2026-11-29T08:02:30.822Z", from: "2026-11-29T08:02:20.822Z",
-                                      to: "2026-11-29T08:02:40.822Z", peakG: 2.4,
-                                      files: [.init(name: "000001-20261129T080220.822Z.mp4", bytes: bytes.count, sha256: sha256Hex(bytes))],
-                                      gps: [.init(t: "2026-11-29T08:02:30Z", mode: 3, lat: 48.85837, lon: 2.29448)])
+        let clip = ClientMessage.Clip(
+            id: "incident-1", kind: "incident", at: "2026-11-29T08:02:30.822Z", from: "2026-11-29T08:02:20.822Z",
+            to: "2026-11-29T08:02:40.822Z", peakG: 2.4,
+            files: [.init(name: "000001-20261129T080220.822Z.mp4", bytes: bytes.count, sha256: sha256Hex(bytes))],
+            gps: [.init(t: "2026-11-29T08:02:30Z", mode: 3, lat: 48.85837, lon: 2.29448)])
         _ = try store.announce(clip, device: device, now: Date())
         _ = try store.append(.init(id: clip.id, name: clip.files[0].name, offset: 0, bytes: bytes.count), Data(bytes), device: device)
         let event = "/events/\(device)/\(clip.id)", file = "/events/\(device)/\(clip.id)/files/\(clip.files[0].name)"
 
         let list = try await owner.get("/events")
-        #expect(list.status == 200 && list.body.contains(event) && list.body.contains("48.85837, 2.29448") && list.body.contains("2.4 g"), "\(list.body)")
+        #expect(
+            list.status == 200 && list.body.contains(event) && list.body.contains("48.85837, 2.29448") && list.body.contains("2.4 g"),
+            "\(list.body)")
         #expect(list.body.contains("https://www.openstreetmap.org/?mlat=48.85837&amp;mlon=2.29448"), "the map link, escaped")
         let page = try await owner.get(event)
         #expect(page.status == 200 && page.header("Content-Security-Policy").first?.contains("media-src 'self'") == true)
@@ -364,20 +387,23 @@ import TestSupport
 
         // A link for someone without an account: the clip and nothing else, until revoked.
         let shared = try await owner.submit(event + "/share", from: page, ["days": "7"])
-        let link = try #require(shared.body.components(separatedBy: "class=\"share-link\" readonly value=\"").dropFirst().first?
-            .split(separator: "\"").first.map(String.init), "\(shared.body)")
+        let link = try #require(
+            shared.body.components(separatedBy: "class=\"share-link\" readonly value=\"").dropFirst().first?
+                .split(separator: "\"").first.map(String.init), "\(shared.body)")
         let path = String(link[try #require(link.range(of: "/shared/")).lowerBound...])
         let insurer = OwnerBrowser(port: server.port, address: "198.51.100.80")
         let seen = try await insurer.get(path)
-        #expect(seen.status == 200 && seen.body.contains(path + "/files/") && !seen.body.contains("Ana") && !seen.body.contains("/events"),
-                "\(seen.body)")
+        #expect(
+            seen.status == 200 && seen.body.contains(path + "/files/") && !seen.body.contains("Ana") && !seen.body.contains("/events"),
+            "\(seen.body)")
         let fileName = clip.files[0].name
         #expect(try await insurer.get(path + "/files/" + fileName, headers: ["Range: bytes=0-9"]).status == 206)
         let token = String(path.dropFirst("/shared/".count))
         let tampered = "/shared/" + String(token.prefix(10)) + (token.dropFirst(10).first == "A" ? "B" : "A") + String(token.dropFirst(11))
         #expect(try await insurer.get(tampered).status == 404)
-        let revoke = try #require(shared.body.components(separatedBy: "action=\"").dropFirst().map { $0.split(separator: "\"")[0] }
-            .first { $0.hasSuffix("/revoke") }.map(String.init))
+        let revoke = try #require(
+            shared.body.components(separatedBy: "action=\"").dropFirst().map { $0.split(separator: "\"")[0] }
+                .first { $0.hasSuffix("/revoke") }.map(String.init))
         #expect(try await other.submit(revoke, from: try await other.get("/events"), [:]).status == 404, "not another owner's to revoke")
         #expect(try await insurer.get(path).status == 200)
         #expect(try await owner.submit(revoke, from: shared, [:]).status == 200)
@@ -392,8 +418,9 @@ import TestSupport
         _ = try store.append(.init(id: second.id, name: second.files[0].name, offset: 0, bytes: bytes.count), Data(bytes), device: device)
         let secondPage = try await owner.get("/events/\(device)/incident-2")
         let beforeUnpair = try await owner.submit("/events/\(device)/incident-2/share", from: secondPage, ["days": "30"])
-        let lastLink = try #require(beforeUnpair.body.components(separatedBy: "class=\"share-link\" readonly value=\"").dropFirst().first?
-            .split(separator: "\"").first.map(String.init), "\(beforeUnpair.body)")
+        let lastLink = try #require(
+            beforeUnpair.body.components(separatedBy: "class=\"share-link\" readonly value=\"").dropFirst().first?
+                .split(separator: "\"").first.map(String.init), "\(beforeUnpair.body)")
         let lastPath = String(lastLink[try #require(lastLink.range(of: "/shared/")).lowerBound...])
         #expect(try await insurer.get(lastPath).status == 200)
         // A Host header with more than a host name in it does not make the link point elsewhere.
@@ -424,7 +451,9 @@ import TestSupport
         #expect(try await browser.signIn("ana@example.org", fits).status == 303)
         // What bcrypt would have cut off no longer signs in either.
         #expect(try await OwnerBrowser(port: server.port, address: "192.0.2.82").signIn("ana@example.org", fits + "anything").status == 401)
-        #expect(try await OwnerBrowser(port: server.port, address: "192.0.2.81").signIn("ana@example.org", String(repeating: "é", count: 35)).status == 401)
+        #expect(
+            try await OwnerBrowser(port: server.port, address: "192.0.2.81").signIn("ana@example.org", String(repeating: "é", count: 35))
+                .status == 401)
     }
 
     /// Finding 8's other half: the simulated provider is for demos. A server that would take it
@@ -436,7 +465,8 @@ import TestSupport
         let config = folder.appendingPathComponent("server.yaml")
         try Data("- clear: true\n".utf8).write(to: folder.appendingPathComponent("script.yaml"))
         try ServerProcess.write(folder, "tokens.yaml", "good-token: car-1\n", mode: 0o600)
-        try Data("""
+        try Data(
+            """
             server:
               host: 0.0.0.0
               port: 0
@@ -451,18 +481,22 @@ import TestSupport
               provider: simulated
             ledger: sqlite:\(folder.path)/usage.sqlite
 
-            """.utf8).write(to: config)
-        let refused = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("guidance-server").path, ["--config", config.path])
+            """.utf8
+        ).write(to: config)
+        let refused = try await Command.executeAsync(
+            Spawned.buildFolder.appendingPathComponent("guidance-server").path, ["--config", config.path])
         #expect(refused.status == 78)
         #expect(refused.stderr.contains("payments.allowSimulated"), "\(refused.stderr)")
-        let server = try await ServerProcess(server: ["host": "127.0.0.1"], extra: """
-            pairing:
-              enabled: true
-              signingKeyFile: \(folder.path)/signing2.key
-            payments:
-              provider: simulated
-              webhookSecretFile: \(folder.path)/webhook.secret
-            """)
+        let server = try await ServerProcess(
+            server: ["host": "127.0.0.1"],
+            extra: """
+                pairing:
+                  enabled: true
+                  signingKeyFile: \(folder.path)/signing2.key
+                payments:
+                  provider: simulated
+                  webhookSecretFile: \(folder.path)/webhook.secret
+                """)
         #expect(server.process.stderr.contains("for demos only"), "no warning: \(server.process.stderr)")
     }
 }

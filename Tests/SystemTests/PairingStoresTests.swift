@@ -51,37 +51,56 @@ import TestSupport
         try await withTwo(kind) { one, two, _ in
             let settings = DeviceAuthorization.Settings()
             let owner = try #require(try await one.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
-            let (code, _) = try await one.startAuthorization(deviceCodeHash: "dc", deviceName: "van", nowMs: t0, settings: settings,
-                                                             newUserCode: { "123456789" })
-            #expect(try await two.poll(deviceCodeHash: "dc", nowMs: t0 + 5_000, settings: settings, newDevice: "car-a",
-                                       refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000) == .outcome(.authorizationPending))
-            #expect(try await one.poll(deviceCodeHash: "dc", nowMs: t0 + 6_000, settings: settings, newDevice: "car-a",
-                                       refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000) == .outcome(.slowDown(interval: 10)))
-            #expect(try await two.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 7_000)
+            let (code, _) = try await one.startAuthorization(
+                deviceCodeHash: "dc", deviceName: "van", nowMs: t0, settings: settings,
+                newUserCode: { "123456789" })
+            #expect(
+                try await two.poll(
+                    deviceCodeHash: "dc", nowMs: t0 + 5_000, settings: settings, newDevice: "car-a",
+                    refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000) == .outcome(.authorizationPending))
+            #expect(
+                try await one.poll(
+                    deviceCodeHash: "dc", nowMs: t0 + 6_000, settings: settings, newDevice: "car-a",
+                    refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000) == .outcome(.slowDown(interval: 10)))
+            #expect(
+                try await two.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0 + 7_000)
                     == .pending(deviceName: "van", secondsLeft: 593))
-            #expect(try await two.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0 + 8_000) == .decided)
+            #expect(
+                try await two.decide(
+                    userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0 + 8_000) == .decided)
             // Both instances polled at once: the car is paired once.
-            async let a = one.poll(deviceCodeHash: "dc", nowMs: t0 + 20_000, settings: settings, newDevice: "car-a",
-                                   refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000)
-            async let b = two.poll(deviceCodeHash: "dc", nowMs: t0 + 20_000, settings: settings, newDevice: "car-b",
-                                   refreshTokenHash: "r1b", refreshExpiresAtMs: t0 + 10_000_000)
+            async let a = one.poll(
+                deviceCodeHash: "dc", nowMs: t0 + 20_000, settings: settings, newDevice: "car-a",
+                refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 10_000_000)
+            async let b = two.poll(
+                deviceCodeHash: "dc", nowMs: t0 + 20_000, settings: settings, newDevice: "car-b",
+                refreshTokenHash: "r1b", refreshExpiresAtMs: t0 + 10_000_000)
             let results = try await [a, b]
             #expect(results.filter { if case .paired = $0 { true } else { false } }.count == 1, "\(results)")
             let device = results.compactMap { if case .paired(let d) = $0 { d.device } else { nil } }.first ?? ""
             let first = results.first { if case .paired = $0 { true } else { false } } == results[0] ? "r1" : "r1b"
             // Rotation, a retry within the grace, reuse that revokes the family.
             let rules = RefreshTokenRules(graceMs: 30_000)
-            guard case .rotated = try await one.refresh(tokenHash: first, newTokenHash: "n1", nowMs: t0 + 100_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+            guard
+                case .rotated = try await one.refresh(
+                    tokenHash: first, newTokenHash: "n1", nowMs: t0 + 100_000, expiresAtMs: t0 + 10_000_000, rules: rules)
             else { Issue.record("not rotated"); return }
             // A retry within the grace is handed the same successor (derived from the token), and
             // the successor stays good: a copy presenting the spent token cannot lock the car out.
-            guard case .rotated = try await two.refresh(tokenHash: first, newTokenHash: "n1", nowMs: t0 + 110_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+            guard
+                case .rotated = try await two.refresh(
+                    tokenHash: first, newTokenHash: "n1", nowMs: t0 + 110_000, expiresAtMs: t0 + 10_000_000, rules: rules)
             else { Issue.record("a retry refused"); return }
-            guard case .rotated = try await one.refresh(tokenHash: "n1", newTokenHash: "n3", nowMs: t0 + 120_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+            guard
+                case .rotated = try await one.refresh(
+                    tokenHash: "n1", newTokenHash: "n3", nowMs: t0 + 120_000, expiresAtMs: t0 + 10_000_000, rules: rules)
             else { Issue.record("n1 not rotated after a retry"); return }
-            #expect(try await two.refresh(tokenHash: first, newTokenHash: "x", nowMs: t0 + 200_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+            #expect(
+                try await two.refresh(tokenHash: first, newTokenHash: "x", nowMs: t0 + 200_000, expiresAtMs: t0 + 10_000_000, rules: rules)
                     == .reused(device: device))
-            #expect(try await one.refresh(tokenHash: "n3", newTokenHash: "x", nowMs: t0 + 201_000, expiresAtMs: t0 + 10_000_000, rules: rules) == .refused)
+            #expect(
+                try await one.refresh(tokenHash: "n3", newTokenHash: "x", nowMs: t0 + 201_000, expiresAtMs: t0 + 10_000_000, rules: rules)
+                    == .refused)
         }
     }
 
@@ -104,8 +123,10 @@ import TestSupport
         let t0 = self.t0
         try await withTwo(kind) { one, two, credited in
             let owner = try #require(try await one.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
-            try await one.startPayment(Payment(provider: "simulated", id: "pay_1", owner: owner, device: "car-a", product: "1 hour",
-                                               seconds: 3600, price: "4.99 EUR", createdAtMs: t0))
+            try await one.startPayment(
+                Payment(
+                    provider: "simulated", id: "pay_1", owner: owner, device: "car-a", product: "1 hour",
+                    seconds: 3600, price: "4.99 EUR", createdAtMs: t0))
             let results = try await withThrowingTaskGroup(of: Bool.self) { group in
                 for store in [one, two, one, two] {
                     group.addTask { try await store.settlePayment(provider: "simulated", id: "pay_1", paid: true, nowMs: t0 + 1) }
@@ -129,12 +150,14 @@ import TestSupport
             #expect(try await other.usePasswordLink(tokenHash: "h1", passwordHash: "$2b$x", nowMs: t0 + 1) == ana)
             #expect(try await store.usePasswordLink(tokenHash: "h1", passwordHash: "$2b$y", nowMs: t0 + 2) == nil)
             #expect(try await other.account(email: "ana@example.org")?.passwordHash == "$2b$x")
-            let (code, _) = try await store.startAuthorization(deviceCodeHash: "dc", deviceName: "van", nowMs: t0, settings: .init(),
-                                                               newUserCode: { "111222333" })
+            let (code, _) = try await store.startAuthorization(
+                deviceCodeHash: "dc", deviceName: "van", nowMs: t0, settings: .init(),
+                newUserCode: { "111222333" })
             _ = try await store.lookUp(userCode: code, owner: ana, address: "192.0.2.1", nowMs: t0)
             _ = try await store.decide(userCode: code, decision: .approve(owner: ana), owner: ana, address: "192.0.2.1", nowMs: t0)
-            _ = try await store.poll(deviceCodeHash: "dc", nowMs: t0 + 1, settings: .init(), newDevice: "car-a",
-                                     refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 1_000_000)
+            _ = try await store.poll(
+                deviceCodeHash: "dc", nowMs: t0 + 1, settings: .init(), newDevice: "car-a",
+                refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 1_000_000)
             #expect(try await other.rename(device: "car-a", owner: bo, label: "mine") == false)
             #expect(try await other.rename(device: "car-a", owner: ana, label: "Family car") == true)
             for i in 0..<7 { try await store.recordGuidance(device: "car-a", text: "hint \(i)", nowMs: t0 + Int64(i)) }
@@ -150,7 +173,9 @@ import TestSupport
             // Its drives were Ana's: the car's next owner starts with none.
             #expect(try await other.trips(device: "car-a", limit: 10).isEmpty)
             #expect(try await other.track(device: "car-a", fromMs: 0, toMs: .max).isEmpty)
-            #expect(try await other.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 61, expiresAtMs: t0 + 1_000_000, rules: .init()) == .refused)
+            #expect(
+                try await other.refresh(tokenHash: "r1", newTokenHash: "r2", nowMs: t0 + 61, expiresAtMs: t0 + 1_000_000, rules: .init())
+                    == .refused)
         }
     }
 
@@ -162,7 +187,9 @@ import TestSupport
         let t0 = self.t0
         try await withTwo(kind) { one, two, _ in
             func points(from start: Int64, count: Int, lat: Double) -> [TrackPoint] {
-                (0..<count).map { TrackPoint(atMs: start + Int64($0) * 2_000, lat: lat + Double($0) * 0.0002, lon: 127.0, speed: 10 + Double($0)) }
+                (0..<count).map {
+                    TrackPoint(atMs: start + Int64($0) * 2_000, lat: lat + Double($0) * 0.0002, lon: 127.0, speed: 10 + Double($0))
+                }
             }
             try await one.recordTrack(device: "car-a", points: points(from: t0, count: 3, lat: 37.5))
             try await two.recordTrack(device: "car-a", points: points(from: t0 + 6_000, count: 3, lat: 37.5006))
@@ -197,22 +224,27 @@ import TestSupport
             let bo = try #require(try await store.createOwner(email: "bo@example.org", displayName: "Bo", nowMs: t0))
             for (index, (owner, car)) in [(ana, "car-a"), (ana, "car-b"), (bo, "car-c")].enumerated() {
                 let code = "11122233\(index)"
-                _ = try await store.startAuthorization(deviceCodeHash: "dc\(index)", deviceName: car, nowMs: t0, settings: .init(),
-                                                       newUserCode: { code })
+                _ = try await store.startAuthorization(
+                    deviceCodeHash: "dc\(index)", deviceName: car, nowMs: t0, settings: .init(),
+                    newUserCode: { code })
                 _ = try await store.lookUp(userCode: code, owner: owner, address: "192.0.2.1", nowMs: t0)
                 _ = try await store.decide(userCode: code, decision: .approve(owner: owner), owner: owner, address: "192.0.2.1", nowMs: t0)
-                _ = try await store.poll(deviceCodeHash: "dc\(index)", nowMs: t0 + 1, settings: .init(), newDevice: car,
-                                         refreshTokenHash: "r\(index)", refreshExpiresAtMs: t0 + 1_000_000)
+                _ = try await store.poll(
+                    deviceCodeHash: "dc\(index)", nowMs: t0 + 1, settings: .init(), newDevice: car,
+                    refreshTokenHash: "r\(index)", refreshExpiresAtMs: t0 + 1_000_000)
             }
             func clip(_ id: String, bytes: Int) -> ClientMessage.Clip {
-                .init(id: id, kind: "parking", at: "2026-11-29T08:02:30Z", from: "2026-11-29T08:02:20Z", to: "2026-11-29T08:02:40Z",
-                      files: [.init(name: "a.mp4", bytes: bytes, sha256: String(repeating: "0", count: 64))])
+                .init(
+                    id: id, kind: "parking", at: "2026-11-29T08:02:30Z", from: "2026-11-29T08:02:20Z", to: "2026-11-29T08:02:40Z",
+                    files: [.init(name: "a.mp4", bytes: bytes, sha256: String(repeating: "0", count: 64))])
             }
             let limit = 1000
             // As a session does it: the owner looked up, then counted and kept in one step.
             func announce(_ clip: ClientMessage.Clip, _ car: String, in clips: FileClipStore = clips) async throws -> ClipAppend {
                 let admission = try await ClipQuota.admission(device: car, owners: store, limitBytes: limit)
-                return try await NIOThreadPool.singleton.runIfActive { try ClipQuota.announce(clip, device: car, admission: admission, store: clips, now: Date()) }
+                return try await NIOThreadPool.singleton.runIfActive {
+                    try ClipQuota.announce(clip, device: car, admission: admission, store: clips, now: Date())
+                }
             }
             func refused(_ answer: ClipAppend) -> String? { if case .refused(let why) = answer { why } else { nil } }
             #expect(refused(try await announce(clip("one", bytes: 600), "car-a")) == nil)
@@ -228,8 +260,9 @@ import TestSupport
             async let second = announce(clip("race-b", bytes: 700), "car-b", in: other)
             let answers = try await [first, second]
             #expect(answers.filter { refused($0) == nil }.count == 1, "\(answers)")
-            #expect(refused(try await announce(clip("x", bytes: 10), "car-unpaired"))?.contains("not paired") == true,
-                    "a car without an owner takes no room")
+            #expect(
+                refused(try await announce(clip("x", bytes: 10), "car-unpaired"))?.contains("not paired") == true,
+                "a car without an owner takes no room")
         }
     }
 
@@ -241,24 +274,33 @@ import TestSupport
         try await withTwo(kind) { one, two, _ in
             let ana = try #require(try await one.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
             let eve = try #require(try await one.createOwner(email: "eve@example.org", displayName: "Eve", nowMs: t0))
-            let (code, _) = try await one.startAuthorization(deviceCodeHash: "dc", deviceName: "van", nowMs: t0, settings: .init(),
-                                                             newUserCode: { "444555666" })
+            let (code, _) = try await one.startAuthorization(
+                deviceCodeHash: "dc", deviceName: "van", nowMs: t0, settings: .init(),
+                newUserCode: { "444555666" })
             _ = try await one.lookUp(userCode: code, owner: ana, address: "192.0.2.1", nowMs: t0 + 1)
             var guesses: [CodeDecision] = []
             for i in 0..<3 {
-                guesses.append(try await two.decide(userCode: code, decision: .approve(owner: eve), owner: eve, address: "198.51.100.1",
-                                                    nowMs: t0 + 2 + Int64(i)))
+                guesses.append(
+                    try await two.decide(
+                        userCode: code, decision: .approve(owner: eve), owner: eve, address: "198.51.100.1",
+                        nowMs: t0 + 2 + Int64(i)))
             }
             #expect(guesses == [.wrong, .wrong, .locked])
             // Locked: the car is refused, and the owner who looked it up cannot approve it either.
-            #expect(try await one.decide(userCode: code, decision: .approve(owner: ana), owner: ana, address: "192.0.2.1", nowMs: t0 + 10) == .gone)
-            #expect(try await two.poll(deviceCodeHash: "dc", nowMs: t0 + 10_000, settings: .init(), newDevice: "car-a",
-                                       refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 1_000_000) == .outcome(.accessDenied))
+            #expect(
+                try await one.decide(userCode: code, decision: .approve(owner: ana), owner: ana, address: "192.0.2.1", nowMs: t0 + 10)
+                    == .gone)
+            #expect(
+                try await two.poll(
+                    deviceCodeHash: "dc", nowMs: t0 + 10_000, settings: .init(), newDevice: "car-a",
+                    refreshTokenHash: "r1", refreshExpiresAtMs: t0 + 1_000_000) == .outcome(.accessDenied))
             // Eve's three guesses count against her account at both routes: two more and she is held.
             for i in 0..<2 {
                 #expect(try await one.lookUp(userCode: "00000000\(i)", owner: eve, address: "198.51.100.2", nowMs: t0 + 20) == .wrong)
             }
-            guard case .limited = try await two.decide(userCode: "000000009", decision: .deny, owner: eve, address: "198.51.100.3", nowMs: t0 + 30)
+            guard
+                case .limited = try await two.decide(
+                    userCode: "000000009", decision: .deny, owner: eve, address: "198.51.100.3", nowMs: t0 + 30)
             else { Issue.record("not limited at /pair/decide"); return }
         }
     }
@@ -292,8 +334,10 @@ import TestSupport
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             let ana = try #require(try await one.createOwner(email: "ana@example.org", displayName: "Ana", nowMs: t0))
             let bo = try #require(try await one.createOwner(email: "bo@example.org", displayName: "Bo", nowMs: t0))
-            let driver: any PersistDriver = if let sqlite = one as? SQLitePairingStore { SQLiteSessionDriver(store: sqlite) }
-                else { PostgresSessionDriver(store: try #require(one as? PostgresPairingStore)) }
+            let driver: any PersistDriver =
+                if let sqlite = one as? SQLitePairingStore { SQLiteSessionDriver(store: sqlite) } else {
+                    PostgresSessionDriver(store: try #require(one as? PostgresPairingStore))
+                }
             try await driver.set(key: "hbs.ana-laptop", value: WebSession(owner: ana, csrf: "c1"), expires: .seconds(3600))
             try await driver.set(key: "hbs.ana-phone", value: WebSession(owner: ana, csrf: "c2"), expires: .seconds(3600))
             try await driver.set(key: "hbs.bo", value: WebSession(owner: bo, csrf: "c3"), expires: .seconds(3600))

@@ -19,10 +19,12 @@ import TestSupport
         let body = form.sorted { $0.key < $1.key }
             .map { "\($0.key)=\($0.value.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")" }
             .joined(separator: "&")
-        let result = try await Command.executeAsync("/usr/bin/curl", [
-            "-sS", "-w", "\n%{http_code}", "-H", "Content-Type: application/x-www-form-urlencoded",
-            "--data-binary", body, "http://127.0.0.1:\(port)\(path)",
-        ])
+        let result = try await Command.executeAsync(
+            "/usr/bin/curl",
+            [
+                "-sS", "-w", "\n%{http_code}", "-H", "Content-Type: application/x-www-form-urlencoded",
+                "--data-binary", body, "http://127.0.0.1:\(port)\(path)"
+            ])
         let lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
         let status = Int(lines.last ?? "") ?? -1
         let json = (try? JSONSerialization.jsonObject(with: Data(lines.dropLast().joined(separator: "\n").utf8))) as? [String: Any] ?? [:]
@@ -45,7 +47,8 @@ import TestSupport
         let mode = try FileManager.default.attributesOfItem(atPath: key)[.posixPermissions] as? NSNumber
         #expect(mode?.intValue == 0o600)
 
-        let started = try await Self.post(server.port, "/oauth/device_authorization", ["client_id": "dashcam-agent", "device_name": "Ana's van"])
+        let started = try await Self.post(
+            server.port, "/oauth/device_authorization", ["client_id": "dashcam-agent", "device_name": "Ana's van"])
         #expect(started.status == 200)
         let deviceCode = try #require(started.json["device_code"] as? String)
         let userCode = try #require(started.json["user_code"] as? String)
@@ -69,7 +72,9 @@ import TestSupport
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let owner = try await store.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: now)
         #expect(try await store.lookUp(userCode: userCode, owner: owner, address: "127.0.0.1", nowMs: now) != .wrong)
-        #expect(try await store.decide(userCode: userCode, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1", nowMs: now) == .decided)
+        #expect(
+            try await store.decide(userCode: userCode, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1", nowMs: now)
+                == .decided)
 
         let paired = try await Self.post(server.port, "/oauth/token", grant)
         #expect(paired.status == 200)
@@ -98,12 +103,17 @@ import TestSupport
         let reused = try await Self.post(server.port, "/oauth/token", refreshGrant.merging(["refresh_token": refresh]) { $1 })
         #expect(reused.status == 400 && reused.json["error"] as? String == "invalid_grant")
         let latest = try #require(second.json["refresh_token"] as? String)
-        #expect(try await Self.post(server.port, "/oauth/token", refreshGrant.merging(["refresh_token": latest]) { $1 }).json["error"] as? String == "invalid_grant")
+        #expect(
+            try await Self.post(server.port, "/oauth/token", refreshGrant.merging(["refresh_token": latest]) { $1 }).json["error"]
+                as? String == "invalid_grant")
 
         // Nothing secret in the server's log.
         try await store.shutdown()
         server.stop()
-        for secret in [deviceCode, userCode, access, refresh, next, latest, try String(contentsOfFile: key, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)] {
+        for secret in [
+            deviceCode, userCode, access, refresh, next, latest,
+            try String(contentsOfFile: key, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        ] {
             #expect(!server.process.stderr.contains(secret), "the log shows a secret")
         }
     }
@@ -114,24 +124,34 @@ import TestSupport
         #expect(try await Self.post(server.port, "/oauth/device_authorization", ["client_id": "someone-else"]).status == 401)
         let unsupported = try await Self.post(server.port, "/oauth/token", ["client_id": "dashcam-agent", "grant_type": "password"])
         #expect(unsupported.status == 400 && unsupported.json["error"] as? String == "unsupported_grant_type")
-        let unknown = try await Self.post(server.port, "/oauth/token", [
-            "client_id": "dashcam-agent", "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": "nope",
-        ])
+        let unknown = try await Self.post(
+            server.port, "/oauth/token",
+            [
+                "client_id": "dashcam-agent", "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": "nope"
+            ])
         #expect(unknown.status == 400 && unknown.json["error"] as? String == "invalid_grant")
         // A body over the limit is refused, and the server goes on.
-        let huge = try await Self.post(server.port, "/oauth/token", ["client_id": "dashcam-agent", "x": String(repeating: "a", count: 10_000)])
+        let huge = try await Self.post(
+            server.port, "/oauth/token", ["client_id": "dashcam-agent", "x": String(repeating: "a", count: 10_000)])
         #expect(huge.status == 400 && huge.json["error"] as? String == "invalid_request")
         // A peer asking for code after code: ten requests from an address in 10 minutes (the
         // refused client above was the first), then 429 with slow_down.
         var statuses: [Int] = []
-        for _ in 0..<10 { statuses.append(try await Self.post(server.port, "/oauth/device_authorization", ["client_id": "dashcam-agent"]).status) }
+        for _ in 0..<10 {
+            statuses.append(try await Self.post(server.port, "/oauth/device_authorization", ["client_id": "dashcam-agent"]).status)
+        }
         #expect(statuses == Array(repeating: 200, count: 9) + [429], "\(statuses)")
         // Garbage where a form and a webhook belong: refused, and the server goes on.
-        for (path, body) in [("/oauth/token", "%zz=%%"), ("/oauth/token", "client_id=dashcam-agent&client_id=dashcam-agent"),
-                             ("/signin", String(repeating: "&", count: 5000))] {
-            let answer = try await Command.executeAsync("/usr/bin/curl", [
-                "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Content-Type: application/x-www-form-urlencoded",
-                "--data-binary", body, "http://127.0.0.1:\(server.port)\(path)"])
+        for (path, body) in [
+            ("/oauth/token", "%zz=%%"), ("/oauth/token", "client_id=dashcam-agent&client_id=dashcam-agent"),
+            ("/signin", String(repeating: "&", count: 5000))
+        ] {
+            let answer = try await Command.executeAsync(
+                "/usr/bin/curl",
+                [
+                    "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Content-Type: application/x-www-form-urlencoded",
+                    "--data-binary", body, "http://127.0.0.1:\(server.port)\(path)"
+                ])
             #expect(["400", "401", "403"].contains(answer.stdout), "\(path): \(answer.stdout)")
         }
         // Static tokens work as before beside pairing.
@@ -159,16 +179,25 @@ import TestSupport
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             let owner = try await owners.addOwner(email: "ana@example.org", displayName: "Ana", nowMs: now)
             _ = try await owners.lookUp(userCode: userCode, owner: owner, address: "127.0.0.1", nowMs: now)
-            #expect(try await owners.decide(userCode: userCode, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1",
-                                            nowMs: now) == .decided)
-            let paired = try await Self.post(a.port, "/oauth/token", [
-                "client_id": "dashcam-agent", "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": deviceCode])
+            #expect(
+                try await owners.decide(
+                    userCode: userCode, decision: .approve(owner: owner), owner: owner, address: "127.0.0.1",
+                    nowMs: now) == .decided)
+            let paired = try await Self.post(
+                a.port, "/oauth/token",
+                [
+                    "client_id": "dashcam-agent", "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": deviceCode
+                ])
             let access = try #require(paired.json["access_token"] as? String)
             let device = try #require(paired.json["device_id"] as? String)
             let client = try RawClient(port: b.port, receiveTimeoutMs: 15_000)
             #expect(try client.upgrade(token: access).status == 101)
-            try client.sendText(ClientMessage.hello(.init(device: "van", locale: "en-US", agent: "test",
-                                                          video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "s")).encoded())
+            try client.sendText(
+                ClientMessage.hello(
+                    .init(
+                        device: "van", locale: "en-US", agent: "test",
+                        video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000), stream: "s")
+                ).encoded())
             _ = try client.readTexts(until: "welcome")
             #expect(try await owners.unpair(device: device, owner: owner, nowMs: Int64(Date().timeIntervalSince1970 * 1000)))
             let close = try await ServerHardeningTests.offPool { () -> Int? in

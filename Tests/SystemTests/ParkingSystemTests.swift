@@ -23,14 +23,20 @@ import TestSupport
         let files = try LoopFiles()
         defer { files.remove() }
         let video = files.path("still-then-moving.mp4")
-        let made = try await Command.executeAsync("/usr/bin/ffmpeg", [
-            "-v", "error", "-f", "lavfi", "-i", "color=c=gray:s=320x180:r=10:d=8", "-f", "lavfi", "-i", "testsrc2=s=320x180:r=10:d=6",
-            "-f", "lavfi", "-i", "color=c=gray:s=320x180:r=10:d=60", "-filter_complex", "[0][1][2]concat=n=3:v=1:a=0", "-c:v", "libx264", "-preset", "ultrafast", "-y", video])
+        let made = try await Command.executeAsync(
+            "/usr/bin/ffmpeg",
+            [
+                "-v", "error", "-f", "lavfi", "-i", "color=c=gray:s=320x180:r=10:d=8", "-f", "lavfi", "-i", "testsrc2=s=320x180:r=10:d=6",
+                "-f", "lavfi", "-i", "color=c=gray:s=320x180:r=10:d=60", "-filter_complex", "[0][1][2]concat=n=3:v=1:a=0", "-c:v",
+                "libx264", "-preset", "ultrafast", "-y", video
+            ])
         try #require(made.status == 0, "\(made.stderr)")
         let (server, port) = try await files.startServer()
         defer { _ = server.stop() }
         try files.write("ignition", "1\n")
-        try files.write("agent.yaml", """
+        try files.write(
+            "agent.yaml",
+            """
             camera:
               source: file
               file: \(video)
@@ -73,12 +79,15 @@ import TestSupport
             let reply = try Command.execute(RecordCommandTests.agent, ["status", "--json", "--socket", socket])
             return try JSONDecoder().decode(AgentStatus.self, from: Data(reply.stdout.utf8))
         }
-        #expect(await agent.wait(for: .seconds(60)) { $0.stderr.contains("uplink: connected") || $0.stdout.split(separator: "\n").count >= 2 },
-                "\(agent.stderr)")
+        #expect(
+            await agent.wait(for: .seconds(60)) { $0.stderr.contains("uplink: connected") || $0.stdout.split(separator: "\n").count >= 2 },
+            "\(agent.stderr)")
 
         // Ignition off: parked after the debounce and the delay.
         try files.write("ignition", "0\n")
-        #expect(await agent.wait(for: .seconds(60)) { $0.stderr.contains("parked: continuous recording and streaming stopped") }, "\(agent.stderr)")
+        #expect(
+            await agent.wait(for: .seconds(60)) { $0.stderr.contains("parked: continuous recording and streaming stopped") },
+            "\(agent.stderr)")
         let parked = try status()
         #expect(parked.parking?.mode == "parked" && parked.parking?.ignition == "off", "\(String(describing: parked.parking))")
         #expect(await agent.wait(for: .seconds(30)) { _ in (try? status().uplink.state) == "parked" })
@@ -95,7 +104,8 @@ import TestSupport
         if endedWhole { print("parking came just as segment \(lastSeq) ended: no segment was in progress") }
 
         // Motion in the view, 8 s after parking: one clip, protected, with 3 s before the motion.
-        #expect(await agent.wait(for: .seconds(120)) { lines($0).contains { $0.contains("\"parking\":{") } }, "\(agent.stderr.suffix(3000))")
+        #expect(
+            await agent.wait(for: .seconds(120)) { lines($0).contains { $0.contains("\"parking\":{") } }, "\(agent.stderr.suffix(3000))")
         let clipLine = try #require(lines(agent).first { $0.contains("\"parking\":{") })
         let clip = try JSONDecoder().decode(SegmentLine.self, from: Data(clipLine.utf8))
         #expect(clip.parking?.trigger == "motion", "\(clipLine)")
@@ -113,11 +123,15 @@ import TestSupport
 
         // Ignition on: driving again, the count said, the session back.
         try files.write("ignition", "1\n")
-        #expect(await agent.wait(for: .seconds(60)) { $0.stderr.contains("status: One parking event saved.") }, "\(agent.stderr.suffix(3000))")
+        #expect(
+            await agent.wait(for: .seconds(60)) { $0.stderr.contains("status: One parking event saved.") }, "\(agent.stderr.suffix(3000))")
         #expect(await agent.wait(for: .seconds(60)) { _ in (try? status().uplink.state) == "connected" }, "\(agent.stderr.suffix(4000))")
         let driving = try status()
         #expect(driving.parking?.mode == "driving" && driving.parking?.eventsTotal == 1, "\(String(describing: driving.parking))")
-        #expect(await agent.wait(for: .seconds(60)) { spawned in lines(spawned).last.map { $0.contains("\"endReason\":\"complete\"") && !$0.contains("\"parking\"") } ?? false })
+        #expect(
+            await agent.wait(for: .seconds(60)) { spawned in
+                lines(spawned).last.map { $0.contains("\"endReason\":\"complete\"") && !$0.contains("\"parking\"") } ?? false
+            })
         #expect(agent.stop() == 0, "\(agent.stderr.suffix(2000))")
     }
 }

@@ -19,7 +19,7 @@ import Testing
             process.executableURL = URL(fileURLWithPath: RecordCommandTests.agent)
             process.arguments = ["record", "--config", config, "--out", folder.path, "--fast"]
             process.environment = ProcessInfo.processInfo.environment.merging([
-                "DASHCAM_SPEECH_SINK": "wav:\(folder.path)/speech", "DASHCAM_STATUS_SOCKET": "\(folder.path)/status.sock",
+                "DASHCAM_SPEECH_SINK": "wav:\(folder.path)/speech", "DASHCAM_STATUS_SOCKET": "\(folder.path)/status.sock"
             ]) { $1 }
             process.standardOutput = try FileHandle(forWritingTo: lines)
             process.standardError = FileHandle.nullDevice
@@ -50,19 +50,24 @@ import Testing
         try Data(repeating: 0, count: 4096).write(to: folder.appendingPathComponent("\(day)/.000099-20261123T000000.000Z.mp4.partial"))
         // Each start removes what the kill before it left, so only the last kills' remain.
         let hidden = files(under: folder).filter { $0.split(separator: "/").last?.hasPrefix(".") == true && $0.hasSuffix(".partial") }
-        let again = try await Command.executeAsync("/usr/bin/env", [
-            "DASHCAM_SPEECH_SINK=wav:\(folder.path)/speech", "DASHCAM_STATUS_SOCKET=\(folder.path)/status.sock",
-            RecordCommandTests.agent, "record", "--config", config, "--out", folder.path, "--fast", "--segments", "1",
-        ])
+        let again = try await Command.executeAsync(
+            "/usr/bin/env",
+            [
+                "DASHCAM_SPEECH_SINK=wav:\(folder.path)/speech", "DASHCAM_STATUS_SOCKET=\(folder.path)/status.sock",
+                RecordCommandTests.agent, "record", "--config", config, "--out", folder.path, "--fast", "--segments", "1"
+            ])
         #expect(again.status == 0, "\(again.stderr)")
         // (The log of the order segments were recorded in is the one hidden file that stays.)
         let left = files(under: folder).filter { $0.split(separator: "/").last?.hasPrefix(".") == true && $0 != ".recording-order" }
         #expect(left.isEmpty, "temporary files after a clean start: \(left)")
         // Every segment on the disk is named in that log, wherever a kill caught it: it is logged
         // before its file is written, so none ends up "older than every logged one" and first to go.
-        let logged = Set(try String(contentsOf: folder.appendingPathComponent(".recording-order"), encoding: .utf8)
-            .split(separator: "\n").map(String.init))
-        let unlogged = files(under: folder).filter { $0.hasSuffix(".mp4") }.filter { !logged.contains(String($0.split(separator: "/").last ?? "")) }
+        let logged = Set(
+            try String(contentsOf: folder.appendingPathComponent(".recording-order"), encoding: .utf8)
+                .split(separator: "\n").map(String.init))
+        let unlogged = files(under: folder).filter { $0.hasSuffix(".mp4") }.filter {
+            !logged.contains(String($0.split(separator: "/").last ?? ""))
+        }
         #expect(unlogged.isEmpty, "segments the recording order does not name: \(unlogged)")
         #expect(again.stderr.contains("removed \(hidden.count) temporary file(s) an interrupted run left"), "\(hidden) \(again.stderr)")
         print("power cuts: 20 kills, \(segments.count) whole segments, \(interruptedWrites) kills caught a write in progress")

@@ -25,6 +25,7 @@ import Testing
 
     /// Whether `line` is as swift-log's stream handler writes it: time, level, label, message.
     static func isLogLine(_ line: Substring) -> Bool {
-        line.wholeMatch(of: /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[+-]\d{4} (trace|debug|info|notice|warning|error|critical) [a-z-]+:.*/) != nil
+        line.wholeMatch(of: /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[+-]\d{4} (trace|debug|info|notice|warning|error|critical) [a-z-]+:.*/)
+            != nil
     }
 }

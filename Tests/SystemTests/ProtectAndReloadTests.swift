@@ -24,9 +24,10 @@ import Testing
         #expect(moved.contains("/000001-"), "\(one.stdout)")
         let probed = try FFprobe.probe(URL(fileURLWithPath: loop.path("recordings/\(moved)")))
         // Whole: the frames its line says (a busy machine's camera drops some, and the line counts them).
-        let line = try #require(agent.stdout.split(separator: "\n").compactMap {
-            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
-        }.first { $0["seq"] as? Int == 1 })
+        let line = try #require(
+            agent.stdout.split(separator: "\n").compactMap {
+                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            }.first { $0["seq"] as? Int == 1 })
         #expect(probed.codec == "hevc" && probed.frames == line["frames"] as? Int, "\(probed) \(line)")
         #expect((line["frames"] as? Int ?? 0) + (line["droppedFrames"] as? Int ?? 0) == 10, "\(line)")
 
@@ -50,15 +51,20 @@ import Testing
         // The pattern's frames carry the times they were made for, and on a busy machine the
         // recorder has run more than a minute behind the clock: the wait is for that segment,
         // with a guard against a hang only.
-        #expect(await agent.wait(for: .seconds(600)) { _ in StoredSegment.all(in: folder).contains { $0.capturedAt > until } }, "\(agent.stderr)")
+        #expect(
+            await agent.wait(for: .seconds(600)) { _ in StoredSegment.all(in: folder).contains { $0.capturedAt > until } },
+            "\(agent.stderr)")
         let stored = StoredSegment.all(in: folder)
         let covered = stored.filter { $0.capturedAt <= range.upperBound && $0.capturedAt.addingTimeInterval(1) > range.lowerBound }
         #expect(!covered.isEmpty)
         let expected = Set(covered.map(\.name)).union([String(moved.split(separator: "/").last ?? "")])
-        #expect(Set(stored.filter(\.isProtected).map(\.name)) == expected, "segment 1, and the two seconds up to \(untilMs): \(stored.map(\.path))")
+        #expect(
+            Set(stored.filter(\.isProtected).map(\.name)) == expected,
+            "segment 1, and the two seconds up to \(untilMs): \(stored.map(\.path))")
 
         let status = try await agentCommand(["status", "--json"], loop)
-        let recording = try #require((try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["recording"] as? [String: Any])
+        let recording = try #require(
+            (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["recording"] as? [String: Any])
         let protectedCount = try #require(recording["protectedSegments"] as? Int)
         #expect(protectedCount == expected.count, "\(recording)")
         #expect(files(under: URL(fileURLWithPath: loop.path("recordings/protected"))).count == protectedCount)
@@ -77,10 +83,14 @@ import Testing
         #expect(await agent.wait(for: .seconds(60)) { self.lines($0) >= 1 }, "\(agent.stderr)")
         let config = try String(contentsOfFile: loop.path("agent.yaml"), encoding: .utf8)
 
-        try loop.write("agent.yaml", config.replacingOccurrences(of: "fps: 10", with: "fps: 5")
-            + "\nlog:\n  level: debug\nhaptics:\n  clear: [300]\n")
+        try loop.write(
+            "agent.yaml",
+            config.replacingOccurrences(of: "fps: 10", with: "fps: 5")
+                + "\nlog:\n  level: debug\nhaptics:\n  clear: [300]\n")
         kill(agent.pid, SIGHUP)
-        #expect(await agent.wait(for: .seconds(60)) { $0.stderr.contains("config: reloaded; applied haptics.clear, log.level") }, "\(agent.stderr)")
+        #expect(
+            await agent.wait(for: .seconds(60)) { $0.stderr.contains("config: reloaded; applied haptics.clear, log.level") },
+            "\(agent.stderr)")
         #expect(agent.stderr.contains("camera.fps changed and take effect only after a restart"))
 
         try loop.write("agent.yaml", config + "\nhaptics:\n  clear: [0]\n")

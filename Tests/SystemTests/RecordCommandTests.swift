@@ -18,7 +18,8 @@ import Testing
     }
 
     /// `environment` adds variables (`DASHCAM_…` set config keys).
-    func record(_ arguments: [String], config: String = "device-config/demo.yaml", environment: [String: String] = [:]) async throws -> Run {
+    func record(_ arguments: [String], config: String = "device-config/demo.yaml", environment: [String: String] = [:]) async throws -> Run
+    {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("record-\(UUID().uuidString)")
         let result = try await Command.executeAsync(
             Self.agent, ["record", "--config", Self.repo.appendingPathComponent(config).path, "--out", folder.path] + arguments,
@@ -82,8 +83,12 @@ import Testing
         defer { try? FileManager.default.removeItem(at: folder) }
         let input = folder.appendingPathComponent("drive.mkv")
         // 12 s at 10 fps, 352x288, in another codec: decoded and scaled to the configured size.
-        try Command.run("ffmpeg", ["-v", "error", "-f", "lavfi", "-i", "testsrc=size=352x288:rate=10", "-t", "12",
-                                   "-c:v", "mpeg4", "-q:v", "5", input.path])
+        try Command.run(
+            "ffmpeg",
+            [
+                "-v", "error", "-f", "lavfi", "-i", "testsrc=size=352x288:rate=10", "-t", "12",
+                "-c:v", "mpeg4", "-q:v", "5", input.path
+            ])
         let run = try await record(["--source", "file:\(input.path)", "--fast"])
         defer { try? FileManager.default.removeItem(at: run.folder) }
         #expect(run.status == 0, "\(run.stderr)")
@@ -109,8 +114,9 @@ import Testing
         #expect(run.stderr.contains(#"GPIO chip "gpiochip-missing-7""#) && run.stderr.contains(#"line "haptic""#), "\(run.stderr)")
         #expect(run.lines.isEmpty, "nothing is recorded before the start-up checks pass")
 
-        let optional = try await record(["--source", "test-pattern", "--segments", "1", "--fast"],
-                                  environment: motor.merging(["DASHCAM_HAPTICS_REQUIRED": "false"]) { $1 })
+        let optional = try await record(
+            ["--source", "test-pattern", "--segments", "1", "--fast"],
+            environment: motor.merging(["DASHCAM_HAPTICS_REQUIRED": "false"]) { $1 })
         #expect(optional.status == 0)
         #expect(optional.lines.count == 1)
         #expect(optional.stderr.contains("haptics.required is false, so the pulses are only logged"))
@@ -123,17 +129,22 @@ import Testing
     }
 
     @Test func noEncoderOpeningListsWhatWasTriedAndExits70() async throws {
-        let run = try await record(["--source", "test-pattern", "--segments", "1"],
-                             config: "Tests/AgentTests/Fixtures/no-encoder.yaml")
+        let run = try await record(
+            ["--source", "test-pattern", "--segments", "1"],
+            config: "Tests/AgentTests/Fixtures/no-encoder.yaml")
         #expect(run.status == 70)
-        #expect(run.stderr.contains("no HEVC encoder opens; tried no_such_encoder (not in this FFmpeg build), mpeg4 (not an HEVC or H.264 encoder)"))
+        #expect(
+            run.stderr.contains(
+                "no HEVC encoder opens; tried no_such_encoder (not in this FFmpeg build), mpeg4 (not an HEVC or H.264 encoder)"))
     }
 
     @Test func anUnwritableRecordingFolderExits73() async throws {
-        let result = try Command.execute(Self.agent, [
-            "record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path,
-            "--out", "/proc/dashcam-segments", "--segments", "1",
-        ])
+        let result = try Command.execute(
+            Self.agent,
+            [
+                "record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path,
+                "--out", "/proc/dashcam-segments", "--segments", "1"
+            ])
         #expect(result.status == 73)
         #expect(result.stderr.contains("recording folder /proc/dashcam-segments is not writable"))
     }
@@ -146,14 +157,17 @@ import Testing
     }
 
     @Test func setOverridesAKeyForTheRunAndABadOneExits78NamingIt() async throws {
-        let run = try await record(["--source", "test-pattern", "--fast", "--segments", "1",
-                                    "--set", "camera.fps=15", "--set", "encoder.segmentSeconds=2", "--set", "recording.maxMegabytes=64"])
+        let run = try await record([
+            "--source", "test-pattern", "--fast", "--segments", "1",
+            "--set", "camera.fps=15", "--set", "encoder.segmentSeconds=2", "--set", "recording.maxMegabytes=64"
+        ])
         defer { try? FileManager.default.removeItem(at: run.folder) }
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.lines.first?["fps"] as? Int == 15 && run.lines.first?["frames"] as? Int == 30, "\(run.lines)")
         #expect(run.stderr.contains("segments kept under 64 MB (recording.maxMegabytes)"), "\(run.stderr)")
         let noValue = try await record(["--segments", "1", "--set", "camera.fps"])
-        #expect(noValue.status == 78 && noValue.stderr.contains("--set: 'camera.fps' is not allowed; expected KEY=VALUE"), "\(noValue.stderr)")
+        #expect(
+            noValue.status == 78 && noValue.stderr.contains("--set: 'camera.fps' is not allowed; expected KEY=VALUE"), "\(noValue.stderr)")
         let unknown = try await record(["--segments", "1", "--set", "camera.fsp=15"])
         #expect(unknown.status == 78 && unknown.stderr.contains("camera.fsp") && unknown.stderr.contains("camera.fps"), "\(unknown.stderr)")
         let outOfRange = try await record(["--segments", "1", "--set", "camera.fps=0"])
@@ -177,8 +191,10 @@ import Testing
         defer { try? FileManager.default.removeItem(at: folder) }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.agent)
-        process.arguments = ["record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path,
-                             "--out", folder.path, "--source", "test-pattern"]
+        process.arguments = [
+            "record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path,
+            "--out", folder.path, "--source", "test-pattern"
+        ]
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
@@ -188,16 +204,18 @@ import Testing
         let stdout = String(decoding: try out.fileHandleForReading.readToEnd() ?? Data(), as: UTF8.self)
         process.waitUntilExit()
         #expect(process.terminationStatus == 0)
-        let line = try #require(stdout.split(separator: "\n").last.flatMap {
-            try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
-        })
+        let line = try #require(
+            stdout.split(separator: "\n").last.flatMap {
+                try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            })
         #expect(line["endReason"] as? String == "shutdown")
         // The segment in progress: cut short by the stop, with what 2.5 s gave (at most 25 frames
         // at 10 a second; a busy machine gives fewer, so only one is asked for).
         let frames = try #require(line["frames"] as? Int)
         #expect((1...30).contains(frames), "\(frames) frames")
-        try checkSegment(folder.appendingPathComponent(try #require(line["file"] as? String)), frames: frames,
-                         durationMs: try #require(line["durationMs"] as? Int))
+        try checkSegment(
+            folder.appendingPathComponent(try #require(line["file"] as? String)), frames: frames,
+            durationMs: try #require(line["durationMs"] as? Int))
     }
 
     /// `uplink.url` is checked when the config loads (UplinkURLTests has the rule).
@@ -207,6 +225,9 @@ import Testing
             ["record", "--config", Self.repo.appendingPathComponent("device-config/demo.yaml").path, "--segments", "1"],
             environment: ProcessInfo.processInfo.environment.merging(["DASHCAM_UPLINK_URL": "wss://guide.example:99999/v1/stream"]) { $1 })
         #expect(result.status == 78)
-        #expect(result.stderr.contains("uplink.url: 'wss://guide.example:99999/v1/stream' is not allowed; expected a wss://HOST[:PORT]/PATH URL"), "\(result.stderr)")
+        #expect(
+            result.stderr.contains(
+                "uplink.url: 'wss://guide.example:99999/v1/stream' is not allowed; expected a wss://HOST[:PORT]/PATH URL"),
+            "\(result.stderr)")
     }
 }

@@ -22,10 +22,12 @@ import Testing
 
     /// A fake segment of `bytes` bytes captured at `time` (`20261123T090000.000Z` form).
     func segment(seq: Int, at time: String, bytes: Int = 1000) throws -> Segment {
-        let capturedAt = try Date(String(time.prefix(15)) + "Z", strategy: Date.ISO8601FormatStyle(dateSeparator: .omitted, timeSeparator: .omitted))
-        return Segment(metadata: SegmentMetadata(
-            seq: seq, capturedAt: capturedAt, captureStartMonotonicNs: 0, durationMs: 5000, frames: 50, droppedFrames: 0,
-            bytes: bytes, sha256: "", encoder: "test", width: 16, height: 16, fps: 10, complete: true, endReason: .complete),
+        let capturedAt = try Date(
+            String(time.prefix(15)) + "Z", strategy: Date.ISO8601FormatStyle(dateSeparator: .omitted, timeSeparator: .omitted))
+        return Segment(
+            metadata: SegmentMetadata(
+                seq: seq, capturedAt: capturedAt, captureStartMonotonicNs: 0, durationMs: 5000, frames: 50, droppedFrames: 0,
+                bytes: bytes, sha256: "", encoder: "test", width: 16, height: 16, fps: 10, complete: true, endReason: .complete),
             data: [UInt8](repeating: 2, count: bytes))
     }
 
@@ -50,10 +52,11 @@ import Testing
         #expect(first.deleted.map(\.path) == ["000007-20261120T080000.000Z.mp4", "2026-11-21/000000-20261121T235955.000Z.mp4"])
         // A day folder goes with its last segment; one holding anything else stays.
         // (and the log of the order segments are recorded in, RecordingOrderTests)
-        #expect(files(under: root) == [
-            ".recording-order", "2026-11-22/000001-20261122T000000.000Z.mp4", "2026-11-22/000002-20261122T000005.000Z.mp4",
-            "2026-11-22/000003-20261122T000010.000Z.mp4", "2026-11-22/notes.txt",
-        ])
+        #expect(
+            files(under: root) == [
+                ".recording-order", "2026-11-22/000001-20261122T000000.000Z.mp4", "2026-11-22/000002-20261122T000005.000Z.mp4",
+                "2026-11-22/000003-20261122T000010.000Z.mp4", "2026-11-22/notes.txt"
+            ])
         #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent("2026-11-21").path))
 
         let next = store.record(try segment(seq: 4, at: "20261123T000000.000Z"))
@@ -99,8 +102,11 @@ import Testing
         // A range reaching past the newest segment keeps what is still to come, until its end.
         let ahead = try store.protect(.time(try date("20261123T090108")...date("20261123T090112")))
         #expect(ahead.protected == ["protected/2026-11-23/000003-20261123T090105.000Z.mp4"] && ahead.pendingUntilMs != nil)
-        #expect(store.record(try segment(seq: 4, at: "20261123T090110.000Z", bytes: 100)).path == "protected/2026-11-23/000004-20261123T090110.000Z.mp4")
-        #expect(store.record(try segment(seq: 5, at: "20261123T090115.000Z", bytes: 100)).path == "2026-11-23/000005-20261123T090115.000Z.mp4")
+        #expect(
+            store.record(try segment(seq: 4, at: "20261123T090110.000Z", bytes: 100)).path
+                == "protected/2026-11-23/000004-20261123T090110.000Z.mp4")
+        #expect(
+            store.record(try segment(seq: 5, at: "20261123T090115.000Z", bytes: 100)).path == "2026-11-23/000005-20261123T090115.000Z.mp4")
         #expect(store.usage().protectedSegments == 4)
         #expect(try store.protect(.sequence(40...41)).protected.isEmpty)
 
@@ -137,7 +143,10 @@ import Testing
         for seq in 0..<3 { _ = store.record(try segment(seq: seq, at: "20261123T09000\(seq * 2).000Z", bytes: 100)) }
         try FileManager.default.removeItem(at: root.appendingPathComponent("2026-11-23/000001-20261123T090002.000Z.mp4"))
         let result = try store.protect(.sequence(0...2))
-        #expect(result.protected == ["protected/2026-11-23/000000-20261123T090000.000Z.mp4", "protected/2026-11-23/000002-20261123T090004.000Z.mp4"])
+        #expect(
+            result.protected == [
+                "protected/2026-11-23/000000-20261123T090000.000Z.mp4", "protected/2026-11-23/000002-20261123T090004.000Z.mp4"
+            ])
         #expect(store.usage().segments == 0 && store.usage().protectedSegments == 2)
     }
 
@@ -148,9 +157,10 @@ import Testing
         try put("2026-11-23/.000002-20261123T090005.000Z.mp4.partial", bytes: 10, in: root)
         try put("protected/2026-11-22/.000009-20261122T090005.000Z.mp4.partial", bytes: 10, in: root)
         let store = try RecordingStore(directory: root.path, retention: limits(), segmentSeconds: 5)
-        #expect(store.removedLeftovers.sorted() == [
-            "2026-11-23/.000002-20261123T090005.000Z.mp4.partial", "protected/2026-11-22/.000009-20261122T090005.000Z.mp4.partial",
-        ])
+        #expect(
+            store.removedLeftovers.sorted() == [
+                "2026-11-23/.000002-20261123T090005.000Z.mp4.partial", "protected/2026-11-22/.000009-20261122T090005.000Z.mp4.partial"
+            ])
         #expect(files(under: root) == ["2026-11-23/000001-20261123T090000.000Z.mp4"])
     }
 
@@ -161,11 +171,15 @@ import Testing
     @Test func aCapKeepsTheFolderUnderItWhileRecording() async throws {
         let dir = try folder()
         defer { try? FileManager.default.removeItem(at: dir) }
-        let run = try await Command.executeAsync("/usr/bin/env", [
-            "DASHCAM_RECORDING_MAX_MEGABYTES=1", "DASHCAM_SPEECH_SINK=wav:\(dir.path)/speech", "DASHCAM_STATUS_SOCKET=\(dir.path)/status.sock",
-            RecordCommandTests.agent, "record", "--config", RecordCommandTests.repo.appendingPathComponent("device-config/demo.yaml").path,
-            "--out", dir.appendingPathComponent("segments").path, "--fast", "--segments", "40",
-        ])
+        let run = try await Command.executeAsync(
+            "/usr/bin/env",
+            [
+                "DASHCAM_RECORDING_MAX_MEGABYTES=1", "DASHCAM_SPEECH_SINK=wav:\(dir.path)/speech",
+                "DASHCAM_STATUS_SOCKET=\(dir.path)/status.sock",
+                RecordCommandTests.agent, "record", "--config",
+                RecordCommandTests.repo.appendingPathComponent("device-config/demo.yaml").path,
+                "--out", dir.appendingPathComponent("segments").path, "--fast", "--segments", "40"
+            ])
         #expect(run.status == 0, "\(run.stderr)")
         let folder = dir.appendingPathComponent("segments")
         let segments = files(under: folder).filter { $0.hasSuffix(".mp4") }
@@ -186,12 +200,15 @@ import Testing
         }
         let mounted = try Command.execute("mount", ["-t", "tmpfs", "-o", "size=16k", "tmpfs", dir.path])
         try #require(mounted.status == 0, "mount: \(mounted.stderr)")
-        let run = try await Command.executeAsync("/usr/bin/env", [
-            "DASHCAM_RECORDING_MIN_FREE_MEGABYTES=0", "DASHCAM_SPEECH_SINK=wav:/tmp/full-disk-speech-\(getpid())",
-            "DASHCAM_STATUS_SOCKET=/tmp/full-disk-\(getpid()).sock",
-            RecordCommandTests.agent, "record", "--config", RecordCommandTests.repo.appendingPathComponent("device-config/demo.yaml").path,
-            "--out", dir.path, "--fast", "--segments", "12",
-        ])
+        let run = try await Command.executeAsync(
+            "/usr/bin/env",
+            [
+                "DASHCAM_RECORDING_MIN_FREE_MEGABYTES=0", "DASHCAM_SPEECH_SINK=wav:/tmp/full-disk-speech-\(getpid())",
+                "DASHCAM_STATUS_SOCKET=/tmp/full-disk-\(getpid()).sock",
+                RecordCommandTests.agent, "record", "--config",
+                RecordCommandTests.repo.appendingPathComponent("device-config/demo.yaml").path,
+                "--out", dir.path, "--fast", "--segments", "12"
+            ])
         #expect(run.status == 0, "\(run.stderr)")
         let lines = run.stdout.split(separator: "\n")
         #expect(lines.count == 12, "every segment is still produced (and would be streamed)")

@@ -13,8 +13,10 @@ import TestSupport
 @Suite struct ServerHardeningTests {
     static func sha(_ data: [UInt8]) -> String { sha256Hex(data) }
 
-    static let hello = ClientMessage.hello(.init(
-        device: "car-1", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000))).encoded()
+    static let hello = ClientMessage.hello(
+        .init(
+            device: "car-1", locale: "en-US", agent: "test", video: .init(width: 320, height: 180, fps: 10, segmentMs: 5000))
+    ).encoded()
 
     /// A header as JSON text, with any numbers (the protocol types would not let some of them through).
     static func header(seq: Int, durationMs: Int, bytes: Int, chunks: Int?, sha: String, frames: Int = SampleSegment.clipFrames) -> String {
@@ -60,7 +62,8 @@ import TestSupport
             try client.sendText(Self.header(seq: 1, durationMs: 5000, bytes: 1, chunks: 1, sha: Self.sha(byte), frames: 10_000_000_000))
             try client.sendFrame(.binary, byte)
             for (seq, frames) in [(2, 10_000_000_000), (3, 1), (4, Int.max)] {
-                try client.sendText(Self.header(seq: seq, durationMs: 5000, bytes: clip.count, chunks: 1, sha: Self.sha(clip), frames: frames))
+                try client.sendText(
+                    Self.header(seq: seq, durationMs: 5000, bytes: clip.count, chunks: 1, sha: Self.sha(clip), frames: frames))
                 try client.sendFrame(.binary, clip)
             }
             try client.sendText(Self.header(seq: 5, durationMs: 5000, bytes: clip.count, chunks: 1, sha: Self.sha(clip)))
@@ -147,7 +150,9 @@ import TestSupport
         #expect(refused == [1, 2, 3], "\(texts)")
         #expect(messages.contains(.ack(seq: 4)), "\(texts)")
         let grown = (server.peakRSSKiB - before) / 1024
-        print("8 MiB segment in 128 chunks: server CPU \(cpu) s; RSS \(before / 1024) MiB before, peak \(server.peakRSSKiB / 1024) MiB (+\(grown))")
+        print(
+            "8 MiB segment in 128 chunks: server CPU \(cpu) s; RSS \(before / 1024) MiB before, peak \(server.peakRSSKiB / 1024) MiB (+\(grown))"
+        )
         // One segment of 8 MiB held once (plus the socket's buffers), not 64 MiB reserved: a bound on memory, not on time.
         #expect(grown < 48, "peak RSS grew by \(grown) MiB")
         try await Self.stillServes(server)
@@ -238,7 +243,7 @@ import TestSupport
     @Test(arguments: [
         ("mode", "good-token: car-1\n", 0o644, "chmod 600"),
         ("empty", "", 0o600, "at least one entry"),
-        ("not a mapping", "- a\n- b\n", 0o600, "YAML mapping"),
+        ("not a mapping", "- a\n- b\n", 0o600, "YAML mapping")
     ])
     func aTokensFileThatIsNotPrivateOrNotAMappingExits78(name: String, content: String, mode: Int, says: String) async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tokens-\(UUID().uuidString)")
@@ -246,7 +251,9 @@ import TestSupport
         defer { try? FileManager.default.removeItem(at: folder) }
         try ServerProcess.write(folder, "tokens.yaml", content, mode: mode)
         try ServerProcess.write(folder, "script.yaml", "- clear: true\n")
-        try ServerProcess.write(folder, "server.yaml", """
+        try ServerProcess.write(
+            folder, "server.yaml",
+            """
             server:
               port: 0
               tokensFile: \(folder.appendingPathComponent("tokens.yaml").path)
@@ -284,12 +291,20 @@ import TestSupport
                     let small = Int(truncatingIfNeeded: UInt(bitPattern: n) % 300_000)
                     switch kind {
                     case 0: try client.sendText(Self.hello)
-                    case 1: try client.sendText(#"{"type":"hello","protocol":\#(m % 3),"device":"x","locale":"en","agent":"f","video":{"codec":"hevc","container":"mp4","width":\#(n),"height":1,"fps":1,"segmentMs":\#(m)}}"#)
-                    case 2: try client.sendText(Self.header(seq: n, durationMs: m, bytes: small, chunks: (small + 65_535) / 65_536, sha: Self.sha([])))
+                    case 1:
+                        try client.sendText(
+                            #"{"type":"hello","protocol":\#(m % 3),"device":"x","locale":"en","agent":"f","video":{"codec":"hevc","container":"mp4","width":\#(n),"height":1,"fps":1,"segmentMs":\#(m)}}"#
+                        )
+                    case 2:
+                        try client.sendText(
+                            Self.header(seq: n, durationMs: m, bytes: small, chunks: (small + 65_535) / 65_536, sha: Self.sha([])))
                     case 3: try client.sendText(Self.header(seq: m, durationMs: 5000, bytes: n, chunks: m, sha: Self.sha([])))
                     case 4: try client.sendFrame(.binary, [UInt8](repeating: UInt8(truncatingIfNeeded: n), count: min(small, 70_000)))
                     case 5: try client.sendText(#"{"type":"segment","seq":1e400,"durationMs":\#(n)0000000000,"bytes":-0.5,"chunks":null}"#)
-                    case 6: try client.sendFrame(RawClient.Opcode(rawValue: UInt8(truncatingIfNeeded: n) & 0x0f) ?? .ping, Array(repeating: 1, count: min(small, 125)))
+                    case 6:
+                        try client.sendFrame(
+                            RawClient.Opcode(rawValue: UInt8(truncatingIfNeeded: n) & 0x0f) ?? .ping,
+                            Array(repeating: 1, count: min(small, 125)))
                     case 7: try client.send(withUnsafeBytes(of: n) { Array($0) } + withUnsafeBytes(of: m) { Array($0) })
                     case 8: try client.sendText(String(decoding: withUnsafeBytes(of: n) { Array($0) }, as: UTF8.self))
                     default: try client.send("GET /metrics HTTP/1.1\r\nContent-Length: \(n)\r\n\r\n")
@@ -297,7 +312,9 @@ import TestSupport
                 }
             }
         }
-        print("random client messages: \(sessions.withLock { $0 }) upgraded sessions of 60; server peak RSS \(before / 1024) → \(server.peakRSSKiB / 1024) MiB")
+        print(
+            "random client messages: \(sessions.withLock { $0 }) upgraded sessions of 60; server peak RSS \(before / 1024) → \(server.peakRSSKiB / 1024) MiB"
+        )
         try await Self.stillServes(server)
         // Sessions come and go one at a time and hold at most 1 MiB of segment each.
         #expect((server.peakRSSKiB - before) / 1024 < 64, "peak RSS grew from \(before / 1024) to \(server.peakRSSKiB / 1024) MiB")

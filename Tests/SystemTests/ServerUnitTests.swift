@@ -18,7 +18,8 @@ import Testing
         let verify = try await Command.executeAsync("systemd-analyze", ["verify", copy.path])
         #expect(verify.status == 0 && verify.stderr.isEmpty, "\(verify.stderr)")
         let security = try await Command.executeAsync("systemd-analyze", ["security", "--offline=true", "--no-pager", copy.path])
-        let line = try #require(security.stdout.split(separator: "\n").first { $0.contains("Overall exposure level") }, "\(security.stdout)")
+        let line = try #require(
+            security.stdout.split(separator: "\n").first { $0.contains("Overall exposure level") }, "\(security.stdout)")
         let figure = try #require(line.split(separator: ":").last?.split(separator: " ").first.flatMap { Double($0) }, "\(line)")
         #expect(figure <= 2.0, "\(line)")
     }

@@ -38,7 +38,8 @@ import Testing
         let verified = try await Command.executeAsync("systemd-analyze", ["verify", copy.path])
         #expect(verified.status == 0 && verified.stderr.isEmpty, "\(verified.stderr)")
         let security = try await Command.executeAsync("systemd-analyze", ["security", "--offline=true", "--no-pager", copy.path])
-        let line = try #require(security.stdout.split(separator: "\n").first { $0.contains("Overall exposure level") }, "\(security.stdout)\(security.stderr)")
+        let line = try #require(
+            security.stdout.split(separator: "\n").first { $0.contains("Overall exposure level") }, "\(security.stdout)\(security.stderr)")
         let figure = try #require(line.split(separator: ":").last?.split(separator: " ").first.flatMap { Double($0) }, "\(line)")
         #expect(figure <= 2.0, "\(line)")
 

@@ -58,11 +58,13 @@ final class NotifyListener: @unchecked Sendable {
         defer { try? FileManager.default.removeItem(at: folder) }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: RecordCommandTests.agent)
-        process.arguments = ["record", "--config", RecordCommandTests.repo.appendingPathComponent("device-config/demo.yaml").path,
-                             "--out", folder.path]
+        process.arguments = [
+            "record", "--config", RecordCommandTests.repo.appendingPathComponent("device-config/demo.yaml").path,
+            "--out", folder.path
+        ]
         process.environment = ProcessInfo.processInfo.environment.merging([
             "NOTIFY_SOCKET": listener.path, "WATCHDOG_USEC": "400000",
-            "DASHCAM_SPEECH_SINK": "wav:\(folder.path)/speech", "DASHCAM_STATUS_SOCKET": "\(folder.path)/status.sock",
+            "DASHCAM_SPEECH_SINK": "wav:\(folder.path)/speech", "DASHCAM_STATUS_SOCKET": "\(folder.path)/status.sock"
         ]) { $1 }
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
@@ -100,8 +102,9 @@ final class NotifyListener: @unchecked Sendable {
     @Test func theWatchdogIsFedOnlyWhileFramesFlowAndSegmentsCloseOnTime() {
         let second: UInt64 = 1_000_000_000
         func healthy(now: UInt64, frame: UInt64, segment: UInt64, first: UInt64 = 1) -> Bool {
-            ServiceHeartbeat.isHealthy(now: now * second, lastFrame: frame * second, lastSegment: segment * second,
-                                       firstFrame: first * second, frameDeadline: .seconds(4), segmentDeadline: .seconds(15))
+            ServiceHeartbeat.isHealthy(
+                now: now * second, lastFrame: frame * second, lastSegment: segment * second,
+                firstFrame: first * second, frameDeadline: .seconds(4), segmentDeadline: .seconds(15))
         }
         #expect(healthy(now: 100, frame: 99, segment: 96))
         #expect(!healthy(now: 100, frame: 95, segment: 96), "a stalled camera: no frame for 5 s")

@@ -13,7 +13,8 @@ import Testing
         let text = try String(contentsOf: Self.unit, encoding: .utf8)
         #expect(text.contains("ExecStart=/usr/bin/dashcam-agent record"))
         let copy = folder.appendingPathComponent("dashcam-agent.service")
-        try text.replacingOccurrences(of: "/usr/bin/dashcam-agent", with: RecordCommandTests.agent).write(to: copy, atomically: true, encoding: .utf8)
+        try text.replacingOccurrences(of: "/usr/bin/dashcam-agent", with: RecordCommandTests.agent).write(
+            to: copy, atomically: true, encoding: .utf8)
         return copy
     }
 
@@ -29,7 +30,8 @@ import Testing
         let copy = try unitForThisBuild()
         defer { try? FileManager.default.removeItem(at: copy.deletingLastPathComponent()) }
         let result = try await Command.executeAsync("systemd-analyze", ["security", "--offline=true", "--no-pager", copy.path])
-        let line = try #require(result.stdout.split(separator: "\n").first { $0.contains("Overall exposure level") }, "\(result.stdout)\(result.stderr)")
+        let line = try #require(
+            result.stdout.split(separator: "\n").first { $0.contains("Overall exposure level") }, "\(result.stdout)\(result.stderr)")
         let figure = try #require(line.split(separator: ":").last?.split(separator: " ").first.flatMap { Double($0) }, "\(line)")
         #expect(figure <= 2.0, "\(line)")
         #expect(result.stderr.isEmpty, "\(result.stderr)")
@@ -38,8 +40,11 @@ import Testing
 
     @Test func theUnitWaitsForReadinessAndIsWatched() throws {
         let text = try String(contentsOf: Self.unit, encoding: .utf8)
-        for line in ["Type=notify", "WatchdogSec=", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict",
-                     "DevicePolicy=closed", "SystemCallFilter=@system-service", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK"] {
+        for line in [
+            "Type=notify", "WatchdogSec=", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure", "NoNewPrivileges=yes",
+            "ProtectSystem=strict",
+            "DevicePolicy=closed", "SystemCallFilter=@system-service", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK"
+        ] {
             #expect(text.split(separator: "\n").contains { $0.hasPrefix(line) }, "missing \(line)")
         }
     }

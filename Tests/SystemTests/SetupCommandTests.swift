@@ -88,7 +88,9 @@ import Testing
         let unknown = try await setup(["--board", "raspberry-pi-9"])
         #expect(unknown.status == 64)
         #expect(unknown.stderr.contains("no board profile 'raspberry-pi-9'"), "\(unknown.stderr)")
-        #expect(unknown.stderr.contains("raspberry-pi-4, raspberry-pi-4-usb-webcam, raspberry-pi-5"), "the boards there are listed: \(unknown.stderr)")
+        #expect(
+            unknown.stderr.contains("raspberry-pi-4, raspberry-pi-4-usb-webcam, raspberry-pi-5"),
+            "the boards there are listed: \(unknown.stderr)")
         #expect(!FileManager.default.fileExists(atPath: config))
 
         let broken = "camera:\n  fsp: 15\n"

@@ -13,15 +13,21 @@ import Testing
         defer { server.stop() }
         // Segments are sent and guidance kept however late they come: this test is about status,
         // and a busy machine can take longer than the defaults (15 s to deliver, 10 s to answer).
-        let agent = try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(
-            url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["queueMaxAgeMs": "120000"], extra: "guidance:\n  maxAgeMs: 120000")],
+        let agent = try Spawned(
+            "dashcam-agent",
+            [
+                "record", "--config",
+                try files.agentConfig(
+                    url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["queueMaxAgeMs": "120000"], extra: "guidance:\n  maxAgeMs: 120000")
+            ],
             folder: files.folder)
         defer { agent.stop() }
         // The first segment (5 s) is answered with "slow down" by the script; the wait only stops a hang.
         try #require(await agent.wait(for: .seconds(120)) { $0.stderr.contains("guidance: segment 0") }, "\(agent.stderr.suffix(2000))")
 
-        let json = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
-                                       ["status", "--json", "--socket", files.path("status.sock")])
+        let json = try await Command.executeAsync(
+            Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+            ["status", "--json", "--socket", files.path("status.sock")])
         #expect(json.status == 0, "\(json.stderr)")
         let status = try JSONDecoder().decode(AgentStatus.self, from: Data(json.stdout.utf8))
         #expect(status.uplink.state == "connected")
@@ -35,12 +41,14 @@ import Testing
         #expect(status.usageKnown && status.remainingSeconds == nil)
 
         let before = try FileManager.default.contentsOfDirectory(atPath: files.path("speech")).count
-        let said = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
-                                       ["say-status", "--socket", files.path("status.sock")])
+        let said = try await Command.executeAsync(
+            Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+            ["say-status", "--socket", files.path("status.sock")])
         #expect(said.stdout.contains(#""said":"Unlimited guidance.""#), "\(said.stdout) \(said.stderr)")
-        #expect(await agent.wait(for: .seconds(60)) { _ in
-            ((try? FileManager.default.contentsOfDirectory(atPath: files.path("speech")).count) ?? 0) > before
-        }, "say-status wrote no new utterance")
+        #expect(
+            await agent.wait(for: .seconds(60)) { _ in
+                ((try? FileManager.default.contentsOfDirectory(atPath: files.path("speech")).count) ?? 0) > before
+            }, "say-status wrote no new utterance")
         // The start was announced: ready, connected and the usage, in that order (one utterance
         // when the session opens within the gathering time of the first, else two).
         let spoken = agent.stderr.split(separator: "\n").compactMap { line in
@@ -49,8 +57,9 @@ import Testing
         #expect(spoken.hasPrefix("Dashcam ready. Connected to guidance. Unlimited guidance."), "\(spoken)")
         #expect(agent.stop() == 0)
 
-        let gone = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
-                                       ["status", "--socket", files.path("status.sock")])
+        let gone = try await Command.executeAsync(
+            Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+            ["status", "--socket", files.path("status.sock")])
         #expect(gone.status == 66)
         #expect(gone.stderr.contains("no running agent answers on \(files.path("status.sock"))"))
     }

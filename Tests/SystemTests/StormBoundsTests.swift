@@ -20,8 +20,10 @@ import TestSupport
         let chunk = GuidanceProtocol.maxMessageBytes
         let hogChunks = stride(from: 0, to: hog.count, by: chunk).map { Array(hog[$0..<min($0 + chunk, hog.count)]) }
         let (first, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: port) }
-        try first.sendText(ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: hog.count, chunks: hogChunks.count,
-                                                       sha: ServerHardeningTests.sha(hog)))
+        try first.sendText(
+            ServerHardeningTests.header(
+                seq: 1, durationMs: 5000, bytes: hog.count, chunks: hogChunks.count,
+                sha: ServerHardeningTests.sha(hog)))
         for part in hogChunks.prefix(hogChunks.count / 2) { try first.sendFrame(.binary, part) }
 
         // Car 2 sends two whole real segments of three chunks each: there is no room for the first.
@@ -31,8 +33,10 @@ import TestSupport
         let (second, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: port, token: "other-token") }
         let sender = Task.detached {
             for seq in [7, 8] {
-                try second.sendText(ServerHardeningTests.header(seq: seq, durationMs: 5000, bytes: clip.count, chunks: clipChunks.count,
-                                                                sha: ServerHardeningTests.sha(clip)))
+                try second.sendText(
+                    ServerHardeningTests.header(
+                        seq: seq, durationMs: 5000, bytes: clip.count, chunks: clipChunks.count,
+                        sha: ServerHardeningTests.sha(clip)))
                 for part in clipChunks { try second.sendFrame(.binary, part) }
             }
         }
@@ -81,8 +85,10 @@ import TestSupport
     /// one, the next upgrade is answered 503 with a Retry-After of 3 to 6 s, drawn for each; once
     /// the first has its welcome, an upgrade goes through again.
     @Test func pastMaxUpgradesInProgressAnUpgradeIsAnswered503WithAJitteredRetryAfter() async throws {
-        let server = try await ServerProcess(server: ["maxUpgradesInProgress": "1", "retryAfterSeconds": "3", "idleTimeoutSeconds": "3600",
-                                                      "handshakeTimeoutMs": "600000"])
+        let server = try await ServerProcess(server: [
+            "maxUpgradesInProgress": "1", "retryAfterSeconds": "3", "idleTimeoutSeconds": "3600",
+            "handshakeTimeoutMs": "600000"
+        ])
         let port = server.port
         let starting = try RawClient(port: port)
         let upgraded = try await ServerHardeningTests.offPool { try starting.upgrade(token: "good-token") }
@@ -108,14 +114,17 @@ import TestSupport
     /// A car that upgrades and never says `hello` cannot keep its place among the starting
     /// sessions by pinging: past the handshake timeout it is closed (4001) and the place is free.
     @Test func anUpgradeWithoutHelloIsClosedPingsOrNot() async throws {
-        let server = try await ServerProcess(server: ["maxUpgradesInProgress": "1", "handshakeTimeoutMs": "1000", "idleTimeoutSeconds": "600"])
+        let server = try await ServerProcess(server: [
+            "maxUpgradesInProgress": "1", "handshakeTimeoutMs": "1000", "idleTimeoutSeconds": "600"
+        ])
         let port = server.port
         let holder = try RawClient(port: port, receiveTimeoutMs: 60_000)
         #expect(try await ServerHardeningTests.offPool { try holder.upgrade(token: "good-token").status } == 101)
         #expect(try await Self.closeCodeWhilePinging(holder, within: .seconds(120)) == Int(CloseCode.idle.rawValue))
-        #expect(await eventually(within: .seconds(60), every: .milliseconds(50)) {
-            (try? ServerHardeningTests.session(port: port, token: "other-token").welcome.contains("welcome")) == true
-        }, "the place was not given back")
+        #expect(
+            await eventually(within: .seconds(60), every: .milliseconds(50)) {
+                (try? ServerHardeningTests.session(port: port, token: "other-token").welcome.contains("welcome")) == true
+            }, "the place was not given back")
     }
 
     /// A car that announces a segment and then only pings (or trickles) cannot keep its room: past
@@ -129,7 +138,8 @@ import TestSupport
         // The header right behind the welcome, on the same thread: no busy moment between them.
         let car = try await ServerHardeningTests.offPool { () -> RawClient in
             let (car, _) = try ServerHardeningTests.session(port: port, receiveTimeoutMs: 60_000)
-            try car.sendText(ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: 500_000, chunks: 8, sha: String(repeating: "a", count: 64)))
+            try car.sendText(
+                ServerHardeningTests.header(seq: 1, durationMs: 5000, bytes: 500_000, chunks: 8, sha: String(repeating: "a", count: 64)))
             try car.sendFrame(.ping, Array("here".utf8))
             return car
         }
@@ -161,8 +171,9 @@ import TestSupport
         #expect(!again.process.stderr.contains("ended without a shutdown"), "\(again.process.stderr.suffix(1500))")
         again.stop()
         let third = try await ServerProcess(server: ["port": "\(first.port)"], folder: first.folder)
-        #expect(await eventually(within: .seconds(60), every: .milliseconds(20)) { third.process.stderr.contains("ended without a shutdown") },
-                "\(third.process.stderr.suffix(1500))")
+        #expect(
+            await eventually(within: .seconds(60), every: .milliseconds(20)) { third.process.stderr.contains("ended without a shutdown") },
+            "\(third.process.stderr.suffix(1500))")
     }
 
     /// The close code the server ends `client`'s session with, while `client` pings every 200 ms

@@ -73,8 +73,9 @@ import Testing
 
         let accepted = try RawClient(port: server.port).upgrade(token: token)
         #expect(accepted.status == 101, "\(accepted.head)")
-        #expect(server.process.stderr.contains("tokens:") && server.process.stderr.contains("changed; 3 device token(s) in force"),
-                "\(server.process.stderr.suffix(2000))")
+        #expect(
+            server.process.stderr.contains("tokens:") && server.process.stderr.contains("changed; 3 device token(s) in force"),
+            "\(server.process.stderr.suffix(2000))")
         // The devices that were there keep working.
         #expect(try RawClient(port: server.port).upgrade(token: "good-token").status == 101)
 
@@ -92,7 +93,9 @@ import Testing
         let (server, config, token) = try await Self.serverWithAddedToken(server: ["idleTimeoutSeconds": "3600"])
         defer { server.stop() }
         let (live, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: server.port, token: token) }
-        let (other, _) = try await ServerHardeningTests.offPool { try ServerHardeningTests.session(port: server.port, token: "other-token") }
+        let (other, _) = try await ServerHardeningTests.offPool {
+            try ServerHardeningTests.session(port: server.port, token: "other-token")
+        }
         let removed = try await Self.run(["token", "remove", "car-9", "--config", config])
         try #require(removed.status == 0, "\(removed.stderr)")
         let (close, texts) = try await ServerHardeningTests.offPool { () -> (Int?, [String]) in

@@ -13,8 +13,9 @@ import Testing
     static let uplinkKeys = ["queueSegments": "30", "reconnectBackoffMs": "[100, 1000]", "queueMaxAgeMs": "120000"]
 
     static func startAgent(_ files: LoopFiles, url: String, prefix: [String] = []) throws -> Spawned {
-        try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(url: url, segmentSeconds: 1, uplink: uplinkKeys)],
-                    prefix: prefix, folder: files.folder)
+        try Spawned(
+            "dashcam-agent", ["record", "--config", try files.agentConfig(url: url, segmentSeconds: 1, uplink: uplinkKeys)],
+            prefix: prefix, folder: files.folder)
     }
 
     /// Sequence numbers of the segments the agent recorded (its stdout lines).
@@ -45,7 +46,9 @@ import Testing
         let missing = recorded.filter { !received.contains($0) }
         #expect(recorded.count >= 5, "\(agent.stdout)")
         #expect(missing.isEmpty, "recorded \(recorded), missing at the server \(missing); agent: \(agent.stderr.suffix(3000))")
-        print("recorded \(recorded.count) segments, every one received; \(agent.stderr.split(separator: "\n").last { $0.contains("uplink: sent") } ?? "")")
+        print(
+            "recorded \(recorded.count) segments, every one received; \(agent.stderr.split(separator: "\n").last { $0.contains("uplink: sent") } ?? "")"
+        )
     }
 
     static func sessions(_ server: Spawned) -> Int { server.count("opened", in: server.stderr) }
@@ -65,8 +68,9 @@ import Testing
         print("silent peer left; new session at the server after \(ContinuousClock.now - silent)")
         // The agent noticed the silence itself: by a segment (or the welcome) unanswered, or, when
         // the silence began with nothing outstanding (a busy machine records more slowly), by pongs.
-        #expect(agent.stderr.contains("no answer from the server") || agent.stderr.contains("no pong within two ping periods"),
-                "\(agent.stderr.suffix(2000))")
+        #expect(
+            agent.stderr.contains("no answer from the server") || agent.stderr.contains("no pong within two ping periods"),
+            "\(agent.stderr.suffix(2000))")
         // Segments flow on the new session: waited for, not slept for.
         try #require(await server.wait(for: .seconds(60)) { Self.received([$0]).count >= 5 }, "\(agent.stderr.suffix(2000))")
         Self.expectNoGaps(agent, servers: [server])
@@ -80,8 +84,13 @@ import Testing
         defer { server.stop() }
         let link = try await FlakyLink(targetPort: port, receiveBuffer: 4096)
         // Lossless segments are large: the socket buffers fill within a segment or two.
-        let agent = try Spawned("dashcam-agent", ["record", "--config", try files.agentConfig(
-            url: "ws://127.0.0.1:\(link.port)/v1/stream", crf: 0, segmentSeconds: 1, uplink: Self.uplinkKeys)], folder: files.folder)
+        let agent = try Spawned(
+            "dashcam-agent",
+            [
+                "record", "--config",
+                try files.agentConfig(
+                    url: "ws://127.0.0.1:\(link.port)/v1/stream", crf: 0, segmentSeconds: 1, uplink: Self.uplinkKeys)
+            ], folder: files.folder)
         defer { agent.stop() }
         try #require(await server.wait(for: .seconds(30)) { Self.received([$0]).count >= 2 }, "\(agent.stderr.suffix(2000))")
         link.stopReading(0)

@@ -12,7 +12,10 @@ import Testing
         var (server, port) = try await files.startServer()
         let agent = try Spawned(
             "dashcam-agent",
-            ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["reconnectBackoffMs": "[50, 300]"])],
+            [
+                "record", "--config",
+                try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream", uplink: ["reconnectBackoffMs": "[50, 300]"])
+            ],
             folder: files.folder)
         defer { agent.stop() }
         try #require(await server.wait(for: .seconds(30)) { $0.stderr.contains("opened") }, "no session: \(agent.stderr)")
@@ -47,11 +50,16 @@ import Testing
             "dashcam-agent",
             // Segments wait for the new server as long as it takes to start on a busy machine (at a
             // load average of 10, over the default 15 s): what is tested is the 1012 and the spread.
-            ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(port)/v1/stream",
-                                                         uplink: ["restartSpreadMs": "3000", "queueMaxAgeMs": "300000"])],
+            [
+                "record", "--config",
+                try files.agentConfig(
+                    url: "ws://127.0.0.1:\(port)/v1/stream",
+                    uplink: ["restartSpreadMs": "3000", "queueMaxAgeMs": "300000"])
+            ],
             folder: files.folder)
         defer { agent.stop() }
-        try #require(await server.wait(for: .seconds(120)) { $0.stderr.contains("verified") }, "no segment verified: \(agent.stderr.suffix(2000))")
+        try #require(
+            await server.wait(for: .seconds(120)) { $0.stderr.contains("verified") }, "no segment verified: \(agent.stderr.suffix(2000))")
         let first = server
         #expect(first.stop() == 0, "\(first.stderr.suffix(2000))")
         #expect(first.stderr.contains("1 session(s) told the server is restarting (1012)"), "\(first.stderr.suffix(2000))")
@@ -95,11 +103,13 @@ import Testing
         // whose cores a VM held 10).
         try #require(await agent.wait(for: .seconds(600)) { $0.stdout.split(separator: "\n").count > 10 }, "\(agent.stderr.suffix(2000))")
         // This server never acknowledges: every recorded segment is only on disk.
-        let json = try await Command.executeAsync(Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
-                                                  ["status", "--json", "--socket", files.path("status.sock")])
+        let json = try await Command.executeAsync(
+            Spawned.buildFolder.appendingPathComponent("dashcam-agent").path,
+            ["status", "--json", "--socket", files.path("status.sock")])
         let status = try JSONDecoder().decode(AgentStatus.self, from: Data(json.stdout.utf8))
-        #expect(status.uplink.acked == 0 && status.uplink.notSent == status.camera.segments && status.camera.segments > 10,
-                "\(json.stdout)")
+        #expect(
+            status.uplink.acked == 0 && status.uplink.notSent == status.camera.segments && status.camera.segments > 10,
+            "\(json.stdout)")
         #expect(agent.stop() == 0)
         await server.stop()
 
@@ -117,7 +127,9 @@ import Testing
         // The silence is noticed: the session is given up and others tried, not held for the whole minute.
         #expect(sessions >= 3, "\(summary)")
         #expect(late.rssKiB - early.rssKiB < 12 * 1024, "RSS \(early.rssKiB) KiB at 20 s, \(late.rssKiB) KiB at 60 s")
-        print("stalled server: produced \(produced), sessions \(sessions), dropped \(dropped); RSS \(early.rssKiB) KiB at 20 s, \(late.rssKiB) KiB at 60 s")
+        print(
+            "stalled server: produced \(produced), sessions \(sessions), dropped \(dropped); RSS \(early.rssKiB) KiB at 20 s, \(late.rssKiB) KiB at 60 s"
+        )
     }
 
     @Test func sigtermSendsTheLastSegmentThenClosesWithGoingAway() async throws {
@@ -126,7 +138,8 @@ import Testing
         let welcome = #"{"type":"welcome","session":"s1","usage":{"remainingSeconds":null}}"#
         let server = try await RawWebSocketServer { _ in [.text(welcome)] }
         let agent = try Spawned(
-            "dashcam-agent", ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(server.port)/v1/stream", segmentSeconds: 1)],
+            "dashcam-agent",
+            ["record", "--config", try files.agentConfig(url: "ws://127.0.0.1:\(server.port)/v1/stream", segmentSeconds: 1)],
             folder: files.folder)
         try #require(await agent.wait(for: .seconds(30)) { $0.stdout.split(separator: "\n").count >= 2 }, "\(agent.stderr.suffix(2000))")
         let stopped = ContinuousClock.now
@@ -166,8 +179,9 @@ import Testing
         #expect(agent.stderr.contains("network changed"))
         #expect(agent.stderr.contains("moved from va1 to va2"), "\(agent.stderr.suffix(1000))")
         // The server lets the old session go: the agent's 1001 ends it, or the new one supersedes it.
-        #expect(await server.wait(for: .seconds(60)) { $0.stderr.contains("ended") || $0.stderr.contains("superseded") },
-                "\(server.stderr.suffix(2000))")
+        #expect(
+            await server.wait(for: .seconds(60)) { $0.stderr.contains("ended") || $0.stderr.contains("superseded") },
+            "\(server.stderr.suffix(2000))")
         #expect(agent.stop() == 0)
     }
 }

@@ -36,8 +36,10 @@ public enum Command {
     /// A program still running after `limit` (far beyond any this package's tests run) is killed,
     /// and the call throws, naming it with its arguments and the end of its stderr: a hang ends
     /// the test, not the run.
-    public static func execute(_ tool: String, _ arguments: [String], environment: [String: String]? = nil,
-                               limit: Duration = .seconds(600)) throws -> Result {
+    public static func execute(
+        _ tool: String, _ arguments: [String], environment: [String: String]? = nil,
+        limit: Duration = .seconds(600)
+    ) throws -> Result {
         let process = Process()
         process.executableURL = tool.hasPrefix("/") ? URL(fileURLWithPath: tool) : URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = tool.hasPrefix("/") ? arguments : [tool] + arguments
@@ -55,11 +57,15 @@ public enum Command {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
             let stderr = String(decoding: (try? Data(contentsOf: errorFile)) ?? Data(), as: UTF8.self)
-            throw Failure(description: "\(tool) \(arguments.joined(separator: " ")) was still running after \(limit); killed. Its stderr ends: \(stderr.suffix(3000))")
+            throw Failure(
+                description:
+                    "\(tool) \(arguments.joined(separator: " ")) was still running after \(limit); killed. Its stderr ends: \(stderr.suffix(3000))"
+            )
         }
-        return Result(status: process.terminationStatus,
-                      stdout: String(decoding: try Data(contentsOf: outputFile), as: UTF8.self),
-                      stderr: String(decoding: try Data(contentsOf: errorFile), as: UTF8.self))
+        return Result(
+            status: process.terminationStatus,
+            stdout: String(decoding: try Data(contentsOf: outputFile), as: UTF8.self),
+            stderr: String(decoding: try Data(contentsOf: errorFile), as: UTF8.self))
     }
 }
 

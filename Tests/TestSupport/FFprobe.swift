@@ -33,7 +33,7 @@ public enum FFprobe {
         let json = try run([
             "-v", "error", "-count_frames", "-select_streams", "v:0",
             "-show_entries", "stream=codec_name,codec_tag_string,nb_read_frames,duration:frame=key_frame",
-            "-of", "json", file.path,
+            "-of", "json", file.path
         ]).stdout
         struct Output: Decodable {
             struct Stream: Decodable {
@@ -58,7 +58,7 @@ public enum FFprobe {
 
         let packet = try run([
             "-v", "error", "-select_streams", "v:0", "-read_intervals", "%+#1",
-            "-show_entries", "packet=data", "-show_data", file.path,
+            "-show_entries", "packet=data", "-show_data", file.path
         ]).stdout
         return ProbedSegment(
             codec: stream.codec_name, tag: stream.codec_tag_string,

@@ -6,6 +6,7 @@ public func files(under folder: URL) -> [String] {
     let paths = (try? FileManager.default.subpathsOfDirectory(atPath: folder.path)) ?? []
     return paths.filter { path in
         var isFolder: ObjCBool = false
-        return FileManager.default.fileExists(atPath: folder.appendingPathComponent(path).path, isDirectory: &isFolder) && !isFolder.boolValue
+        return FileManager.default.fileExists(atPath: folder.appendingPathComponent(path).path, isDirectory: &isFolder)
+            && !isFolder.boolValue
     }.sorted()
 }

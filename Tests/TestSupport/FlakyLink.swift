@@ -3,9 +3,9 @@ import NIOCore
 import NIOPosix
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// A TCP forwarder on 127.0.0.1 between a client and a real server, made of bare NIO parts, so a

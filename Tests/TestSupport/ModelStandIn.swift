@@ -60,8 +60,9 @@ public final class ModelStandIn: Sendable {
                 return Response(status: .noContent)
             }
         }
-        let app = Application(responder: responder, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
-                              onServerRunning: { channel in port.withLock { $0 = channel.localAddress?.port ?? 0 } })
+        let app = Application(
+            responder: responder, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in port.withLock { $0 = channel.localAddress?.port ?? 0 } })
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await app.run() }
             while port.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
@@ -80,19 +81,23 @@ public enum GeminiReplies {
     public static func answer(_ answer: String, promptTokens: Int = 1290, outputTokens: Int = 31) -> ModelStandIn.Reply {
         let text = String(data: try! JSONSerialization.data(withJSONObject: [answer], options: .withoutEscapingSlashes), encoding: .utf8)!
             .dropFirst().dropLast()
-        return .json(status: 200, body: """
-            {"candidates": [{"content": {"parts": [{"text": \(text)}], "role": "model"}, "finishReason": "STOP", "index": 0}],
-             "usageMetadata": {"promptTokenCount": \(promptTokens), "candidatesTokenCount": \(outputTokens), "totalTokenCount": \(promptTokens + outputTokens)},
-             "modelVersion": "gemini-2.5-flash", "responseId": "stand-in"}
-            """)
+        return .json(
+            status: 200,
+            body: """
+                {"candidates": [{"content": {"parts": [{"text": \(text)}], "role": "model"}, "finishReason": "STOP", "index": 0}],
+                 "usageMetadata": {"promptTokenCount": \(promptTokens), "candidatesTokenCount": \(outputTokens), "totalTokenCount": \(promptTokens + outputTokens)},
+                 "modelVersion": "gemini-2.5-flash", "responseId": "stand-in"}
+                """)
     }
 
     /// 429 RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo` delay.
     public static func rateLimited(retryDelay: String) -> ModelStandIn.Reply {
-        .json(status: 429, body: """
-            {"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", "status": "RESOURCE_EXHAUSTED",
-              "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "\(retryDelay)"}]}}
-            """)
+        .json(
+            status: 429,
+            body: """
+                {"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", "status": "RESOURCE_EXHAUSTED",
+                  "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "\(retryDelay)"}]}}
+                """)
     }
 
     public static func error(_ code: Int, _ status: String) -> ModelStandIn.Reply {

@@ -31,12 +31,17 @@ public final class PostgresServer: Sendable {
         let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
         return versions.compactMap(Int.init).sorted().reversed()
             .map { "/usr/lib/postgresql/\($0)/bin" }
-            .first { FileManager.default.isExecutableFile(atPath: "\($0)/initdb") && FileManager.default.isExecutableFile(atPath: "\($0)/postgres") }
+            .first {
+                FileManager.default.isExecutableFile(atPath: "\($0)/initdb")
+                    && FileManager.default.isExecutableFile(atPath: "\($0)/postgres")
+            }
     }
 
     private init() throws {
         guard let bin = Self.binaries() else {
-            throw Failure(description: "PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb); scripts/install-deps.sh installs Debian's postgresql")
+            throw Failure(
+                description:
+                    "PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb); scripts/install-deps.sh installs Debian's postgresql")
         }
         self.bin = bin
         folder = FileManager.default.temporaryDirectory.appendingPathComponent("postgres-\(UUID().uuidString)")
@@ -44,15 +49,19 @@ public final class PostgresServer: Sendable {
         port = try Self.freePort()
         // As root, PostgreSQL's own user owns the folder and runs the programs.
         if getuid() == 0 {
-            guard let user = getpwnam("postgres") else { throw Failure(description: "no 'postgres' user (Debian's postgresql package makes it)") }
+            guard let user = getpwnam("postgres") else {
+                throw Failure(description: "no 'postgres' user (Debian's postgresql package makes it)")
+            }
             chown(folder.path, user.pointee.pw_uid, user.pointee.pw_gid)
         }
         let data = folder.appendingPathComponent("data").path
         try run("\(bin)/initdb", ["-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"])
-        try run("\(bin)/pg_ctl", [
-            "-D", data, "-w", "-t", "60", "-l", folder.appendingPathComponent("log").path,
-            "-o", "-p \(port) -k \(folder.path) -c listen_addresses=127.0.0.1 -c fsync=off", "start",
-        ])
+        try run(
+            "\(bin)/pg_ctl",
+            [
+                "-D", data, "-w", "-t", "60", "-l", folder.appendingPathComponent("log").path,
+                "-o", "-p \(port) -k \(folder.path) -c listen_addresses=127.0.0.1 -c fsync=off", "start"
+            ])
         let stop = "\(bin)/pg_ctl"
         Self.stopAtExit.withLockedValue { $0.append((stop, data)) }
         atexit {
@@ -75,7 +84,8 @@ public final class PostgresServer: Sendable {
         guard status == 0 else {
             let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
             let log = (try? String(contentsOf: folder.appendingPathComponent("log"), encoding: .utf8)) ?? ""
-            throw Failure(description: "\(program) \(arguments.joined(separator: " ")): exit \(status): \(text.suffix(2000)) \(log.suffix(2000))")
+            throw Failure(
+                description: "\(program) \(arguments.joined(separator: " ")): exit \(status): \(text.suffix(2000)) \(log.suffix(2000))")
         }
     }
 
@@ -122,7 +132,9 @@ public final class PostgresServer: Sendable {
 
     /// `psql` (Debian's client) on `database`, one command, unaligned output without headers.
     public func psql(database: String, _ command: String) async throws -> Command.Result {
-        try await Command.executeAsync("/usr/bin/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-Atc", command])
+        try await Command.executeAsync(
+            "/usr/bin/psql",
+            ["-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-Atc", command])
     }
 
     public static func freePort() throws -> Int {

@@ -44,7 +44,9 @@ public final class RawWebSocketServer: Sendable {
                 maxFrameSize: 1 << 24, automaticErrorHandling: false,
                 shouldUpgrade: { channel, _ in channel.eventLoop.makeSucceededFuture(HTTPHeaders()) },
                 upgradePipelineHandler: { channel, _ in
-                    let index = accepted.withLockedValue { n in defer { n += 1 }; return n }
+                    let index = accepted.withLockedValue { n in
+                        defer { n += 1 }; return n
+                    }
                     return channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(
                             ScriptPlayer(steps: script(index), framesReceived: framesReceived, closes: closes))

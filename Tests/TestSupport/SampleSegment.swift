@@ -9,10 +9,12 @@ public enum SampleSegment {
     private static let made = Task<Data, Never> {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("hosted-model-\(UUID().uuidString).mp4")
         defer { try? FileManager.default.removeItem(at: file) }
-        _ = try? await Command.executeAsync("ffmpeg", [
-            "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=320x180:rate=10", "-t", "2", "-c:v", "libx265",
-            "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path,
-        ])
+        _ = try? await Command.executeAsync(
+            "ffmpeg",
+            [
+                "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=320x180:rate=10", "-t", "2", "-c:v", "libx265",
+                "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path
+            ])
         return (try? Data(contentsOf: file)) ?? Data()
     }
 
@@ -29,10 +31,13 @@ extension SampleSegment {
             let made = Task<[UInt8], Never> {
                 let file = FileManager.default.temporaryDirectory.appendingPathComponent("clip-\(variant)-\(UUID().uuidString).mp4")
                 defer { try? FileManager.default.removeItem(at: file) }
-                _ = try? await Command.executeAsync("ffmpeg", [
-                    "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=10", "-t", "5", "-vf", "hue=h=\(variant * 37 % 360)",
-                    "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path,
-                ])
+                _ = try? await Command.executeAsync(
+                    "ffmpeg",
+                    [
+                        "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=\(size):rate=10", "-t", "5", "-vf",
+                        "hue=h=\(variant * 37 % 360)",
+                        "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path
+                    ])
                 return (try? [UInt8](Data(contentsOf: file))) ?? []
             }
             clips[key] = made
@@ -53,10 +58,12 @@ extension SampleSegment {
     public static let blockingClip: [UInt8] = {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("clip-\(UUID().uuidString).mp4")
         defer { try? FileManager.default.removeItem(at: file) }
-        _ = try? Command.execute("ffmpeg", [
-            "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=128x72:rate=10", "-t", "5",
-            "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path,
-        ])
+        _ = try? Command.execute(
+            "ffmpeg",
+            [
+                "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=128x72:rate=10", "-t", "5",
+                "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error", "-tag:v", "hvc1", "-y", file.path
+            ])
         return (try? [UInt8](Data(contentsOf: file))) ?? []
     }()
 

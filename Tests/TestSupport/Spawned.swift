@@ -16,8 +16,10 @@ public final class Spawned {
     /// `prefix` runs first (e.g. `ip netns exec NAME`), with the program's path after it.
     /// `absolute`: `program` is a path, not one of this package's programs. `environment` is added
     /// to this process's.
-    public init(_ program: String, _ arguments: [String], prefix: [String] = [], folder: URL, absolute: Bool = false,
-                environment: [String: String] = [:]) throws {
+    public init(
+        _ program: String, _ arguments: [String], prefix: [String] = [], folder: URL, absolute: Bool = false,
+        environment: [String: String] = [:]
+    ) throws {
         let path = absolute ? program : Self.buildFolder.appendingPathComponent(program).path
         let stem = "\(URL(fileURLWithPath: program).lastPathComponent)-\(UUID().uuidString.prefix(8))"
         stdoutFile = folder.appendingPathComponent("\(stem).out")
@@ -85,7 +87,8 @@ public final class Spawned {
     public func stop(_ signal: Int32 = SIGTERM, limit: Duration = .seconds(120)) -> Int32 {
         if process.isRunning { kill(pid, signal) }
         if !process.exits(within: limit) {
-            Issue.record("\(name) (pid \(pid)) was still running \(limit) after signal \(signal); killed. Its stderr ends: \(stderr.suffix(3000))")
+            Issue.record(
+                "\(name) (pid \(pid)) was still running \(limit) after signal \(signal); killed. Its stderr ends: \(stderr.suffix(3000))")
             kill(pid, SIGKILL)
         }
         process.waitUntilExit()

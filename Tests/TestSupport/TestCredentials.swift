@@ -23,7 +23,7 @@ public struct TestCredentials: Sendable {
         for arguments in [
             ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", caKey, "-out", c.ca, "-days", "1", "-subj", "/CN=dashcam test CA"],
             ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", c.key, "-out", csr, "-subj", "/CN=\(host)"],
-            ["x509", "-req", "-in", csr, "-CA", c.ca, "-CAkey", caKey, "-CAcreateserial", "-out", c.cert, "-days", "1", "-extfile", san],
+            ["x509", "-req", "-in", csr, "-CA", c.ca, "-CAkey", caKey, "-CAcreateserial", "-out", c.cert, "-days", "1", "-extfile", san]
         ] {
             let result = try Command.execute("openssl", arguments)
             guard result.status == 0 else { throw Command.Failure(description: "openssl \(arguments[0]): \(result.stderr)") }

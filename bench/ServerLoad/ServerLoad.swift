@@ -45,7 +45,10 @@ struct ServerLoad: ParsableCommand {
     @Option(help: "The MP4 each device sends.") var segment: String
     @Option(help: "Seconds each device runs, from the start of the run.") var seconds: Double
     @Option(help: "Seconds over which the devices connect.") var ramp: Double = 5
-    @Option(help: "Seconds over which the devices' first segments fall due, apart from when they connect (cars recording since before the server went down); by default each is due as it connects.")
+    @Option(
+        help:
+            "Seconds over which the devices' first segments fall due, apart from when they connect (cars recording since before the server went down); by default each is due as it connects."
+    )
     var phases: Double?
     @Option(help: "Event loop threads.") var threads: Int = 1
     @Flag(help: "Open the sessions and send no segment: what starting them costs the server.") var sessionsOnly = false
@@ -53,9 +56,15 @@ struct ServerLoad: ParsableCommand {
     var reconnect = false
     @Option(help: "With --reconnect: connect again after a uniform wait of 0 to this many ms (0: at once), instead of the agent's backoff.")
     var reconnectJitterMs: Double?
-    @Option(help: "With --reconnect-jitter-ms: the wait in ms (before that jitter) after an attempt that failed before its session opened, such as a connection refused while the server starts again.")
+    @Option(
+        help:
+            "With --reconnect-jitter-ms: the wait in ms (before that jitter) after an attempt that failed before its session opened, such as a connection refused while the server starts again."
+    )
     var reconnectRetryMs: Double = 100
-    @Option(help: "Seconds after the run's end that a device keeps its session for the acks still due (nothing new is sent then); a segment not acknowledged by then is lost.")
+    @Option(
+        help:
+            "Seconds after the run's end that a device keeps its session for the acks still due (nothing new is sent then); a segment not acknowledged by then is lost."
+    )
     var drain: Double = 1
 
     func run() throws {
@@ -66,7 +75,8 @@ struct ServerLoad: ParsableCommand {
         let mp4 = try Data(contentsOf: URL(fileURLWithPath: segment))
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
         defer { try? group.syncShutdownGracefully() }
-        let policy: ReconnectPolicy? = reconnect
+        let policy: ReconnectPolicy? =
+            reconnect
             ? reconnectJitterMs.map { ReconnectPolicy.atOnce(jitter: $0 / 1000, retry: reconnectRetryMs / 1000) } ?? .backoff
             : nil
         let plan = Plan(port: port, mp4: [UInt8](mp4), sessionsOnly: sessionsOnly, reconnect: policy, drain: duration(drain))
@@ -82,9 +92,11 @@ struct ServerLoad: ParsableCommand {
                 for (n, named) in devices.enumerated() where n % loops.count == index {
                     let connectAt = start + duration(ramp * Double(n) / Double(devices.count))
                     // A place of its own, spread evenly whatever the number of devices (the golden ratio's steps).
-                    let phase = phases.map { start + duration($0 * (Double(n) * 0.618_033_988_75).truncatingRemainder(dividingBy: 1)) } ?? connectAt
-                    let device = Device(token: named.token, id: named.id, plan: plan, tally: tally, loop: loop, connectAt: connectAt, phase: phase,
-                                        end: end)
+                    let phase =
+                        phases.map { start + duration($0 * (Double(n) * 0.618_033_988_75).truncatingRemainder(dividingBy: 1)) } ?? connectAt
+                    let device = Device(
+                        token: named.token, id: named.id, plan: plan, tally: tally, loop: loop, connectAt: connectAt, phase: phase,
+                        end: end)
                     tally.devices.append(device)
                     device.begin()
                 }
@@ -326,7 +338,10 @@ final class Device {
     /// When an open session ended, until the next one opens (`--reconnect`).
     var lostAt: NIODeadline?
 
-    init(token: String, id: String, plan: Plan, tally: Tally, loop: any EventLoop, connectAt: NIODeadline, phase: NIODeadline, end: NIODeadline) {
+    init(
+        token: String, id: String, plan: Plan, tally: Tally, loop: any EventLoop, connectAt: NIODeadline, phase: NIODeadline,
+        end: NIODeadline
+    ) {
         self.token = token
         self.id = id
         self.plan = plan
@@ -364,9 +379,10 @@ final class Device {
     }
 
     var upgradeRequest: ByteBuffer {
-        ByteBuffer(string: "GET \(GuidanceProtocol.path) HTTP/1.1\r\nHost: 127.0.0.1:\(plan.port)\r\nUpgrade: websocket\r\n"
-            + "Connection: Upgrade\r\nSec-WebSocket-Key: \(Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString())\r\n"
-            + "Sec-WebSocket-Version: 13\r\nAuthorization: Bearer \(token)\r\n\r\n")
+        ByteBuffer(
+            string: "GET \(GuidanceProtocol.path) HTTP/1.1\r\nHost: 127.0.0.1:\(plan.port)\r\nUpgrade: websocket\r\n"
+                + "Connection: Upgrade\r\nSec-WebSocket-Key: \(Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString())\r\n"
+                + "Sec-WebSocket-Version: 13\r\nAuthorization: Bearer \(token)\r\n\r\n")
     }
 
     /// A 503 or 429 at the upgrade: tried again after its Retry-After (at least 1 s). With
@@ -385,8 +401,10 @@ final class Device {
     }
 
     func upgraded(_ channel: any Channel) {
-        let hello = ClientMessage.hello(.init(device: id, locale: "en-US", agent: "load",
-                                              video: .init(width: 640, height: 360, fps: 10, segmentMs: 5000), stream: stream))
+        let hello = ClientMessage.hello(
+            .init(
+                device: id, locale: "en-US", agent: "load",
+                video: .init(width: 640, height: 360, fps: 10, segmentMs: 5000), stream: stream))
         channel.writeAndFlush(Plan.frame(.text, Array(hello.encoded().utf8)), promise: nil)
     }
 
@@ -479,8 +497,10 @@ final class Device {
     /// from when its ack is timed.
     func write(_ seq: Int, attempt: Int, then next: @escaping () -> Void) {
         guard !finished, attempt == self.attempt, let channel, let captured = pending[seq]?.captured else { return }
-        let header = ClientMessage.segment(.init(seq: seq, capturedAt: captured, durationMs: 5000, frames: 50, bytes: plan.bytes,
-                                                 sha256: plan.sha256, chunks: plan.chunks))
+        let header = ClientMessage.segment(
+            .init(
+                seq: seq, capturedAt: captured, durationMs: 5000, frames: 50, bytes: plan.bytes,
+                sha256: plan.sha256, chunks: plan.chunks))
         channel.write(Plan.frame(.text, Array(header.encoded().utf8)), promise: nil)
         channel.writeAndFlush(plan.segmentFrames).assumeIsolated().whenComplete { result in
             guard case .success = result else { return }
@@ -522,10 +542,11 @@ final class Device {
         if wasOpen { lostAt = now }
         abandon()
         guard now < end else { return }
-        let wait: Double = switch policy {
-        case .atOnce(let jitter, let retry): (wasOpen ? 0 : retry) + Double.random(in: 0...jitter)
-        case .backoff: backoff.next(sessionLived: lived)
-        }
+        let wait: Double =
+            switch policy {
+            case .atOnce(let jitter, let retry): (wasOpen ? 0 : retry) + Double.random(in: 0...jitter)
+            case .backoff: backoff.next(sessionLived: lived)
+            }
         loop.assumeIsolated().scheduleTask(in: duration(wait)) { self.connect() }
     }
 
@@ -546,9 +567,13 @@ final class Device {
     func finish() {
         guard !finished else { return }
         finished = true
-        if sessionOpen { tally.counts.held += 1 }
-        else if opened { tally.counts.notBack += 1 }
-        else { tally.counts.errors["NotOpenedByTheEnd", default: 0] += 1 }
+        if sessionOpen {
+            tally.counts.held += 1
+        } else if opened {
+            tally.counts.notBack += 1
+        } else {
+            tally.counts.errors["NotOpenedByTheEnd", default: 0] += 1
+        }
         if let channel {
             var body = ByteBuffer()
             body.writeInteger(CloseCode.normal.rawValue)
@@ -595,9 +620,12 @@ final class UpgradeHandler: ChannelInboundHandler, RemovableChannelHandler {
             let session = SessionHandler(device: device, attempt: attempt)
             do {
                 try context.pipeline.syncOperations.addHandlers(
-                    [ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20)),
-                     NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: 64, maxAccumulatedFrameSize: 1 << 20),
-                     session],
+                    [
+                        ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20)),
+                        NIOWebSocketFrameAggregator(
+                            minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: 64, maxAccumulatedFrameSize: 1 << 20),
+                        session
+                    ],
                     position: .after(self))
             } catch {
                 device.failed(error, attempt: attempt)

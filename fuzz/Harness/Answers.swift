@@ -8,8 +8,9 @@ import NIOHTTP1
 /// `generateContent` response and error, and as an OpenAI chat completion; its first line is also
 /// the `Retry-After` header beside it.
 enum Answers {
-    static let gemini = GeminiEndpoint(endpoint: "https://generativelanguage.googleapis.com/v1beta", model: "gemini-2.5-flash",
-                                       apiKey: "key", transcode: nil)
+    static let gemini = GeminiEndpoint(
+        endpoint: "https://generativelanguage.googleapis.com/v1beta", model: "gemini-2.5-flash",
+        apiKey: "key", transcode: nil)
     static let openAI = OpenAIChatEndpoint(endpoint: "http://127.0.0.1:8080/v1", model: "model", apiKey: nil, keyframes: { _ in [] })
 
     static func run(_ input: UnsafeRawBufferPointer) {
@@ -33,8 +34,9 @@ enum Answers {
     }
 
     static func check(_ answer: ModelAnswer) {
-        require(answer.text.count <= ModelAnswer.maxTextCharacters && answer.text.utf8.count <= GuidanceText.maxBytes,
-                "text of \(answer.text.count) characters, \(answer.text.utf8.count) bytes")
+        require(
+            answer.text.count <= ModelAnswer.maxTextCharacters && answer.text.utf8.count <= GuidanceText.maxBytes,
+            "text of \(answer.text.count) characters, \(answer.text.utf8.count) bytes")
         require(answer.hazards.count <= 16 && answer.hazards.allSatisfy { $0.count <= 64 }, "hazards \(answer.hazards)")
         require(!answer.text.isEmpty || answer.clear, "a warning with no text")
         // GuidanceText.clean's promises: white space is single spaces, never first; no control
@@ -44,17 +46,20 @@ enum Answers {
             for scalar in text.unicodeScalars {
                 let category = scalar.properties.generalCategory
                 require(!scalar.properties.isWhitespace || scalar == " ", "white space U+\(String(scalar.value, radix: 16)) kept")
-                require(category != .control && (category != .format || scalar == "\u{200C}" || scalar == "\u{200D}"),
-                        "U+\(String(scalar.value, radix: 16)) (\(category)) kept")
+                require(
+                    category != .control && (category != .format || scalar == "\u{200C}" || scalar == "\u{200D}"),
+                    "U+\(String(scalar.value, radix: 16)) (\(category)) kept")
             }
         }
         let guidance = answer.guidance(seq: 7, locale: "ko-KR")
-        require(guidance.clear == answer.clear && (!guidance.clear || (guidance.text.isEmpty && guidance.priority == .normal)),
-                "guidance \(guidance) of \(answer)")
+        require(
+            guidance.clear == answer.clear && (!guidance.clear || (guidance.text.isEmpty && guidance.priority == .normal)),
+            "guidance \(guidance) of \(answer)")
         // It reaches the agent in one message: an agent closes the connection on a bigger one.
         let message = ServerMessage.guidance(guidance).encoded()
-        require(message.utf8.count <= GuidanceProtocol.maxMessageBytes,
-                "a guidance message of \(message.utf8.count) bytes (\(answer.text.count) characters), over \(GuidanceProtocol.maxMessageBytes)")
+        require(
+            message.utf8.count <= GuidanceProtocol.maxMessageBytes,
+            "a guidance message of \(message.utf8.count) bytes (\(answer.text.count) characters), over \(GuidanceProtocol.maxMessageBytes)")
         // Written out and read again (as a stand-in model would answer), it is the same answer:
         // what decoding makes of an answer, it makes of its own result unchanged.
         let again = (try? JSONEncoder().encode(answer)).flatMap { ModelAnswer.decode(String(decoding: $0, as: UTF8.self)) }

@@ -35,7 +35,8 @@ enum IIO {
                 require(value != nil, "\(channel.name) unread in a whole record")
                 let bits = channel.type.realBits
                 if let value, bits < 64 {
-                    let range: ClosedRange<Int64> = channel.type.signed
+                    let range: ClosedRange<Int64> =
+                        channel.type.signed
                         ? -(Int64(1) << (bits - 1))...((Int64(1) << (bits - 1)) - 1) : 0...((Int64(1) << bits) - 1)
                     require(range.contains(value), "\(channel.name) = \(value) outside \(bits) bits")
                 }
@@ -43,7 +44,8 @@ enum IIO {
             record += layout.recordBytes
         }
         // A record cut short is never read.
-        require(layout.value(layout.channels[0].name, in: records, record: max(0, records.count - layout.recordBytes + 1)) == nil
+        require(
+            layout.value(layout.channels[0].name, in: records, record: max(0, records.count - layout.recordBytes + 1)) == nil
                 || records.count - layout.recordBytes + 1 <= 0, "a value read from a cut record")
     }
 }

@@ -1,5 +1,5 @@
 #if FUZZING
-import CLibFuzzer
+    import CLibFuzzer
 #endif
 import FFmpegLog
 import Foundation
@@ -19,7 +19,7 @@ let targets = [
     FuzzTarget(name: "gpsd", run: Gpsd.run),
     FuzzTarget(name: "iio", run: IIO.run),
     FuzzTarget(name: "mjpeg", run: MJPEG.run),
-    FuzzTarget(name: "smtp", run: SMTP.run),
+    FuzzTarget(name: "smtp", run: SMTP.run)
 ]
 
 /// Stops the run, so that libFuzzer keeps the input, when what the code promises does not hold.
@@ -31,13 +31,13 @@ func require(_ condition: Bool, _ message: @autoclosure () -> String, file: Stat
 nonisolated(unsafe) private var selected: FuzzTarget?
 
 #if FUZZING
-/// The function libFuzzer's runtime expects (its own `main`, which this program's replaces, calls
-/// it); `main` hands it to the driver.
-@_cdecl("LLVMFuzzerTestOneInput")
-func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    selected!.run(UnsafeRawBufferPointer(start: data, count: size))
-    return 0
-}
+    /// The function libFuzzer's runtime expects (its own `main`, which this program's replaces, calls
+    /// it); `main` hands it to the driver.
+    @_cdecl("LLVMFuzzerTestOneInput")
+    func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+        selected!.run(UnsafeRawBufferPointer(start: data, count: size))
+        return 0
+    }
 #endif
 
 /// With libFuzzer (`GUIDANCE_FUZZ=1`, bench/fuzz.sh): `guidance-fuzz TARGET [LIBFUZZER FLAGS] [CORPUS...]`.
@@ -60,26 +60,26 @@ func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         // FFmpeg's complaints about the inputs ("moov atom not found") would be most of the output.
         FFmpegLog.route(level: .critical)
         #if FUZZING
-        selected = target
-        exit(libFuzzer(arguments))
+            selected = target
+            exit(libFuzzer(arguments))
         #else
-        exit(replay(target, paths: Array(arguments.dropFirst())))
+            exit(replay(target, paths: Array(arguments.dropFirst())))
         #endif
     }
 
     #if FUZZING
-    /// The command line libFuzzer reads, kept for the life of the process (LeakSanitizer would
-    /// count it lost once the driver returns, as it does after `-minimize_crash`).
-    nonisolated(unsafe) static var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
+        /// The command line libFuzzer reads, kept for the life of the process (LeakSanitizer would
+        /// count it lost once the driver returns, as it does after `-minimize_crash`).
+        nonisolated(unsafe) static var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
 
-    /// Hands libFuzzer the command line without the target's name.
-    static func libFuzzer(_ arguments: [String]) -> Int32 {
-        var argc = Int32(arguments.count)
-        argv = .allocate(capacity: arguments.count + 1)
-        for (i, argument) in arguments.enumerated() { argv![i] = strdup(argument) }
-        argv![arguments.count] = nil
-        return LLVMFuzzerRunDriver(&argc, &argv, fuzz)
-    }
+        /// Hands libFuzzer the command line without the target's name.
+        static func libFuzzer(_ arguments: [String]) -> Int32 {
+            var argc = Int32(arguments.count)
+            argv = .allocate(capacity: arguments.count + 1)
+            for (i, argument) in arguments.enumerated() { argv![i] = strdup(argument) }
+            argv![arguments.count] = nil
+            return LLVMFuzzerRunDriver(&argc, &argv, fuzz)
+        }
     #endif
 
     static func replay(_ target: FuzzTarget, paths: [String]) -> Int32 {
@@ -94,7 +94,8 @@ func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
                 FileHandle.standardError.write(Data("no such file: \(path)\n".utf8))
                 return 66
             }
-            let files = isFolder.boolValue
+            let files =
+                isFolder.boolValue
                 ? ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted().map { "\(path)/\($0)" }
                 : [path]
             for file in files {

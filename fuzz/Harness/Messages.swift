@@ -56,14 +56,16 @@ enum Messages {
             }
 
             if trace {
-                let shown = switch message {
-                case .text(let text): "text \(text.prefix(200))"
-                case .binary(let bytes): "binary \(bytes.count) bytes"
-                }
+                let shown =
+                    switch message {
+                    case .text(let text): "text \(text.prefix(200))"
+                    case .binary(let bytes): "binary \(bytes.count) bytes"
+                    }
                 FileHandle.standardError.write(Data("\(shown)\n  -> \(actions.map { "\($0)".prefix(200) })\n".utf8))
             }
-            require(machine.bufferedBytes >= 0 && machine.bufferedBytes <= limits.maxSegmentBytes,
-                    "buffered \(machine.bufferedBytes) bytes, limit \(limits.maxSegmentBytes)")
+            require(
+                machine.bufferedBytes >= 0 && machine.bufferedBytes <= limits.maxSegmentBytes,
+                "buffered \(machine.bufferedBytes) bytes, limit \(limits.maxSegmentBytes)")
             if closed {
                 require(actions.isEmpty && !machine.isOpen, "a closed session acted: \(actions)")
                 continue
@@ -73,36 +75,52 @@ enum Messages {
             for action in actions {
                 // What the session logs and sends back carries a client's strings escaped: no
                 // control character (a newline would start a forged log line), no format character.
-                let said: String? = switch action {
-                case .close(let reason): reason
-                case .reject(_, let text, _, _): text
-                case .ignore(let text): text
-                case .open, .expect, .inspect, .renewAuth, .keepIncident, .announceClip, .clipPart: nil
-                }
+                let said: String? =
+                    switch action {
+                    case .close(let reason): reason
+                    case .reject(_, let text, _, _): text
+                    case .ignore(let text): text
+                    case .open, .expect, .inspect, .renewAuth, .keepIncident, .announceClip, .clipPart: nil
+                    }
                 if let said {
-                    require(!said.unicodeScalars.contains { [.control, .format].contains($0.properties.generalCategory) },
-                            "a control or format character in \(said.debugDescription)")
+                    require(
+                        !said.unicodeScalars.contains { [.control, .format].contains($0.properties.generalCategory) },
+                        "a control or format character in \(said.debugDescription)")
                 }
                 switch action {
                 case .keepIncident(let incident):
                     // Its id names a folder of the server's: one path component, of few characters.
                     require(wasOpen && incident.problem == nil, "an incident kept before hello, or with a problem: \(incident)")
-                    require(!incident.id.isEmpty && incident.id.utf8.count <= ClientMessage.Incident.maxIDLength
-                            && incident.id.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0)) },
-                            "incident id \(incident.id.debugDescription)")
-                    require(incident.seqs.count <= ClientMessage.Incident.maxSeqs && incident.peakG.isFinite, "incident bounds: \(incident)")
+                    require(
+                        !incident.id.isEmpty && incident.id.utf8.count <= ClientMessage.Incident.maxIDLength
+                            && incident.id.unicodeScalars.allSatisfy {
+                                $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0))
+                            },
+                        "incident id \(incident.id.debugDescription)")
+                    require(
+                        incident.seqs.count <= ClientMessage.Incident.maxSeqs && incident.peakG.isFinite, "incident bounds: \(incident)")
                 case .announceClip(let clip):
                     // Its id and file names become a folder and files of the server's: one path
                     // component each, never `.` or `..`; every number checked.
-                    require(wasOpen && clip.problem(maxFileBytes: limits.maxClipFileBytes) == nil, "a clip announced before hello, or with a problem: \(clip)")
-                    require(isPathComponent(clip.id) && clip.files.allSatisfy { isPathComponent($0.name) }, "clip names \(clip.id.debugDescription)")
+                    require(
+                        wasOpen && clip.problem(maxFileBytes: limits.maxClipFileBytes) == nil,
+                        "a clip announced before hello, or with a problem: \(clip)")
+                    require(
+                        isPathComponent(clip.id) && clip.files.allSatisfy { isPathComponent($0.name) },
+                        "clip names \(clip.id.debugDescription)")
                     require(clip.gps == nil || clip.validGPS != nil, "a clip's gps track out of range kept")
                 case .clipPart(let part, let data):
-                    require(wasOpen && part.problem(maxFileBytes: limits.maxClipFileBytes) == nil, "a clip part before hello, or with a problem: \(part)")
-                    require(data.count == part.bytes && binariesSinceText == 1, "a part of \(part.bytes) bytes carried \(data.count), after \(binariesSinceText) binary messages")
+                    require(
+                        wasOpen && part.problem(maxFileBytes: limits.maxClipFileBytes) == nil,
+                        "a clip part before hello, or with a problem: \(part)")
+                    require(
+                        data.count == part.bytes && binariesSinceText == 1,
+                        "a part of \(part.bytes) bytes carried \(data.count), after \(binariesSinceText) binary messages")
                     require(isPathComponent(part.id) && isPathComponent(part.name), "clip part names \(part.name.debugDescription)")
                 case .renewAuth(let token):
-                    require(wasOpen && (1...AccessTokens.maxLength).contains(token.utf8.count), "an auth token of \(token.utf8.count) bytes, or before hello")
+                    require(
+                        wasOpen && (1...AccessTokens.maxLength).contains(token.utf8.count),
+                        "an auth token of \(token.utf8.count) bytes, or before hello")
                 case .close:
                     require(!wasOpen && actions.count == 1, "close after hello, or with more: \(actions)")
                     require(!machine.isOpen && machine.agent == nil, "closed, yet open")
@@ -110,9 +128,12 @@ enum Messages {
                 case .open(let agent):
                     require(!wasOpen && opened == nil, "a second open")
                     require((1...limits.maxSegmentMs).contains(agent.segmentMs), "segmentMs \(agent.segmentMs)")
-                    require((1...35).contains(agent.locale.utf8.count)
-                            && agent.locale.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_") },
-                            "locale \(agent.locale.debugDescription) is not a language tag")
+                    require(
+                        (1...35).contains(agent.locale.utf8.count)
+                            && agent.locale.unicodeScalars.allSatisfy {
+                                $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_")
+                            },
+                        "locale \(agent.locale.debugDescription) is not a language tag")
                     if let stream = agent.stream {
                         require(!stream.isEmpty && stream.utf8.count <= limits.maxStreamLength, "stream id of \(stream.utf8.count) bytes")
                     }
@@ -128,8 +149,9 @@ enum Messages {
                     require(machine.bufferedBytes == 0, "a verified segment left \(machine.bufferedBytes) bytes buffered")
                 case .expect(let bytes):
                     // The room a session takes before it reads on: never more than a segment may be.
-                    require(wasOpen && (1...limits.maxSegmentBytes).contains(bytes) && machine.isReceivingSegment,
-                            "room for \(bytes) bytes asked, limit \(limits.maxSegmentBytes)")
+                    require(
+                        wasOpen && (1...limits.maxSegmentBytes).contains(bytes) && machine.isReceivingSegment,
+                        "room for \(bytes) bytes asked, limit \(limits.maxSegmentBytes)")
                 case .ignore:
                     break
                 }
@@ -140,11 +162,15 @@ enum Messages {
     /// One file or folder name of printable ASCII, without `/`, not `.` or `..` or hidden.
     static func isPathComponent(_ name: String) -> Bool {
         !name.isEmpty && !name.hasPrefix(".") && name.utf8.count <= 128
-            && name.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0)) }
+            && name.unicodeScalars.allSatisfy {
+                $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0))
+            }
     }
 
-    static func check(_ segment: StreamSession.StateMachine.Verified, limits: StreamSession.StateMachine.Limits,
-                      agent: StreamSession.StateMachine.Agent, binaries: Int) {
+    static func check(
+        _ segment: StreamSession.StateMachine.Verified, limits: StreamSession.StateMachine.Limits,
+        agent: StreamSession.StateMachine.Agent, binaries: Int
+    ) {
         let header = segment.header
         require(segment.data.count == header.bytes, "verified \(segment.data.count) bytes, header says \(header.bytes)")
         require((1...limits.maxSegmentBytes).contains(header.bytes), "verified bytes \(header.bytes) over the limit")
@@ -152,16 +178,20 @@ enum Messages {
         require(segment.sha256 == header.sha256.lowercased(), "sha256 is not the header's")
         require(header.seq >= 0 && header.frames >= 0, "negative seq or frames")
         require((1...2 * agent.segmentMs).contains(header.durationMs), "durationMs \(header.durationMs)")
-        require(segment.seconds >= 1 && segment.seconds * 1000 >= header.durationMs && (segment.seconds - 1) * 1000 < header.durationMs,
-                "\(segment.seconds) s for \(header.durationMs) ms")
-        require(header.chunks == (header.bytes + chunk - 1) / chunk && header.chunks == binaries,
-                "\(String(describing: header.chunks)) chunks for \(header.bytes) bytes, \(binaries) binary messages")
+        require(
+            segment.seconds >= 1 && segment.seconds * 1000 >= header.durationMs && (segment.seconds - 1) * 1000 < header.durationMs,
+            "\(segment.seconds) s for \(header.durationMs) ms")
+        require(
+            header.chunks == (header.bytes + chunk - 1) / chunk && header.chunks == binaries,
+            "\(String(describing: header.chunks)) chunks for \(header.bytes) bytes, \(binaries) binary messages")
     }
 
     /// What the session does next with a verified segment: its MP4 read (``SegmentVideo/inspect(_:)``)
     /// and judged against the header; the charge is then the file's duration.
-    static func judge(_ segment: StreamSession.StateMachine.Verified, machine: StreamSession.StateMachine,
-                      agent: StreamSession.StateMachine.Agent) {
+    static func judge(
+        _ segment: StreamSession.StateMachine.Verified, machine: StreamSession.StateMachine,
+        agent: StreamSession.StateMachine.Agent
+    ) {
         let video = try? SegmentVideo.inspect(segment.data)
         let header = segment.header
         let judged = machine.judge(segment, video: video, agent: agent)
@@ -169,15 +199,19 @@ enum Messages {
         switch judged {
         case .take(let charged):
             guard let video else { return require(false, "judged an unreadable segment verified") }
-            require(charged.header == header && charged.data == segment.data && charged.sha256 == segment.sha256, "judging changed the segment")
-            require(video.streams == 1 && video.videoStreams == 1 && StreamSession.StateMachine.codecs.contains(video.codec),
-                    "verified \(video)")
+            require(
+                charged.header == header && charged.data == segment.data && charged.sha256 == segment.sha256, "judging changed the segment")
+            require(
+                video.streams == 1 && video.videoStreams == 1 && StreamSession.StateMachine.codecs.contains(video.codec),
+                "verified \(video)")
             require(video.frames > 0 && video.frames == header.frames, "verified \(header.frames) frames, the MP4 has \(video.frames)")
             require((1...2 * agent.segmentMs).contains(video.durationMs), "verified an MP4 of \(video.durationMs) ms")
-            require(abs(video.durationMs - header.durationMs) <= max(StreamSession.StateMachine.durationSlackMs, header.durationMs / 10),
-                    "verified \(header.durationMs) ms against the MP4's \(video.durationMs)")
-            require(charged.seconds >= 1 && charged.seconds * 1000 >= video.durationMs && (charged.seconds - 1) * 1000 < video.durationMs,
-                    "charged \(charged.seconds) s for \(video.durationMs) ms")
+            require(
+                abs(video.durationMs - header.durationMs) <= max(StreamSession.StateMachine.durationSlackMs, header.durationMs / 10),
+                "verified \(header.durationMs) ms against the MP4's \(video.durationMs)")
+            require(
+                charged.seconds >= 1 && charged.seconds * 1000 >= video.durationMs && (charged.seconds - 1) * 1000 < video.durationMs,
+                "charged \(charged.seconds) s for \(video.durationMs) ms")
         case .refuse(_, let seq, let reason):
             require(seq == header.seq && [.video, .frames, .duration].contains(reason), "judged \(reason)")
         }
@@ -228,11 +262,12 @@ enum Messages {
                 for case .binary(let bytes) in records[(i + 1)...].prefix(while: { if case .binary = $0 { true } else { false } }) {
                     payload += bytes
                 }
-                return .text(text
-                    .replacingOccurrences(of: "$SHA", with: hex(SHA256.hash(data: payload)))
-                    .replacingOccurrences(of: "$LEN", with: "\(payload.count)")
-                    .replacingOccurrences(of: "$CHUNKS", with: "\((payload.count + chunk - 1) / chunk)")
-                    .replacingOccurrences(of: "$B64", with: Data(payload).base64EncodedString()))
+                return .text(
+                    text
+                        .replacingOccurrences(of: "$SHA", with: hex(SHA256.hash(data: payload)))
+                        .replacingOccurrences(of: "$LEN", with: "\(payload.count)")
+                        .replacingOccurrences(of: "$CHUNKS", with: "\((payload.count + chunk - 1) / chunk)")
+                        .replacingOccurrences(of: "$B64", with: Data(payload).base64EncodedString()))
             }
         }
     }

@@ -40,10 +40,13 @@ enum Pairing {
             if case .success(let event) = provider.readWebhook(signature: header, body: Data(body), nowSeconds: now) {
                 // Believed only if it carries a signature of exactly this body under the secret.
                 // (Hex digits in either case are the same signature: found by this target.)
-                let expected = WebhookSignature.header(body: Data(body), secret: SymmetricKey(data: secret), timestamp: timestamp(header) ?? 0)
-                require(header.lowercased().contains(expected.components(separatedBy: "v1=")[1]), "a webhook believed without its signature")
-                require(!event.id.isEmpty && event.id.count <= 128 && !event.paymentID.isEmpty && event.paymentID.count <= 128,
-                        "an event id or payment id out of bounds")
+                let expected = WebhookSignature.header(
+                    body: Data(body), secret: SymmetricKey(data: secret), timestamp: timestamp(header) ?? 0)
+                require(
+                    header.lowercased().contains(expected.components(separatedBy: "v1=")[1]), "a webhook believed without its signature")
+                require(
+                    !event.id.isEmpty && event.id.count <= 128 && !event.paymentID.isEmpty && event.paymentID.count <= 128,
+                    "an event id or payment id out of bounds")
             }
         case 2:
             // Spaces and tabs around a static token are trimmed, and nothing else is: a device only
@@ -51,9 +54,10 @@ enum Pairing {
             for header in ["Bearer " + text, text] {
                 if let device = deviceTokens.device(authorization: header) {
                     let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: CharacterSet(charactersIn: " \t"))
-                    require(header.hasPrefix("Bearer ") && deviceTokens.knownDevice(authorization: "Bearer " + token) == device
-                                && staticTokens[token] == device,
-                            "a device for a header whose token is not in the file: \(header.debugDescription)")
+                    require(
+                        header.hasPrefix("Bearer ") && deviceTokens.knownDevice(authorization: "Bearer " + token) == device
+                            && staticTokens[token] == device,
+                        "a device for a header whose token is not in the file: \(header.debugDescription)")
                 }
             }
             if let claims = tokens.verify(text, nowSeconds: now) {
@@ -70,20 +74,24 @@ enum Pairing {
             require(!escaped.contains { "\"'<>".unicodeScalars.contains($0) }, "a raw markup scalar: \(text.debugDescription)")
             for (index, scalar) in escaped.enumerated() where scalar == "&" {
                 let rest = String(String.UnicodeScalarView(escaped[index...].prefix(6)))
-                require(["&lt;", "&gt;", "&amp;", "&quot;", "&#39;"].contains { rest.unicodeScalars.starts(with: $0.unicodeScalars) },
-                        "a raw & from \(text.debugDescription)")
+                require(
+                    ["&lt;", "&gt;", "&amp;", "&quot;", "&#39;"].contains { rest.unicodeScalars.starts(with: $0.unicodeScalars) },
+                    "a raw & from \(text.debugDescription)")
             }
         case 7:
             for size in [0, 1, 1000, 1 << 40] {
                 if case .part(let range) = ByteRange.parse(text, size: size) {
-                    require(range.lowerBound >= 0 && range.upperBound < size, "a range outside a file of \(size) bytes: \(text.debugDescription)")
+                    require(
+                        range.lowerBound >= 0 && range.upperBound < size,
+                        "a range outside a file of \(size) bytes: \(text.debugDescription)")
                 }
             }
         case 8:
             if let language = PageText.language(acceptLanguage: text) {
                 require(PageText.languages.contains { $0.code == language }, "a language the pages are not written in: \(language)")
                 let text = PageText.of(language)
-                require(text.language == language && !text("Buy usage for {name}", ["name": "x"]).contains("{name}"), "a phrase left unfilled")
+                require(
+                    text.language == language && !text("Buy usage for {name}", ["name": "x"]).contains("{name}"), "a phrase left unfilled")
             }
         case 6:
             if PasswordRules.problem(text, again: text) == nil {
@@ -91,8 +99,9 @@ enum Pairing {
             }
         case 4:
             if let product = Product(text) {
-                require((1...100_000_000).contains(product.seconds) && product.name.count <= 64 && product.price.count <= 64,
-                        "a product out of bounds")
+                require(
+                    (1...100_000_000).contains(product.seconds) && product.name.count <= 64 && product.price.count <= 64,
+                    "a product out of bounds")
             }
         default:
             break

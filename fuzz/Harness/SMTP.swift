@@ -21,7 +21,9 @@ enum SMTP {
             require(!reply.lines.isEmpty && reply.lines.count <= SMTPReplyParser.maxLines, "\(reply.lines.count) lines")
             require(reply.lines.reduce(0) { $0 + $1.utf8.count + 5 } <= SMTPReplyParser.maxReplyBytes, "a reply past its bound")
             for line in reply.lines {
-                require(line.utf8.count <= SMTPReplyParser.maxLineBytes && !line.utf8.contains(10), "a line of \(line.utf8.count) bytes, or with a line end")
+                require(
+                    line.utf8.count <= SMTPReplyParser.maxLineBytes && !line.utf8.contains(10),
+                    "a line of \(line.utf8.count) bytes, or with a line end")
             }
         }
     }

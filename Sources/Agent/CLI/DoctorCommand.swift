@@ -12,7 +12,8 @@ import NIOPosix
 struct DoctorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "doctor",
-        abstract: "Check camera, encoder, motor, speaker, voice, recording folder, clock, token and server; print the fix for each failure.",
+        abstract:
+            "Check camera, encoder, motor, speaker, voice, recording folder, clock, token and server; print the fix for each failure.",
         discussion: """
             Run it with the service stopped (sudo systemctl stop dashcam-agent): the running agent holds \
             the camera and the motor's line. Exit status 0 when no check failed, 1 otherwise.
@@ -32,7 +33,10 @@ struct DoctorCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of a checklist.")
     var json = false
 
-    @Flag(help: "Only try each encoder of encoder.preference and uplink.video.preference at the configured sizes on a few seconds of generated video: whether it opens, its frames a second, its CPU share, and whether both streams together keep up with the camera.")
+    @Flag(
+        help:
+            "Only try each encoder of encoder.preference and uplink.video.preference at the configured sizes on a few seconds of generated video: whether it opens, its frames a second, its CPU share, and whether both streams together keep up with the camera."
+    )
     var encoders = false
 
     func run() async throws {
@@ -81,7 +85,9 @@ extension DoctorCommand {
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
             print(String(decoding: try encoder.encode(report), as: UTF8.self))
         } else {
-            print("dashcam-agent doctor --encoders (\(file ?? "built-in defaults")): each encoder on \(EncoderBench(config: config).seconds) s of generated video")
+            print(
+                "dashcam-agent doctor --encoders (\(file ?? "built-in defaults")): each encoder on \(EncoderBench(config: config).seconds) s of generated video"
+            )
             for line in EncoderBench.text(report, cameraFPS: config.camera.fps) { print(line) }
         }
         if report.together?.sustains != true { throw ExitCode.failure }
@@ -154,48 +160,64 @@ struct Doctor: Sendable {
         switch result {
         case .success(let (granted, frames)):
             guard frames > 0 else {
-                return Check(name: "camera", outcome: .failed, detail: "\(path) opened but gave no frame in 5 s",
-                             fix: "check the cable and the camera's power; `dashcam-agent probe` lists what it offers")
+                return Check(
+                    name: "camera", outcome: .failed, detail: "\(path) opened but gave no frame in 5 s",
+                    fix: "check the cable and the camera's power; `dashcam-agent probe` lists what it offers")
             }
             var notes: [String] = []
             let wanted = config.videoFormat
             if granted.width != wanted.width || granted.height != wanted.height || granted.fps != wanted.fps {
-                notes.append("asked \(wanted.width)x\(wanted.height)@\(wanted.fps), the camera gives \(granted.width)x\(granted.height)@\(granted.fps)")
+                notes.append(
+                    "asked \(wanted.width)x\(wanted.height)@\(wanted.fps), the camera gives \(granted.width)x\(granted.height)@\(granted.fps)"
+                )
             }
             if path.range(of: #"^/dev/video[0-9]+$"#, options: .regularExpression) != nil {
                 notes.append("\(path) can name another device after a reboot or a replug")
             }
             let detail = "\(path): \(frames) frames at \(granted.width)x\(granted.height)@\(granted.fps)"
             guard notes.isEmpty else {
-                return Check(name: "camera", outcome: .warning, detail: "\(detail); \(notes.joined(separator: "; "))",
-                             fix: "use /dev/dashcam-camera or a /dev/v4l/by-id/ path, and a size and rate `dashcam-agent probe` lists")
+                return Check(
+                    name: "camera", outcome: .warning, detail: "\(detail); \(notes.joined(separator: "; "))",
+                    fix: "use /dev/dashcam-camera or a /dev/v4l/by-id/ path, and a size and rate `dashcam-agent probe` lists")
             }
             return Check(name: "camera", outcome: .ok, detail: detail)
         case .failure(let error):
             let text = "\(error)"
             if let error = error as? SourceError, error.isNotFound {
-                return Check(name: "camera", outcome: .failed, detail: text,
-                             fix: "plug the camera in; `dashcam-agent probe` lists the cameras; set camera.device to the one to use")
+                return Check(
+                    name: "camera", outcome: .failed, detail: text,
+                    fix: "plug the camera in; `dashcam-agent probe` lists the cameras; set camera.device to the one to use")
             }
             if text.localizedCaseInsensitiveContains("busy") {
-                return Check(name: "camera", outcome: .failed, detail: text,
-                             fix: "another program holds it, most likely the running agent: sudo systemctl stop dashcam-agent, then run doctor again")
+                return Check(
+                    name: "camera", outcome: .failed, detail: text,
+                    fix: "another program holds it, most likely the running agent: sudo systemctl stop dashcam-agent, then run doctor again"
+                )
             }
             if text.localizedCaseInsensitiveContains("permission") {
-                return Check(name: "camera", outcome: .failed, detail: text, fix: "run doctor with sudo (the camera belongs to the video group)")
+                return Check(
+                    name: "camera", outcome: .failed, detail: text, fix: "run doctor with sudo (the camera belongs to the video group)")
             }
-            return Check(name: "camera", outcome: .failed, detail: text, fix: "`dashcam-agent probe` shows what the camera offers; match camera.width, height, fps and pixelFormat to it")
+            return Check(
+                name: "camera", outcome: .failed, detail: text,
+                fix: "`dashcam-agent probe` shows what the camera offers; match camera.width, height, fps and pixelFormat to it")
         }
     }
 
     /// The recording's encoder and, with two streams, the guidance copy's; each opened as `record`
     /// opens it, with the data an hour of evidence takes (its bitrate, or what its CRF is about).
     func encoders() async -> [Check] {
-        var checks = [await encoder(config.encoderSettings, name: config.guidanceFormat == nil ? "encoder" : "evidence",
-                                    keys: "encoder.preference", fix: "keep libx264 or libx265 last in encoder.preference (sudo apt install libavcodec-extra for more)")]
+        var checks = [
+            await encoder(
+                config.encoderSettings, name: config.guidanceFormat == nil ? "encoder" : "evidence",
+                keys: "encoder.preference",
+                fix: "keep libx264 or libx265 last in encoder.preference (sudo apt install libavcodec-extra for more)")
+        ]
         if let guidance = config.guidanceEncoderSettings {
-            checks.append(await encoder(guidance, name: "guidance", keys: "uplink.video.preference",
-                                        fix: "keep libx265 in uplink.video.preference: the server takes HEVC"))
+            checks.append(
+                await encoder(
+                    guidance, name: "guidance", keys: "uplink.video.preference",
+                    fix: "keep libx265 in uplink.video.preference: the server takes HEVC"))
         }
         return checks
     }
@@ -209,10 +231,11 @@ struct Doctor: Sendable {
         switch result {
         case .success(let (encoder, codec, skipped)):
             var detail = "\(encoder) (\(codec.displayName)) opens at \(size)"
-            let kbps: Int = switch settings.rateControl {
-            case .bitrate(let kbps, _, _): kbps
-            case .crf(let crf): LibavEncoder.bitrateKbps(forCRF: crf, format: settings.format, codec: codec)
-            }
+            let kbps: Int =
+                switch settings.rateControl {
+                case .bitrate(let kbps, _, _): kbps
+                case .crf(let crf): LibavEncoder.bitrateKbps(forCRF: crf, format: settings.format, codec: codec)
+                }
             let megabytesPerHour = Double(kbps) * 1000 / 8 * 3600 / 1_048_576
             detail += String(format: "; about %.0f MB an hour (%d kbit/s)", megabytesPerHour, kbps)
             if name != "guidance", let cap = config.retention.maxBytes {
@@ -221,8 +244,10 @@ struct Doctor: Sendable {
             if !skipped.isEmpty { detail += "; passed over " + skipped.map { "\($0.name) (\($0.reason))" }.joined(separator: ", ") }
             return Check(name: name, outcome: .ok, detail: detail)
         case .failure(let error):
-            return Check(name: name, outcome: .failed, detail: "none of \(settings.preference.joined(separator: ", ")) (\(keys)) opens at \(size): \(error)",
-                         fix: fix)
+            return Check(
+                name: name, outcome: .failed,
+                detail: "none of \(settings.preference.joined(separator: ", ")) (\(keys)) opens at \(size): \(error)",
+                fix: fix)
         }
     }
 
@@ -230,8 +255,10 @@ struct Doctor: Sendable {
 
     func motor() async -> Check {
         guard config.haptics.chip != nil else {
-            return Check(name: "motor", outcome: config.haptics.required ? .failed : .skipped, detail: "no haptics.chip set: no vibration motor",
-                         fix: config.haptics.required ? "set haptics.chip and haptics.line from your board's profile, or haptics.required: false" : nil)
+            return Check(
+                name: "motor", outcome: config.haptics.required ? .failed : .skipped, detail: "no haptics.chip set: no vibration motor",
+                fix: config.haptics.required
+                    ? "set haptics.chip and haptics.line from your board's profile, or haptics.required: false" : nil)
         }
         let haptics: Haptics
         let pattern: HapticPattern
@@ -240,10 +267,11 @@ struct Doctor: Sendable {
             pattern = try config.hapticPatterns().clear
         } catch {
             let text = "\(error)"
-            return Check(name: "motor", outcome: .failed, detail: text,
-                         fix: text.localizedCaseInsensitiveContains("busy")
-                             ? "the running agent holds the line: sudo systemctl stop dashcam-agent, then run doctor again"
-                             : "check haptics.chip and haptics.line against `gpioinfo`; run doctor with sudo (the line belongs to the gpio group)")
+            return Check(
+                name: "motor", outcome: .failed, detail: text,
+                fix: text.localizedCaseInsensitiveContains("busy")
+                    ? "the running agent holds the line: sudo systemctl stop dashcam-agent, then run doctor again"
+                    : "check haptics.chip and haptics.line against `gpioinfo`; run doctor with sudo (the line belongs to the gpio group)")
         }
         defer { haptics.close() }
         guard buzz else { return Check(name: "motor", outcome: .ok, detail: "\(haptics.lineDescription) requested (no buzz: --no-buzz)") }
@@ -257,12 +285,15 @@ struct Doctor: Sendable {
         defer { voice.close() }
         let locale = voice.deviceLocale
         let choice = voice.voice(for: locale)
-        let voiceCheck = choice.fellBack
-            ? Check(name: "voice", outcome: .warning, detail: "no eSpeak-ng voice speaks \(locale): English is spoken instead",
-                    fix: "sudo apt install espeak-ng-data, or set device.locale to a language eSpeak-ng has")
+        let voiceCheck =
+            choice.fellBack
+            ? Check(
+                name: "voice", outcome: .warning, detail: "no eSpeak-ng voice speaks \(locale): English is spoken instead",
+                fix: "sudo apt install espeak-ng-data, or set device.locale to a language eSpeak-ng has")
             : Check(name: "voice", outcome: .ok, detail: "\(locale) is spoken by the eSpeak-ng voice '\(choice.voice)'")
         if let problem = voice.problem {
-            let fix = problem.hasPrefix("eSpeak-ng")
+            let fix =
+                problem.hasPrefix("eSpeak-ng")
                 ? "sudo apt install libespeak-ng1 espeak-ng-data"
                 : problem.localizedCaseInsensitiveContains("busy")
                     ? "another program plays on it, most likely the running agent: sudo systemctl stop dashcam-agent, then run doctor again"
@@ -276,8 +307,12 @@ struct Doctor: Sendable {
         let failures = (voice.stats?.failures ?? 0) - before
         let text = voice.statusText([.ready])
         guard failures == 0 else {
-            return [Check(name: "speaker", outcome: .failed, detail: "\(voice.output): the test phrase could not be played",
-                          fix: "check speech.device against `aplay -L`; run doctor with sudo (the sound card belongs to the audio group)"), voiceCheck]
+            return [
+                Check(
+                    name: "speaker", outcome: .failed, detail: "\(voice.output): the test phrase could not be played",
+                    fix: "check speech.device against `aplay -L`; run doctor with sudo (the sound card belongs to the audio group)"),
+                voiceCheck
+            ]
         }
         return [Check(name: "speaker", outcome: .ok, detail: "\(voice.output): said \"\(text)\"; you should have heard it"), voiceCheck]
     }
@@ -290,15 +325,21 @@ struct Doctor: Sendable {
             return Check(name: "recording", outcome: .failed, detail: "\(dir): cannot measure its disk", fix: "check the disk is mounted")
         }
         guard access(space.path, W_OK) == 0 else {
-            return Check(name: "recording", outcome: .failed, detail: "\(space.path) is not writable here",
-                         fix: "run doctor with sudo, or choose a recording.dir the service user may write (deploy/README.md, \"Recording to another disk\")")
+            return Check(
+                name: "recording", outcome: .failed, detail: "\(space.path) is not writable here",
+                fix:
+                    "run doctor with sudo, or choose a recording.dir the service user may write (deploy/README.md, \"Recording to another disk\")"
+            )
         }
         let free = space.available >> 20
         let cap = config.retention.maxBytes.map { "kept under \($0 >> 20) MB" } ?? "no cap"
         let detail = "\(dir)\(space.path == dir ? "" : " (made at start)"): \(free) MB free, segments \(cap)"
         guard free > config.recording.minFreeMegabytes + 64 else {
-            return Check(name: "recording", outcome: .warning, detail: detail,
-                         fix: "the disk is nearly full: free space, or a bigger card; the loop deletes old segments to keep \(config.recording.minFreeMegabytes) MB free")
+            return Check(
+                name: "recording", outcome: .warning, detail: detail,
+                fix:
+                    "the disk is nearly full: free space, or a bigger card; the loop deletes old segments to keep \(config.recording.minFreeMegabytes) MB free"
+            )
         }
         return Check(name: "recording", outcome: .ok, detail: detail)
     }
@@ -307,21 +348,31 @@ struct Doctor: Sendable {
         let now = Date()
         let year = Calendar(identifier: .gregorian).component(.year, from: now)
         if year < 2025 {
-            return Check(name: "clock", outcome: .failed, detail: "the clock says \(now.rfc3339Milliseconds)",
-                         fix: "connect to a network and enable time sync: sudo timedatectl set-ntp true (day folders and `protect 09:30..` use this clock)")
+            return Check(
+                name: "clock", outcome: .failed, detail: "the clock says \(now.rfc3339Milliseconds)",
+                fix:
+                    "connect to a network and enable time sync: sudo timedatectl set-ntp true (day folders and `protect 09:30..` use this clock)"
+            )
         }
         switch WallClock.isSynchronised {
         case true?:
             // Which source: chrony's GPS reference clock, or NTP.
             let reference = ClockService.chronyReference()
             let source = ClockWatch.source(synced: true, reference: reference)
-            return Check(name: "clock", outcome: .ok,
-                         detail: "\(now.rfc3339Milliseconds), synchronised by \(source == "gps" ? "GPS" : "NTP")\(reference.map { " (chrony: \($0))" } ?? "")")
+            return Check(
+                name: "clock", outcome: .ok,
+                detail:
+                    "\(now.rfc3339Milliseconds), synchronised by \(source == "gps" ? "GPS" : "NTP")\(reference.map { " (chrony: \($0))" } ?? "")"
+            )
         case false?:
-            return Check(name: "clock", outcome: .warning, detail: "\(now.rfc3339Milliseconds), not synchronised",
-                         fix: "sudo timedatectl set-ntp true, or chrony with gpsd as a reference clock (deploy/chrony/); a board without a clock battery starts at a wrong time until then")
+            return Check(
+                name: "clock", outcome: .warning, detail: "\(now.rfc3339Milliseconds), not synchronised",
+                fix:
+                    "sudo timedatectl set-ntp true, or chrony with gpsd as a reference clock (deploy/chrony/); a board without a clock battery starts at a wrong time until then"
+            )
         case nil:
-            return Check(name: "clock", outcome: .warning, detail: "\(now.rfc3339Milliseconds); the kernel cannot say whether it is synchronised")
+            return Check(
+                name: "clock", outcome: .warning, detail: "\(now.rfc3339Milliseconds); the kernel cannot say whether it is synchronised")
         }
     }
 
@@ -335,9 +386,14 @@ struct Doctor: Sendable {
             let token = try TokenFile.read(config.uplink.tokenFile)
             return (Check(name: "token", outcome: .ok, detail: "\(config.uplink.tokenFile) holds a token"), token)
         } catch {
-            return (Check(name: "token", outcome: .failed, detail: error.description,
-                          fix: "ask the server's operator for a token (guidance-server token add DEVICE), then: printf '%s\\n' TOKEN | sudo tee \(config.uplink.tokenFile) >/dev/null; sudo chmod 600 \(config.uplink.tokenFile)"),
-                    nil)
+            return (
+                Check(
+                    name: "token", outcome: .failed, detail: error.description,
+                    fix:
+                        "ask the server's operator for a token (guidance-server token add DEVICE), then: printf '%s\\n' TOKEN | sudo tee \(config.uplink.tokenFile) >/dev/null; sudo chmod 600 \(config.uplink.tokenFile)"
+                ),
+                nil
+            )
         }
     }
 
@@ -346,28 +402,36 @@ struct Doctor: Sendable {
             return Check(name: "server", outcome: .skipped, detail: "no uplink.url")
         }
         guard let token else { return Check(name: "server", outcome: .skipped, detail: "\(url): not tried without a token") }
-        let options = WebSocketConnectOptions(url: url, headers: [("Authorization", "Bearer \(token)")], tls: config.uplinkTLS(url: url),
-                                              deadline: .seconds(5), maxMessageBytes: GuidanceProtocol.maxMessageBytes)
+        let options = WebSocketConnectOptions(
+            url: url, headers: [("Authorization", "Bearer \(token)")], tls: config.uplinkTLS(url: url),
+            deadline: .seconds(5), maxMessageBytes: GuidanceProtocol.maxMessageBytes)
         let connection: WebSocketConnection
         do {
             connection = try await WebSocketConnection.connect(options, logger: logger)
         } catch {
             switch error {
             case .refused(let status, _) where status == 401 || status == 403:
-                return Check(name: "server", outcome: .failed, detail: "\(url) refused the token (HTTP \(status))",
-                             fix: "the token in \(config.uplink.tokenFile) is not the server's: ask its operator for the device's token")
+                return Check(
+                    name: "server", outcome: .failed, detail: "\(url) refused the token (HTTP \(status))",
+                    fix: "the token in \(config.uplink.tokenFile) is not the server's: ask its operator for the device's token")
             case .refused(let status, _):
-                return Check(name: "server", outcome: .failed, detail: "\(url) answered HTTP \(status)",
-                             fix: status == 404 ? "check the path of uplink.url (/v1/stream)" : "the server or its proxy is not ready; try again later")
+                return Check(
+                    name: "server", outcome: .failed, detail: "\(url) answered HTTP \(status)",
+                    fix: status == 404
+                        ? "check the path of uplink.url (/v1/stream)" : "the server or its proxy is not ready; try again later")
             case .timedOut:
-                return Check(name: "server", outcome: .failed, detail: "\(url): no answer within 5 s",
-                             fix: "check the board's network and that the server's port 443 is open")
+                return Check(
+                    name: "server", outcome: .failed, detail: "\(url): no answer within 5 s",
+                    fix: "check the board's network and that the server's port 443 is open")
             case .failed(let reason):
-                let tls = reason.localizedCaseInsensitiveContains("certificate") || reason.localizedCaseInsensitiveContains("tls")
+                let tls =
+                    reason.localizedCaseInsensitiveContains("certificate") || reason.localizedCaseInsensitiveContains("tls")
                     || reason.localizedCaseInsensitiveContains("ssl")
-                return Check(name: "server", outcome: .failed, detail: "\(url): \(reason)",
-                             fix: tls ? "the server's certificate does not verify for its host name (or set uplink.caFile); check the clock too"
-                                 : "check the host name in uplink.url and the board's network")
+                return Check(
+                    name: "server", outcome: .failed, detail: "\(url): \(reason)",
+                    fix: tls
+                        ? "the server's certificate does not verify for its host name (or set uplink.caFile); check the clock too"
+                        : "check the host name in uplink.url and the board's network")
             }
         }
         defer { connection.abort() }
@@ -393,10 +457,12 @@ struct Doctor: Sendable {
             let usage = remaining.map { "\($0 / 60) minutes of guidance left" } ?? "unlimited guidance"
             return Check(name: "server", outcome: .ok, detail: "\(url) accepted the token: \(usage)")
         case .error(let code, let message, _)?:
-            return Check(name: "server", outcome: .failed, detail: "\(url) answered \(code.rawValue): \(message)", fix: "tell the server's operator")
+            return Check(
+                name: "server", outcome: .failed, detail: "\(url) answered \(code.rawValue): \(message)", fix: "tell the server's operator")
         default:
-            return Check(name: "server", outcome: .failed, detail: "\(url) took the connection but did not welcome the device in 5 s",
-                         fix: "the server may be overloaded or not a guidance server; tell its operator")
+            return Check(
+                name: "server", outcome: .failed, detail: "\(url) took the connection but did not welcome the device in 5 s",
+                fix: "the server may be overloaded or not a guidance server; tell its operator")
         }
     }
 

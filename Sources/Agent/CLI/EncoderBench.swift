@@ -108,9 +108,13 @@ public struct EncoderBench: Sendable {
         let format = config.videoFormat
         let pipeline = try CapturePipeline(
             source: try Prerendered(format: format, seconds: config.encoder.segmentSeconds), settings: settings,
-            encoder: { [config, hardware] in try AgentConfig.open(config.encoderSettings, inputFormat: $0, role: nil, logger: logger, hardware: hardware) },
+            encoder: { [config, hardware] in
+                try AgentConfig.open(config.encoderSettings, inputFormat: $0, role: nil, logger: logger, hardware: hardware)
+            },
             guidanceEncoder: { [config, hardware] in
-                try AgentConfig.open(config.guidanceEncoderSettings ?? config.encoderSettings, inputFormat: $0, role: nil, logger: logger, hardware: hardware)
+                try AgentConfig.open(
+                    config.guidanceEncoderSettings ?? config.encoderSettings, inputFormat: $0, role: nil, logger: logger, hardware: hardware
+                )
             }, logger: logger)
         var frames = 0, dropped = 0
         let (wall, cpu) = try Self.timed {
@@ -135,8 +139,9 @@ public struct EncoderBench: Sendable {
         }
         let videoSeconds = Double(frames) / Double(format.fps)
         let fps = Double(frames) / max(wall, 1e-6)
-        return Together(evidence: pipeline.encoderName, guidance: pipeline.guidanceEncoderName, fps: fps,
-                        cpuCores: cpu / max(videoSeconds, 1e-6), sustains: fps >= Double(format.fps), droppedFrames: dropped)
+        return Together(
+            evidence: pipeline.encoderName, guidance: pipeline.guidanceEncoderName, fps: fps,
+            cpuCores: cpu / max(videoSeconds, 1e-6), sustains: fps >= Double(format.fps), droppedFrames: dropped)
     }
 
     /// The test pattern drawn once, before the clock starts, and handed out as fast as it is taken
@@ -208,13 +213,17 @@ public struct EncoderBench: Sendable {
                 lines.append("  \(trial.stream) \(trial.encoder) at \(trial.format): does not open (\(trial.reason ?? "?"))")
                 continue
             }
-            lines.append(String(format: "  %@ %@ at %@: %.0f frames/s, %.2f of a core for real time; %@", trial.stream, trial.encoder,
-                                trial.format, fps, cpu, trial.sustains == true ? "sustains it" : "too slow for it"))
+            lines.append(
+                String(
+                    format: "  %@ %@ at %@: %.0f frames/s, %.2f of a core for real time; %@", trial.stream, trial.encoder,
+                    trial.format, fps, cpu, trial.sustains == true ? "sustains it" : "too slow for it"))
         }
         if let both = report.together {
-            lines.append(String(format: "  both streams (%@ + %@): %.0f frames/s of the camera's %d, %.2f of a core; %@", both.evidence,
-                                both.guidance ?? "none", both.fps, cameraFPS, both.cpuCores,
-                                both.sustains ? "sustained" : "NOT sustained: lower camera.width/height or fps, or use a hardware encoder"))
+            lines.append(
+                String(
+                    format: "  both streams (%@ + %@): %.0f frames/s of the camera's %d, %.2f of a core; %@", both.evidence,
+                    both.guidance ?? "none", both.fps, cameraFPS, both.cpuCores,
+                    both.sustains ? "sustained" : "NOT sustained: lower camera.width/height or fps, or use a hardware encoder"))
         } else if let problem = report.togetherProblem {
             lines.append("  both streams: \(problem)")
         }

@@ -29,15 +29,16 @@ public enum ExitStatus {
 
     /// Prints the one-line reason and returns the matching exit code.
     static func report(_ error: any Error) -> ExitCode {
-        let code: Int32 = switch error {
-        case is ConfigError, is TokenFileError: config
-        case let error as SourceError where error.isNotFound: noInput
-        case is SourceError: unusable
-        case let error as EncoderError where !error.attempts.isEmpty: noEncoder
-        case is OutputError: output
-        case let error as GPIOError: status(of: error)
-        default: failure
-        }
+        let code: Int32 =
+            switch error {
+            case is ConfigError, is TokenFileError: config
+            case let error as SourceError where error.isNotFound: noInput
+            case is SourceError: unusable
+            case let error as EncoderError where !error.attempts.isEmpty: noEncoder
+            case is OutputError: output
+            case let error as GPIOError: status(of: error)
+            default: failure
+            }
         var standardError = StandardError()
         print("dashcam-agent: \(error)", to: &standardError)
         return ExitCode(code)

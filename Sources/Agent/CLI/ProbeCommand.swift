@@ -36,8 +36,9 @@ struct ProbeCommand: AsyncParsableCommand {
         let format = VideoFormat(width: 640, height: 360, fps: 10)
         let encoders: [(String, String?)] = encoder.map { name in
             // Whether it opens at all: HEVC for the one stream or the guidance copy, H.264 for evidence.
-            let settings = EncoderSettings(preference: [name], rateControl: .crf(28), format: format, keyframeInterval: 50,
-                                           codecs: [.hevc, .h264])
+            let settings = EncoderSettings(
+                preference: [name], rateControl: .crf(28), format: format, keyframeInterval: 50,
+                codecs: [.hevc, .h264])
             do {
                 _ = try LibavEncoder(settings: settings, inputFormat: .yuv420p)
                 return (name, nil)

@@ -63,13 +63,19 @@ struct ProtectCommand: AsyncParsableCommand {
     }
 
     static func text(_ result: RecordingStore.Protection) -> String {
-        var lines = ["protected \(result.protected.count) segment(s)" + (result.alreadyProtected > 0 ? ", \(result.alreadyProtected) already were" : "")]
+        var lines = [
+            "protected \(result.protected.count) segment(s)"
+                + (result.alreadyProtected > 0 ? ", \(result.alreadyProtected) already were" : "")
+        ]
         lines += result.protected.map { "  \($0)" }
         if let until = result.pendingUntilMs {
-            lines.append("segments recorded until \(Date(timeIntervalSince1970: Double(until) / 1000).formatted(date: .omitted, time: .standard)) are protected as they close")
+            lines.append(
+                "segments recorded until \(Date(timeIntervalSince1970: Double(until) / 1000).formatted(date: .omitted, time: .standard)) are protected as they close"
+            )
         }
         if result.overCap > 0 {
-            lines.append("\(result.overCap) older segment(s) of the selection stay in the loop: recording.protectedMaxMegabytes cannot hold them")
+            lines.append(
+                "\(result.overCap) older segment(s) of the selection stay in the loop: recording.protectedMaxMegabytes cannot hold them")
         }
         if !result.deleted.isEmpty {
             lines.append("deleted \(result.deleted.count) segment(s) protected earlier to stay under recording.protectedMaxMegabytes")

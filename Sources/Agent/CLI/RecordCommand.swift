@@ -26,8 +26,10 @@ struct RecordCommand: AsyncParsableCommand {
     @Flag(help: "Feed test-pattern and file sources as fast as possible (camera.pace: fast).")
     var fast = false
 
-    @Option(name: .customLong("set"), help: ArgumentHelp(
-        "Set a config key for this run, over the file and the environment (repeatable).", valueName: "KEY=VALUE"))
+    @Option(
+        name: .customLong("set"),
+        help: ArgumentHelp(
+            "Set a config key for this run, over the file and the environment (repeatable).", valueName: "KEY=VALUE"))
     var settings: [String] = []
 
     func run() async throws {
@@ -91,4 +93,3 @@ struct RecordCommand: AsyncParsableCommand {
 extension Array where Element == String {
     fileprivate var pair: (String, String?) { (self.first ?? "", self.count > 1 ? self[1] : nil) }
 }
-

@@ -153,7 +153,9 @@ struct SetupCommand: AsyncParsableCommand {
             BoardSetup.File(config: try await AgentConfig.load(file: path, environment: [:]), keys: try AgentConfig.keys(setIn: path))
         }
         let current: BoardSetup.File? = FileManager.default.fileExists(atPath: config) ? try await file(config) : nil
-        let previous = FileManager.default.contents(atPath: config).map { BoardSetup.previousChoices(in: String(decoding: $0, as: UTF8.self)) }
+        let previous = FileManager.default.contents(atPath: config).map {
+            BoardSetup.previousChoices(in: String(decoding: $0, as: UTF8.self))
+        }
         return BoardSetup(
             board: board, profile: try await file("\(profiles)/boards/\(board).yaml"),
             shipped: try await file("\(profiles)/default.yaml"), current: current, previous: previous ?? [:])

@@ -71,7 +71,8 @@ struct PairCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pair",
         abstract: "Make the running agent say its pairing code again, and print it.",
-        discussion: "A car with neither uplink.tokenFile nor stored credentials pairs itself: it says a nine-digit code to type on the guidance server's page. Exit status 1 when it is not pairing (already paired, or pairing is off)."
+        discussion:
+            "A car with neither uplink.tokenFile nor stored credentials pairs itself: it says a nine-digit code to type on the guidance server's page. Exit status 1 when it is not pairing (already paired, or pairing is off)."
     )
 
     @OptionGroup var options: SocketOptions

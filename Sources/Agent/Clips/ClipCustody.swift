@@ -58,13 +58,15 @@ public struct ClipCustody: Sendable {
     /// Every clip kept, oldest trigger first; a file that cannot be read is named in `unreadable`
     /// and left where it is (for a person to look at), not guessed at.
     public func all() -> (entries: [Entry], unreadable: [String]) {
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: folderURL.path)) ?? []).filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: folderURL.path)) ?? []).filter {
+            $0.hasSuffix(".json") && !$0.hasPrefix(".")
+        }
         var entries: [Entry] = []
         var unreadable: [String] = []
         for name in names.sorted() {
             guard let data = try? Data(contentsOf: folderURL.appendingPathComponent(name)),
-                  let entry = try? JSONDecoder().decode(Entry.self, from: data),
-                  entry.clip.id + ".json" == name, entry.clip.problem(maxFileBytes: .max) == nil
+                let entry = try? JSONDecoder().decode(Entry.self, from: data),
+                entry.clip.id + ".json" == name, entry.clip.problem(maxFileBytes: .max) == nil
             else {
                 unreadable.append(Self.folder + "/" + name)
                 continue
@@ -89,7 +91,11 @@ public struct ClipCustody: Sendable {
             while done < part.bytes {
                 let count = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, part.bytes - done, off_t(part.offset + done)) }
                 if count < 0, errno == EINTR { continue }
-                guard count > 0 else { throw ClipReadError(name: part.name, reason: count == 0 ? "shorter than it was (\(part.offset + done) bytes)" : String(cString: strerror(errno))) }
+                guard count > 0 else {
+                    throw ClipReadError(
+                        name: part.name,
+                        reason: count == 0 ? "shorter than it was (\(part.offset + done) bytes)" : String(cString: strerror(errno)))
+                }
                 done += count
             }
             return bytes
@@ -100,13 +106,17 @@ public struct ClipCustody: Sendable {
     /// A clip of the stored segments, each file's size and SHA-256 read now (a second or so a
     /// hundred megabytes on a small board: call it off the cooperative pool). Segments that are
     /// gone are left out; none left, nil.
-    public static func make(id: String, kind: String, at: Date, from: Date, to: Date, clock: String?, peakG: Double?,
-                            segments: [StoredSegment], gps: [GPSPoint], root: URL) -> Entry? {
+    public static func make(
+        id: String, kind: String, at: Date, from: Date, to: Date, clock: String?, peakG: Double?,
+        segments: [StoredSegment], gps: [GPSPoint], root: URL
+    ) -> Entry? {
         var files: [ClientMessage.Clip.File] = []
         var paths: [String: String] = [:]
         for segment in segments.sorted(by: { $0.capturedAt < $1.capturedAt }).prefix(ClientMessage.Clip.maxFiles)
         where ClientMessage.Clip.isFileName(segment.name) && paths[segment.name] == nil {
-            guard let digest = try? FileDigest.sha256(ofFile: root.appendingPathComponent(segment.path).path), digest.bytes > 0 else { continue }
+            guard let digest = try? FileDigest.sha256(ofFile: root.appendingPathComponent(segment.path).path), digest.bytes > 0 else {
+                continue
+            }
             files.append(.init(name: segment.name, bytes: digest.bytes, sha256: digest.hex))
             paths[segment.name] = segment.path
         }
@@ -114,7 +124,8 @@ public struct ClipCustody: Sendable {
         let start = min(from, first.capturedAt)
         let triggerMs = Int((at.timeIntervalSince(start) * 1000).rounded())
         let track = gps.suffix(ClientMessage.Clip.maxPositions).map {
-            ClientMessage.SegmentHeader.Position(t: $0.t, mode: $0.mode, lat: $0.lat, lon: $0.lon, alt: $0.alt, speed: $0.speed, track: $0.track)
+            ClientMessage.SegmentHeader.Position(
+                t: $0.t, mode: $0.mode, lat: $0.lat, lon: $0.lon, alt: $0.alt, speed: $0.speed, track: $0.track)
         }
         let clip = ClientMessage.Clip(
             id: id, kind: kind, at: UTCTime(at).rfc3339, from: UTCTime(from).rfc3339, to: UTCTime(max(to, at)).rfc3339, clock: clock,

@@ -184,7 +184,8 @@ extension ClipUploads {
         /// answers, the slowest answer of all.
         public var upcomingPart: (part: ClientMessage.ClipPart, finishesFile: Bool)? {
             guard let part = nextPart(),
-                  let file = pending.first(where: { $0.clip.id == part.id })?.clip.files.first(where: { $0.name == part.name }) else { return nil }
+                let file = pending.first(where: { $0.clip.id == part.id })?.clip.files.first(where: { $0.name == part.name })
+            else { return nil }
             return (part, part.offset + part.bytes == file.bytes)
         }
 

@@ -65,8 +65,9 @@ public struct EventClips: Service {
                     let segments = paths.compactMap { StoredSegment(path: $0, bytes: 0) }.sorted { $0.capturedAt < $1.capturedAt }
                     guard let first = segments.first, let last = segments.last else { continue }
                     let to = last.capturedAt.addingTimeInterval(Double(segmentSeconds))
-                    await send(id: "protect-" + UTCTime(requestedAt).basic, kind: "protect", at: min(max(requestedAt, first.capturedAt), to),
-                               from: first.capturedAt, to: to, paths: paths)
+                    await send(
+                        id: "protect-" + UTCTime(requestedAt).basic, kind: "protect", at: min(max(requestedAt, first.capturedAt), to),
+                        from: first.capturedAt, to: to, paths: paths)
                 }
             }
         } onGracefulShutdown: { [sink, stopping] in
@@ -82,8 +83,9 @@ public struct EventClips: Service {
         let track = gps?.points(from: from, to: to) ?? []
         let clock = board.current.clock.flatMap { $0.synced.map { $0 ? "synced" : "unsynced" } }
         let made = try? await NIOThreadPool.singleton.runIfActive { [root = store.root] in
-            ClipCustody.make(id: id, kind: kind, at: at, from: from, to: to, clock: clock, peakG: peakG,
-                             segments: segments, gps: track, root: root)
+            ClipCustody.make(
+                id: id, kind: kind, at: at, from: from, to: to, clock: clock, peakG: peakG,
+                segments: segments, gps: track, root: root)
         }
         guard let entry = made ?? nil else {
             logger.warning("uplink: \(kind) \(id) has no file left on the card to upload")
@@ -104,7 +106,8 @@ public struct EventClips: Service {
         let to = from.addingTimeInterval(Double(metadata.durationMs) / 1000)
         let offset = min(max(0, metadata.parking?.triggerOffsetMs ?? 0), metadata.durationMs)
         let track = (metadata.gps ?? []).suffix(ClientMessage.Clip.maxPositions).map {
-            ClientMessage.SegmentHeader.Position(t: $0.t, mode: $0.mode, lat: $0.lat, lon: $0.lon, alt: $0.alt, speed: $0.speed, track: $0.track)
+            ClientMessage.SegmentHeader.Position(
+                t: $0.t, mode: $0.mode, lat: $0.lat, lon: $0.lon, alt: $0.alt, speed: $0.speed, track: $0.track)
         }
         let clip = ClientMessage.Clip(
             id: "parking-" + segment.name.dropLast(4), kind: "parking", at: UTCTime(from.addingTimeInterval(Double(offset) / 1000)).rfc3339,
@@ -121,10 +124,13 @@ public struct EventClips: Service {
     /// What a `protect` request kept, once the recording has written the segments it reaches
     /// into (up to ``IncidentService/finishWait``; not once stopping): the protected segments of `range`.
     func protected(_ range: ClosedRange<Date>, requestedAt: Date) async {
-        await store.waitForSegments(until: range.upperBound, segmentSeconds: segmentSeconds, within: IncidentService.finishWait,
-                                    while: { [stopping] in !stopping.value })
+        await store.waitForSegments(
+            until: range.upperBound, segmentSeconds: segmentSeconds, within: IncidentService.finishWait,
+            while: { [stopping] in !stopping.value })
         let paths = store.segments(overlapping: range).filter(\.isProtected).map(\.path)
         let at = min(max(requestedAt, range.lowerBound), range.upperBound)
-        await send(id: "protect-" + UTCTime(requestedAt).basic, kind: "protect", at: at, from: range.lowerBound, to: range.upperBound, paths: paths)
+        await send(
+            id: "protect-" + UTCTime(requestedAt).basic, kind: "protect", at: at, from: range.lowerBound, to: range.upperBound, paths: paths
+        )
     }
 }

@@ -37,7 +37,9 @@ public final class ClockService: Service, Sendable {
             for action in actions {
                 switch action {
                 case .stepped(let seconds):
-                    logger.notice("clock: stepped \(seconds > 0 ? "forward" : "back") by \(String(format: "%.3f", abs(seconds))) s; segments from the next on are dated by it")
+                    logger.notice(
+                        "clock: stepped \(seconds > 0 ? "forward" : "back") by \(String(format: "%.3f", abs(seconds))) s; segments from the next on are dated by it"
+                    )
                 case .source(let from, let to):
                     logger.info("clock: source \(to) (was \(from))\(reference.map { ", chrony's reference \($0)" } ?? "")")
                 }

@@ -57,7 +57,9 @@ public struct AgentConfig: LoadableConfig {
     // Not `Encoder`: that would shadow Swift.Encoder inside AgentConfig.
     public struct Encoding: Sendable, Equatable {
         /// Hardware first, then software; with one stream only the HEVC ones are tried (it goes to the server).
-        public var preference = ["hevc_v4l2m2m", "h264_v4l2m2m", "hevc_vaapi", "h264_vaapi", "hevc_nvenc", "h264_nvenc", "libx264", "libx265"]
+        public var preference = [
+            "hevc_v4l2m2m", "h264_v4l2m2m", "hevc_vaapi", "h264_vaapi", "hevc_nvenc", "h264_nvenc", "libx264", "libx265"
+        ]
         public var rateControl: RateControlMode = .crf
         public var crf = 28
         public var bitrateKbps = 1000
@@ -98,7 +100,9 @@ public struct AgentConfig: LoadableConfig {
         public var locale: String?
         public var payload: Payload = .chunks
         public var pingSeconds = Int(Uplink.StateMachine.Settings.standard.ping.components.seconds)
-        public var reconnectBackoffMs = Uplink.StateMachine.Settings.standard.backoff.base.wholeMilliseconds...Uplink.StateMachine.Settings.standard.backoff.cap.wholeMilliseconds
+        public var reconnectBackoffMs =
+            Uplink.StateMachine.Settings.standard.backoff.base
+            .wholeMilliseconds...Uplink.StateMachine.Settings.standard.backoff.cap.wholeMilliseconds
         public var queueSegments = Uplink.StateMachine.Settings.standard.queueSegments
         public var queueMaxAgeMs = Uplink.StateMachine.Settings.standard.queueMaxAgeMs
         /// Unset: two ping periods, at most 10 s.
@@ -293,7 +297,8 @@ extension AgentConfig {
     public static let keys: [ConfigKeyInfo<AgentConfig>] = [
         .optionalString(
             "device.locale", \.device.locale, type: "BCP 47",
-            "The device's one language: asked of the server in `hello`, spoken by guidance without `lang` and by the status phrases; unset means LC_ALL, LC_MESSAGES or LANG, else en-US."),
+            "The device's one language: asked of the server in `hello`, spoken by guidance without `lang` and by the status phrases; unset means LC_ALL, LC_MESSAGES or LANG, else en-US."
+        ),
         .choice(
             "camera.source", \.camera.source,
             "Where frames come from: a V4L2 camera, a generated test pattern, or a video file."),
@@ -323,10 +328,12 @@ extension AgentConfig {
             "Wait before reopening a lost camera, in ms: starts at min, grows to at most max."),
         .choice(
             "camera.pace", \.camera.pace,
-            "For `test-pattern` and `file`: `realtime` paces frames at fps (a test pattern read late loses frames, as a camera does), `fast` sends them as fast as they are taken."),
+            "For `test-pattern` and `file`: `realtime` paces frames at fps (a test pattern read late loses frames, as a camera does), `fast` sends them as fast as they are taken."
+        ),
         .list(
             "encoder.preference", \.encoder.preference,
-            "FFmpeg encoders of the recording (the evidence stream), tried in order; the first that opens is used. HEVC and H.264 with two streams (uplink.video); with one, only the HEVC ones are tried, since that stream also goes to the server."),
+            "FFmpeg encoders of the recording (the evidence stream), tried in order; the first that opens is used. HEVC and H.264 with two streams (uplink.video); with one, only the HEVC ones are tried, since that stream also goes to the server."
+        ),
         .choice(
             "encoder.rateControl", \.encoder.rateControl,
             "`crf` holds quality constant (encoder.crf); `bitrate` targets encoder.bitrateKbps."),
@@ -347,16 +354,20 @@ extension AgentConfig {
             "Length of each recorded segment file, in seconds."),
         .string(
             "recording.dir", \.recording.dir, type: "path",
-            "Folder of the local recording: one subfolder per UTC day, and `protected/` for kept incidents; a relative path is taken from the working directory."),
+            "Folder of the local recording: one subfolder per UTC day, and `protected/` for kept incidents; a relative path is taken from the working directory."
+        ),
         .optionalInt(
             "recording.maxMegabytes", \.recording.maxMegabytes, 1...10_000_000,
-            "Loop recording: the oldest unprotected segments are deleted to keep them under this size, in MB; unset keeps them under 80 % of the size of the disk holding recording.dir. Reloaded on SIGHUP."),
+            "Loop recording: the oldest unprotected segments are deleted to keep them under this size, in MB; unset keeps them under 80 % of the size of the disk holding recording.dir. Reloaded on SIGHUP."
+        ),
         .int(
             "recording.protectedMaxMegabytes", \.recording.protectedMaxMegabytes, 1...10_000_000,
-            "Cap of the segments kept with `dashcam-agent protect`, in MB; a request makes room by deleting those protected before it, oldest first. Reloaded on SIGHUP."),
+            "Cap of the segments kept with `dashcam-agent protect`, in MB; a request makes room by deleting those protected before it, oldest first. Reloaded on SIGHUP."
+        ),
         .int(
             "recording.minFreeMegabytes", \.recording.minFreeMegabytes, 0...1_000_000,
-            "Free space kept on the disk, in MB, by deleting the oldest unprotected segments; a protected one goes only when the next segment would not fit at all. Reloaded on SIGHUP."),
+            "Free space kept on the disk, in MB, by deleting the oldest unprotected segments; a protected one goes only when the next segment would not fit at all. Reloaded on SIGHUP."
+        ),
         .optionalString(
             "uplink.url", \.uplink.url, type: "url",
             "Guidance server, `wss://HOST[:PORT]/v1/stream`; unset records without streaming."),
@@ -365,23 +376,29 @@ extension AgentConfig {
             "File holding the bearer token; must not be readable by group or others. Never logged."),
         .string(
             "uplink.credentialsFile", \.uplink.credentialsFile, type: "path",
-            "Where a paired car keeps its credentials (device id, refresh and access tokens; mode 0600, written by the agent). Never logged."),
+            "Where a paired car keeps its credentials (device id, refresh and access tokens; mode 0600, written by the agent). Never logged."
+        ),
         .bool(
             "uplink.pairing", \.uplink.pairing,
-            "With neither uplink.tokenFile nor credentials, pair to an owner's account: the car says a nine-digit code to type on the server's page (`dashcam-agent pair` says it again)."),
+            "With neither uplink.tokenFile nor credentials, pair to an owner's account: the car says a nine-digit code to type on the server's page (`dashcam-agent pair` says it again)."
+        ),
         .optionalString(
             "uplink.caFile", \.uplink.caFile, type: "path",
             "PEM CA certificates to verify the server with, instead of the system trust store."),
         .bool(
             "uplink.allowInsecure", \.uplink.allowInsecure,
             "Allow a plain `ws://` URL (no TLS); for a server on the same machine or in tests."),
-        .string("uplink.deviceId", \.uplink.deviceId, type: "string", "Device name sent in `hello`, a label for the server's log: the server identifies the device by its token (its tokens file says which device id counts)."),
+        .string(
+            "uplink.deviceId", \.uplink.deviceId, type: "string",
+            "Device name sent in `hello`, a label for the server's log: the server identifies the device by its token (its tokens file says which device id counts)."
+        ),
         .optionalString(
             "uplink.locale", \.uplink.locale, type: "BCP 47",
             "Deprecated: an old name of device.locale (a notice is logged); set to another language than device.locale is an error."),
         .choice(
             "uplink.payload", \.uplink.payload,
-            "`chunks` sends each MP4 as binary messages of up to 64 KiB after its header, the only way (`base64` in the header is no longer offered: a segment does not fit one message)."),
+            "`chunks` sends each MP4 as binary messages of up to 64 KiB after its header, the only way (`base64` in the header is no longer offered: a segment does not fit one message)."
+        ),
         .int(
             "uplink.pingSeconds", \.uplink.pingSeconds, 1...300,
             "Keepalive ping period, in seconds; with nothing outstanding, no pong within two periods means the connection is dead."),
@@ -390,34 +407,41 @@ extension AgentConfig {
             "Wait before reconnecting, in ms: a random wait up to min, doubling per failed attempt up to max."),
         .int(
             "uplink.queueSegments", \.uplink.queueSegments, 1...100,
-            "Segments held for the server: waiting to be sent, or sent and not yet acknowledged; when full the oldest is dropped (the camera never waits)."),
+            "Segments held for the server: waiting to be sent, or sent and not yet acknowledged; when full the oldest is dropped (the camera never waits)."
+        ),
         .int(
             "uplink.queueMaxAgeMs", \.uplink.queueMaxAgeMs, 1000...600_000,
             "Segments captured longer ago than this are dropped instead of sent or re-sent, in ms."),
         .optionalInt(
             "uplink.livenessMs", \.uplink.livenessMs, 1000...600_000,
-            "A session with a segment or the welcome outstanding that hears nothing (no message, no pong) for this long is given up and a new one opened, in ms; unset means two ping periods, at most 10 s."),
+            "A session with a segment or the welcome outstanding that hears nothing (no message, no pong) for this long is given up and a new one opened, in ms; unset means two ping periods, at most 10 s."
+        ),
         .int(
             "uplink.connectTimeoutMs", \.uplink.connectTimeoutMs, 500...120_000,
             "Deadline for connect, TLS handshake and WebSocket upgrade together, in ms; then the attempt is given up and retried."),
         .int(
             "uplink.drainMs", \.uplink.drainMs, 0...60_000,
-            "On shutdown, how long to wait for the server to acknowledge (and answer) the segments still held, in ms, before closing with 1001."),
+            "On shutdown, how long to wait for the server to acknowledge (and answer) the segments still held, in ms, before closing with 1001."
+        ),
         .int(
             "uplink.restartSpreadMs", \.uplink.restartSpreadMs, 0...600_000,
-            "When the server closes the session because it is restarting (close 1012), reconnect after a random wait up to this, in ms, so that its cars do not all come back in the same second."),
+            "When the server closes the session because it is restarting (close 1012), reconnect after a random wait up to this, in ms, so that its cars do not all come back in the same second."
+        ),
         .optionalInt(
             "uplink.video.width", \.uplink.video.width, 16...4096, even: true,
-            "Width of the guidance stream, the small HEVC copy sent to the server; setting any uplink.video key records the camera's full size as evidence and sends this copy (scaled once, its segments aligned with the evidence's). Unset: \(UplinkVideo.Defaults.width) when another uplink.video key is set; with none set, one stream is recorded and sent."),
+            "Width of the guidance stream, the small HEVC copy sent to the server; setting any uplink.video key records the camera's full size as evidence and sends this copy (scaled once, its segments aligned with the evidence's). Unset: \(UplinkVideo.Defaults.width) when another uplink.video key is set; with none set, one stream is recorded and sent."
+        ),
         .optionalInt(
             "uplink.video.height", \.uplink.video.height, 16...4096, even: true,
             "Height of the guidance stream; unset: \(UplinkVideo.Defaults.height) (see uplink.video.width)."),
         .optionalInt(
             "uplink.video.fps", \.uplink.video.fps, 1...60,
-            "Frames per second of the guidance stream, at most camera.fps (every camera.fps / this-th frame, the evidence's segment starts always); unset: \(UplinkVideo.Defaults.fps)."),
+            "Frames per second of the guidance stream, at most camera.fps (every camera.fps / this-th frame, the evidence's segment starts always); unset: \(UplinkVideo.Defaults.fps)."
+        ),
         .optionalList(
             "uplink.video.preference", \.uplink.video.preference,
-            "FFmpeg HEVC encoders of the guidance stream, tried in order; unset: [\(UplinkVideo.Defaults.preference.joined(separator: ", "))]."),
+            "FFmpeg HEVC encoders of the guidance stream, tried in order; unset: [\(UplinkVideo.Defaults.preference.joined(separator: ", "))]."
+        ),
         .optionalInt(
             "uplink.video.crf", \.uplink.video.crf, 0...51,
             "Constant rate factor of the guidance stream (lower: better and bigger); unset: \(UplinkVideo.Defaults.crf)."),
@@ -426,19 +450,23 @@ extension AgentConfig {
             "Guidance about a segment captured longer ago than this is dropped: stale road information is worse than none."),
         .int(
             "guidance.offlineAfterMs", \.guidance.offlineAfterMs, 1000...3_600_000,
-            "Without a session with the server for this long (at once when the usage is exhausted or the server has no model service), the device warns from its own checks of the frames (offline.*), in ms. Reloaded on SIGHUP."),
+            "Without a session with the server for this long (at once when the usage is exhausted or the server has no model service), the device warns from its own checks of the frames (offline.*), in ms. Reloaded on SIGHUP."
+        ),
         .bool(
             "offline.enabled", \.offline.enabled,
-            "Local guidance when no server guides: too dark, lens covered, frozen picture, pedestrians, spoken in the device language; `false` turns it off. Reloaded on SIGHUP."),
+            "Local guidance when no server guides: too dark, lens covered, frozen picture, pedestrians, spoken in the device language; `false` turns it off. Reloaded on SIGHUP."
+        ),
         .int(
             "offline.fps", \.offline.fps, 1...10,
-            "Frames a second that local guidance looks at, at most; a frame due while the last one is still being looked at is skipped and counted."),
+            "Frames a second that local guidance looks at, at most; a frame due while the last one is still being looked at is skipped and counted."
+        ),
         .int(
             "offline.repeatMs", \.offline.repeatMs, 1000...3_600_000,
             "A local warning is not spoken again within this time, in ms, even if the finding stays or comes back. Reloaded on SIGHUP."),
         .int(
             "offline.maxCpuPercent", \.offline.maxCpuPercent, 5...100,
-            "Share of one CPU core the local checks may use on average: after a look that took t, the next frame is taken no sooner than t × (100 / this − 1)."),
+            "Share of one CPU core the local checks may use on average: after a look that took t, the next frame is taken no sooner than t × (100 / this − 1)."
+        ),
         .optionalString(
             "speech.locale", \.speech.locale, type: "BCP 47",
             "Deprecated: an old name of device.locale (a notice is logged); set to another language than device.locale is an error."),
@@ -469,16 +497,20 @@ extension AgentConfig {
             "Pattern played with \"Incident saved.\", in ms: on, off, on, …."),
         .optionalString(
             "sensors.accel.device", \.sensors.accel.device, type: "string",
-            "The G-sensor, a Linux IIO accelerometer: its driver's device name (`lis3dh`), `iio:deviceN`, its sysfs folder or `/dev/iio:deviceN`; unset means no G-sensor (no incidents)."),
+            "The G-sensor, a Linux IIO accelerometer: its driver's device name (`lis3dh`), `iio:deviceN`, its sysfs folder or `/dev/iio:deviceN`; unset means no G-sensor (no incidents)."
+        ),
         .int(
             "sensors.accel.hz", \.sensors.accel.hz, 1...400,
-            "Readings a second taken from the G-sensor. Polled through sysfs, the chip is set to the fastest rate it offers; read from its buffer (a driver with a trigger), to the slowest rate not below this."),
+            "Readings a second taken from the G-sensor. Polled through sysfs, the chip is set to the fastest rate it offers; read from its buffer (a driver with a trigger), to the slowest rate not below this."
+        ),
         .optionalString(
             "sensors.gps.gpsd", \.sensors.gps.gpsd, type: "host:port",
-            "gpsd to read the GPS from (`127.0.0.1:2947`; a host alone means port 2947): a point a second goes into each segment's JSON line and header, a GPX file beside each MP4, the first fix into the MP4's location; unset means no GPS."),
+            "gpsd to read the GPS from (`127.0.0.1:2947`; a host alone means port 2947): a point a second goes into each segment's JSON line and header, a GPX file beside each MP4, the first fix into the MP4's location; unset means no GPS."
+        ),
         .choice(
             "incident.sensitivity", \.incident.sensitivity,
-            "How hard a shock saves an incident, on gravity-removed acceleration averaged over 60 ms: \(IncidentSensitivity.documentation); a hard brake (0.7 g) counts at `high` only."),
+            "How hard a shock saves an incident, on gravity-removed acceleration averaged over 60 ms: \(IncidentSensitivity.documentation); a hard brake (0.7 g) counts at `high` only."
+        ),
         .int(
             "incident.beforeSeconds", \.incident.beforeSeconds, 0...60,
             "An incident keeps the segments from this many seconds before its first impact."),
@@ -487,10 +519,12 @@ extension AgentConfig {
             "... to this many seconds after its last; impacts within that time are one incident, of at most a minute."),
         .optionalString(
             "parking.ignition.chip", \.parking.ignition.chip, type: "string",
-            "GPIO chip of the ignition sense (an opto-isolated input): path, name, number or label; unset means every chip is searched for a line given by name."),
+            "GPIO chip of the ignition sense (an opto-isolated input): path, name, number or label; unset means every chip is searched for a line given by name."
+        ),
         .optionalString(
             "parking.ignition.line", \.parking.ignition.line, type: "string",
-            "The ignition's line: an offset (`2`), the line's name (`ignition`), or the path of a GPIO `value` file (read every 200 ms); unset means no parking mode."),
+            "The ignition's line: an offset (`2`), the line's name (`ignition`), or the path of a GPIO `value` file (read every 200 ms); unset means no parking mode."
+        ),
         .bool("parking.ignition.activeLow", \.parking.ignition.activeLow, "The ignition is on while the line is low."),
         .int(
             "parking.ignition.debounceMs", \.parking.ignition.debounceMs, 0...10_000,
@@ -503,7 +537,8 @@ extension AgentConfig {
             "Frames per second the camera runs at while parked: what motion is looked for in and the clips are recorded at."),
         .choice(
             "parking.sensitivity", \.parking.sensitivity,
-            "What records a clip while parked: an impact over the levels of `incident.sensitivity` (\(IncidentSensitivity.documentation)), or motion in 2 (high), 4 (medium) or 10 (low) of 144 blocks of the view; `off` records nothing."),
+            "What records a clip while parked: an impact over the levels of `incident.sensitivity` (\(IncidentSensitivity.documentation)), or motion in 2 (high), 4 (medium) or 10 (low) of 144 blocks of the view; `off` records nothing."
+        ),
         .int(
             "parking.preRollSeconds", \.parking.preRollSeconds, 0...30,
             "A parked car's clip starts this many seconds before what triggered it (held in memory)."),
@@ -512,14 +547,16 @@ extension AgentConfig {
             "... and runs this long after the last trigger, up to a minute in all."),
         .optionalInt(
             "upload.dailyMegabytes", \.upload.dailyMegabytes, 1...1_000_000,
-            "Megabytes of evidence clips (incidents, parking events, `protect`) uploaded for the owner a day, counted from local midnight; the rest waits for the next day, on the card. Unset: no limit."),
+            "Megabytes of evidence clips (incidents, parking events, `protect`) uploaded for the owner a day, counted from local midnight; the rest waits for the next day, on the card. Unset: no limit."
+        ),
         .choice(
             "upload.when", \.upload.when,
-            "When clips upload: `always`, or `wifi` only while the uplink's default route is on a wireless LAN interface (the kernel's `DEVTYPE=wlan`). Guidance segments always go, and always first."),
+            "When clips upload: `always`, or `wifi` only while the uplink's default route is on a wireless LAN interface (the kernel's `DEVTYPE=wlan`). Guidance segments always go, and always first."
+        ),
         .string(
             "status.socket", \.status.socket, type: "path",
             "Unix socket where `dashcam-agent status` and `say-status` reach the running agent."),
-        .choice("log.level", \.log.level, "Least severe log level that is printed. Reloaded on SIGHUP."),
+        .choice("log.level", \.log.level, "Least severe log level that is printed. Reloaded on SIGHUP.")
     ]
 
     /// Environment variables that set keys start with this, e.g. `DASHCAM_CAMERA_FPS`.
@@ -540,12 +577,17 @@ extension AgentConfig {
             throw .invalidOption("sensors.gps.gpsd", gpsd, "HOST:PORT, [IPV6]:PORT, or a host alone (gpsd's port, 2947)")
         }
         if let chip = parking.ignition.chip, parking.ignition.line == nil {
-            throw .missingKey("parking.ignition.line", reason: "parking.ignition.chip is '\(chip)'; set the ignition's line on it (an offset or a name)")
+            throw .missingKey(
+                "parking.ignition.line", reason: "parking.ignition.chip is '\(chip)'; set the ignition's line on it (an offset or a name)")
         }
         if let line = parking.ignition.line {
-            if line.isEmpty { throw .invalidOption("parking.ignition.line", line, "a line offset, a line name, or the path of a GPIO value file") }
+            if line.isEmpty {
+                throw .invalidOption("parking.ignition.line", line, "a line offset, a line name, or the path of a GPIO value file")
+            }
             if let offset = Int(line), offset < 0 {
-                throw .invalidOption("parking.ignition.line", line, "a line offset, 0 or more, a line name such as `ignition`, or the path of a GPIO value file")
+                throw .invalidOption(
+                    "parking.ignition.line", line,
+                    "a line offset, 0 or more, a line name such as `ignition`, or the path of a GPIO value file")
             }
         }
     }

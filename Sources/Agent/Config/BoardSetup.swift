@@ -59,10 +59,11 @@ struct BoardSetup {
     /// The keys the current file sets to a value of the user's own.
     var yours: Set<String> {
         guard let current else { return [] }
-        return Set(AgentConfig.keys.filter { key in
-            let value = key.yaml(in: current.config)
-            return current.keys.contains(key.name) && value != key.yaml(in: shipped.config) && value != previous[key.name]
-        }.map(\.name))
+        return Set(
+            AgentConfig.keys.filter { key in
+                let value = key.yaml(in: current.config)
+                return current.keys.contains(key.name) && value != key.yaml(in: shipped.config) && value != previous[key.name]
+            }.map(\.name))
     }
 
     /// Which of `preference` to keep, from each one's trial on this board at the evidence's size
@@ -84,8 +85,10 @@ struct BoardSetup {
             }
         }
         guard !sustaining.isEmpty else {
-            notes.append(opened.isEmpty ? "no encoder of the profile opens here: its list is kept; see `dashcam-agent doctor`"
-                         : "no encoder keeps up at this size and rate: the profile's list is kept; set a smaller camera.width/height or fps")
+            notes.append(
+                opened.isEmpty
+                    ? "no encoder of the profile opens here: its list is kept; see `dashcam-agent doctor`"
+                    : "no encoder keeps up at this size and rate: the profile's list is kept; set a smaller camera.width/height or fps")
             return (nil, notes)
         }
         var kept = sustaining
@@ -126,8 +129,10 @@ struct BoardSetup {
                 key.copy(from: current.config, to: &config)
                 written.append((key, .yours))
                 if let offered, let value = key.yaml(in: offered), value != key.yaml(in: current.config) {
-                    overridden.append("\(key.name): kept yours, \(key.yaml(in: current.config) ?? "unset"); "
-                        + "the \(cameraValues[key.name] != nil ? "camera" : measuredValues[key.name] != nil ? "trial of the encoders" : "board") gives \(value)")
+                    overridden.append(
+                        "\(key.name): kept yours, \(key.yaml(in: current.config) ?? "unset"); "
+                            + "the \(cameraValues[key.name] != nil ? "camera" : measuredValues[key.name] != nil ? "trial of the encoders" : "board") gives \(value)"
+                    )
                 }
             } else if let chosen = cameraValues[key.name] {
                 key.copy(from: chosen, to: &config)
@@ -152,7 +157,8 @@ struct BoardSetup {
 
     /// The file: a header naming the board and listing what `setup` chose, then the sections.
     func render(_ outcome: Outcome, version: String) -> String {
-        var text = "# The agent's config, written by `dashcam-agent setup --board \(board)` (\(version)).\n"
+        var text =
+            "# The agent's config, written by `dashcam-agent setup --board \(board)` (\(version)).\n"
             + "# Every key is described in /usr/share/doc/dashcam-agent/CONFIG.md. The service reads this\n"
             + "# file when it starts: sudo systemctl restart dashcam-agent.\n"
             + "#\n" + Self.choicesMarker + "\n"
@@ -196,7 +202,7 @@ extension BoardSetup {
     /// The formats a size and rate are looked for in, in the order the agent's `auto` takes them
     /// (the camera's own YUV first), MJPEG last: it is decoded on the CPU (libavcodec).
     static let formats: [(fourcc: String, choice: AgentConfig.CapturePixelFormat)] = [
-        ("YUYV", .yuyv), ("NV12", .nv12), ("YU12", .yu12), ("MJPG", .mjpeg),
+        ("YUYV", .yuyv), ("NV12", .nv12), ("YU12", .yu12), ("MJPG", .mjpeg)
     ]
 
     /// The size, rate and pixel format closest to `wanted` that `camera` offers, named by `device`.
@@ -205,7 +211,8 @@ extension BoardSetup {
     /// nearest size of the same shape, then the nearest rate not above the wanted one. A pixel
     /// format that `auto` would choose anyway stays `auto`.
     static func chooseFormat(for wanted: AgentConfig.Camera, on camera: V4L2DeviceInfo, device: String) -> CameraChoice {
-        var choice = CameraChoice(device: device, width: wanted.width, height: wanted.height, fps: wanted.fps, pixelFormat: wanted.pixelFormat)
+        var choice = CameraChoice(
+            device: device, width: wanted.width, height: wanted.height, fps: wanted.fps, pixelFormat: wanted.pixelFormat)
         var usable = formats.compactMap { format in
             camera.formats.first { $0.fourcc == format.fourcc && !$0.emulated }.map { (format.choice, $0) }
         }
@@ -241,10 +248,13 @@ extension BoardSetup {
                 let rate = Self.rate(for: wanted.fps, among: size.fps)
                 let exactSize = size.width == wanted.width && size.height == wanted.height
                 let sameShape = size.width * wanted.height == size.height * wanted.width
-                candidates.append(Candidate(
-                    format: format, width: size.width, height: size.height, fps: rate.fps,
-                    score: [exactSize ? 0 : 1, rate.rank == 0 ? 0 : 1, sameShape ? 0 : 1,
-                            abs(size.width * size.height - wantedPixels), rate.rank, abs(rate.fps - wanted.fps), order]))
+                candidates.append(
+                    Candidate(
+                        format: format, width: size.width, height: size.height, fps: rate.fps,
+                        score: [
+                            exactSize ? 0 : 1, rate.rank == 0 ? 0 : 1, sameShape ? 0 : 1,
+                            abs(size.width * size.height - wantedPixels), rate.rank, abs(rate.fps - wanted.fps), order
+                        ]))
             }
         }
         guard let best = candidates.min(by: { $0.score.lexicographicallyPrecedes($1.score) }) else {

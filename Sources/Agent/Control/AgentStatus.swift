@@ -346,7 +346,7 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var text: String {
         var lines = [
             "camera: \(camera.source), \(camera.format) at \(camera.fps) fps, \(camera.state); \(camera.segments) segments, \(camera.droppedFrames) frames dropped",
-            "encoder: \(encoder)",
+            "encoder: \(encoder)"
         ]
         if let streams {
             for (name, stream) in [("evidence", streams.evidence), ("guidance", streams.guidance)] {
@@ -354,7 +354,9 @@ public struct AgentStatus: Codable, Sendable, Equatable {
                 if let rate = stream.megabytesPerHour {
                     line += String(format: ", %.0f MB an hour (%.0f kbit/s)", rate, rate * 1_048_576 * 8 / 3600 / 1000)
                 }
-                if name == "evidence", let hours = streams.recordingHours { line += String(format: "; the recording folder holds %.1f hours", hours) }
+                if name == "evidence", let hours = streams.recordingHours {
+                    line += String(format: "; the recording folder holds %.1f hours", hours)
+                }
                 lines.append(line)
             }
         }
@@ -369,15 +371,18 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         if let device = uplink.pairedDevice { link += "; paired as \(device) with the account of \(uplink.pairedOwner ?? "?")" }
         lines.append(link)
         if let recording {
-            var line = "recording: \(recording.dir); \(recording.segments) segments (\(Self.megabytes(recording.bytes))), "
+            var line =
+                "recording: \(recording.dir); \(recording.segments) segments (\(Self.megabytes(recording.bytes))), "
                 + "\(recording.protectedSegments) protected (\(Self.megabytes(recording.protectedBytes)))"
             if let seq = recording.lastSeq { line += "; newest segment \(seq)" }
             if recording.failedWrites > 0 { line += "; \(recording.failedWrites) segments the disk did not take" }
             lines.append(line)
         }
-        lines.append("usage: " + (!usageKnown ? "not known yet" : remainingSeconds.map { "\($0 / 60) min \($0 % 60) s left" } ?? "unlimited"))
+        lines.append(
+            "usage: " + (!usageKnown ? "not known yet" : remainingSeconds.map { "\($0 / 60) min \($0 % 60) s left" } ?? "unlimited"))
         if let last = lastGuidance {
-            lines.append("last guidance: segment \(last.seq) at \(last.receivedAt): " + (last.clear ? "clear" : "[\(last.priority)] \(last.text)"))
+            lines.append(
+                "last guidance: segment \(last.seq) at \(last.receivedAt): " + (last.clear ? "clear" : "[\(last.priority)] \(last.text)"))
         } else {
             lines.append("last guidance: none yet")
         }
@@ -390,8 +395,12 @@ public struct AgentStatus: Codable, Sendable, Equatable {
             lines.append(line)
         }
         if let clock {
-            var line = "clock: " + (clock.synced == true ? "synchronised (\(clock.source))" : clock.synced == false ? "not synchronised" : "unknown")
-            if clock.steps > 0, let last = clock.lastStepSeconds { line += String(format: "; %d step(s), the last %+.3f s", clock.steps, last) }
+            var line =
+                "clock: "
+                + (clock.synced == true ? "synchronised (\(clock.source))" : clock.synced == false ? "not synchronised" : "unknown")
+            if clock.steps > 0, let last = clock.lastStepSeconds {
+                line += String(format: "; %d step(s), the last %+.3f s", clock.steps, last)
+            }
             lines.append(line)
         }
         if let gps {
@@ -408,7 +417,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
             lines.append(line)
         }
         if let parking {
-            var line = "parking: \(parking.mode), ignition \(parking.ignition ?? "unknown") (\(parking.input)), sensitivity \(parking.sensitivity); \(parking.events) event(s) this parking, \(parking.eventsTotal) in all"
+            var line =
+                "parking: \(parking.mode), ignition \(parking.ignition ?? "unknown") (\(parking.input)), sensitivity \(parking.sensitivity); \(parking.events) event(s) this parking, \(parking.eventsTotal) in all"
             if let problem = parking.problem { line += "; \(problem)" }
             lines.append(line)
         }
@@ -418,13 +428,18 @@ public struct AgentStatus: Codable, Sendable, Equatable {
             line += "; \(incidents.list.count) incident(s)"
             lines.append(line)
             for incident in incidents.list {
-                lines.append(String(format: "  incident %@: %.2f g, %d impact(s), %@ to %@, %@; %d file(s)", incident.at, incident.peakG,
-                                    incident.impacts, incident.from, incident.to, incident.state, incident.files.count))
+                lines.append(
+                    String(
+                        format: "  incident %@: %.2f g, %d impact(s), %@ to %@, %@; %d file(s)", incident.at, incident.peakG,
+                        incident.impacts, incident.from, incident.to, incident.state, incident.files.count))
             }
         }
         if let uploads {
-            var line = "uploads: \(uploads.waiting.count) clip(s) waiting (\(Self.megabytes(Int64(uploads.waiting.reduce(0) { $0 + $1.bytesLeft }))))"
-            if !uploads.waiting.isEmpty { line += ", " + (uploads.waitingFor == "nothing" ? "uploading" : "waiting for \(uploads.waitingFor)") }
+            var line =
+                "uploads: \(uploads.waiting.count) clip(s) waiting (\(Self.megabytes(Int64(uploads.waiting.reduce(0) { $0 + $1.bytesLeft }))))"
+            if !uploads.waiting.isEmpty {
+                line += ", " + (uploads.waitingFor == "nothing" ? "uploading" : "waiting for \(uploads.waitingFor)")
+            }
             line += "; \(Self.megabytes(Int64(uploads.bytesToday))) today"
             if let limit = uploads.dailyBytes { line += " of \(Self.megabytes(Int64(limit)))" }
             line += "; when: \(uploads.when); \(uploads.stored) stored since start"
@@ -433,7 +448,9 @@ public struct AgentStatus: Codable, Sendable, Equatable {
                 lines.append("  clip \(clip.id) (\(clip.kind)) at \(clip.at): \(Self.megabytes(Int64(clip.bytesLeft))) to send")
             }
         }
-        lines.append("speech: \(speech.output), \(speech.locale); spoken \(speech.spoken), cut off \(speech.cutOff), replaced \(speech.replaced), failed \(speech.failures)")
+        lines.append(
+            "speech: \(speech.output), \(speech.locale); spoken \(speech.spoken), cut off \(speech.cutOff), replaced \(speech.replaced), failed \(speech.failures)"
+        )
         lines.append("haptics: \(haptics.line)" + (haptics.released ? " (released)" : ""))
         return lines.joined(separator: "\n")
     }
@@ -499,8 +516,9 @@ public final class StatusBoard: Sendable {
                 status.remainingSeconds = remaining
                 status.usageKnown = true
             case .guidance(let guidance):
-                status.lastGuidance = .init(seq: guidance.seq, text: guidance.text, lang: guidance.lang, clear: guidance.clear,
-                                            priority: guidance.priority.rawValue, receivedAt: date.rfc3339Milliseconds)
+                status.lastGuidance = .init(
+                    seq: guidance.seq, text: guidance.text, lang: guidance.lang, clear: guidance.clear,
+                    priority: guidance.priority.rawValue, receivedAt: date.rfc3339Milliseconds)
             default: break
             }
         }

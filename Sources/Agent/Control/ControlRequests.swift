@@ -26,7 +26,9 @@ struct ControlRequests: Sendable {
         case "pair":
             guard let pairing else { return Self.json(["error": "this agent does not pair (no uplink.url, or uplink.pairing is false)"]) }
             guard let code = pairing.currentCode, pairing.repeatCode() else {
-                return Self.json(["error": pairing.credentials.isPaired ? "this car is already paired" : "no code yet; the server has not given one"])
+                return Self.json([
+                    "error": pairing.credentials.isPaired ? "this car is already paired" : "no code yet; the server has not given one"
+                ])
             }
             return Self.json(["code": code])
         case _ where request.hasPrefix("protect "):
@@ -41,14 +43,17 @@ struct ControlRequests: Sendable {
                 let protection = try await NIOThreadPool.singleton.runIfActive { try store.protect(selection) }
                 switch selection {
                 case .time(let range): clips?.record(.protected(range, requestedAt: Date()))
-                case .sequence: if !protection.protected.isEmpty { clips?.record(.protectedFiles(protection.protected, requestedAt: Date())) }
+                case .sequence:
+                    if !protection.protected.isEmpty { clips?.record(.protectedFiles(protection.protected, requestedAt: Date())) }
                 }
                 return Self.json(protection)
             } catch {
                 return Self.json(["error": "\(error)"])
             }
         default:
-            return Self.json(["error": "unknown request '\(request.prefix(64))'; the agent answers `status`, `say-status`, `pair` and `protect`"])
+            return Self.json([
+                "error": "unknown request '\(request.prefix(64))'; the agent answers `status`, `say-status`, `pair` and `protect`"
+            ])
         }
     }
 
@@ -115,8 +120,10 @@ struct ControlRequests: Sendable {
         }
         status.haptics.released = haptics.isReleased
         // A fix stops being the car's position a few seconds after it came (a receiver gone quiet).
-        if let received = status.gps?.fix?.receivedAt, let at = try? Date(received, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)),
-           Date().timeIntervalSince(at) > GPSTrack.stale {
+        if let received = status.gps?.fix?.receivedAt,
+            let at = try? Date(received, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)),
+            Date().timeIntervalSince(at) > GPSTrack.stale
+        {
             status.gps?.fix = nil
         }
         if let store, status.recording != nil {

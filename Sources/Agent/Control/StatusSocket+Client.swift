@@ -29,7 +29,7 @@ extension StatusSocket {
                 // Busy, or closed with no reply at all: the agent's read timeout came before the
                 // request (a machine too busy to read it in time). Both are worth another try.
                 guard reply.hasPrefix(busyReply) || reply.isEmpty, ContinuousClock.now < deadline else { return reply }
-            } catch where turnedAway(error) && ContinuousClock.now < deadline {
+            } catch  where turnedAway(error) && ContinuousClock.now < deadline {
                 // Turned away before the request was written or read: the busy line is lost.
             }
             try await Task.sleep(for: .milliseconds(200))

@@ -21,9 +21,10 @@ extension StatusSocket {
             }
             channel.closeFuture.whenComplete { [gate] _ in gate.leave(channel) }
             let limits = self.limits
-            try channel.pipeline.syncOperations.addHandler(RequestHandler(limits: limits, report: report) { line in
-                if case .terminated = requests.yield(Request(line: line, channel: channel)) { channel.close(promise: nil) }
-            })
+            try channel.pipeline.syncOperations.addHandler(
+                RequestHandler(limits: limits, report: report) { line in
+                    if case .terminated = requests.yield(Request(line: line, channel: channel)) { channel.close(promise: nil) }
+                })
         }
     }
 
@@ -77,7 +78,9 @@ extension StatusSocket {
             deadline?.cancel()
             if (end ?? bytes.count) > limits.requestBytes {
                 report(.tooLong)
-                let error = ControlRequests.json(["error": "request longer than \(limits.requestBytes) bytes; send one line: `status`, `say-status` or `protect …`"])
+                let error = ControlRequests.json([
+                    "error": "request longer than \(limits.requestBytes) bytes; send one line: `status`, `say-status` or `protect …`"
+                ])
                 StatusSocket.send(error, on: context.channel, deadline: limits.readTimeout)
                 return
             }
@@ -91,7 +94,9 @@ extension StatusSocket {
 
     func report(_ refusal: Refusal) {
         guard let counts = gate.count(refusal) else { return }
-        logger.warning("status: refused \(counts.overCap) connection(s) over the cap of \(limits.connections), closed \(counts.timedOut) that sent no request within \(limits.readTimeout) and \(counts.tooLong) with a request over \(limits.requestBytes) bytes (totals; logged at most once a minute)")
+        logger.warning(
+            "status: refused \(counts.overCap) connection(s) over the cap of \(limits.connections), closed \(counts.timedOut) that sent no request within \(limits.readTimeout) and \(counts.tooLong) with a request over \(limits.requestBytes) bytes (totals; logged at most once a minute)"
+        )
     }
 
     /// Clients turned away or cut off, since the socket started.

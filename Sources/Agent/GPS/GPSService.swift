@@ -52,20 +52,23 @@ public struct GPSService: Service {
                     let line: String? = logs.withLock { logs in
                         defer { logs.lastMode = fix.mode }
                         guard logs.lastMode != fix.mode, logs.mode.allows(now: now) else { return nil }
-                        return "gps: \(fix.modeName)\(fix.hasPosition ? "" : "; segments carry no position until a fix")\(Logs.more(logs.mode.takeSuppressed()))"
+                        return
+                            "gps: \(fix.modeName)\(fix.hasPosition ? "" : "; segments carry no position until a fix")\(Logs.more(logs.mode.takeSuppressed()))"
                     }
                     if let line { logger.info("\(line)") }
                     board.update { $0.gps?.fix = .init(fix, at: at) }
                 case .unreadable(let what):
                     let line: String? = logs.withLock { logs in
-                        logs.unreadable.allows(now: now) ? "gps: from \(receiver.name): \(what)\(Logs.more(logs.unreadable.takeSuppressed()))" : nil
+                        logs.unreadable.allows(now: now)
+                            ? "gps: from \(receiver.name): \(what)\(Logs.more(logs.unreadable.takeSuppressed()))" : nil
                     }
                     if let line { logger.warning("\(line)") }
                 case .lost(let reason, let retryIn):
                     let line: String? = logs.withLock { logs in
                         logs.lastMode = -1
                         return logs.lost.allows(now: now)
-                            ? "gps: no gpsd at \(receiver.name): \(reason); trying again in \(retryIn)\(Logs.more(logs.lost.takeSuppressed()))" : nil
+                            ? "gps: no gpsd at \(receiver.name): \(reason); trying again in \(retryIn)\(Logs.more(logs.lost.takeSuppressed()))"
+                            : nil
                     }
                     if let line { logger.warning("\(line)") }
                     board.update {

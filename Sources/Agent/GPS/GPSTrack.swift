@@ -20,8 +20,9 @@ public struct GPSTrack: Sendable {
     public mutating func add(_ fix: GPSFix, at: Date) {
         last = (fix, at)
         let time = UTCTime(fix.time ?? at).rfc3339
-        let point = GPSPoint(t: time, mode: fix.mode, lat: fix.hasPosition ? fix.lat : nil, lon: fix.hasPosition ? fix.lon : nil,
-                             alt: fix.mode >= 3 ? fix.altitude : nil, speed: fix.speed, track: fix.track)
+        let point = GPSPoint(
+            t: time, mode: fix.mode, lat: fix.hasPosition ? fix.lat : nil, lon: fix.hasPosition ? fix.lon : nil,
+            alt: fix.mode >= 3 ? fix.altitude : nil, speed: fix.speed, track: fix.track)
         let second = at.timeIntervalSince1970.rounded(.down)
         if let newest = points.last, newest.at.timeIntervalSince1970.rounded(.down) == second {
             points[points.count - 1] = (at, point)

@@ -17,7 +17,7 @@ public enum GPXFile {
             "  <metadata><time>\(UTCTime(metadata.capturedAt).rfc3339)</time></metadata>",
             "  <trk>",
             "    <name>\(escaped(name))</name>",
-            "    <trkseg>",
+            "    <trkseg>"
         ]
         for point in metadata.gps ?? [] where point.hasPosition {
             guard let lat = point.lat, let lon = point.lon else { continue }
@@ -27,7 +27,9 @@ public enum GPXFile {
             var extensions = ""
             if let speed = point.speed { extensions += "<gpxtpx:speed>\(decimal(speed, 3))</gpxtpx:speed>" }
             if let track = point.track { extensions += "<gpxtpx:course>\(decimal(track, 1))</gpxtpx:course>" }
-            if !extensions.isEmpty { line += "<extensions><gpxtpx:TrackPointExtension>\(extensions)</gpxtpx:TrackPointExtension></extensions>" }
+            if !extensions.isEmpty {
+                line += "<extensions><gpxtpx:TrackPointExtension>\(extensions)</gpxtpx:TrackPointExtension></extensions>"
+            }
             lines.append(line + "</trkpt>")
         }
         lines += ["    </trkseg>", "  </trk>", "</gpx>", ""]

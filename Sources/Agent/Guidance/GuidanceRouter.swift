@@ -24,8 +24,10 @@ public struct GuidanceRouter: Sendable {
     public let board: StatusBoard
     public let logger: Logger
 
-    public init(voice: DeviceVoice, haptics: Haptics, clear: HapticPattern, alert: HapticPattern,
-                announcer: StatusAnnouncer, board: StatusBoard, logger: Logger) {
+    public init(
+        voice: DeviceVoice, haptics: Haptics, clear: HapticPattern, alert: HapticPattern,
+        announcer: StatusAnnouncer, board: StatusBoard, logger: Logger
+    ) {
         self.voice = voice
         self.haptics = haptics
         self.patterns = Reloadable((clear, alert))
@@ -48,9 +50,11 @@ public struct GuidanceRouter: Sendable {
             let urgent = guidance.priority == .urgent
             if urgent { haptics.play(patterns.current.alert, receivedAt: receivedAt) }
             voice.say(guidance.text, locale: guidance.lang, urgent: urgent, receivedAt: receivedAt)
-            logger.notice("guidance: segment \(guidance.seq): \(guidance.text)", metadata: [
-                "lang": "\(guidance.lang ?? voice.deviceLocale)", "priority": "\(guidance.priority.rawValue)",
-            ])
+            logger.notice(
+                "guidance: segment \(guidance.seq): \(guidance.text)",
+                metadata: [
+                    "lang": "\(guidance.lang ?? voice.deviceLocale)", "priority": "\(guidance.priority.rawValue)"
+                ])
         case .welcome(_, let remaining):
             await announcer.usage(remainingSeconds: remaining, fromWelcome: true)
         case .usage(let remaining):

@@ -3,8 +3,10 @@ public import Logging
 
 extension AgentConfig {
     /// The G-sensor's service; nil with no `sensors.accel.device` or with `incident.sensitivity: off`.
-    public func makeIncidentService(store: RecordingStore, uplink: Uplink?, board: StatusBoard, motor: Haptics,
-                                    announce: @escaping @Sendable (StatusPhrase) async -> Void, logger: Logger) throws -> IncidentService? {
+    public func makeIncidentService(
+        store: RecordingStore, uplink: Uplink?, board: StatusBoard, motor: Haptics,
+        announce: @escaping @Sendable (StatusPhrase) async -> Void, logger: Logger
+    ) throws -> IncidentService? {
         guard let device = sensors.accel.device else { return nil }
         guard incident.sensitivity != .off else {
             logger.info("g-sensor: \(device) not read: incident.sensitivity is off")
@@ -19,6 +21,7 @@ extension AgentConfig {
     }
 
     public var incidentDetectorSettings: IncidentDetector.Settings {
-        IncidentDetector.Settings(sensitivity: incident.sensitivity, before: .seconds(incident.beforeSeconds), after: .seconds(incident.afterSeconds))
+        IncidentDetector.Settings(
+            sensitivity: incident.sensitivity, before: .seconds(incident.beforeSeconds), after: .seconds(incident.afterSeconds))
     }
 }

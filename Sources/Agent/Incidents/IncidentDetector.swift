@@ -140,7 +140,7 @@ public struct IncidentDetector: Sendable {
             open = incident
         }
         guard let limits = settings.sensitivity.thresholds,
-              meanAcross >= limits.across || meanUpDown >= limits.upDown
+            meanAcross >= limits.across || meanUpDown >= limits.upDown
         else { return actions }
         let isNew = overAt.map { at - $0 >= Self.ns(settings.quiet) } ?? true
         overAt = at
@@ -158,9 +158,10 @@ public struct IncidentDetector: Sendable {
         } else {
             opened += 1
             let start = at >= Self.ns(settings.before) ? at - Self.ns(settings.before) : 0
-            let incident = Incident(number: opened, firstImpact: at, start: start,
-                                    end: min(at + Self.ns(settings.after), start + Self.ns(settings.maxLength)),
-                                    impacts: 1, peakG: magnitude)
+            let incident = Incident(
+                number: opened, firstImpact: at, start: start,
+                end: min(at + Self.ns(settings.after), start + Self.ns(settings.maxLength)),
+                impacts: 1, peakG: magnitude)
             open = incident
             announcedEnd = incident.end
             actions.append(.opened(incident))

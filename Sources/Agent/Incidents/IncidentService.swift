@@ -59,9 +59,11 @@ public struct IncidentService: Service {
         }
     }
 
-    public init(settings: Settings, open: @escaping @Sendable () throws(AccelerometerError) -> any Accelerometer, store: RecordingStore,
-                uplink: Uplink?, board: StatusBoard, announce: @escaping @Sendable (StatusPhrase) async -> Void,
-                vibrate: @escaping @Sendable () -> Void, logger: Logger) {
+    public init(
+        settings: Settings, open: @escaping @Sendable () throws(AccelerometerError) -> any Accelerometer, store: RecordingStore,
+        uplink: Uplink?, board: StatusBoard, announce: @escaping @Sendable (StatusPhrase) async -> Void,
+        vibrate: @escaping @Sendable () -> Void, logger: Logger
+    ) {
         self.settings = settings
         self.open = open
         self.store = store
@@ -116,55 +118,61 @@ public struct IncidentService: Service {
         var failures = RateLimit(interval: .seconds(60))
         let listing = Listing(saved)
         await withDiscardingTaskGroup { group in
-        for await event in events.cancelOnGracefulShutdown() {
-            var actions: [IncidentDetector.Action] = []
-            switch event {
-            case .opened(let name, let mode):
-                logger.info("g-sensor: reading \(name) at \(settings.hz) Hz (\(mode)), sensitivity \(settings.detector.sensitivity.rawValue)")
-                board.update {
-                    $0.incidents?.sensor = name
-                    $0.incidents?.state = "watching"
-                    $0.incidents?.problem = nil
-                }
-            case .reading(let reading):
-                if let parked, parked.isParked(), detector.open == nil, parkedDetector != nil {
-                    for action in parkedDetector!.read(reading) {
-                        switch action {
-                        case .opened(let impact), .extended(let impact):
-                            logger.notice("g-sensor: impact while parked (\(impact.impacts) so far, peak \(impact.peakG) g); recording a clip")
-                            parked.impact()
-                        case .closed:
-                            break
-                        }
+            for await event in events.cancelOnGracefulShutdown() {
+                var actions: [IncidentDetector.Action] = []
+                switch event {
+                case .opened(let name, let mode):
+                    logger.info(
+                        "g-sensor: reading \(name) at \(settings.hz) Hz (\(mode)), sensitivity \(settings.detector.sensitivity.rawValue)")
+                    board.update {
+                        $0.incidents?.sensor = name
+                        $0.incidents?.state = "watching"
+                        $0.incidents?.problem = nil
                     }
-                    continue
+                case .reading(let reading):
+                    if let parked, parked.isParked(), detector.open == nil, parkedDetector != nil {
+                        for action in parkedDetector!.read(reading) {
+                            switch action {
+                            case .opened(let impact), .extended(let impact):
+                                logger.notice(
+                                    "g-sensor: impact while parked (\(impact.impacts) so far, peak \(impact.peakG) g); recording a clip")
+                                parked.impact()
+                            case .closed:
+                                break
+                            }
+                        }
+                        continue
+                    }
+                    actions = detector.read(reading)
+                case .failed(let error):
+                    if failures.allows(now: MonotonicClock.now()) {
+                        logger.error("g-sensor: \(error); trying again every \(Self.retryInterval)")
+                    }
+                    board.update {
+                        $0.incidents?.state = "failing"
+                        $0.incidents?.problem = error.description
+                    }
+                    actions = detector.tick(now: MonotonicClock.now())
                 }
-                actions = detector.read(reading)
-            case .failed(let error):
-                if failures.allows(now: MonotonicClock.now()) { logger.error("g-sensor: \(error); trying again every \(Self.retryInterval)") }
-                board.update {
-                    $0.incidents?.state = "failing"
-                    $0.incidents?.problem = error.description
+                for action in actions {
+                    let at = firstImpacts.time(of: action)
+                    await perform(action, at: at, listing: listing)
+                    // Its last segment is written up to a segment's time later: the readings go on meanwhile.
+                    if case .closed(let incident) = action { group.addTask { await finish(incident, at: at, listing: listing) } }
                 }
-                actions = detector.tick(now: MonotonicClock.now())
             }
-            for action in actions {
-                let at = firstImpacts.time(of: action)
-                await perform(action, at: at, listing: listing)
-                // Its last segment is written up to a segment's time later: the readings go on meanwhile.
-                if case .closed(let incident) = action { group.addTask { await finish(incident, at: at, listing: listing) } }
-            }
-        }
-        // Stopping: the recording stops too, so an incident waiting for its last segment waits no more.
-        group.cancelAll()
+            // Stopping: the recording stops too, so an incident waiting for its last segment waits no more.
+            group.cancelAll()
         }
         // Stopping: an incident still open keeps what has been protected so far.
         if let open = detector.open { await finish(open, at: firstImpacts.time(of: open), listing: listing, stopping: true) }
     }
 
     /// The reading loop, on its own thread: a reading every 1/hz s, each on the monotonic clock.
-    static func read(hz: Int, open: @Sendable () throws(AccelerometerError) -> any Accelerometer, stop: StopFlag,
-                     sink: AsyncStream<Event>.Continuation) {
+    static func read(
+        hz: Int, open: @Sendable () throws(AccelerometerError) -> any Accelerometer, stop: StopFlag,
+        sink: AsyncStream<Event>.Continuation
+    ) {
         let period = UInt64(1_000_000_000 / max(1, hz))
         var sensor: (any Accelerometer)?
         var next = MonotonicClock.now()
@@ -201,7 +209,9 @@ public struct IncidentService: Service {
     private func perform(_ action: IncidentDetector.Action, at: Date, listing: Listing) async {
         switch action {
         case .opened(let incident):
-            logger.notice("g-sensor: incident: \(Self.g(incident.peakG)) g; protecting from \(settings.detector.before) before to \(settings.detector.after) after")
+            logger.notice(
+                "g-sensor: incident: \(Self.g(incident.peakG)) g; protecting from \(settings.detector.before) before to \(settings.detector.after) after"
+            )
             await record(incident, at: at, state: "open", listing: listing)
         case .extended(let incident):
             logger.info("g-sensor: incident goes on: \(incident.impacts) impact(s), peak \(Self.g(incident.peakG)) g")
@@ -217,9 +227,13 @@ public struct IncidentService: Service {
         // (`record` protects the final window, stopping or not.)
         if !stopping { await waitForSegments(until: Self.wallClock(incident.end)) }
         let entry = await record(incident, at: at, state: "saved", listing: listing)
-        logger.notice("g-sensor: incident saved: \(incident.impacts) impact(s), peak \(Self.g(incident.peakG)) g, \(entry.files.count) segment(s) from \(entry.from) to \(entry.to)")
-        clips?.record(.incident(id: entry.id, at: at, from: Self.wallClock(incident.start), to: Self.wallClock(incident.end),
-                                peakG: entry.peakG, paths: entry.files))
+        logger.notice(
+            "g-sensor: incident saved: \(incident.impacts) impact(s), peak \(Self.g(incident.peakG)) g, \(entry.files.count) segment(s) from \(entry.from) to \(entry.to)"
+        )
+        clips?.record(
+            .incident(
+                id: entry.id, at: at, from: Self.wallClock(incident.start), to: Self.wallClock(incident.end),
+                peakG: entry.peakG, paths: entry.files))
         guard !stopping, !Task.isCancelled else { return }
         await announce(.incidentSaved)
         vibrate()
@@ -239,7 +253,9 @@ public struct IncidentService: Service {
     /// Protects the window (again: it may have grown), lists it with its protected files, keeps
     /// the list on disk and tells the server. `at`, its first impact's wall-clock time, is its id.
     @discardableResult
-    private func record(_ incident: IncidentDetector.Incident, at: Date, state: String, listing: Listing) async -> AgentStatus.Incidents.Incident {
+    private func record(_ incident: IncidentDetector.Incident, at: Date, state: String, listing: Listing) async
+        -> AgentStatus.Incidents.Incident
+    {
         await protect(incident)
         let from = Self.wallClock(incident.start), to = Self.wallClock(incident.end)
         let segments = store.segments(overlapping: from...to).filter(\.isProtected)
@@ -252,9 +268,10 @@ public struct IncidentService: Service {
                 Self.save(list, in: store.root, logger: logger)
             }
         }
-        await uplink?.report(ClientMessage.Incident(
-            id: entry.id, at: entry.at, from: entry.from, to: entry.to, peakG: entry.peakG,
-            seqs: segments.suffix(ClientMessage.Incident.maxSeqs).map(\.seq), final: state == "saved"))
+        await uplink?.report(
+            ClientMessage.Incident(
+                id: entry.id, at: entry.at, from: entry.from, to: entry.to, peakG: entry.peakG,
+                seqs: segments.suffix(ClientMessage.Incident.maxSeqs).map(\.seq), final: state == "saved"))
         return entry
     }
 
@@ -282,7 +299,8 @@ public struct IncidentService: Service {
     static func load(from root: URL) -> [AgentStatus.Incidents.Incident] {
         let file = root.appendingPathComponent(StoredSegment.protectedFolder).appendingPathComponent(fileName)
         guard let data = try? Data(contentsOf: file),
-              let list = try? JSONDecoder().decode([AgentStatus.Incidents.Incident].self, from: data) else { return [] }
+            let list = try? JSONDecoder().decode([AgentStatus.Incidents.Incident].self, from: data)
+        else { return [] }
         return list.prefix(listed).filter { incident in
             incident.files.contains { FileManager.default.fileExists(atPath: root.appendingPathComponent($0).path) }
         }

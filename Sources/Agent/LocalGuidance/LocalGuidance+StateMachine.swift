@@ -128,17 +128,18 @@ extension LocalGuidance {
         }
 
         private mutating func decide(now: Instant) -> [Action] {
-            let wanted: Reason? = if !settings.enabled {
-                nil
-            } else if exhausted {
-                .usageExhausted
-            } else if modelDown {
-                .guidanceUnavailable
-            } else if !sessionOpen && now - withoutSessionSince >= settings.offlineAfter {
-                .noSession
-            } else {
-                nil
-            }
+            let wanted: Reason? =
+                if !settings.enabled {
+                    nil
+                } else if exhausted {
+                    .usageExhausted
+                } else if modelDown {
+                    .guidanceUnavailable
+                } else if !sessionOpen && now - withoutSessionSince >= settings.offlineAfter {
+                    .noSession
+                } else {
+                    nil
+                }
             switch (active, wanted) {
             case (nil, let reason?):
                 active = reason

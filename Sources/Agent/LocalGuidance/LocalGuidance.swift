@@ -19,8 +19,10 @@ public actor LocalGuidance {
     private let board: StatusBoard
     private let logger: Logger
 
-    public init(settings: LocalGuidance.StateMachine.Settings, watch: RoadWatch, router: GuidanceRouter, announcer: StatusAnnouncer,
-                board: StatusBoard, logger: Logger, now: ContinuousClock.Instant = .now) {
+    public init(
+        settings: LocalGuidance.StateMachine.Settings, watch: RoadWatch, router: GuidanceRouter, announcer: StatusAnnouncer,
+        board: StatusBoard, logger: Logger, now: ContinuousClock.Instant = .now
+    ) {
         rules = LocalGuidance.StateMachine(settings: settings, now: now)
         self.settings = Reloadable(settings)
         self.watch = watch

@@ -121,8 +121,9 @@ public final class RoadWatch: FrameTap {
     public var isSearching: Bool { busy.load(ordering: .acquiring) }
 
     public var counts: Counts {
-        Counts(looked: looked.load(ordering: .relaxed), skipped: skipped.load(ordering: .relaxed),
-               unreadable: unreadable.load(ordering: .relaxed))
+        Counts(
+            looked: looked.load(ordering: .relaxed), skipped: skipped.load(ordering: .relaxed),
+            unreadable: unreadable.load(ordering: .relaxed))
     }
 
     /// Starts looking, with no memory of frames from an earlier run.
@@ -154,7 +155,7 @@ public final class RoadWatch: FrameTap {
         // for the jitter of the frames' arrival).
         dueAt.store(now &+ interval &- interval / 10, ordering: .relaxed)
         guard now >= restingUntil.load(ordering: .relaxed),
-              busy.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
+            busy.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
         else {
             skipped.add(1, ordering: .relaxed)
             checkPicture(of: frame)
@@ -228,7 +229,9 @@ public final class RoadWatch: FrameTap {
     /// When the next search may start, after one that ended at `now` (ns) having taken `took`:
     /// not before the CPU share's rest is over, and not before the frame `due` next, unless this
     /// search saw a shape worth looking `again` at, which is searched as soon as the rest is over.
-    public static func nextLook(at now: UInt64, took: UInt64, idleFactor: Double, due: UInt64, again: Bool) -> (restingUntil: UInt64, due: UInt64) {
+    public static func nextLook(at now: UInt64, took: UInt64, idleFactor: Double, due: UInt64, again: Bool) -> (
+        restingUntil: UInt64, due: UInt64
+    ) {
         let restingUntil = now &+ UInt64(Double(took) * idleFactor)
         return (restingUntil, again ? min(due, restingUntil) : due)
     }

@@ -56,9 +56,10 @@ public final class DeviceCredentials: Sendable {
 
     /// Stores what pairing (or a renewal) gave.
     public func store(_ credentials: DevicePairing.Credentials, now: Int64 = Int64(Date().timeIntervalSince1970)) throws {
-        let stored = Stored(deviceId: credentials.deviceId, ownerName: credentials.ownerName, refreshToken: credentials.refreshToken,
-                            accessToken: credentials.accessToken,
-                            accessExpiresAt: now + Int64(min(max(credentials.expiresIn, 0), 86_400)))
+        let stored = Stored(
+            deviceId: credentials.deviceId, ownerName: credentials.ownerName, refreshToken: credentials.refreshToken,
+            accessToken: credentials.accessToken,
+            accessExpiresAt: now + Int64(min(max(credentials.expiresIn, 0), 86_400)))
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         let bytes = Array(try encoder.encode(stored))

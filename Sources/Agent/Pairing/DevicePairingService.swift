@@ -23,8 +23,10 @@ public final class DevicePairingService: Service, Sendable {
     private let shown = Mutex<String?>(nil)
     private let lastProblem = Mutex<String?>(nil)
 
-    public init(client: PairingClient, credentials: DeviceCredentials, deviceName: String, hasToken: @escaping @Sendable () -> Bool,
-                announcer: StatusAnnouncer, paired: @escaping @Sendable () async -> Void = {}, logger: Logger) {
+    public init(
+        client: PairingClient, credentials: DeviceCredentials, deviceName: String, hasToken: @escaping @Sendable () -> Bool,
+        announcer: StatusAnnouncer, paired: @escaping @Sendable () async -> Void = {}, logger: Logger
+    ) {
         self.paired = paired
         self.client = client
         self.credentials = credentials
@@ -80,7 +82,9 @@ public final class DevicePairingService: Service, Sendable {
             for action in pending { waiter = carry(action, steps: steps.continuation) ?? waiter }
             pending = []
             if machine.isPaired { return }
-            guard let step = await withTaskCancellationHandler(operation: { await iterator.next() }, onCancel: { steps.continuation.finish() })
+            guard
+                let step = await withTaskCancellationHandler(
+                    operation: { await iterator.next() }, onCancel: { steps.continuation.finish() })
             else { waiter?.cancel(); return }
             switch step {
             case .event(let event): pending = machine.handle(event, now: Self.now())
@@ -98,12 +102,19 @@ public final class DevicePairingService: Service, Sendable {
                 guard await Self.sleep(until: at) else { return }
                 do {
                     let code = try await self.client.requestCode(deviceName: self.deviceName)
-                    self.logger.notice("pairing: enter the code \(Self.grouped(code.userCode)) at \(code.verificationURI) within \(code.expiresIn / 60) minutes")
-                    steps.yield(.event(.codeIssued(deviceCode: code.deviceCode, userCode: code.userCode, expiresIn: code.expiresIn, interval: code.interval)))
+                    self.logger.notice(
+                        "pairing: enter the code \(Self.grouped(code.userCode)) at \(code.verificationURI) within \(code.expiresIn / 60) minutes"
+                    )
+                    steps.yield(
+                        .event(
+                            .codeIssued(
+                                deviceCode: code.deviceCode, userCode: code.userCode, expiresIn: code.expiresIn, interval: code.interval)))
                 } catch {
                     // Said once per kind of failure (a server without pairing answers 404 to every try).
                     let problem = "\(error)"
-                    if self.lastProblem.withLock({ last in defer { last = problem }; return last != problem }) {
+                    if self.lastProblem.withLock({ last in
+                        defer { last = problem }; return last != problem
+                    }) {
                         self.logger.warning("pairing: the server gave no code (\(problem)); asking again, up to a minute apart")
                     }
                     steps.yield(.event(.requestFailed))

@@ -63,20 +63,23 @@ public struct PairingClient: Sendable {
         let (status, json) = try await post("/oauth/device_authorization", ["client_id": Self.clientID, "device_name": deviceName])
         guard status == 200 else { throw .status(status, json["error"] as? String) }
         guard let deviceCode = json["device_code"] as? String, !deviceCode.isEmpty, deviceCode.count <= 512,
-              let userCode = json["user_code"] as? String, userCode.count == 9, userCode.allSatisfy({ $0.isASCII && $0.isNumber }),
-              let expiresIn = json["expires_in"] as? Int
+            let userCode = json["user_code"] as? String, userCode.count == 9, userCode.allSatisfy({ $0.isASCII && $0.isNumber }),
+            let expiresIn = json["expires_in"] as? Int
         else { throw .unreadable("no device_code, nine-digit user_code and expires_in") }
-        return Code(deviceCode: deviceCode, userCode: userCode,
-                    verificationURI: String((json["verification_uri"] as? String ?? "").prefix(512)),
-                    expiresIn: expiresIn, interval: json["interval"] as? Int ?? 5)
+        return Code(
+            deviceCode: deviceCode, userCode: userCode,
+            verificationURI: String((json["verification_uri"] as? String ?? "").prefix(512)),
+            expiresIn: expiresIn, interval: json["interval"] as? Int ?? 5)
     }
 
     /// One poll of the token endpoint with the device code.
     public func poll(deviceCode: String) async -> DevicePairing.PollAnswer {
         do {
-            let (status, json) = try await post("/oauth/token", [
-                "client_id": Self.clientID, "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": deviceCode,
-            ])
+            let (status, json) = try await post(
+                "/oauth/token",
+                [
+                    "client_id": Self.clientID, "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": deviceCode
+                ])
             if status == 200, let credentials = Self.credentials(json) { return .paired(credentials) }
             switch json["error"] as? String {
             case "authorization_pending": return .pending
@@ -93,9 +96,11 @@ public struct PairingClient: Sendable {
     /// New credentials for a refresh token.
     public func renew(refreshToken: String) async -> DeviceCredentials.RenewAnswer {
         do {
-            let (status, json) = try await post("/oauth/token", [
-                "client_id": Self.clientID, "grant_type": "refresh_token", "refresh_token": refreshToken,
-            ])
+            let (status, json) = try await post(
+                "/oauth/token",
+                [
+                    "client_id": Self.clientID, "grant_type": "refresh_token", "refresh_token": refreshToken
+                ])
             if status == 200, let credentials = Self.credentials(json) { return .renewed(credentials) }
             if status == 400, json["error"] as? String == "invalid_grant" { return .refused }
             return .failed("HTTP \(status)")
@@ -106,12 +111,13 @@ public struct PairingClient: Sendable {
 
     static func credentials(_ json: [String: Any]) -> DevicePairing.Credentials? {
         guard let access = json["access_token"] as? String, !access.isEmpty, access.count <= 4096,
-              let refresh = json["refresh_token"] as? String, !refresh.isEmpty, refresh.count <= 512,
-              let device = json["device_id"] as? String, !device.isEmpty, device.count <= 128,
-              let expiresIn = json["expires_in"] as? Int
+            let refresh = json["refresh_token"] as? String, !refresh.isEmpty, refresh.count <= 512,
+            let device = json["device_id"] as? String, !device.isEmpty, device.count <= 128,
+            let expiresIn = json["expires_in"] as? Int
         else { return nil }
         let owner = String((json["owner_name"] as? String ?? "").prefix(64))
-        return DevicePairing.Credentials(deviceId: device, ownerName: owner, accessToken: access, refreshToken: refresh, expiresIn: expiresIn)
+        return DevicePairing.Credentials(
+            deviceId: device, ownerName: owner, accessToken: access, refreshToken: refresh, expiresIn: expiresIn)
     }
 
     private func post(_ path: String, _ form: [String: String]) async throws(Failure) -> (Int, [String: Any]) {

@@ -9,8 +9,9 @@ extension AgentConfig {
     /// How the capture thread watches a parked car; nil without parking mode.
     public func parkedCapture(logger: Logger) -> ParkedCapture? {
         guard parkingEnabled else { return nil }
-        let watch = ParkingWatch.Settings(preRollNs: UInt64(parking.preRollSeconds) * 1_000_000_000,
-                                          afterNs: UInt64(parking.afterSeconds) * 1_000_000_000)
+        let watch = ParkingWatch.Settings(
+            preRollNs: UInt64(parking.preRollSeconds) * 1_000_000_000,
+            afterNs: UInt64(parking.afterSeconds) * 1_000_000_000)
         return ParkedCapture(
             fps: parking.fps,
             makeSource: { makeSource(fps: parking.fps, logger: logger) },
@@ -26,7 +27,8 @@ extension AgentConfig {
 
     /// Impacts while parked, at `parking.sensitivity`.
     public var parkedImpactSettings: IncidentDetector.Settings {
-        IncidentDetector.Settings(sensitivity: parking.sensitivity, before: .seconds(parking.preRollSeconds), after: .seconds(parking.afterSeconds))
+        IncidentDetector.Settings(
+            sensitivity: parking.sensitivity, before: .seconds(parking.preRollSeconds), after: .seconds(parking.afterSeconds))
     }
 
     public var parkingRules: ParkingRules.Settings {
@@ -35,7 +37,9 @@ extension AgentConfig {
 
     /// The ignition input `parking.ignition` names: a GPIO line, or a GPIO `value` file.
     public func openIgnition() throws -> any InputLine {
-        guard let line = parking.ignition.line else { throw ConfigError.invalidOption("parking.ignition.line", "", "a line offset, a line name or a value file's path") }
+        guard let line = parking.ignition.line else {
+            throw ConfigError.invalidOption("parking.ignition.line", "", "a line offset, a line name or a value file's path")
+        }
         if line.hasPrefix("/") { return try ValueFileInputLine(path: line, activeLow: parking.ignition.activeLow) }
         // A negative offset was refused by `validate()` when the config was loaded.
         let selector: GPIOLine.Selector = Int(line).map { .offset($0) } ?? .name(line)
@@ -43,11 +47,14 @@ extension AgentConfig {
     }
 
     /// Parking mode's service; nil without `parking.ignition.line`.
-    public func makeParkingService(pipeline: CapturePipeline, uplink: Uplink?, board: StatusBoard,
-                                   announce: @escaping @Sendable (StatusPhrase) async -> Void, logger: Logger) -> ParkingService? {
+    public func makeParkingService(
+        pipeline: CapturePipeline, uplink: Uplink?, board: StatusBoard,
+        announce: @escaping @Sendable (StatusPhrase) async -> Void, logger: Logger
+    ) -> ParkingService? {
         guard parkingEnabled else { return nil }
         board.update { $0.parking = .init(input: parking.ignition.line ?? "", sensitivity: parking.sensitivity.rawValue) }
-        return ParkingService(rules: parkingRules, open: { try openIgnition() }, pipeline: pipeline, uplink: uplink, board: board,
-                              announce: announce, logger: logger)
+        return ParkingService(
+            rules: parkingRules, open: { try openIgnition() }, pipeline: pipeline, uplink: uplink, board: board,
+            announce: announce, logger: logger)
     }
 }

@@ -59,8 +59,10 @@ public struct MotionDetector: Sendable {
             return 0
         }
         var changed = 0
-        for i in means.indices where abs(normalised[i] - learnt.normalised[i]) > settings.change
-            && abs(means[i] - learnt.raw[i]) > settings.minLuma {
+        for i in means.indices
+        where abs(normalised[i] - learnt.normalised[i]) > settings.change
+            && abs(means[i] - learnt.raw[i]) > settings.minLuma
+        {
             changed += 1
         }
         // A change of the whole frame's lighting moves every raw mean: the scene takes the new
@@ -83,7 +85,8 @@ public struct MotionDetector: Sendable {
     /// Mean brightness of each block, row by row; nil when a block would be empty.
     static func blockMeans(_ luma: Luma, columns: Int, rows: Int) -> [Double]? {
         guard columns > 0, rows > 0, luma.width >= columns, luma.height >= rows,
-              luma.pixels.count >= luma.width * luma.height else { return nil }
+            luma.pixels.count >= luma.width * luma.height
+        else { return nil }
         var sums = [Int](repeating: 0, count: columns * rows)
         var counts = [Int](repeating: 0, count: columns * rows)
         luma.pixels.withUnsafeBufferPointer { pixels in

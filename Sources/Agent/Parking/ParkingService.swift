@@ -26,8 +26,10 @@ public struct ParkingService: Service {
     /// Shared with the recording (clips saved) and the G-sensor (is the car parked).
     public let state: ParkingState
 
-    public init(rules: ParkingRules.Settings, open: @escaping @Sendable () throws -> any InputLine, pipeline: CapturePipeline,
-                uplink: Uplink?, board: StatusBoard, announce: @escaping @Sendable (StatusPhrase) async -> Void, logger: Logger) {
+    public init(
+        rules: ParkingRules.Settings, open: @escaping @Sendable () throws -> any InputLine, pipeline: CapturePipeline,
+        uplink: Uplink?, board: StatusBoard, announce: @escaping @Sendable (StatusPhrase) async -> Void, logger: Logger
+    ) {
         self.rules = rules
         self.open = open
         self.pipeline = pipeline
@@ -62,7 +64,9 @@ public struct ParkingService: Service {
             switch event {
             case .opened(let name):
                 logger.info("parking: reading the ignition on \(name)")
-                board.update { $0.parking?.input = name; $0.parking?.problem = nil }
+                board.update {
+                    $0.parking?.input = name; $0.parking?.problem = nil
+                }
                 continue
             case .level(let level, let now):
                 actions = state.read(level, at: now)
@@ -126,8 +130,10 @@ public struct ParkingService: Service {
 
     /// The ignition's thread: the level at each edge, and at least once a second; a tick at each
     /// deadline of the rules.
-    static func read(open: @Sendable () throws -> any InputLine, nextDeadline: @Sendable () -> UInt64?, stop: StopFlag,
-                     sink: AsyncStream<Event>.Continuation) {
+    static func read(
+        open: @Sendable () throws -> any InputLine, nextDeadline: @Sendable () -> UInt64?, stop: StopFlag,
+        sink: AsyncStream<Event>.Continuation
+    ) {
         var input: (any InputLine)?
         defer { input?.release() }
         while !stop.value {
@@ -149,7 +155,9 @@ public struct ParkingService: Service {
                 input?.release()
                 input = nil
                 let until = MonotonicClock.now() + UInt64(retryInterval.components.seconds) * 1_000_000_000
-                while !stop.value && MonotonicClock.now() < until { MonotonicClock.sleep(until: min(until, MonotonicClock.now() + 100_000_000)) }
+                while !stop.value && MonotonicClock.now() < until {
+                    MonotonicClock.sleep(until: min(until, MonotonicClock.now() + 100_000_000))
+                }
             }
         }
         sink.finish()

@@ -15,9 +15,11 @@ public struct ParkedCapture: Sendable {
     /// Nil: motion is not watched (`parking.sensitivity: off`); impacts still are.
     public var motion: MotionDetector.Settings?
 
-    public init(fps: Int, makeSource: @escaping @Sendable () -> any FrameSource,
-                makeEncoder: @escaping @Sendable (_ format: VideoFormat, _ input: PixelFormat) throws -> any VideoEncoder,
-                watch: ParkingWatch.Settings, motion: MotionDetector.Settings?) {
+    public init(
+        fps: Int, makeSource: @escaping @Sendable () -> any FrameSource,
+        makeEncoder: @escaping @Sendable (_ format: VideoFormat, _ input: PixelFormat) throws -> any VideoEncoder,
+        watch: ParkingWatch.Settings, motion: MotionDetector.Settings?
+    ) {
         self.fps = fps
         self.makeSource = makeSource
         self.makeEncoder = makeEncoder
@@ -38,7 +40,8 @@ extension CaptureLoop {
     /// The parked car's loop, on the capture thread: returns when driving resumes or a stop is
     /// asked for (a clip in progress is closed and emitted first), with the next segment number,
     /// and whether the source ended (a file).
-    func runParked(_ parked: ParkedCapture, firstSeq: Int, emit: (Segment) -> Void, control: Control) throws -> (nextSeq: Int, ended: Bool) {
+    func runParked(_ parked: ParkedCapture, firstSeq: Int, emit: (Segment) -> Void, control: Control) throws -> (nextSeq: Int, ended: Bool)
+    {
         let source = parked.makeSource()
         var seq = firstSeq
         defer { source.close() }
@@ -62,11 +65,13 @@ extension CaptureLoop {
             try ending.encoder.flush(into: ending.segmenter)
             try ending.segmenter.close(reason: .parked)
             for var segment in ending.segmenter.takeClosed() {
-                let offset = ending.triggerTime >= segment.metadata.captureStartMonotonicNs
+                let offset =
+                    ending.triggerTime >= segment.metadata.captureStartMonotonicNs
                     ? Int((ending.triggerTime - segment.metadata.captureStartMonotonicNs) / 1_000_000) : 0
                 segment.metadata.parking = SegmentParkingEvent(trigger: ending.trigger.rawValue, triggerOffsetMs: offset)
-                logger.notice("parked: \(ending.trigger.rawValue) clip \(segment.metadata.seq) saved",
-                              metadata: ["durationMs": "\(segment.metadata.durationMs)", "preRollMs": "\(offset)"])
+                logger.notice(
+                    "parked: \(ending.trigger.rawValue) clip \(segment.metadata.seq) saved",
+                    metadata: ["durationMs": "\(segment.metadata.durationMs)", "preRollMs": "\(offset)"])
                 emit(segment)
             }
             seq = ending.segmenter.upcomingSeq
@@ -105,10 +110,12 @@ extension CaptureLoop {
             case .start(let trigger):
                 logger.notice("parked: \(trigger.rawValue); recording a clip with \(preRoll.count) frames before it")
                 let segmentSeconds = parked.watch.clipSegmentSeconds
-                let started = Clip(encoder: try parked.makeEncoder(format, source.pixelFormat),
-                                   segmenter: Segmenter(format: format, segmentSeconds: segmentSeconds, firstSeq: seq,
-                                                        locate: settings.locate, clockSource: settings.clockSource),
-                                   trigger: trigger, triggerTime: frame.timestamp)
+                let started = Clip(
+                    encoder: try parked.makeEncoder(format, source.pixelFormat),
+                    segmenter: Segmenter(
+                        format: format, segmentSeconds: segmentSeconds, firstSeq: seq,
+                        locate: settings.locate, clockSource: settings.clockSource),
+                    trigger: trigger, triggerTime: frame.timestamp)
                 for held in preRoll { try encode(held.frame, into: started) }
                 preRoll = []
                 try encode(frame, into: started)

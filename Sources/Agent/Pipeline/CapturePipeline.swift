@@ -80,26 +80,35 @@ public final class CapturePipeline: Sendable {
     /// ``AgentConfig/makeEncoder(inputFormat:logger:)``.
     /// With ``Settings/guidance``, `makeGuidanceEncoder` opens the copy's encoder the same way
     /// (given the source's pixel format: the scaler converts to the one it takes).
-    public init(source: any FrameSource, settings: Settings,
-                encoder makeEncoder: (_ inputFormat: PixelFormat) throws -> any VideoEncoder,
-                guidanceEncoder makeGuidanceEncoder: ((_ inputFormat: PixelFormat) throws -> any VideoEncoder)? = nil,
-                tap: (any FrameTap)? = nil, logger: Logger) throws {
+    public init(
+        source: any FrameSource, settings: Settings,
+        encoder makeEncoder: (_ inputFormat: PixelFormat) throws -> any VideoEncoder,
+        guidanceEncoder makeGuidanceEncoder: ((_ inputFormat: PixelFormat) throws -> any VideoEncoder)? = nil,
+        tap: (any FrameTap)? = nil, logger: Logger
+    ) throws {
         let format = try source.open()
         logger.info("camera: \(source.name) opened", metadata: ["format": "\(format)", "pixelFormat": "\(source.pixelFormat)"])
         let encoder = try makeEncoder(source.pixelFormat)
-        logger.info("encoder: \(encoder.name)\(settings.guidance == nil ? "" : " (evidence)")", metadata: [
-            "format": "\(settings.encoder.format)", "pixelFormat": "\(encoder.encoderPixelFormat)",
-            "swscale": "\(source.pixelFormat != encoder.encoderPixelFormat || format.width != settings.encoder.format.width || format.height != settings.encoder.format.height)",
-        ])
+        logger.info(
+            "encoder: \(encoder.name)\(settings.guidance == nil ? "" : " (evidence)")",
+            metadata: [
+                "format": "\(settings.encoder.format)", "pixelFormat": "\(encoder.encoderPixelFormat)",
+                "swscale":
+                    "\(source.pixelFormat != encoder.encoderPixelFormat || format.width != settings.encoder.format.width || format.height != settings.encoder.format.height)"
+            ])
         var copy: GuidanceCopy?
         if let guidance = settings.guidance, let makeGuidanceEncoder {
             let copyEncoder = try makeGuidanceEncoder(source.pixelFormat)
             copy = GuidanceCopy(
                 encoder: copyEncoder,
-                scaler: try FrameScaler(width: guidance.format.width, height: guidance.format.height, pixelFormat: copyEncoder.encoderPixelFormat),
+                scaler: try FrameScaler(
+                    width: guidance.format.width, height: guidance.format.height, pixelFormat: copyEncoder.encoderPixelFormat),
                 settings: guidance)
-            logger.info("encoder: \(copyEncoder.name) (guidance)", metadata: [
-                "format": "\(guidance.format)", "pixelFormat": "\(copyEncoder.encoderPixelFormat)"])
+            logger.info(
+                "encoder: \(copyEncoder.name) (guidance)",
+                metadata: [
+                    "format": "\(guidance.format)", "pixelFormat": "\(copyEncoder.encoderPixelFormat)"
+                ])
         }
         let buffered = copy == nil ? Self.bufferedSegments : 2 * Self.bufferedSegments
         (segments, continuation) = AsyncThrowingStream.makeStream(bufferingPolicy: .bufferingNewest(buffered))
@@ -108,8 +117,10 @@ public final class CapturePipeline: Sendable {
         encoderName = encoder.name
         guidanceEncoderName = copy?.encoder.name
         (events, eventSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
-        state = Mutex(CaptureLoop(source: source, encoder: encoder, guidance: copy, settings: settings, tap: tap, logger: logger,
-                                  events: eventSink, health: health))
+        state = Mutex(
+            CaptureLoop(
+                source: source, encoder: encoder, guidance: copy, settings: settings, tap: tap, logger: logger,
+                events: eventSink, health: health))
     }
 
     /// Starts capturing on a thread of its own.
@@ -118,18 +129,22 @@ public final class CapturePipeline: Sendable {
         let emit: @Sendable (Segment) -> Void = { [self, logger = loop.logger] segment in
             if case .dropped(let oldest) = continuation.yield(segment) {
                 let total = dropped.add(1, ordering: .relaxed).newValue
-                logger.error("pipeline: segment \(oldest.metadata.seq)\(oldest.metadata.stream.map { " (\($0.rawValue))" } ?? "") dropped: the disk and the uplink were \(Self.bufferedSegments) segments behind", metadata: ["droppedTotal": "\(total)"])
+                logger.error(
+                    "pipeline: segment \(oldest.metadata.seq)\(oldest.metadata.stream.map { " (\($0.rawValue))" } ?? "") dropped: the disk and the uplink were \(Self.bufferedSegments) segments behind",
+                    metadata: ["droppedTotal": "\(total)"])
             }
         }
         do {
             try NamedThread.start(name: "capture") { [self] in
                 do {
-                    try loop.run(emit: emit, control: .init(
-                        stopRequested: { self.stopRequested.load(ordering: .relaxed) },
-                        parkRequested: { self.parkRequested.load(ordering: .relaxed) },
-                        takeImpacts: { self.impacts.exchange(0, ordering: .relaxed) },
-                        clipStarted: { self.clipsStarted.add(1, ordering: .relaxed) },
-                        frameWatched: { self.framesWatched.add(1, ordering: .relaxed) }))
+                    try loop.run(
+                        emit: emit,
+                        control: .init(
+                            stopRequested: { self.stopRequested.load(ordering: .relaxed) },
+                            parkRequested: { self.parkRequested.load(ordering: .relaxed) },
+                            takeImpacts: { self.impacts.exchange(0, ordering: .relaxed) },
+                            clipStarted: { self.clipsStarted.add(1, ordering: .relaxed) },
+                            frameWatched: { self.framesWatched.add(1, ordering: .relaxed) }))
                     continuation.finish()
                 } catch {
                     continuation.finish(throwing: error)
@@ -229,9 +244,12 @@ struct CaptureLoop: @unchecked Sendable {
     func run(emit: (Segment) -> Void, control: Control) throws {
         let stopRequested = control.stopRequested
         func segmenters(from seq: Int) -> (evidence: Segmenter, guidance: Segmenter?) {
-            (Segmenter(format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, firstSeq: seq,
-                       locate: settings.locate, clockSource: settings.clockSource),
-             guidance.map { Segmenter(format: $0.settings.format, segmentSeconds: settings.segmentSeconds, firstSeq: seq) })
+            (
+                Segmenter(
+                    format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, firstSeq: seq,
+                    locate: settings.locate, clockSource: settings.clockSource),
+                guidance.map { Segmenter(format: $0.settings.format, segmentSeconds: settings.segmentSeconds, firstSeq: seq) }
+            )
         }
         var (segmenter, copySegmenter) = segmenters(from: 0)
         var pairing = SegmentPairing()
@@ -256,7 +274,9 @@ struct CaptureLoop: @unchecked Sendable {
         }
         func send(_ segment: Segment) {
             if segment.metadata.partner == nil {
-                logger.warning("pipeline: \(segment.metadata.stream?.rawValue ?? "") segment \(segment.metadata.seq) has no partner", metadata: ["unpaired": "\(pairing.unpaired)"])
+                logger.warning(
+                    "pipeline: \(segment.metadata.stream?.rawValue ?? "") segment \(segment.metadata.seq) has no partner",
+                    metadata: ["unpaired": "\(pairing.unpaired)"])
             }
             emit(segment)
             if segment.metadata.stream == .evidence { emitted += 1 }
@@ -288,10 +308,13 @@ struct CaptureLoop: @unchecked Sendable {
                 if deliver(draining: true) { return }
                 source.close()
                 // A parked car's clips are evidence only: nothing is streamed while parked.
-                let (nextSeq, ended) = try runParked(parked, firstSeq: segmenter.upcomingSeq, emit: { var clip = $0
-                    if guidance != nil { clip.metadata.stream = .evidence }
-                    emit(clip)
-                }, control: control)
+                let (nextSeq, ended) = try runParked(
+                    parked, firstSeq: segmenter.upcomingSeq,
+                    emit: {
+                        var clip = $0
+                        if guidance != nil { clip.metadata.stream = .evidence }
+                        emit(clip)
+                    }, control: control)
                 if stopRequested() || ended { return }
                 try restartEncoders()
                 (segmenter, copySegmenter) = segmenters(from: nextSeq)
@@ -327,7 +350,8 @@ struct CaptureLoop: @unchecked Sendable {
             // The guidance copy takes the frames of its slower timeline, scaled once for its
             // encoder and the local checks alike; its segments start at the evidence's first frames.
             if let guidance, let copySegmenter,
-               let copyPlacement = copySegmenter.place(frame, following: placement.slot, fps: settings.encoder.format.fps) {
+                let copyPlacement = copySegmenter.place(frame, following: placement.slot, fps: settings.encoder.format.fps)
+            {
                 let small = try guidance.scaler.scale(frame)
                 tap?.offer(small)
                 try guidance.encoder.encode(small, slot: copyPlacement.slot, keyframe: copyPlacement.startsSegment, into: copySegmenter)

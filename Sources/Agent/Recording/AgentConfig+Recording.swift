@@ -38,8 +38,9 @@ struct FileSystemSpace {
             path = parent
         }
         guard let attributes = try? FileManager.default.attributesOfFileSystem(forPath: path),
-              let size = (attributes[.systemSize] as? NSNumber)?.int64Value,
-              let available = (attributes[.systemFreeSize] as? NSNumber)?.int64Value else { return nil }
+            let size = (attributes[.systemSize] as? NSNumber)?.int64Value,
+            let available = (attributes[.systemFreeSize] as? NSNumber)?.int64Value
+        else { return nil }
         self.path = path
         self.size = size
         self.available = available

@@ -49,7 +49,8 @@ enum RecordingFiles {
     /// refused: what it points at is not the recording's to fill or delete.
     static func makeFolder(_ folder: URL) throws(OutputError) {
         let parent = folder.deletingLastPathComponent()
-        for checked in [folder] + (parent.lastPathComponent == StoredSegment.protectedFolder ? [parent] : []) where isSymbolicLink(checked.path) {
+        for checked in [folder] + (parent.lastPathComponent == StoredSegment.protectedFolder ? [parent] : [])
+        where isSymbolicLink(checked.path) {
             throw OutputError(path: checked.path, reason: "it is a symbolic link, which the recording never follows")
         }
         try makeFolderFollowingLinks(folder)
@@ -76,7 +77,8 @@ enum RecordingFiles {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
         // And a segment's GPS track whose segment is not beside it (a power cut while one of the
         // two was moved or deleted).
-        let leftovers = names.filter { $0.hasPrefix(".") && ($0.hasSuffix(".partial") || $0.hasPrefix(".write-test-")) }
+        let leftovers =
+            names.filter { $0.hasPrefix(".") && ($0.hasSuffix(".partial") || $0.hasPrefix(".write-test-")) }
             + names.filter { $0.hasSuffix(".gpx") && !$0.hasPrefix(".") && !names.contains(String($0.dropLast(4)) + ".mp4") }
         for name in leftovers { unlink(folder.appendingPathComponent(name).path) }
         return leftovers

@@ -68,8 +68,9 @@ struct RecordingOrder {
         guard lines > 2 * index.count + 64 else { return }
         let names = index.map(\.name)
         do {
-            try DurableFileWriter.write(Array((names.joined(separator: "\n") + (names.isEmpty ? "" : "\n")).utf8), to: file.path,
-                                        temporary: file.deletingLastPathComponent().appendingPathComponent(".\(Self.fileName).partial").path)
+            try DurableFileWriter.write(
+                Array((names.joined(separator: "\n") + (names.isEmpty ? "" : "\n")).utf8), to: file.path,
+                temporary: file.deletingLastPathComponent().appendingPathComponent(".\(Self.fileName).partial").path)
             places = Dictionary(names.enumerated().map { ($1, $0 + 1) }, uniquingKeysWith: { $1 })
             lines = names.count
         } catch {

@@ -50,7 +50,9 @@ struct RecordingService: Service {
                 // stream: the segment is still sent, and its line says it has no file.
                 let recorded = await write(segment)
                 if let oldest = recorded.deleted.first {
-                    logger.info("recording: deleted \(recorded.deleted.count) oldest segment(s) to make room", metadata: ["oldest": "\(oldest.path)"])
+                    logger.info(
+                        "recording: deleted \(recorded.deleted.count) oldest segment(s) to make room",
+                        metadata: ["oldest": "\(oldest.path)"])
                 }
                 if let error = recorded.error { diskTrouble.report(error, logger: logger) }
                 // One line per segment, written at once: a reader sees each as soon as it is on disk.

@@ -65,8 +65,10 @@ public final class RecordingStore: Sendable {
         }
     }
 
-    init(directory: String, retention: Retention, segmentSeconds: Int,
-         writeFile: @escaping @Sendable ([UInt8], URL) throws(OutputError) -> Void) throws(OutputError) {
+    init(
+        directory: String, retention: Retention, segmentSeconds: Int,
+        writeFile: @escaping @Sendable ([UInt8], URL) throws(OutputError) -> Void
+    ) throws(OutputError) {
         let root = URL(fileURLWithPath: directory, isDirectory: true)
         self.root = root
         self.segmentSeconds = segmentSeconds
@@ -101,10 +103,13 @@ public final class RecordingStore: Sendable {
             defer { counts.withLock { $0 = Self.usage(of: state.index) } }
             state.pending.removeAll { $0.upperBound < start }
             // A parked car's clips are kept: that is what they were recorded for.
-            let protected = segment.metadata.parking != nil
+            let protected =
+                segment.metadata.parking != nil
                 || state.pending.contains { SegmentSelection.overlaps($0, start: start, length: length) }
-            let deleted = delete(state.retention.victims(
-                of: state.index, freeBytes: freeBytes(), incoming: Int64(segment.data.count), incomingProtected: protected), from: &state.index)
+            let deleted = delete(
+                state.retention.victims(
+                    of: state.index, freeBytes: freeBytes(), incoming: Int64(segment.data.count), incomingProtected: protected),
+                from: &state.index)
             let path = StoredSegment.path(for: segment.metadata, protected: protected)
             state.writing[path] = Writing(seq: segment.metadata.seq, capturedAt: start, length: length)
             // Logged before its file is there: a kill or a power cut after the rename cannot leave
@@ -246,13 +251,15 @@ public final class RecordingStore: Sendable {
             }
             // A segment being written when the request came is moved as soon as it is whole.
             for (path, writing) in state.writing where !writing.protectRequested && !path.hasPrefix(StoredSegment.protectedFolder + "/") {
-                let covered = switch selection {
-                case .sequence(let range): range.contains(writing.seq)
-                case .time(let range): SegmentSelection.overlaps(range, start: writing.capturedAt, length: writing.length)
-                }
+                let covered =
+                    switch selection {
+                    case .sequence(let range): range.contains(writing.seq)
+                    case .time(let range): SegmentSelection.overlaps(range, start: writing.capturedAt, length: writing.length)
+                    }
                 guard covered else { continue }
                 state.writing[path]?.protectRequested = true
-                result.protected.append(Self.protectedPath(of: StoredSegment(path: path, seq: writing.seq, capturedAt: writing.capturedAt, bytes: 0)))
+                result.protected.append(
+                    Self.protectedPath(of: StoredSegment(path: path, seq: writing.seq, capturedAt: writing.capturedAt, bytes: 0)))
             }
             // The cap makes room among the segments protected before this request, oldest first.
             let earlier = state.index.filter { !protectedNow.contains($0.path) }
@@ -325,7 +332,8 @@ extension RecordingStore {
     /// Until the recording has written the segment that holds `end`: a segment reaching past it
     /// is on the disk. On a busy board the recording may run seconds behind the clock, so the
     /// wait may be long (`within`); it ends early only if the task is cancelled (the recording stops).
-    public func waitForSegments(until end: Date, segmentSeconds: Int, within: Duration, while going: @Sendable () -> Bool = { true }) async {
+    public func waitForSegments(until end: Date, segmentSeconds: Int, within: Duration, while going: @Sendable () -> Bool = { true }) async
+    {
         let deadline = ContinuousClock.now + within
         while ContinuousClock.now < deadline, !Task.isCancelled, going() {
             let newest = segments(overlapping: end...end.addingTimeInterval(Double(segmentSeconds))).last

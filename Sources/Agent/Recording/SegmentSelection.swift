@@ -15,7 +15,8 @@ public enum SegmentSelection: Sendable, Equatable {
     /// keeps the segments still to come until its end.
     case time(ClosedRange<Date>)
 
-    static let forms = "a sequence number (`42`), a range of them (`40..45`), a time or time range "
+    static let forms =
+        "a sequence number (`42`), a range of them (`40..45`), a time or time range "
         + "(`09:30..09:35` the latest such, `2026-11-23T09:30..2026-11-23T09:35`, `…Z` or `+01:00` for a zone, `now`), "
         + "or --last with a duration (`90s`, `2m`, `1h`)"
 
@@ -58,7 +59,7 @@ public enum SegmentSelection: Sendable, Equatable {
     /// The last `duration` (`90s`, `2m`, `1h`, at most a day) up to now, and the segment in progress.
     public static func last(_ duration: String, now: Date = .now) throws(SelectionError) -> Self {
         guard let unit = duration.last, let count = Int(duration.dropLast()), (1...86_400).contains(count),
-              let seconds = ["s": 1, "m": 60, "h": 3600][String(unit)].map({ $0 * count }), seconds <= 86_400
+            let seconds = ["s": 1, "m": 60, "h": 3600][String(unit)].map({ $0 * count }), seconds <= 86_400
         else {
             throw SelectionError(text: duration, reason: "expected a duration up to a day: seconds, minutes or hours (`90s`, `2m`, `1h`)")
         }
@@ -79,12 +80,16 @@ public enum SegmentSelection: Sendable, Equatable {
         guard case .time(let range) = self else { return }
         let ahead = range.upperBound.timeIntervalSince(now)
         if ahead > Self.maxAhead {
-            throw SelectionError(text: text, reason: "the range ends \(Self.span(ahead)) from now; it may end at most "
-                + "\(Int(Self.maxAhead / 60)) minutes ahead (the segments still to come are protected as they close, until its end)")
+            throw SelectionError(
+                text: text,
+                reason: "the range ends \(Self.span(ahead)) from now; it may end at most "
+                    + "\(Int(Self.maxAhead / 60)) minutes ahead (the segments still to come are protected as they close, until its end)")
         }
         if range.upperBound.timeIntervalSince(range.lowerBound) > Self.maxLength {
-            throw SelectionError(text: text, reason: "the range lasts \(Self.span(range.upperBound.timeIntervalSince(range.lowerBound))); "
-                + "protect at most \(Int(Self.maxLength / 3600)) hours at once")
+            throw SelectionError(
+                text: text,
+                reason: "the range lasts \(Self.span(range.upperBound.timeIntervalSince(range.lowerBound))); "
+                    + "protect at most \(Int(Self.maxLength / 3600)) hours at once")
         }
     }
 
@@ -129,7 +134,9 @@ public enum SegmentSelection: Sendable, Equatable {
 
     static func offsetZone(_ text: Substring) -> TimeZone? {
         let digits = text.dropFirst().filter(\.isNumber)
-        guard digits.count == 4, let hours = Int(digits.prefix(2)), let minutes = Int(digits.suffix(2)), hours < 24, minutes < 60 else { return nil }
+        guard digits.count == 4, let hours = Int(digits.prefix(2)), let minutes = Int(digits.suffix(2)), hours < 24, minutes < 60 else {
+            return nil
+        }
         let seconds = (hours * 3600 + minutes * 60) * (text.first == "-" ? -1 : 1)
         return TimeZone(secondsFromGMT: seconds)
     }
@@ -164,7 +171,9 @@ private struct Moment {
             timeOfDay = true
             time = (match.1, match.2, match.3, match.4)
             zoneText = match.5
-        } else if let match = text.wholeMatch(of: /(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,3}))?)?(Z|[+-]\d{2}:?\d{2})?/) {
+        } else if let match = text.wholeMatch(
+            of: /(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,3}))?)?(Z|[+-]\d{2}:?\d{2})?/)
+        {
             components = DateComponents(year: Int(match.1), month: Int(match.2), day: Int(match.3))
             time = (match.4, match.5, match.6, match.7)
             zoneText = match.8
@@ -178,9 +187,11 @@ private struct Moment {
         components.hour = Int(time.hour)
         components.minute = Int(time.minute)
         components.second = time.second.flatMap { Int($0) } ?? 0
-        components.nanosecond = time.fraction.flatMap { Int($0.padding(toLength: 3, withPad: "0", startingAt: 0)) }.map { $0 * 1_000_000 } ?? 0
+        components.nanosecond =
+            time.fraction.flatMap { Int($0.padding(toLength: 3, withPad: "0", startingAt: 0)) }.map { $0 * 1_000_000 } ?? 0
         guard let hour = components.hour, let minute = components.minute, let second = components.second,
-              hour < 24, minute < 60, second < 60 else { return nil }
+            hour < 24, minute < 60, second < 60
+        else { return nil }
         if !timeOfDay {
             components.calendar = calendar
             components.timeZone = calendar.timeZone
@@ -194,10 +205,11 @@ private struct Moment {
     func date(near: Near) -> (date: Date, movedDay: Bool)? {
         guard var components else { return (now, false) }
         guard timeOfDay else { return calendar.date(from: components).map { ($0, false) } }
-        let (reference, step) = switch near {
-        case .atOrBefore(let date): (date, -1)
-        case .atOrAfter(let date): (date, 1)
-        }
+        let (reference, step) =
+            switch near {
+            case .atOrBefore(let date): (date, -1)
+            case .atOrAfter(let date): (date, 1)
+            }
         let day = calendar.dateComponents([.year, .month, .day], from: reference)
         components.year = day.year
         components.month = day.month

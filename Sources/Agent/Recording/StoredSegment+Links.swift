@@ -18,7 +18,9 @@ extension StoredSegment {
                 let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: url.appendingPathComponent(name).path)) ?? "?"
                 found.append((path, target))
             }
-            return names.filter { isDayName($0) && isRealFolder(url.appendingPathComponent($0)) }.map { folder.isEmpty ? $0 : folder + "/" + $0 }
+            return names.filter { isDayName($0) && isRealFolder(url.appendingPathComponent($0)) }.map {
+                folder.isEmpty ? $0 : folder + "/" + $0
+            }
         }
         func isRecordingName(_ name: String) -> Bool {
             isDayName(name) || StoredSegment(path: name, bytes: 0) != nil || name.hasSuffix(".partial")
@@ -36,7 +38,9 @@ extension StoredSegment {
         let links = symbolicLinks(in: root)
         guard !links.isEmpty else { return }
         let named = links.prefix(10).map { "\($0.path) -> \($0.target)" }.joined(separator: ", ")
-        logger.warning("recording: \(links.count) symbolic link(s) in \(root.path) are skipped and never followed (not counted, moved or deleted; segments are not written through them): \(named)\(links.count > 10 ? ", …" : "")")
+        logger.warning(
+            "recording: \(links.count) symbolic link(s) in \(root.path) are skipped and never followed (not counted, moved or deleted; segments are not written through them): \(named)\(links.count > 10 ? ", …" : "")"
+        )
     }
 
     static func isRealFolder(_ url: URL) -> Bool {

@@ -43,8 +43,8 @@ public struct StoredSegment: Sendable, Equatable {
     public init?(path: String, bytes: Int64) {
         let name = path.split(separator: "/").last.map(String.init) ?? path
         guard !name.hasPrefix("."), name.hasSuffix(".mp4"), let dash = name.firstIndex(of: "-"),
-              let seq = Int(name[..<dash]),
-              let capturedAt = UTCTime(basic: name[name.index(after: dash)...].dropLast(4))?.date
+            let seq = Int(name[..<dash]),
+            let capturedAt = UTCTime(basic: name[name.index(after: dash)...].dropLast(4))?.date
         else { return nil }
         self.path = path
         self.seq = seq
@@ -62,7 +62,8 @@ public struct StoredSegment: Sendable, Equatable {
                 let path = folder.isEmpty ? name : folder + "/" + name
                 // A link is never counted, moved or deleted: what it points at is not the recording's.
                 guard isRegularFile(root.appendingPathComponent(path)) else { continue }
-                let size = (try? FileManager.default.attributesOfItem(atPath: root.appendingPathComponent(path).path)[.size] as? NSNumber)?.int64Value
+                let size = (try? FileManager.default.attributesOfItem(atPath: root.appendingPathComponent(path).path)[.size] as? NSNumber)?
+                    .int64Value
                 if let segment = StoredSegment(path: path, bytes: size ?? 0) { found.append(segment) }
             }
         }
@@ -75,14 +76,17 @@ public struct StoredSegment: Sendable, Equatable {
             let url = root.appendingPathComponent(folder)
             guard folder.isEmpty || isRealFolder(url) else { return [] }
             let names = (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []
-            return names.filter { isDayName($0) && isRealFolder(url.appendingPathComponent($0)) }.sorted().map { folder.isEmpty ? $0 : folder + "/" + $0 }
+            return names.filter { isDayName($0) && isRealFolder(url.appendingPathComponent($0)) }.sorted().map {
+                folder.isEmpty ? $0 : folder + "/" + $0
+            }
         }
         return [""] + days("") + days(protectedFolder)
     }
 
     static func isDayName(_ name: String) -> Bool {
-        name.count == 10 && name.enumerated().allSatisfy { index, character in
-            index == 4 || index == 7 ? character == "-" : character.isASCII && character.isNumber
-        }
+        name.count == 10
+            && name.enumerated().allSatisfy { index, character in
+                index == 4 || index == 7 ? character == "-" : character.isASCII && character.isNumber
+            }
     }
 }

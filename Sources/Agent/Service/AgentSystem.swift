@@ -40,17 +40,23 @@ struct AgentSystem {
 
     func run() async throws {
         logger.debug("parts: \(parts.map(\.name).joined(separator: ", "))")
-        try await ServiceGroup(configuration: .init(
-            services: parts.map { .init(service: $0.service, successTerminationBehavior: $0.ends, failureTerminationBehavior: $0.fails) },
-            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
+        try await ServiceGroup(
+            configuration: .init(
+                services: parts.map {
+                    .init(service: $0.service, successTerminationBehavior: $0.ends, failureTerminationBehavior: $0.fails)
+                },
+                gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        ).run()
     }
 }
 
 extension AgentSystem {
     /// Every part `config` asks for, built and wired. `segments` ends the run after that many;
     /// `reload` reads the configuration again (SIGHUP); `logLevel` is the level a reload changes.
-    init(config: AgentConfig, segments: Int?, logLevel: Reloadable<Logger.Level>, logger: Logger,
-         reload: @escaping @Sendable () async throws -> AgentConfig) async throws {
+    init(
+        config: AgentConfig, segments: Int?, logLevel: Reloadable<Logger.Level>, logger: Logger,
+        reload: @escaping @Sendable () async throws -> AgentConfig
+    ) async throws {
         // Trapped before anything starts: SIGHUP's default would end the agent.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         // Measures the disk once (the default cap is a share of it).
@@ -59,7 +65,8 @@ extension AgentSystem {
             directory: config.recording.dir, retention: retention, segmentSeconds: config.encoder.segmentSeconds)
         StoredSegment.warnAboutSymbolicLinks(in: store.root, logger: logger)
         if !store.removedLeftovers.isEmpty {
-            logger.notice("recording: removed \(store.removedLeftovers.count) temporary file(s) an interrupted run left in \(config.recording.dir)")
+            logger.notice(
+                "recording: removed \(store.removedLeftovers.count) temporary file(s) an interrupted run left in \(config.recording.dir)")
         }
         // The local road checks look at the frames the camera already gives (no decode).
         let watch: RoadWatch?
@@ -86,7 +93,8 @@ extension AgentSystem {
             encoder: { try config.makeEncoder(inputFormat: $0, logger: logger) },
             guidanceEncoder: { try config.makeGuidanceEncoder(inputFormat: $0, logger: logger) }, tap: watch, logger: logger)
         if let cap = retention.maxBytes {
-            let source = config.recording.maxMegabytes != nil
+            let source =
+                config.recording.maxMegabytes != nil
                 ? "recording.maxMegabytes" : "\(AgentConfig.defaultCapPercent) % of its disk; recording.maxMegabytes sets another"
             logger.info("recording: \(config.recording.dir): segments kept under \(cap >> 20) MB (\(source))")
         }
@@ -102,33 +110,44 @@ extension AgentSystem {
         let patterns = try config.hapticPatterns()
         let voice = config.makeVoice(logger: logger)
         let announcer = StatusAnnouncer { phrases in voice.announce(phrases) }
-        let board = StatusBoard(AgentStatus(
-            camera: .init(source: pipeline.cameraName, format: pipeline.cameraFormat, fps: config.camera.fps, state: "recording"),
-            encoder: pipeline.encoderName, speech: .init(output: voice.output, locale: voice.deviceLocale),
-            haptics: .init(line: haptics.lineDescription, released: false)))
+        let board = StatusBoard(
+            AgentStatus(
+                camera: .init(source: pipeline.cameraName, format: pipeline.cameraFormat, fps: config.camera.fps, state: "recording"),
+                encoder: pipeline.encoderName, speech: .init(output: voice.output, locale: voice.deviceLocale),
+                haptics: .init(line: haptics.lineDescription, released: false)))
         board.update { $0.recording = .init(dir: config.recording.dir) }
         if let guidance = config.guidanceFormat, let copy = pipeline.guidanceEncoderName {
-            board.update { $0.streams = .init(evidence: .init(encoder: pipeline.encoderName, format: "\(config.videoFormat)"),
-                                              guidance: .init(encoder: copy, format: "\(guidance)")) }
+            board.update {
+                $0.streams = .init(
+                    evidence: .init(encoder: pipeline.encoderName, format: "\(config.videoFormat)"),
+                    guidance: .init(encoder: copy, format: "\(guidance)"))
+            }
         }
         clock.show(on: board)
-        let router = GuidanceRouter(voice: voice, haptics: haptics, clear: patterns.clear, alert: patterns.alert,
-                                    announcer: announcer, board: board, logger: logger)
+        let router = GuidanceRouter(
+            voice: voice, haptics: haptics, clear: patterns.clear, alert: patterns.alert,
+            announcer: announcer, board: board, logger: logger)
         let localGuidance = watch.map {
-            LocalGuidance(settings: config.localGuidanceSettings, watch: $0, router: router, announcer: announcer, board: board, logger: logger)
+            LocalGuidance(
+                settings: config.localGuidanceSettings, watch: $0, router: router, announcer: announcer, board: board, logger: logger)
         }
         let pairing = pairingClient.flatMap { client in
             credentials.map { credentials in
-                DevicePairingService(client: client, credentials: credentials, deviceName: config.uplink.deviceId,
-                                     hasToken: { [tokenFile = config.uplink.tokenFile] in TokenFile.exists(tokenFile) },
-                                     announcer: announcer, paired: { await uplink?.tokenAvailable() }, logger: logger)
+                DevicePairingService(
+                    client: client, credentials: credentials, deviceName: config.uplink.deviceId,
+                    hasToken: { [tokenFile = config.uplink.tokenFile] in TokenFile.exists(tokenFile) },
+                    announcer: announcer, paired: { await uplink?.tokenAvailable() }, logger: logger)
             }
         }
         // Incidents, parked clips and `protect` go up to the owner.
-        let clips = uplink.map { EventClips(store: store, uplink: $0, gps: gps?.track, board: board,
-                                            segmentSeconds: config.encoder.segmentSeconds, logger: logger) }
-        let control = ControlRequests(board: board, store: store, uplink: uplink, server: config.uplink.url, voice: voice,
-                                      haptics: haptics, watch: watch, pairing: pairing, clips: clips)
+        let clips = uplink.map {
+            EventClips(
+                store: store, uplink: $0, gps: gps?.track, board: board,
+                segmentSeconds: config.encoder.segmentSeconds, logger: logger)
+        }
+        let control = ControlRequests(
+            board: board, store: store, uplink: uplink, server: config.uplink.url, voice: voice,
+            haptics: haptics, watch: watch, pairing: pairing, clips: clips)
 
         let reloader = ConfigReloader(running: config, logger: logger, load: reload) { new in
             let patterns = try new.hapticPatterns()
@@ -149,8 +168,9 @@ extension AgentSystem {
             readyStatus: "recording \(pipeline.cameraName) with \(pipeline.encoderName)")
 
         let stopRequested = StopFlag()
-        let parking = config.makeParkingService(pipeline: pipeline, uplink: uplink, board: board,
-                                                announce: { await announcer.say($0) }, logger: logger)
+        let parking = config.makeParkingService(
+            pipeline: pipeline, uplink: uplink, board: board,
+            announce: { await announcer.say($0) }, logger: logger)
         var recording = RecordingService(
             pipeline: pipeline, store: store, uplink: uplink, board: board, logger: logger,
             started: { await announcer.started() },
@@ -171,15 +191,18 @@ extension AgentSystem {
             }
         }
         let guidance = GuidanceService(
-            router: router, announcer: announcer, board: board, cameraEvents: pipeline.events, uplink: uplink, localGuidance: localGuidance, voice: voice,
+            router: router, announcer: announcer, board: board, cameraEvents: pipeline.events, uplink: uplink, localGuidance: localGuidance,
+            voice: voice,
             speakToTheEnd: { segments != nil && !stopRequested.value },
             refused: refused)
-        var incidents = try config.makeIncidentService(store: store, uplink: uplink, board: board, motor: haptics,
-                                                       announce: { await announcer.say($0) }, logger: logger)
+        var incidents = try config.makeIncidentService(
+            store: store, uplink: uplink, board: board, motor: haptics,
+            announce: { await announcer.say($0) }, logger: logger)
         // While parked, an impact records a clip with its pre-roll instead.
         if let parking {
-            incidents?.parked = .init(isParked: { parking.state.isParked }, detector: config.parkedImpactSettings,
-                                      impact: { pipeline.impact() })
+            incidents?.parked = .init(
+                isParked: { parking.state.isParked }, detector: config.parkedImpactSettings,
+                impact: { pipeline.impact() })
         }
         incidents?.clips = clips
 
@@ -194,7 +217,9 @@ extension AgentSystem {
             // One that cannot be made is logged, and the recording goes on.
             Part("status socket", StatusSocket(path: config.status.socket, logger: logger, answer: control.answer), fails: .ignore),
             Part("guidance: wire to speaker and motor", guidance),
-            localGuidance.flatMap { localGuidance in watch.map { Part("local guidance", LocalGuidanceService(guidance: localGuidance, watch: $0)) } },
+            localGuidance.flatMap { localGuidance in
+                watch.map { Part("local guidance", LocalGuidanceService(guidance: localGuidance, watch: $0)) }
+            },
             pairing.map { Part("pairing", $0) },
             gps.map { Part("GPS", GPSService(receiver: $0.receiver, track: $0.track, board: board, logger: logger)) },
             // Before the G-sensor: stopped after it, so an incident it saves while stopping is still kept for upload.
@@ -204,7 +229,7 @@ extension AgentSystem {
             uplink.map { Part("uplink", UplinkService(uplink: $0, logger: logger)) },
             // Last, the first to be stopped. It alone ends the agent by ending (a run of N
             // segments, a failed encoder).
-            Part("recording: camera to card and wire", recording, ends: .gracefullyShutdownGroup),
+            Part("recording: camera to card and wire", recording, ends: .gracefullyShutdownGroup)
         ]
         self.init(parts: table.compactMap { $0 }, logger: logger)
     }

@@ -9,7 +9,7 @@ extension AgentConfig {
     public static let reloadableKeys: Set<String> = [
         "recording.maxMegabytes", "recording.protectedMaxMegabytes", "recording.minFreeMegabytes",
         "haptics.clear", "haptics.alert", "log.level",
-        "guidance.offlineAfterMs", "offline.enabled", "offline.repeatMs",
+        "guidance.offlineAfterMs", "offline.enabled", "offline.repeatMs"
     ]
 }
 
@@ -22,8 +22,10 @@ public struct ConfigReloader: Sendable {
     let logger: Logger
 
     /// `apply` gets a config whose reloadable keys are the new ones, and throws to refuse them.
-    public init(running: AgentConfig, logger: Logger, load: @escaping @Sendable () async throws -> AgentConfig,
-                apply: @escaping @Sendable (AgentConfig) throws -> Void) {
+    public init(
+        running: AgentConfig, logger: Logger, load: @escaping @Sendable () async throws -> AgentConfig,
+        apply: @escaping @Sendable (AgentConfig) throws -> Void
+    ) {
         self.running = running
         self.load = load
         self.apply = apply
@@ -69,7 +71,9 @@ public struct ConfigReloader: Sendable {
         let summary = outcome.applied.isEmpty ? "nothing to apply" : "applied \(outcome.applied.joined(separator: ", "))"
         logger.notice("config: reloaded; \(summary)")
         if !outcome.needRestart.isEmpty {
-            logger.warning("config: \(outcome.needRestart.joined(separator: ", ")) changed and take effect only after a restart (systemctl restart dashcam-agent)")
+            logger.warning(
+                "config: \(outcome.needRestart.joined(separator: ", ")) changed and take effect only after a restart (systemctl restart dashcam-agent)"
+            )
         }
         return outcome
     }

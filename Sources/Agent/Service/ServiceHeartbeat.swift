@@ -18,8 +18,10 @@ public struct ServiceHeartbeat: Service {
     public let interval: Duration
     public let readyStatus: String
 
-    public init(health: PipelineHealth, notifier: SystemdNotifier, segmentDeadline: Duration, frameDeadline: Duration,
-                watchdogMicroseconds: String?, readyStatus: String) {
+    public init(
+        health: PipelineHealth, notifier: SystemdNotifier, segmentDeadline: Duration, frameDeadline: Duration,
+        watchdogMicroseconds: String?, readyStatus: String
+    ) {
         self.health = health
         self.notifier = notifier
         self.segmentDeadline = segmentDeadline
@@ -57,8 +59,10 @@ public struct ServiceHeartbeat: Service {
 
     /// Frames came within `frameDeadline`, and the last segment (or the first frame, before any
     /// segment) is no older than `segmentDeadline`.
-    public static func isHealthy(now: UInt64, lastFrame: UInt64, lastSegment: UInt64, firstFrame: UInt64,
-                                 frameDeadline: Duration, segmentDeadline: Duration) -> Bool {
+    public static func isHealthy(
+        now: UInt64, lastFrame: UInt64, lastSegment: UInt64, firstFrame: UInt64,
+        frameDeadline: Duration, segmentDeadline: Duration
+    ) -> Bool {
         func within(_ since: UInt64, _ limit: Duration) -> Bool {
             since != 0 && (now <= since || Duration.nanoseconds(Int64(now - since)) <= limit)
         }

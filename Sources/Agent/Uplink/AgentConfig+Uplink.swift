@@ -18,8 +18,9 @@ extension AgentConfig {
                 url: url, token: token, tls: tls, hello: hello, connectTimeout: .milliseconds(uplink.connectTimeoutMs),
                 clipCustody: ClipCustody(root: URL(fileURLWithPath: recording.dir)),
                 rules: .init(
-                    backoff: Backoff(base: .milliseconds(uplink.reconnectBackoffMs.lowerBound),
-                                     cap: .milliseconds(uplink.reconnectBackoffMs.upperBound)),
+                    backoff: Backoff(
+                        base: .milliseconds(uplink.reconnectBackoffMs.lowerBound),
+                        cap: .milliseconds(uplink.reconnectBackoffMs.upperBound)),
                     liveness: uplink.livenessMs.map { .milliseconds($0) }, ping: .seconds(uplink.pingSeconds),
                     drain: .milliseconds(uplink.drainMs), guidanceMaxAge: .milliseconds(guidance.maxAgeMs),
                     queueSegments: uplink.queueSegments, queueMaxAgeMs: uplink.queueMaxAgeMs,
@@ -55,12 +56,13 @@ extension AgentConfig {
     func validateUplinkURL() throws(ConfigError) {
         guard let url = uplink.url else { return }
         // A password in the URL must not reach the log.
-        let shown = URLComponents(string: url).flatMap { parts -> String? in
-            guard parts.password != nil else { return nil }
-            var masked = parts
-            masked.password = "***"
-            return masked.string
-        } ?? url
+        let shown =
+            URLComponents(string: url).flatMap { parts -> String? in
+                guard parts.password != nil else { return nil }
+                var masked = parts
+                masked.password = "***"
+                return masked.string
+            } ?? url
         func refuse(_ expected: String) -> ConfigError { .invalidOption("uplink.url", shown, expected) }
         let insecure = url.hasPrefix("ws://")
         guard url.hasPrefix("wss://") || (insecure && uplink.allowInsecure) else {

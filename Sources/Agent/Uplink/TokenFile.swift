@@ -20,7 +20,9 @@ public enum TokenFile {
         }
         let mode = info.st_mode & 0o777
         guard mode & 0o077 == 0 else {
-            throw TokenFileError(description: "uplink.tokenFile \(path) is readable by group or others (mode \(String(mode, radix: 8))); run chmod 600 on it")
+            throw TokenFileError(
+                description: "uplink.tokenFile \(path) is readable by group or others (mode \(String(mode, radix: 8))); run chmod 600 on it"
+            )
         }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw TokenFileError(description: "uplink.tokenFile \(path): cannot be read")
@@ -51,7 +53,7 @@ public enum TokenSource: Sendable, ExpressibleByStringLiteral {
         case .file(let path): return try TokenFile.read(path)
         case .fileOrPaired(let path, let credentials):
             if TokenFile.exists(path) || !credentials.isPaired {
-                do { return try TokenFile.read(path) } catch where !TokenFile.exists(path) {
+                do { return try TokenFile.read(path) } catch  where !TokenFile.exists(path) {
                     throw TokenFileError(description: "\(error.description); not paired either")
                 }
             }

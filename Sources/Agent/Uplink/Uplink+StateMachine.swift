@@ -62,10 +62,12 @@ extension Uplink {
             public static let standard = Settings()
 
             /// Unset `liveness`: two ping periods, at most 10 s.
-            public init(backoff: Backoff = Backoff(), liveness: Duration? = nil, ping: Duration = .seconds(4),
-                        drain: Duration = .milliseconds(1500), guidanceMaxAge: Duration = .seconds(10),
-                        queueSegments: Int = 3, queueMaxAgeMs: Int = 15_000, restartSpread: Duration = .seconds(10),
-                        clips: ClipUploads.StateMachine.Settings = .init(), segmentPeriod: Duration? = nil) {
+            public init(
+                backoff: Backoff = Backoff(), liveness: Duration? = nil, ping: Duration = .seconds(4),
+                drain: Duration = .milliseconds(1500), guidanceMaxAge: Duration = .seconds(10),
+                queueSegments: Int = 3, queueMaxAgeMs: Int = 15_000, restartSpread: Duration = .seconds(10),
+                clips: ClipUploads.StateMachine.Settings = .init(), segmentPeriod: Duration? = nil
+            ) {
                 self.backoff = backoff
                 self.liveness = liveness ?? min(ping * 2, .seconds(10))
                 self.ping = ping
@@ -452,11 +454,20 @@ extension Uplink {
                 case .stored(let id):
                     return [.log(.notice, "clip \(id) is stored on the server"), .clipStored(id)]
                 case .dropped(let clip, let file):
-                    return [.log(.warning, "the server dropped what it held of clip \(clip)'s \(file) (its bytes did not match); sending it again")]
+                    return [
+                        .log(
+                            .warning,
+                            "the server dropped what it held of clip \(clip)'s \(file) (its bytes did not match); sending it again")
+                    ]
                 case .resuming(let clip, let held, let bytes):
                     return [.log(.notice, "clip \(clip): the server holds \(held) of its \(bytes) bytes; the upload goes on from there")]
                 case .refused(let clip, let reason, let setAside):
-                    return [.log(.warning, "the server refused clip \(clip): \(reason)" + (setAside ? "; tried again on the next session" : "; announcing it again"))]
+                    return [
+                        .log(
+                            .warning,
+                            "the server refused clip \(clip): \(reason)"
+                                + (setAside ? "; tried again on the next session" : "; announcing it again"))
+                    ]
                 }
             }
         }
@@ -486,14 +497,22 @@ extension Uplink {
             switch failure {
             case .refused(let status, _) where status == 401 || status == 403:
                 let delay = authWait()
-                return [.log(.error, "authentication failed: the server refused the upgrade with HTTP \(status) (check uplink.tokenFile); retrying in \(delay.spoken)")]
+                return [
+                    .log(
+                        .error,
+                        "authentication failed: the server refused the upgrade with HTTP \(status) (check uplink.tokenFile); retrying in \(delay.spoken)"
+                    )
+                ]
                     + retry(after: delay, now: now, authentication: true)
             case .refused(404, _):
                 // A wrong path or host: retrying soon will not fix it, and a log line a minute is enough.
                 let delay = settings.backoff.cap * random(0.75...1.0)
                 var actions: [Action] = []
                 if notFoundLog.allows(now: now) {
-                    actions.append(.log(.error, "the server has no guidance stream at this URL (HTTP 404): check uplink.url; retrying in \(delay.spoken)"))
+                    actions.append(
+                        .log(
+                            .error,
+                            "the server has no guidance stream at this URL (HTTP 404): check uplink.url; retrying in \(delay.spoken)"))
                 }
                 return actions + retry(after: delay, now: now)
             case .refused(let status, let retryAfter):
@@ -501,7 +520,12 @@ extension Uplink {
                 // again at random, so the cars it refused together do not all come back together.
                 var delay = nextBackoff(lived: nil)
                 if let retryAfter { delay = max(delay, min(retryAfter, settings.retryAfterCap) * random(1.0...1.5)) }
-                return [.log(.warning, "the server refused the upgrade with HTTP \(status)\(retryAfter.map { " (Retry-After \($0.spoken))" } ?? ""); retrying in \(delay.spoken)")]
+                return [
+                    .log(
+                        .warning,
+                        "the server refused the upgrade with HTTP \(status)\(retryAfter.map { " (Retry-After \($0.spoken))" } ?? ""); retrying in \(delay.spoken)"
+                    )
+                ]
                     + retry(after: delay, now: now)
             case .timedOut:
                 let delay = nextBackoff(lived: nil)
@@ -522,7 +546,11 @@ extension Uplink {
             var actions: [Action] = []
             if tokenProblemLogged != problem {
                 tokenProblemLogged = problem
-                actions.append(.log(.error, "no guidance until the device has a token: \(problem); recording goes on, the file is read again every \(delay.spoken)"))
+                actions.append(
+                    .log(
+                        .error,
+                        "no guidance until the device has a token: \(problem); recording goes on, the file is read again every \(delay.spoken)"
+                    ))
             }
             retryAt = now + delay.ns
             return actions + report(.noToken(problem: problem, retryIn: delay))
@@ -552,7 +580,12 @@ extension Uplink {
                 // server ended it), so a failed attempt after the wait backs off from the start.
                 backoff.reset()
                 let delay = settings.restartSpread * random(0...1)
-                return [.log(.notice, "the server is restarting (close 1012); reconnecting in \(delay.spoken) (a random wait up to \(settings.restartSpread.spoken), so its cars come back spread out)")]
+                return [
+                    .log(
+                        .notice,
+                        "the server is restarting (close 1012); reconnecting in \(delay.spoken) (a random wait up to \(settings.restartSpread.spoken), so its cars come back spread out)"
+                    )
+                ]
                     + retry(after: delay, now: now)
             case CloseCode.quotaExhausted.rawValue?:
                 paused = true
@@ -585,7 +618,8 @@ extension Uplink {
                 case .released:
                     stats.acked += 1
                     if let closed = closeTimes.removeValue(forKey: seq), now > closed {
-                        actions.append(.log(.debug, "segment \(seq) acknowledged \(Double((now - closed) / 1000) / 1000) ms after it closed"))
+                        actions.append(
+                            .log(.debug, "segment \(seq) acknowledged \(Double((now - closed) / 1000) / 1000) ms after it closed"))
                     }
                     awaitingGuidance[seq] = now
                     if awaitingGuidance.count > 16, let oldest = awaitingGuidance.keys.min() { awaitingGuidance[oldest] = nil }
@@ -594,7 +628,10 @@ extension Uplink {
                 case .unknown:
                     if isCurrent, current?.reportedUnknownAck == false {
                         current?.reportedUnknownAck = true
-                        actions.append(.log(.warning, "the server acknowledged segment \(seq), which was never sent; ignored (logged once per session)"))
+                        actions.append(
+                            .log(
+                                .warning, "the server acknowledged segment \(seq), which was never sent; ignored (logged once per session)")
+                        )
                     }
                 }
                 // Progress: the silence clock restarts, and stops once nothing is awaited.
@@ -660,7 +697,8 @@ extension Uplink {
 
         private mutating func deadlines(now: UInt64) -> [Action] {
             if case .draining(let until) = stopping, now >= until {
-                return [.log(.notice, "shutdown: \(custody.count) segment(s) not acknowledged within \(settings.drain.spoken); closing")] + closeAll()
+                return [.log(.notice, "shutdown: \(custody.count) segment(s) not acknowledged within \(settings.drain.spoken); closing")]
+                    + closeAll()
             }
             if let due = retryAt, now >= due, current == nil {
                 retryAt = nil
@@ -669,10 +707,17 @@ extension Uplink {
             guard let session = current, session.opened else { return [] }
             let silent = now - min(now, session.lastHeard)
             if let since = session.awaitingSince, silent >= settings.liveness.ns, now - min(now, since) >= settings.liveness.ns / 2 {
-                let what = !custody.inFlight.isEmpty ? "\(custody.inFlight.count) unacknowledged segment(s)"
+                let what =
+                    !custody.inFlight.isEmpty
+                    ? "\(custody.inFlight.count) unacknowledged segment(s)"
                     : clips.awaitingAnswer ? "a clip's answer" : "the welcome"
                 stats.reconnects += 1
-                return [.log(.warning, "no answer from the server for \(Duration.nanoseconds(Int64(clamping: silent)).spoken) with \(what) outstanding; opening a new session")]
+                return [
+                    .log(
+                        .warning,
+                        "no answer from the server for \(Duration.nanoseconds(Int64(clamping: silent)).spoken) with \(what) outstanding; opening a new session"
+                    )
+                ]
                     + abandonCurrent(now: now)
             }
             if session.awaitingSince == nil, silent >= (settings.ping * 2).ns {

@@ -29,9 +29,11 @@ public actor Uplink {
 
         public static let standardConnectTimeout: Duration = .seconds(5)
 
-        public init(url: String, token: TokenSource, tls: TLSConfiguration?, hello: ClientMessage.Hello,
-                    connectTimeout: Duration = standardConnectTimeout, clipCustody: ClipCustody? = nil,
-                    rules: StateMachine.Settings = .init()) {
+        public init(
+            url: String, token: TokenSource, tls: TLSConfiguration?, hello: ClientMessage.Hello,
+            connectTimeout: Duration = standardConnectTimeout, clipCustody: ClipCustody? = nil,
+            rules: StateMachine.Settings = .init()
+        ) {
             self.url = url
             self.token = token
             self.tls = tls
@@ -157,15 +159,18 @@ public actor Uplink {
             }
         }
         clipEntries[entry.clip.id] = entry
-        logger.notice("uplink: clip \(entry.clip.id) (\(entry.clip.kind), \(entry.clip.files.count) file(s), \(entry.clip.files.reduce(0) { $0 + $1.bytes }) bytes) to upload")
+        logger.notice(
+            "uplink: clip \(entry.clip.id) (\(entry.clip.kind), \(entry.clip.files.count) file(s), \(entry.clip.files.reduce(0) { $0 + $1.bytes }) bytes) to upload"
+        )
         perform(machine.clip(entry.clip, now: MonotonicClock.now()))
     }
 
     /// The clips waiting, for `status`.
     public var uploads: AgentStatus.Uploads {
         let local = Self.localDay()
-        var status = AgentStatus.Uploads(waitingFor: machine.clips.whyWaiting(segmentsWaiting: !machine.custody.unsent.isEmpty).rawValue,
-                                         when: settings.rules.clips.wifiOnly ? "wifi" : "always", dailyBytes: settings.rules.clips.dailyBytes)
+        var status = AgentStatus.Uploads(
+            waitingFor: machine.clips.whyWaiting(segmentsWaiting: !machine.custody.unsent.isEmpty).rawValue,
+            when: settings.rules.clips.wifiOnly ? "wifi" : "always", dailyBytes: settings.rules.clips.dailyBytes)
         status.waiting = machine.clips.waiting.map { .init(id: $0.id, kind: $0.clip.kind, at: $0.clip.at, bytesLeft: $0.bytesLeft) }
         status.bytesToday = machine.clips.bytesToday(on: local)
         status.stored = clipsStored
@@ -191,8 +196,10 @@ public actor Uplink {
 
     /// Runs sessions until ``shutdown()`` has drained; each network change opens a new session.
     /// `path`: the network as it is at the start (for `upload.when: wifi`).
-    public func run(networkChanges: AsyncStream<NetworkChange>, path: NetworkPath? = nil,
-                    isWireless: @escaping @Sendable (NetworkPath) -> Bool = WirelessLAN.carries) async {
+    public func run(
+        networkChanges: AsyncStream<NetworkChange>, path: NetworkPath? = nil,
+        isWireless: @escaping @Sendable (NetworkPath) -> Bool = WirelessLAN.carries
+    ) async {
         if let path { perform(machine.network(wifi: isWireless(path))) }
         await loadClips()
         await withDiscardingTaskGroup { group in
@@ -281,7 +288,8 @@ public actor Uplink {
                 for await control in controls {
                     switch control {
                     case .cancel: return
-                    case .close(let code, let grace): await self.connection(id)?.close(code: code.rawValue, reason: "going away", grace: grace)
+                    case .close(let code, let grace):
+                        await self.connection(id)?.close(code: code.rawValue, reason: "going away", grace: grace)
                     }
                 }
             }
@@ -324,7 +332,10 @@ public actor Uplink {
                 switch inbound {
                 case .text(let text): await receive(text, on: id)
                 case .binary: logger.warning("uplink: ignoring a binary message from the server")
-                case .pong: await perform { $0.heard(id, now: $1); return [] }
+                case .pong:
+                    await perform {
+                        $0.heard(id, now: $1); return []
+                    }
                 case .closed(let code, _): closeCode = code
                 }
             }
@@ -461,8 +472,9 @@ public actor Uplink {
     private func sent(_ segment: Segment, on id: SessionID) {
         machine.sent(session: id)
         let sinceClosedUs = MonotonicClock.now().subtractingReportingOverflow(segment.closedMonotonicNs).partialValue / 1000
-        logger.debug("uplink: segment \(segment.metadata.seq) sent, last byte written \(Double(sinceClosedUs) / 1000) ms after it closed",
-                     metadata: ["bytes": "\(segment.metadata.bytes)", "session": "\(id)"])
+        logger.debug(
+            "uplink: segment \(segment.metadata.seq) sent, last byte written \(Double(sinceClosedUs) / 1000) ms after it closed",
+            metadata: ["bytes": "\(segment.metadata.bytes)", "session": "\(id)"])
     }
 
     private nonisolated func send(_ segment: Segment, connection: WebSocketConnection) async throws {

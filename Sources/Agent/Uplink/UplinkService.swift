@@ -22,7 +22,9 @@ struct UplinkService: Service {
             group.cancelAll()
         }
         let stats = await uplink.stats
-        logger.notice("uplink: sent \(stats.sent), acked \(stats.acked), re-sent \(stats.resent), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)")
+        logger.notice(
+            "uplink: sent \(stats.sent), acked \(stats.acked), re-sent \(stats.resent), dropped \(stats.dropped), stale guidance \(stats.staleGuidance), sessions \(stats.sessions)"
+        )
     }
 
     /// Changes of the default route or its addresses, which make the uplink open a new session,

@@ -19,10 +19,12 @@ public struct WebSocketConnectOptions: Sendable {
     /// The largest inbound message, after reassembly; a larger one ends the connection with 1009.
     public var maxMessageBytes: Int
 
-    public init(url: String, headers: [(String, String)] = [], tls: TLSConfiguration? = nil,
-                deadline: Duration = .seconds(5), userTimeout: Duration = .seconds(10),
-                keepaliveIdle: Duration = .seconds(5), keepaliveInterval: Duration = .seconds(2), keepaliveCount: Int = 3,
-                maxMessageBytes: Int = 64 * 1024) {
+    public init(
+        url: String, headers: [(String, String)] = [], tls: TLSConfiguration? = nil,
+        deadline: Duration = .seconds(5), userTimeout: Duration = .seconds(10),
+        keepaliveIdle: Duration = .seconds(5), keepaliveInterval: Duration = .seconds(2), keepaliveCount: Int = 3,
+        maxMessageBytes: Int = 64 * 1024
+    ) {
         self.url = url
         self.headers = headers
         self.tls = tls

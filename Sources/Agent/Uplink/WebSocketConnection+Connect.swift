@@ -7,14 +7,17 @@ import NIOSSL
 import NIOWebSocket
 import Synchronization
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 extension WebSocketConnection {
     /// Connects, upgrades and starts reading; cancelling the calling task closes the socket.
-    public static func connect(_ options: WebSocketConnectOptions, logger: Logger,
-                               group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton)
-        async throws(WebSocketConnectFailure) -> WebSocketConnection {
+    public static func connect(
+        _ options: WebSocketConnectOptions, logger: Logger,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    )
+        async throws(WebSocketConnectFailure) -> WebSocketConnection
+    {
         let target = try Target(options.url)
         let sslContext: NIOSSLContext?
         if target.secure {
@@ -84,13 +87,14 @@ extension WebSocketConnection {
 
         init(_ url: String) throws(WebSocketConnectFailure) {
             guard let parts = URLComponents(string: url), let scheme = parts.scheme?.lowercased(),
-                  scheme == "ws" || scheme == "wss", var host = parts.host, !host.isEmpty
+                scheme == "ws" || scheme == "wss", var host = parts.host, !host.isEmpty
             else { throw .failed("not a ws:// or wss:// URL: \(url)") }
             if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
             self.host = host
             secure = scheme == "wss"
             port = parts.port ?? (secure ? 443 : 80)
-            path = (parts.percentEncodedPath.isEmpty ? "/" : parts.percentEncodedPath)
+            path =
+                (parts.percentEncodedPath.isEmpty ? "/" : parts.percentEncodedPath)
                 + (parts.percentEncodedQuery.map { "?\($0)" } ?? "")
             let name = host.contains(":") ? "[\(host)]" : host
             hostHeader = parts.port.map { "\(name):\($0)" } ?? name
@@ -98,28 +102,32 @@ extension WebSocketConnection {
     }
 
     /// Adds the HTTP client with its upgrader, and the status recorder after the response decoder.
-    static func configureUpgrade(_ channel: any Channel, request: HTTPRequestHead,
-                                         maxMessageBytes: Int) throws -> EventLoopFuture<Upgrade> {
+    static func configureUpgrade(
+        _ channel: any Channel, request: HTTPRequestHead,
+        maxMessageBytes: Int
+    ) throws -> EventLoopFuture<Upgrade> {
         let response = UpgradeResponse()
         let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(
             maxFrameSize: maxMessageBytes, enableAutomaticErrorHandling: false,
             upgradePipelineHandler: { channel, _ in
                 channel.eventLoop.makeCompletedFuture {
                     let operations = channel.pipeline.syncOperations
-                    try operations.addHandler(NIOWebSocketFrameAggregator(
-                        minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 1024, maxAccumulatedFrameSize: maxMessageBytes))
+                    try operations.addHandler(
+                        NIOWebSocketFrameAggregator(
+                            minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 1024, maxAccumulatedFrameSize: maxMessageBytes))
                     try operations.addHandler(FrameControl())
                     return .upgraded(try NIOAsyncChannel(wrappingChannelSynchronously: channel))
                 }
             })
-        var configuration = NIOUpgradableHTTPClientPipelineConfiguration(upgradeConfiguration: .init(
-            upgradeRequestHead: request, upgraders: [upgrader],
-            notUpgradingCompletionHandler: { channel in
-                guard let (status, retryAfter) = response.value.withLock({ $0 }) else {
-                    return channel.eventLoop.makeFailedFuture(ChannelError.inappropriateOperationForState)
-                }
-                return channel.eventLoop.makeSucceededFuture(.refused(status: status, retryAfter: retryAfter))
-            }))
+        var configuration = NIOUpgradableHTTPClientPipelineConfiguration(
+            upgradeConfiguration: .init(
+                upgradeRequestHead: request, upgraders: [upgrader],
+                notUpgradingCompletionHandler: { channel in
+                    guard let (status, retryAfter) = response.value.withLock({ $0 }) else {
+                        return channel.eventLoop.makeFailedFuture(ChannelError.inappropriateOperationForState)
+                    }
+                    return channel.eventLoop.makeSucceededFuture(.refused(status: status, retryAfter: retryAfter))
+                }))
         configuration.leftOverBytesStrategy = .forwardBytes
         let operations = channel.pipeline.syncOperations
         let upgrade = try operations.configureUpgradableHTTPClientPipeline(configuration: configuration)

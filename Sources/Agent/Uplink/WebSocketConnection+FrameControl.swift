@@ -25,8 +25,9 @@ extension WebSocketConnection {
             case .connectionClose:
                 // Echo the peer's code (RFC 6455 §5.5.1) unless we sent a close already, then hang up.
                 var payload = frame.unmaskedData
-                send(WebSocketFrame(fin: true, opcode: .connectionClose, data: payload.readSlice(length: 2) ?? ByteBuffer()),
-                     context: context)
+                send(
+                    WebSocketFrame(fin: true, opcode: .connectionClose, data: payload.readSlice(length: 2) ?? ByteBuffer()),
+                    context: context)
                 if failure == nil { context.fireChannelRead(data) }
                 context.close(promise: nil)
             case _ where failure != nil: break
@@ -56,7 +57,7 @@ extension WebSocketConnection {
             guard failure == nil else { return }  // the decoder's complaints about bytes after its error
             switch error {
             case NIOWebSocketError.invalidFrameLength, NIOWebSocketFrameAggregator.Error.accumulatedFrameSizeIsTooLarge,
-                 NIOWebSocketFrameAggregator.Error.tooManyFragments:
+                NIOWebSocketFrameAggregator.Error.tooManyFragments:
                 fail(.tooBig, code: 1009, reason: "message too big", context: context)
             case is NIOWebSocketError, is NIOWebSocketFrameAggregator.Error:
                 fail(.protocolError, code: 1002, reason: "protocol error", context: context)

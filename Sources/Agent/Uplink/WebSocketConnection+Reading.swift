@@ -3,10 +3,13 @@ import NIOCore
 import NIOWebSocket
 
 extension WebSocketConnection {
-    static func start(_ webSocket: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, logger: Logger,
-                              maxMessageBytes: Int) -> WebSocketConnection {
-        let (inbound, sink) = AsyncStream.makeStream(of: WebSocketInbound.self,
-                                                     bufferingPolicy: .bufferingOldest(inboundLimit + 1))
+    static func start(
+        _ webSocket: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, logger: Logger,
+        maxMessageBytes: Int
+    ) -> WebSocketConnection {
+        let (inbound, sink) = AsyncStream.makeStream(
+            of: WebSocketInbound.self,
+            bufferingPolicy: .bufferingOldest(inboundLimit + 1))
         let reader = Task {
             let last = try? await webSocket.executeThenClose { frames, _ in
                 await read(frames, into: sink, channel: webSocket.channel, logger: logger, maxMessageBytes: maxMessageBytes)
@@ -18,9 +21,11 @@ extension WebSocketConnection {
     }
 
     /// Hands messages to `sink` until the connection ends; returns the `.closed` that ends it.
-    private static func read(_ frames: NIOAsyncChannelInboundStream<WebSocketFrame>,
-                             into sink: AsyncStream<WebSocketInbound>.Continuation,
-                             channel: any Channel, logger: Logger, maxMessageBytes: Int) async -> WebSocketInbound {
+    private static func read(
+        _ frames: NIOAsyncChannelInboundStream<WebSocketFrame>,
+        into sink: AsyncStream<WebSocketInbound>.Continuation,
+        channel: any Channel, logger: Logger, maxMessageBytes: Int
+    ) async -> WebSocketInbound {
         var overflowing = false
         do {
             for try await frame in frames {

@@ -42,7 +42,9 @@ public final class WebSocketConnection: Sendable {
     /// throw), waits at most `grace` for the peer's close frame or the socket to close, then closes
     /// the socket. Returns when the socket is closed and `.closed` is on ``inbound``.
     public func close(code: UInt16, reason: String, grace: Duration) async {
-        if closing.withLock({ closing in defer { closing = true }; return !closing }) {
+        if closing.withLock({ closing in
+            defer { closing = true }; return !closing
+        }) {
             channel.writeAndFlush(Self.closeFrame(code: code, reason: reason), promise: nil)
         }
         let channel = channel

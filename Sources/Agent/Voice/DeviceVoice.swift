@@ -32,8 +32,10 @@ public final class DeviceVoice: Sendable {
 
     /// Speaks `text` in `locale` (the device's when nil). Returns at once. Guidance: a newer message
     /// replaces it if it is still waiting to start; `keep` (status) waits its turn instead.
-    public func say(_ text: String, locale: String?, urgent: Bool, keep: Bool = false,
-                    receivedAt: ContinuousClock.Instant = .now) {
+    public func say(
+        _ text: String, locale: String?, urgent: Bool, keep: Bool = false,
+        receivedAt: ContinuousClock.Instant = .now
+    ) {
         let choice = voice(for: locale ?? deviceLocale)
         guard let speaker else {
             logger.notice("speech (no sound output): \(text)", metadata: ["voice": "\(choice.voice)"])
@@ -99,8 +101,9 @@ extension AgentConfig {
             synthesizer = try EspeakSynthesizer(logger: logger)
         } catch {
             logger.error("speech: eSpeak-ng does not start: \(error); guidance will only be logged")
-            return DeviceVoice(deviceLocale: locale, speaker: nil, output: "none", voices: VoiceMap(available: []), logger: logger,
-                               problem: "eSpeak-ng does not start: \(error)")
+            return DeviceVoice(
+                deviceLocale: locale, speaker: nil, output: "none", voices: VoiceMap(available: []), logger: logger,
+                problem: "eSpeak-ng does not start: \(error)")
         }
         let voices = VoiceMap(available: VoiceMap.voiceNames(identifiers: synthesizer.voiceIdentifiers()))
         var speaker: Speaker?
@@ -108,9 +111,11 @@ extension AgentConfig {
         let output = speech.sink == "alsa" ? "alsa:\(speech.device)" : speech.sink
         do {
             let spec = try AudioSinkSpec(parsing: output)
-            speaker = try Speaker(synthesizer: synthesizer, sink: spec.makeSink(), logger: logger, options: .init { latency in
-                logger.debug("speech: first sample handed to \(spec) \(latency.milliseconds) ms after the message arrived")
-            })
+            speaker = try Speaker(
+                synthesizer: synthesizer, sink: spec.makeSink(), logger: logger,
+                options: .init { latency in
+                    logger.debug("speech: first sample handed to \(spec) \(latency.milliseconds) ms after the message arrived")
+                })
             logger.info("speech: speaking to \(spec)", metadata: ["locale": "\(locale)"])
         } catch {
             logger.error("speech: \(error); guidance will only be logged")

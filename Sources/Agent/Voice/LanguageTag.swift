@@ -37,7 +37,8 @@ public struct LanguageTag: Sendable, Hashable, CustomStringConvertible {
         }
         // region: 2 letters or 3 digits.
         if let next = rest.first,
-           (next.count == 2 && next.allSatisfy(\.isLetter)) || (next.count == 3 && next.allSatisfy(\.isNumber)) {
+            (next.count == 2 && next.allSatisfy(\.isLetter)) || (next.count == 3 && next.allSatisfy(\.isNumber))
+        {
             parts.append(next.uppercased())
             rest.removeFirst()
         }

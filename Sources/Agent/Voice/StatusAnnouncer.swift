@@ -27,8 +27,10 @@ public actor StatusAnnouncer {
     private var timer: Task<Void, Never>?
     private var timerDeadline: ContinuousClock.Instant?
 
-    public init(lostAfter: Duration = .seconds(10), gather: Duration = .milliseconds(250),
-                speak: @escaping @Sendable ([StatusPhrase]) -> Void) {
+    public init(
+        lostAfter: Duration = .seconds(10), gather: Duration = .milliseconds(250),
+        speak: @escaping @Sendable ([StatusPhrase]) -> Void
+    ) {
         machine = StateMachine(lostAfter: lostAfter, gather: gather)
         self.speak = speak
     }
@@ -44,7 +46,6 @@ public actor StatusAnnouncer {
     /// Guidance (or a clear road) arrived: the model answers again.
     public func guidanceArrived() { update { $0.guidanceArrived() } }
     public func camera(_ event: CameraEvent) { update { $0.camera(event, now: .now) } }
-
 
     /// A phrase whose once-only rule is kept elsewhere (the local guidance's), spoken at once
     /// with any gathered before it.

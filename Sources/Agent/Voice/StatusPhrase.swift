@@ -56,7 +56,7 @@ public enum StatusPhrase: Sendable, Hashable {
             .ready, .connected, .connectionLost, .cameraLost, .cameraBack, .authenticationFailed,
             .usageLow(minutes: minutes), .usageExhausted, .usageRemaining(minutes: minutes), .usageUnlimited,
             .guidanceUnavailable, .guidanceLocal, .guidanceFromServer, .noToken, .recordingOnly,
-            .pairingCode(code), .paired(owner: owner), .incidentSaved, .parkingEvents(minutes),
+            .pairingCode(code), .paired(owner: owner), .incidentSaved, .parkingEvents(minutes)
         ]
     }
 
@@ -121,7 +121,7 @@ struct Phrasebook: Sendable {
 
     static let books: [String: Phrasebook] = [
         "en": English.book, "ko": Korean.book, "ja": Japanese.book, "zh": Chinese.book,
-        "de": German.book, "es": Spanish.book, "fr": French.book, "pt": Portuguese.book,
+        "de": German.book, "es": Spanish.book, "fr": French.book, "pt": Portuguese.book
     ]
 
     /// `012345678` as `0 1 2, 3 4 5, 6 7 8`: a voice reads each digit, with a pause after each
@@ -161,7 +161,9 @@ extension Phrasebook {
             pairingCode: { "To pair this car, enter the code \($0). Again: \($0)." },
             paired: { "Paired with the account of \($0)." },
             incidentSaved: "Incident saved.",
-            parkingEvents: { $0 == 0 ? "No parking events while parked." : $0 == 1 ? "One parking event saved." : "\($0) parking events saved." }
+            parkingEvents: {
+                $0 == 0 ? "No parking events while parked." : $0 == 1 ? "One parking event saved." : "\($0) parking events saved."
+            }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "1 minute" : "\(n) minutes" }
     }
@@ -247,7 +249,7 @@ extension Phrasebook {
             let ones = ["", "いち", "に", "さん", "よん", "ご", "ろく", "なな", "はち", "きゅう"]
             let tens = ["", "じゅう"] + ones[2...].map { $0 + "じゅう" }
             let hundreds = [
-                "", "ひゃく", "にひゃく", "さんびゃく", "よんひゃく", "ごひゃく", "ろっぴゃく", "ななひゃく", "はっぴゃく", "きゅうひゃく",
+                "", "ひゃく", "にひゃく", "さんびゃく", "よんひゃく", "ごひゃく", "ろっぴゃく", "ななひゃく", "はっぴゃく", "きゅうひゃく"
             ]
             let thousands = ["", "せん", "にせん", "さんぜん", "よんせん", "ごせん", "ろくせん", "ななせん", "はっせん", "きゅうせん"]
             return thousands[n / 1000] + hundreds[n / 100 % 10] + tens[n / 10 % 10] + ones[n % 10]
@@ -300,7 +302,9 @@ extension Phrasebook {
             pairingCode: { "Um dieses Auto zu koppeln, geben Sie den Code \($0) ein. Noch einmal: \($0)." },
             paired: { "Mit dem Konto von \($0) gekoppelt." },
             incidentSaved: "Vorfall gespeichert.",
-            parkingEvents: { $0 == 0 ? "Keine Ereignisse beim Parken." : $0 == 1 ? "Ein Parkereignis gespeichert." : "\($0) Parkereignisse gespeichert." }
+            parkingEvents: {
+                $0 == 0 ? "Keine Ereignisse beim Parken." : $0 == 1 ? "Ein Parkereignis gespeichert." : "\($0) Parkereignisse gespeichert."
+            }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "eine Minute" : "\(n) Minuten" }
     }
@@ -325,7 +329,11 @@ extension Phrasebook {
             pairingCode: { "Para vincular este coche, introduzca el código \($0). Otra vez: \($0)." },
             paired: { "Vinculado con la cuenta de \($0)." },
             incidentSaved: "Incidente guardado.",
-            parkingEvents: { $0 == 0 ? "Ningún evento durante el estacionamiento." : $0 == 1 ? "Un evento de estacionamiento guardado." : "\($0) eventos de estacionamiento guardados." }
+            parkingEvents: {
+                $0 == 0
+                    ? "Ningún evento durante el estacionamiento."
+                    : $0 == 1 ? "Un evento de estacionamiento guardado." : "\($0) eventos de estacionamiento guardados."
+            }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "un minuto" : "\(n) minutos" }
     }
@@ -351,7 +359,11 @@ extension Phrasebook {
             pairingCode: { "Pour associer cette voiture, saisissez le code \($0). Je répète : \($0)." },
             paired: { "Voiture associée au compte de \($0)." },
             incidentSaved: "Incident enregistré.",
-            parkingEvents: { $0 == 0 ? "Aucun événement pendant le stationnement." : $0 == 1 ? "Un événement de stationnement enregistré." : "\($0) événements de stationnement enregistrés." }
+            parkingEvents: {
+                $0 == 0
+                    ? "Aucun événement pendant le stationnement."
+                    : $0 == 1 ? "Un événement de stationnement enregistré." : "\($0) événements de stationnement enregistrés."
+            }
         )
         // French counts 0 in the singular too.
         private static func minutes(_ n: Int) -> String {
@@ -384,7 +396,11 @@ extension Phrasebook {
             pairingCode: { "Para emparelhar este carro, introduza o código \($0). Outra vez: \($0)." },
             paired: { "Emparelhado com a conta de \($0)." },
             incidentSaved: "Incidente gravado.",
-            parkingEvents: { $0 == 0 ? "Nenhum evento durante o estacionamento." : $0 == 1 ? "Um evento de estacionamento gravado." : "\($0) eventos de estacionamento gravados." }
+            parkingEvents: {
+                $0 == 0
+                    ? "Nenhum evento durante o estacionamento."
+                    : $0 == 1 ? "Um evento de estacionamento gravado." : "\($0) eventos de estacionamento gravados."
+            }
         )
         private static func minutes(_ n: Int) -> String { n == 1 ? "um minuto" : "\(n) minutos" }
     }

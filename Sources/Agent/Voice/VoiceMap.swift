@@ -64,8 +64,9 @@ public struct VoiceMap: Sendable {
         else { return nil }
         guard parts.count == 2 else { return language }
         let territory = parts[1]
-        guard (territory.count == 2 && territory.allSatisfy(\.isASCIILetter))
-            || (territory.count == 3 && territory.allSatisfy(\.isASCIIDigit))
+        guard
+            (territory.count == 2 && territory.allSatisfy(\.isASCIILetter))
+                || (territory.count == 3 && territory.allSatisfy(\.isASCIIDigit))
         else { return nil }
         return "\(language)-\(territory.uppercased())"
     }
@@ -146,7 +147,7 @@ extension VoiceMap {
             "es": Dictionary(
                 uniqueKeysWithValues: [
                     "419", "ar", "bo", "cl", "co", "cr", "cu", "do", "ec", "gt", "hn", "mx", "ni", "pa", "pe", "pr",
-                    "py", "sv", "us", "uy", "ve",
+                    "py", "sv", "us", "uy", "ve"
                 ].map { ($0, "es-419") })
         ]
     }

@@ -22,20 +22,22 @@ public enum GeminiAPI {
     /// within seconds.
     public static func requestBody(video: Data, mimeType: String, locale: String, motion: ModelAnswer.Motion? = nil) throws -> Data {
         let body: [String: Any] = [
-            "contents": [[
-                "role": "user",
-                "parts": [
-                    ["inline_data": ["mime_type": mimeType, "data": video.base64EncodedString()]],
-                    ["text": ModelAnswer.prompt(locale: locale, motion: motion)],
-                ] as [Any],
-            ] as [String: Any]],
+            "contents": [
+                [
+                    "role": "user",
+                    "parts": [
+                        ["inline_data": ["mime_type": mimeType, "data": video.base64EncodedString()]],
+                        ["text": ModelAnswer.prompt(locale: locale, motion: motion)]
+                    ] as [Any]
+                ] as [String: Any]
+            ],
             "generationConfig": [
                 "responseMimeType": "application/json",
                 "responseSchema": ModelAnswer.schema(openAPI: true),
                 "thinkingConfig": ["thinkingBudget": 0],
                 "temperature": 0.2,
-                "maxOutputTokens": 256,
-            ] as [String: Any],
+                "maxOutputTokens": 256
+            ] as [String: Any]
         ]
         return try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])
     }
@@ -51,7 +53,8 @@ public enum GeminiAPI {
                 output: ModelTokens.count(metadata["candidatesTokenCount"]) + ModelTokens.count(metadata["thoughtsTokenCount"]))
         }
         guard let candidates = object["candidates"] as? [[String: Any]], let first = candidates.first,
-              let content = first["content"] as? [String: Any], let parts = content["parts"] as? [[String: Any]] else {
+            let content = first["content"] as? [String: Any], let parts = content["parts"] as? [[String: Any]]
+        else {
             return (nil, usage)
         }
         // Thought summaries, if a model sends any, are not the answer.
@@ -63,7 +66,8 @@ public enum GeminiAPI {
     /// `retryDelay` is a protobuf Duration in JSON ("37s", "1.500s").
     public static func retryDelay(errorBody: Data) -> Duration? {
         guard let object = try? JSONSerialization.jsonObject(with: errorBody) as? [String: Any],
-              let error = object["error"] as? [String: Any], let details = error["details"] as? [[String: Any]] else { return nil }
+            let error = object["error"] as? [String: Any], let details = error["details"] as? [[String: Any]]
+        else { return nil }
         for detail in details where (detail["@type"] as? String)?.hasSuffix("google.rpc.RetryInfo") == true {
             if let delay = detail["retryDelay"] as? String { return protobufDuration(delay) }
         }

@@ -115,8 +115,10 @@ extension HostedModelAnalyzer {
         /// After a failed attempt (`attempt` counts from 1): the wait before the next one, or nil to
         /// give up. The wait is the service's delay when it gave one, else exponential backoff with
         /// full jitter (`jitter` in 0…1), and never ends past `deadline`.
-        public func retry(after outcome: Outcome, attempt: Int, now: ContinuousClock.Instant,
-                          deadline: ContinuousClock.Instant, jitter: Double) -> Duration? {
+        public func retry(
+            after outcome: Outcome, attempt: Int, now: ContinuousClock.Instant,
+            deadline: ContinuousClock.Instant, jitter: Double
+        ) -> Duration? {
             guard outcome.retryable, attempt < settings.maxAttempts else { return nil }
             let wait: Duration
             if case .status(_, let asked?) = outcome {

@@ -52,8 +52,10 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
     /// Largest reply read; a bigger one is a malformed answer.
     static let maxReplyBytes = 1 << 20
 
-    public init(endpoint: any ModelEndpoint, timeout: Duration, rules: HostedModelAnalyzer.StateMachine.Settings = .init(),
-                ledger: (any UsageLedger)?, client: HTTPClient = .shared, logger: Logger) {
+    public init(
+        endpoint: any ModelEndpoint, timeout: Duration, rules: HostedModelAnalyzer.StateMachine.Settings = .init(),
+        ledger: (any UsageLedger)?, client: HTTPClient = .shared, logger: Logger
+    ) {
         self.endpoint = endpoint
         self.timeout = timeout
         self.rules = Mutex(HostedModelAnalyzer.StateMachine(settings: rules))
@@ -67,7 +69,9 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
 
     public func analyze(_ segment: ReceivedSegment) async throws -> ServerMessage.Guidance? {
         let started = ContinuousClock.now
-        guard rules.withLock({ $0.admit(device: segment.device, now: started) }) == .call else { throw ModelCallError.unavailable(service: endpoint.name) }
+        guard rules.withLock({ $0.admit(device: segment.device, now: started) }) == .call else {
+            throw ModelCallError.unavailable(service: endpoint.name)
+        }
         let deadline = started.advanced(by: timeout)
         var last = HostedModelAnalyzer.StateMachine.Outcome.transport
         do {
@@ -87,11 +91,14 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
                     rules.withLock { $0.finished(device: segment.device, succeeded: true, lastOutcome: .answered, now: .now) }
                     return answer.guidance(seq: segment.header.seq, locale: segment.locale)
                 }
-                guard let wait = rules.withLock({
-                    $0.retry(after: outcome, attempt: attempt, now: .now, deadline: deadline, jitter: Double.random(in: 0...1))
-                }) else { break }
-                logger.info("\(endpoint.name): attempt \(attempt) for segment \(segment.header.seq): \(outcome); again in \(wait)",
-                            metadata: ["device": "\(segment.device)"])
+                guard
+                    let wait = rules.withLock({
+                        $0.retry(after: outcome, attempt: attempt, now: .now, deadline: deadline, jitter: Double.random(in: 0...1))
+                    })
+                else { break }
+                logger.info(
+                    "\(endpoint.name): attempt \(attempt) for segment \(segment.header.seq): \(outcome); again in \(wait)",
+                    metadata: ["device": "\(segment.device)"])
                 try await Task.sleep(for: wait)
                 attempt += 1
             }
@@ -117,7 +124,9 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
     }
 
     /// One attempt, ended by its reply or by `deadline`.
-    private func call(_ request: HTTPClientRequest, deadline: ContinuousClock.Instant) async -> (HostedModelAnalyzer.StateMachine.Outcome, Data) {
+    private func call(_ request: HTTPClientRequest, deadline: ContinuousClock.Instant) async -> (
+        HostedModelAnalyzer.StateMachine.Outcome, Data
+    ) {
         let left = ContinuousClock.now.duration(to: deadline)
         guard left > .zero else { return (.transport, Data()) }
         let (seconds, attoseconds) = left.components
@@ -140,18 +149,22 @@ public final class HostedModelAnalyzer: SegmentAnalyzer {
     private func record(_ tokens: ModelTokens, for segment: ReceivedSegment) async {
         guard let ledger else { return }
         do {
-            try await ledger.recordModelUsage(ModelUsage(
-                device: segment.device, stream: segment.stream, seq: segment.header.seq, model: endpoint.model,
-                inputTokens: tokens.input, outputTokens: tokens.output))
+            try await ledger.recordModelUsage(
+                ModelUsage(
+                    device: segment.device, stream: segment.stream, seq: segment.header.seq, model: endpoint.model,
+                    inputTokens: tokens.input, outputTokens: tokens.output))
         } catch {
-            logger.error("cannot record \(endpoint.name)'s tokens for segment \(segment.header.seq): \(error)", metadata: ["device": "\(segment.device)"])
+            logger.error(
+                "cannot record \(endpoint.name)'s tokens for segment \(segment.header.seq): \(error)",
+                metadata: ["device": "\(segment.device)"])
         }
     }
 
     /// `Retry-After` as seconds (an HTTP date is not worth a clock for; ignored).
     static func retryAfter(_ headers: HTTPHeaders) -> Duration? {
         guard let value = headers.first(name: "retry-after"), let seconds = Int(value.trimmingCharacters(in: .whitespaces)),
-              (0...86_400).contains(seconds) else { return nil }
+            (0...86_400).contains(seconds)
+        else { return nil }
         return .seconds(seconds)
     }
 }

@@ -27,11 +27,12 @@ public struct ModelAnswer: Codable, Sendable, Equatable {
     public static func decode(_ text: String) -> ModelAnswer? {
         guard var answer = try? JSONDecoder().decode(ModelAnswer.self, from: Data(text.utf8)) else { return nil }
         answer.text = GuidanceText.clean(answer.text)
-        answer.hazards = Array(answer.hazards.prefix(16).map { hazard in
-            var cut = String(GuidanceText.clean(hazard).prefix(64))
-            if cut.last == " " { cut.removeLast() }
-            return cut
-        })
+        answer.hazards = Array(
+            answer.hazards.prefix(16).map { hazard in
+                var cut = String(GuidanceText.clean(hazard).prefix(64))
+                if cut.last == " " { cut.removeLast() }
+                return cut
+            })
         // A "warning" with nothing to say is a clear road.
         if answer.text.isEmpty { answer.clear = true }
         return answer
@@ -50,15 +51,19 @@ public struct ModelAnswer: Codable, Sendable, Equatable {
             "type": type("object"),
             "properties": [
                 "clear": ["type": type("boolean"), "description": "true when nothing needs the driver's attention"] as [String: Any],
-                "priority": ["type": type("string"), "enum": ["normal", "urgent"],
-                             "description": "urgent only for a danger that needs action within seconds"] as [String: Any],
+                "priority": [
+                    "type": type("string"), "enum": ["normal", "urgent"],
+                    "description": "urgent only for a danger that needs action within seconds"
+                ] as [String: Any],
                 "text": ["type": type("string"), "description": "what to say to the driver, one or two short sentences; empty when clear"]
                     as [String: Any],
-                "hazards": ["type": type("array"), "items": ["type": type("string")] as [String: Any],
-                            "description": "the hazards seen, as short English nouns (pedestrian, cyclist, vehicle, obstacle, signal)"]
-                    as [String: Any],
+                "hazards": [
+                    "type": type("array"), "items": ["type": type("string")] as [String: Any],
+                    "description": "the hazards seen, as short English nouns (pedestrian, cyclist, vehicle, obstacle, signal)"
+                ]
+                    as [String: Any]
             ] as [String: Any],
-            "required": ["clear", "priority", "text", "hazards"],
+            "required": ["clear", "priority", "text", "hazards"]
         ]
         if !openAPI { schema["additionalProperties"] = false }
         return schema

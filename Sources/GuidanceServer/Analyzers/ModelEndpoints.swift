@@ -27,8 +27,11 @@ public struct GeminiEndpoint: ModelEndpoint {
         request.method = .POST
         request.headers.add(name: "x-goog-api-key", value: apiKey)
         request.headers.add(name: "content-type", value: "application/json")
-        request.body = .bytes(ByteBuffer(data: try GeminiAPI.requestBody(video: video, mimeType: "video/mp4", locale: segment.locale,
-                                                                                motion: ModelAnswer.Motion(segment.header.gps))))
+        request.body = .bytes(
+            ByteBuffer(
+                data: try GeminiAPI.requestBody(
+                    video: video, mimeType: "video/mp4", locale: segment.locale,
+                    motion: ModelAnswer.Motion(segment.header.gps))))
         return request
     }
 
@@ -61,8 +64,11 @@ public struct OpenAIChatEndpoint: ModelEndpoint {
         request.method = .POST
         if let apiKey { request.headers.add(name: "authorization", value: "Bearer \(apiKey)") }
         request.headers.add(name: "content-type", value: "application/json")
-        request.body = .bytes(ByteBuffer(data: try OpenAIChatAPI.requestBody(model: model, jpegs: jpegs, locale: segment.locale,
-                                                                                    motion: ModelAnswer.Motion(segment.header.gps))))
+        request.body = .bytes(
+            ByteBuffer(
+                data: try OpenAIChatAPI.requestBody(
+                    model: model, jpegs: jpegs, locale: segment.locale,
+                    motion: ModelAnswer.Motion(segment.header.gps))))
         return request
     }
 

@@ -18,8 +18,13 @@ public enum OpenAIChatAPI {
 
     /// The request body: the prompt and the keyframes (JPEG) as one user message.
     public static func requestBody(model: String, jpegs: [Data], locale: String, motion: ModelAnswer.Motion? = nil) throws -> Data {
-        var content: [[String: Any]] = [["type": "text", "text": ModelAnswer.prompt(locale: locale, motion: motion)
-            + " The images are frames from the clip, oldest first."]]
+        var content: [[String: Any]] = [
+            [
+                "type": "text",
+                "text": ModelAnswer.prompt(locale: locale, motion: motion)
+                    + " The images are frames from the clip, oldest first."
+            ]
+        ]
         for jpeg in jpegs {
             content.append(["type": "image_url", "image_url": ["url": "data:image/jpeg;base64,\(jpeg.base64EncodedString())"]])
         }
@@ -28,10 +33,10 @@ public enum OpenAIChatAPI {
             "messages": [["role": "user", "content": content] as [String: Any]],
             "response_format": [
                 "type": "json_schema",
-                "json_schema": ["name": "driver_guidance", "strict": true, "schema": ModelAnswer.schema(openAPI: false)] as [String: Any],
+                "json_schema": ["name": "driver_guidance", "strict": true, "schema": ModelAnswer.schema(openAPI: false)] as [String: Any]
             ] as [String: Any],
             "temperature": 0.2,
-            "max_tokens": 256,
+            "max_tokens": 256
         ]
         return try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])
     }
@@ -44,7 +49,8 @@ public enum OpenAIChatAPI {
             usage = ModelTokens(input: ModelTokens.count(counts["prompt_tokens"]), output: ModelTokens.count(counts["completion_tokens"]))
         }
         guard let choices = object["choices"] as? [[String: Any]], let message = choices.first?["message"] as? [String: Any],
-              let text = message["content"] as? String else {
+            let text = message["content"] as? String
+        else {
             return (nil, usage)
         }
         return (ModelAnswer.decode(text), usage)

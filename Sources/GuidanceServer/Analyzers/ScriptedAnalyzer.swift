@@ -60,12 +60,17 @@ public final class ScriptedAnalyzer: SegmentAnalyzer {
     }
 
     public func analyze(_ segment: ReceivedSegment) async throws -> ServerMessage.Guidance? {
-        let index: Int = switch order {
-        case .order: next.withLock { value in defer { value += 1 }; return value % items.count }
-        case .seq: segment.header.seq % items.count
-        }
+        let index: Int =
+            switch order {
+            case .order:
+                next.withLock { value in
+                    defer { value += 1 }; return value % items.count
+                }
+            case .seq: segment.header.seq % items.count
+            }
         let item = items[index]
-        return .init(seq: segment.header.seq, text: item.text ?? "", lang: item.lang ?? segment.locale,
-                     clear: item.clear ?? false, priority: item.priority ?? .normal)
+        return .init(
+            seq: segment.header.seq, text: item.text ?? "", lang: item.lang ?? segment.locale,
+            clear: item.clear ?? false, priority: item.priority ?? .normal)
     }
 }

@@ -23,7 +23,8 @@ public enum SegmentVideo {
         try await onPool(segment) { bytes in
             var buffers = [segment_video_buffer](repeating: .init(), count: max(1, min(count, 8)))
             var error = [CChar](repeating: 0, count: 256)
-            let made = segment_video_keyframe_jpegs(bytes.baseAddress, bytes.count, Int32(buffers.count), Int32(clamping: maxWidth), &buffers, &error, error.count)
+            let made = segment_video_keyframe_jpegs(
+                bytes.baseAddress, bytes.count, Int32(buffers.count), Int32(clamping: maxWidth), &buffers, &error, error.count)
             guard made > 0 else { throw Failure(description: text(error)) }
             return (0..<Int(made)).map { i in
                 defer { segment_video_free(&buffers[i]) }
@@ -62,12 +63,15 @@ public enum SegmentVideo {
         let collected = Collected(limit: max(1, limit))
         var error = [CChar](repeating: 0, count: 256)
         let status = withExtendedLifetime(collected) {
-            segment_video_gray_frames(segment.baseAddress, segment.count, Int32(clamping: max(1, every)), Int32(clamping: maxWidth), { context, gray, width, height, stride, index in
-                guard let context, let gray else { return 1 }
-                let collected = Unmanaged<Collected>.fromOpaque(context).takeUnretainedValue()
-                collected.frames.append(GrayFrame(width: Int(width), height: Int(height), stride: Int(stride), rows: gray, index: Int(index)))
-                return collected.frames.count >= collected.limit ? 1 : 0
-            }, Unmanaged.passUnretained(collected).toOpaque(), &error, error.count)
+            segment_video_gray_frames(
+                segment.baseAddress, segment.count, Int32(clamping: max(1, every)), Int32(clamping: maxWidth),
+                { context, gray, width, height, stride, index in
+                    guard let context, let gray else { return 1 }
+                    let collected = Unmanaged<Collected>.fromOpaque(context).takeUnretainedValue()
+                    collected.frames.append(
+                        GrayFrame(width: Int(width), height: Int(height), stride: Int(stride), rows: gray, index: Int(index)))
+                    return collected.frames.count >= collected.limit ? 1 : 0
+                }, Unmanaged.passUnretained(collected).toOpaque(), &error, error.count)
         }
         guard status >= 0 else { throw Failure(description: text(error)) }
         return collected.frames
@@ -75,7 +79,8 @@ public enum SegmentVideo {
 
     /// Runs `body` on the decode pool with the segment's bytes. Work still queued when its task
     /// is cancelled (the session ended) is dropped when its turn comes, not done for nobody.
-    static func onPool<T: Sendable>(_ segment: Data, _ body: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T {
+    static func onPool<T: Sendable>(_ segment: Data, _ body: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T
+    {
         let cancelled = Atomic<Bool>(false)
         return try await withTaskCancellationHandler {
             try await pool.runIfActive {

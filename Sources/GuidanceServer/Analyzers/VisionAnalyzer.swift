@@ -20,7 +20,8 @@ public final class VisionAnalyzer: SegmentAnalyzer {
         self.framesPerSegment = max(1, framesPerSegment)
         self.maxWidth = maxWidth
         self.look = look
-        detector = try PeopleDetector(.linked(.init(new: road_people_detector_new, free: road_people_detector_free, detect: road_people_detect)))
+        detector = try PeopleDetector(
+            .linked(.init(new: road_people_detector_new, free: road_people_detector_free, detect: road_people_detect)))
     }
 
     public func analyze(_ segment: ReceivedSegment) async throws -> ServerMessage.Guidance? {

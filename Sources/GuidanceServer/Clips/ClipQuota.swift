@@ -36,8 +36,10 @@ enum ClipQuota {
 
     /// Announces `clip` in `store` if it fits the owner's share: counted and kept in one step.
     /// Runs on the blocking pool (it reads every clip of the owner's cars).
-    static func announce(_ clip: ClientMessage.Clip, device: String, admission: Admission, store: any ClipStore,
-                         now: Date) throws -> ClipAppend {
+    static func announce(
+        _ clip: ClientMessage.Clip, device: String, admission: Admission, store: any ClipStore,
+        now: Date
+    ) throws -> ClipAppend {
         switch admission {
         case .unlimited:
             return try store.announce(clip, device: device, now: now)
@@ -59,7 +61,8 @@ enum ClipQuota {
         let others = held.filter { !($0.device == device && $0.clip.id == clip.id) }.reduce(0) { $0 + bytes($1.clip) }
         let needed = bytes(clip)
         guard others + needed > limitBytes else { return nil }
-        return "clip \(clip.id): its \(needed) bytes and the \(others) the owner's cars keep already are more than the owner's \(limitBytes) (clips.maxMegabytesPerOwner)"
+        return
+            "clip \(clip.id): its \(needed) bytes and the \(others) the owner's cars keep already are more than the owner's \(limitBytes) (clips.maxMegabytesPerOwner)"
     }
 
     static func bytes(_ clip: ClientMessage.Clip) -> Int { clip.files.reduce(0) { $0 + $1.bytes } }

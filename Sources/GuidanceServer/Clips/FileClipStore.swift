@@ -38,7 +38,8 @@ public struct FileClipStore: ClipStore {
         let folder = folder(device: device, id: clip.id)
         if let limit = maxBytesPerDevice {
             // Each file ≤ clips.maxFileMegabytes and at most 48 of them: the sums cannot overflow.
-            let others = (try? clips(device: device))?.filter { $0.clip.id != clip.id }
+            let others =
+                (try? clips(device: device))?.filter { $0.clip.id != clip.id }
                 .reduce(0) { $0 + $1.clip.files.reduce(0) { $0 + $1.bytes } } ?? 0
             let needed = clip.files.reduce(0) { $0 + $1.bytes }
             guard others + needed <= limit else {
@@ -48,7 +49,8 @@ public struct FileClipStore: ClipStore {
         // Evidence stored whole is kept as it came: a car describing a stored clip otherwise (a
         // changed car, or a stolen one) is refused, and what an owner shared stays what they saw.
         if let previous = try? record(in: folder), previous.clip != clip,
-           answer(previous.clip, in: folder, only: nil).stored {
+            answer(previous.clip, in: folder, only: nil).stored
+        {
             return .refused("clip \(clip.id) is stored whole already with another description; stored evidence is not replaced")
         }
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
@@ -94,19 +96,22 @@ public struct FileClipStore: ClipStore {
         let held = Int(end)
         if held >= file.bytes {
             let stored = try finish(file, fd: fd, in: folder)
-            return stored ? .held(answer(record.clip, in: folder, only: file.name)) : .mismatch(answer(record.clip, in: folder, only: file.name))
+            return stored
+                ? .held(answer(record.clip, in: folder, only: file.name)) : .mismatch(answer(record.clip, in: folder, only: file.name))
         }
         switch ClipPartRule.decide(offset: part.offset, bytes: bytes.count, held: held, fileBytes: file.bytes) {
         case .resume:
             return .held(answer(record.clip, in: folder, only: file.name))
         case .overrun:
-            return .refused("clip \(part.id) file \(part.name): offset \(part.offset) and \(bytes.count) bytes reach past its \(file.bytes)")
+            return .refused(
+                "clip \(part.id) file \(part.name): offset \(part.offset) and \(bytes.count) bytes reach past its \(file.bytes)")
         case .append:
             if let failure = DurableFileWriter.writeAll(Array(bytes), to: fd) { throw ClipStoreError(path: partPath, failure.code ?? EIO) }
         }
         guard held + bytes.count == file.bytes else { return .held(answer(record.clip, in: folder, only: file.name)) }
         let stored = try finish(file, fd: fd, in: folder)
-        return stored ? .held(answer(record.clip, in: folder, only: file.name)) : .mismatch(answer(record.clip, in: folder, only: file.name))
+        return stored
+            ? .held(answer(record.clip, in: folder, only: file.name)) : .mismatch(answer(record.clip, in: folder, only: file.name))
     }
 
     /// A `.part` (open as `fd`, locked) whose bytes all came: made durable, checked, and named; or
@@ -138,8 +143,9 @@ public struct FileClipStore: ClipStore {
         guard ClientMessage.Clip.isClipID(id) else { return nil }
         let folder = folder(device: device, id: id)
         guard let record = try? record(in: folder) else { return nil }
-        return StoredClip(device: record.device, clip: record.clip, receivedAt: record.receivedAt,
-                          have: answer(record.clip, in: folder, only: nil).files.map(\.have))
+        return StoredClip(
+            device: record.device, clip: record.clip, receivedAt: record.receivedAt,
+            have: answer(record.clip, in: folder, only: nil).files.map(\.have))
     }
 
     public func delete(device: String, id: String) throws -> Bool {
@@ -225,7 +231,8 @@ public struct FileClipStore: ClipStore {
                 guard ClientMessage.Clip.isClipID(name) else { continue }
                 // A folder without a readable description is a clip whose announce was cut short:
                 // its own age (the folder's time) counts.
-                let received = (try? record(in: folder)).flatMap { try? Date($0.receivedAt, strategy: .iso8601) }
+                let received =
+                    (try? record(in: folder)).flatMap { try? Date($0.receivedAt, strategy: .iso8601) }
                     ?? (try? FileManager.default.attributesOfItem(atPath: folder)[.modificationDate] as? Date) ?? nil
                 guard let received, received < cutoff else { continue }
                 if try remove(folder) { deleted += 1 }
@@ -299,7 +306,8 @@ public struct FileClipStore: ClipStore {
 
     static func size(of path: String) -> Int? {
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-              attributes[.type] as? FileAttributeType == .typeRegular else { return nil }
+            attributes[.type] as? FileAttributeType == .typeRegular
+        else { return nil }
         return (attributes[.size] as? NSNumber)?.intValue
     }
 

@@ -59,7 +59,10 @@ extension ServerConfig {
     public func openLedger(logger: Logger) async throws -> (ledger: any UsageLedger, leases: any SessionLeases, services: [any Service]) {
         switch try ledgerLocation() {
         case .sqlite(let path):
-            return (try await SQLiteLedger.open(path: path, logger: logger), LocalLeases(), [SQLiteLedger.Checkpoints(path: path, logger: logger)])
+            return (
+                try await SQLiteLedger.open(path: path, logger: logger), LocalLeases(),
+                [SQLiteLedger.Checkpoints(path: path, logger: logger)]
+            )
         case .postgres(let url):
             let store = try PostgresStore(url: url, logger: logger)
             return (store.ledger, store.leases, store.services)
@@ -97,8 +100,9 @@ extension ServerConfig {
             (store, sessions) = (pg, PostgresSessionDriver(store: pg))
         }
         let key = try SigningKey.load(Self.inStateDirectory(pairing.signingKeyFile), key: "pairing.signingKeyFile")
-        var setup = Pairing(store: store, tokens: AccessTokens(key: key, lifetimeSeconds: Int64(pairing.accessTokenSeconds)),
-                            verificationURI: pairing.verificationURI)
+        var setup = Pairing(
+            store: store, tokens: AccessTokens(key: key, lifetimeSeconds: Int64(pairing.accessTokenSeconds)),
+            verificationURI: pairing.verificationURI)
         setup.scheme = server.usesTLS ? "https" : "http"
         setup.refreshLifetimeMs = Int64(pairing.refreshTokenDays) * 86_400_000
         setup.owners = store
@@ -120,9 +124,13 @@ extension ServerConfig {
         case .none:
             break
         case .simulated:
-            let secret = try SigningKey.load(Self.inStateDirectory(payments.webhookSecretFile), key: "payments.webhookSecretFile", holding: "the secret payment webhooks are signed with")
+            let secret = try SigningKey.load(
+                Self.inStateDirectory(payments.webhookSecretFile), key: "payments.webhookSecretFile",
+                holding: "the secret payment webhooks are signed with")
             site.provider = SimulatedProvider(secret: secret)
-            logger.warning("payments.provider is simulated: a signed-in owner can credit usage without paying; for demos only (set payments.provider: none, or a real provider, in production)")
+            logger.warning(
+                "payments.provider is simulated: a signed-in owner can credit usage without paying; for demos only (set payments.provider: none, or a real provider, in production)"
+            )
         }
         setup.site = site
         return setup

@@ -8,7 +8,8 @@ extension ServerConfig {
     /// `mail.*` checked together: a relay needs a sender, a user name a password.
     func validateMail() throws(ConfigError) {
         if let relay = mail.relay, Self.relayAddress(relay) == nil {
-            throw .invalidOption("mail.relay", relay, "HOST:PORT of an SMTP relay, such as smtp.example.org:587 or [2001:db8::25]:25 (port 1 to 65535)")
+            throw .invalidOption(
+                "mail.relay", relay, "HOST:PORT of an SMTP relay, such as smtp.example.org:587 or [2001:db8::25]:25 (port 1 to 65535)")
         }
         if let from = mail.from, !MailMessage.isAddress(from) {
             throw .invalidOption("mail.from", from, "a plain address such as dashcam@example.org (printable ASCII, one @, no spaces or <>)")
@@ -20,7 +21,8 @@ extension ServerConfig {
             throw .invalidOption("mail.username", username, "a user name without control characters")
         }
         switch (mail.username, mail.passwordFile) {
-        case (.some, nil): throw .missingKey("mail.passwordFile", reason: "mail.username is set; the relay's password goes in a file (mode 0600)")
+        case (.some, nil):
+            throw .missingKey("mail.passwordFile", reason: "mail.username is set; the relay's password goes in a file (mode 0600)")
         case (nil, .some): throw .missingKey("mail.username", reason: "mail.passwordFile is set; AUTH needs a user name too")
         default: break
         }
@@ -39,7 +41,7 @@ extension ServerConfig {
             return nil
         }
         guard !host.isEmpty, host.utf8.count <= 253,
-              host.unicodeScalars.allSatisfy({ $0.isASCII && (CharacterSet.alphanumerics.contains($0) || ".-:".unicodeScalars.contains($0)) })
+            host.unicodeScalars.allSatisfy({ $0.isASCII && (CharacterSet.alphanumerics.contains($0) || ".-:".unicodeScalars.contains($0)) })
         else { return nil }
         return SMTPClient.Relay(host: host, port: port)
     }
@@ -52,7 +54,10 @@ extension ServerConfig {
         var credentials: (username: String, password: String)?
         if let username = mail.username, let file = mail.passwordFile {
             let text = try PrivateFile.read(file, key: "mail.passwordFile", holding: "the mail relay's password")
-            let password = text.split(separator: "\n", omittingEmptySubsequences: false).first.map { $0.hasSuffix("\r") ? String($0.dropLast()) : String($0) } ?? ""
+            let password =
+                text.split(separator: "\n", omittingEmptySubsequences: false).first.map {
+                    $0.hasSuffix("\r") ? String($0.dropLast()) : String($0)
+                } ?? ""
             guard !password.isEmpty, !password.contains("\0") else {
                 throw .invalidOption("mail.passwordFile", file, "a file whose first line is the relay's password")
             }
@@ -64,7 +69,8 @@ extension ServerConfig {
             do {
                 tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(caFile))]
             } catch {
-                throw .invalidOption("mail.caFile", caFile, "a readable PEM file of the CA certificate(s) the relay's certificate is signed by (\(error))")
+                throw .invalidOption(
+                    "mail.caFile", caFile, "a readable PEM file of the CA certificate(s) the relay's certificate is signed by (\(error))")
             }
         }
         guard let owners = pairing?.owners else {
@@ -79,11 +85,13 @@ extension ServerConfig {
         if origin == nil {
             logger.warning("pairing.verificationURI is unset: the links in impact mails are paths without the server's address")
         }
-        logger.notice("impact mails go through \(relayText) (STARTTLS \(mail.starttls.rawValue), at most \(mail.maxPerCarPerHour) per car an hour)")
+        logger.notice(
+            "impact mails go through \(relayText) (STARTTLS \(mail.starttls.rawValue), at most \(mail.maxPerCarPerHour) per car an hour)")
         return ImpactMail(
-            settings: .init(relay: relay, from: from, startTLS: mail.starttls, credentials: credentials, tls: tls,
-                            timeout: .milliseconds(mail.timeoutMs), maxPerCarPerHour: mail.maxPerCarPerHour, ehloName: Self.ehloName(),
-                            publicOrigin: origin),
+            settings: .init(
+                relay: relay, from: from, startTLS: mail.starttls, credentials: credentials, tls: tls,
+                timeout: .milliseconds(mail.timeoutMs), maxPerCarPerHour: mail.maxPerCarPerHour, ehloName: Self.ehloName(),
+                publicOrigin: origin),
             owners: owners, clips: clips, logger: logger)
     }
 
@@ -92,7 +100,8 @@ extension ServerConfig {
         var buffer = [CChar](repeating: 0, count: 256)
         guard gethostname(&buffer, buffer.count - 1) == 0 else { return "localhost" }
         let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        guard !name.isEmpty, name.unicodeScalars.allSatisfy({ $0.isASCII && (CharacterSet.alphanumerics.contains($0) || ".-".unicodeScalars.contains($0)) })
+        guard !name.isEmpty,
+            name.unicodeScalars.allSatisfy({ $0.isASCII && (CharacterSet.alphanumerics.contains($0) || ".-".unicodeScalars.contains($0)) })
         else { return "localhost" }
         return name
     }

@@ -225,7 +225,8 @@ extension ServerConfig {
             "Seconds a session may be silent (no message, no pong) before it is closed with 4001; the server pings once half way."),
         .optionalString(
             "server.keepDir", \.server.keepDir, type: "path",
-            "Folder each verified segment is also written to, as DEVICE-STREAM-SEQ.mp4 (the agent's stream id; characters other than letters, digits, ., _ and - become _); unset keeps none."),
+            "Folder each verified segment is also written to, as DEVICE-STREAM-SEQ.mp4 (the agent's stream id; characters other than letters, digits, ., _ and - become _); unset keeps none."
+        ),
         .int(
             "server.maxSegmentBytes", \.server.maxSegmentBytes, 65_536...268_435_456,
             "Largest segment accepted, in bytes; a header announcing more is refused (bad_segment) before any byte is buffered."),
@@ -237,22 +238,28 @@ extension ServerConfig {
             "Connections open at once; past it, requests are answered HTTP 503 with Retry-After (server.retryAfterSeconds)."),
         .int(
             "server.maxConnectionsPerDevice", \.server.maxConnectionsPerDevice, 1...64,
-            "Stream connections one device (one token) may hold at once; a handover briefly needs two. Past it, the upgrade is answered HTTP 429 with Retry-After (server.retryAfterSeconds)."),
+            "Stream connections one device (one token) may hold at once; a handover briefly needs two. Past it, the upgrade is answered HTTP 429 with Retry-After (server.retryAfterSeconds)."
+        ),
         .int(
             "server.closeTimeoutMs", \.server.closeTimeoutMs, 100...60_000,
-            "Milliseconds a peer has to answer a close the server sent (idle, superseded, quota); then the connection is closed whatever it does."),
+            "Milliseconds a peer has to answer a close the server sent (idle, superseded, quota); then the connection is closed whatever it does."
+        ),
         .int(
             "server.maxInFlightMegabytes", \.server.maxInFlightMegabytes, 1...65_536,
-            "MiB of segments being received at once, over all sessions (each takes its segment's size when its header comes). Past it, sessions wait their turn and their sockets are not read: the cars' bytes wait in the network, not in the server's memory."),
+            "MiB of segments being received at once, over all sessions (each takes its segment's size when its header comes). Past it, sessions wait their turn and their sockets are not read: the cars' bytes wait in the network, not in the server's memory."
+        ),
         .int(
             "server.maxUpgradesInProgress", \.server.maxUpgradesInProgress, 1...100_000,
-            "Stream sessions starting at once (from the upgrade request to the session's welcome). Past it, upgrades are answered HTTP 503 with Retry-After, so a fleet that comes back at once is started at the rate the server can start it."),
+            "Stream sessions starting at once (from the upgrade request to the session's welcome). Past it, upgrades are answered HTTP 503 with Retry-After, so a fleet that comes back at once is started at the rate the server can start it."
+        ),
         .int(
             "server.retryAfterSeconds", \.server.retryAfterSeconds, 1...3600,
-            "Seconds a refusal for capacity (HTTP 503 or 429) asks an agent to wait: each refusal says a random number from this to twice this, so refused cars come back spread out."),
+            "Seconds a refusal for capacity (HTTP 503 or 429) asks an agent to wait: each refusal says a random number from this to twice this, so refused cars come back spread out."
+        ),
         .choice(
             "analyzer.kind", \.analyzer.kind,
-            "Analyzer that answers segments: `scripted` plays analyzer.scriptFile; `gemini` asks Google's Gemini API with the segment; `openai` asks an OpenAI-compatible server with keyframes; `vision` looks for people and an unusable picture on this machine's CPU."),
+            "Analyzer that answers segments: `scripted` plays analyzer.scriptFile; `gemini` asks Google's Gemini API with the segment; `openai` asks an OpenAI-compatible server with keyframes; `vision` looks for people and an unusable picture on this machine's CPU."
+        ),
         .optionalString(
             "analyzer.scriptFile", \.analyzer.scriptFile, type: "path",
             "YAML script of guidance items for `scripted`; required for that kind."),
@@ -261,10 +268,12 @@ extension ServerConfig {
             "`order` plays the script's items one after another; `seq` picks item (segment seq mod item count)."),
         .optionalString(
             "analyzer.endpoint", \.analyzer.endpoint, type: "URL",
-            "Base URL of the model service; unset is `\(Kind.gemini.defaultEndpoint ?? "")` (gemini) or `\(Kind.openai.defaultEndpoint ?? "")` (openai)."),
+            "Base URL of the model service; unset is `\(Kind.gemini.defaultEndpoint ?? "")` (gemini) or `\(Kind.openai.defaultEndpoint ?? "")` (openai)."
+        ),
         .optionalString(
             "analyzer.model", \.analyzer.model, type: "string",
-            "Model id; unset is `\(Kind.gemini.defaultModel ?? "")` for gemini; required for openai (the name the server knows the model by)."),
+            "Model id; unset is `\(Kind.gemini.defaultModel ?? "")` for gemini; required for openai (the name the server knows the model by)."
+        ),
         .optionalString(
             "analyzer.apiKeyFile", \.analyzer.apiKeyFile, type: "path",
             "File holding the API key (mode 0600, no group or other access; never logged); required for gemini, optional for openai."),
@@ -283,13 +292,16 @@ extension ServerConfig {
             "Seconds of video each device may have analyzed before it is closed as over quota; unset is unlimited."),
         .bool(
             "pairing.enabled", \.pairing.enabled,
-            "Cars without a token pair themselves to an owner's account by a spoken code (`POST /oauth/device_authorization`, `POST /oauth/token`); static tokens keep working."),
+            "Cars without a token pair themselves to an owner's account by a spoken code (`POST /oauth/device_authorization`, `POST /oauth/token`); static tokens keep working."
+        ),
         .string(
             "pairing.signingKeyFile", \.pairing.signingKeyFile, type: "path",
-            "Key that signs device access tokens (mode 0600; the same file on every instance; a relative path is in $STATE_DIRECTORY when systemd sets it); created with a random key if missing."),
+            "Key that signs device access tokens (mode 0600; the same file on every instance; a relative path is in $STATE_DIRECTORY when systemd sets it); created with a random key if missing."
+        ),
         .optionalString(
             "pairing.verificationURI", \.pairing.verificationURI, type: "URL",
-            "Page where an owner types a car's code, as cars are told; unset is this server's `/pair` at the host name the car used (set it behind a proxy that changes the scheme or the path)."),
+            "Page where an owner types a car's code, as cars are told; unset is this server's `/pair` at the host name the car used (set it behind a proxy that changes the scheme or the path)."
+        ),
         .int(
             "pairing.accessTokenSeconds", \.pairing.accessTokenSeconds, 60...86_400,
             "Lifetime of a paired car's access token, presented at the stream's upgrade."),
@@ -298,43 +310,55 @@ extension ServerConfig {
             "Days a refresh token stays valid unused; every use replaces it."),
         .choice(
             "payments.provider", \.payments.provider,
-            "Payment provider of the owners' Buy usage page: `none` offers nothing; `simulated` is a provider page of this server with Pay and Decline that sends signed webhooks, for trying the flow with no network."),
+            "Payment provider of the owners' Buy usage page: `none` offers nothing; `simulated` is a provider page of this server with Pay and Decline that sends signed webhooks, for trying the flow with no network."
+        ),
         .list(
             "payments.products", \.payments.products,
-            "What owners can buy, each `NAME=SECONDS=PRICE` (e.g. `1 hour=3600=4.99 EUR`): seconds of analysed video added to a car once the provider's webhook says it was paid."),
+            "What owners can buy, each `NAME=SECONDS=PRICE` (e.g. `1 hour=3600=4.99 EUR`): seconds of analysed video added to a car once the provider's webhook says it was paid."
+        ),
         .bool(
             "payments.allowSimulated", \.payments.allowSimulated,
-            "Lets the simulated provider run on a server that listens beyond loopback (a demo on a network): anyone signed in can then credit usage without paying. Without it such a server refuses to start."),
+            "Lets the simulated provider run on a server that listens beyond loopback (a demo on a network): anyone signed in can then credit usage without paying. Without it such a server refuses to start."
+        ),
         .string(
             "payments.webhookSecretFile", \.payments.webhookSecretFile, type: "path",
-            "Secret the provider signs webhooks with (mode 0600; a relative path is in $STATE_DIRECTORY when systemd sets it); created with a random secret if missing (simulated)."),
+            "Secret the provider signs webhooks with (mode 0600; a relative path is in $STATE_DIRECTORY when systemd sets it); created with a random secret if missing (simulated)."
+        ),
         .optionalString(
             "clips.dir", \.clips.dir, type: "path",
-            "Folder the clips cars upload are kept in, DEVICE/CLIP/ (several instances share one folder, on storage all of them mount); unset takes no clips (a car's `clip` is answered bad_clip)."),
+            "Folder the clips cars upload are kept in, DEVICE/CLIP/ (several instances share one folder, on storage all of them mount); unset takes no clips (a car's `clip` is answered bad_clip)."
+        ),
         .int(
             "clips.maxFileMegabytes", \.clips.maxFileMegabytes, 1...1024,
-            "Largest clip file (one evidence segment) accepted, in megabytes; a clip announcing a larger one is refused before any byte is read."),
+            "Largest clip file (one evidence segment) accepted, in megabytes; a clip announcing a larger one is refused before any byte is read."
+        ),
         .int(
             "clips.maxMegabytesPerCar", \.clips.maxMegabytesPerCar, 1...1_048_576,
-            "What one car's clips may take of the store, in megabytes (announced sizes of every clip it keeps); a clip that would go past it is refused (bad_clip) until older ones are deleted."),
+            "What one car's clips may take of the store, in megabytes (announced sizes of every clip it keeps); a clip that would go past it is refused (bad_clip) until older ones are deleted."
+        ),
         .int(
             "clips.maxMegabytesPerOwner", \.clips.maxMegabytesPerOwner, 1...1_048_576,
-            "What the clips of all one owner's cars may take of the store, in megabytes; a clip that would go past it is refused (bad_clip, the car keeps it and offers it again on its next session) and the owner's Events page says their storage is full."),
+            "What the clips of all one owner's cars may take of the store, in megabytes; a clip that would go past it is refused (bad_clip, the car keeps it and offers it again on its next session) and the owner's Events page says their storage is full."
+        ),
         .int(
             "clips.retentionDays", \.clips.retentionDays, 1...3650,
-            "Clips are deleted this many days after the car sent them, whole or not (checked every hour, by every instance); an owner deletes one sooner on its event page."),
+            "Clips are deleted this many days after the car sent them, whole or not (checked every hour, by every instance); an owner deletes one sooner on its event page."
+        ),
         .optionalString(
             "mail.relay", \.mail.relay, type: "HOST:PORT",
-            "SMTP relay that e-mails owners when a parked car of theirs records an impact (they turn it on in their settings), e.g. `smtp.example.org:587`; unset sends no mail, and the settings page says the operator has not set up e-mail. Needs pairing.enabled and clips.dir."),
+            "SMTP relay that e-mails owners when a parked car of theirs records an impact (they turn it on in their settings), e.g. `smtp.example.org:587`; unset sends no mail, and the settings page says the operator has not set up e-mail. Needs pairing.enabled and clips.dir."
+        ),
         .optionalString(
             "mail.from", \.mail.from, type: "address",
             "Address the mails come from, e.g. `dashcam@example.org`; required with mail.relay."),
         .choice(
             "mail.starttls", \.mail.starttls,
-            "`whenOffered`: encrypt (STARTTLS) whenever the relay offers it, the relay's certificate verified for its host name; `required`: send nothing to a relay that does not offer it."),
+            "`whenOffered`: encrypt (STARTTLS) whenever the relay offers it, the relay's certificate verified for its host name; `required`: send nothing to a relay that does not offer it."
+        ),
         .optionalString(
             "mail.username", \.mail.username, type: "string",
-            "User name for the relay's AUTH PLAIN, set together with mail.passwordFile; sent only over TLS (a relay without STARTTLS gets nothing)."),
+            "User name for the relay's AUTH PLAIN, set together with mail.passwordFile; sent only over TLS (a relay without STARTTLS gets nothing)."
+        ),
         .optionalString(
             "mail.passwordFile", \.mail.passwordFile, type: "path",
             "File holding the relay's password (first line; mode 0600; never logged); set together with mail.username."),
@@ -346,11 +370,13 @@ extension ServerConfig {
             "Impact mails about one car within any hour; more are logged, not sent."),
         .int(
             "mail.timeoutMs", \.mail.timeoutMs, 1000...300_000,
-            "Milliseconds to connect to the relay, and for each of its replies; a send that fails for a reason that may pass is tried twice more (10 s, then 60 s later)."),
+            "Milliseconds to connect to the relay, and for each of its replies; a send that fails for a reason that may pass is tried twice more (10 s, then 60 s later)."
+        ),
         .choice("log.level", \.log.level, "Least severe log level that is printed."),
         .string(
             "ledger", \.ledger, type: "sqlite:PATH or postgres://…",
-            "Usage ledger: `sqlite:PATH` (one server; a relative PATH is in $STATE_DIRECTORY when systemd sets it) or `postgres://USER@HOST:PORT/DB` (instances sharing ledger and sessions)."),
+            "Usage ledger: `sqlite:PATH` (one server; a relative PATH is in $STATE_DIRECTORY when systemd sets it) or `postgres://USER@HOST:PORT/DB` (instances sharing ledger and sessions)."
+        )
     ]
 
     /// Environment variables that set keys start with this, e.g. `GUIDANCE_SERVER_PORT`.
@@ -385,13 +411,15 @@ extension ServerConfig {
         if let endpoint = analyzer.endpoint {
             let scheme = endpoint.split(separator: ":", maxSplits: 1).first.map { $0.lowercased() }
             guard scheme == "http" || scheme == "https", endpoint.contains("://"), URL(string: endpoint)?.host != nil else {
-                throw .invalidOption("analyzer.endpoint", endpoint, "an http:// or https:// URL, such as https://generativelanguage.googleapis.com/v1beta")
+                throw .invalidOption(
+                    "analyzer.endpoint", endpoint, "an http:// or https:// URL, such as https://generativelanguage.googleapis.com/v1beta")
             }
         }
         if payments.provider == .simulated, !payments.allowSimulated, !Self.isLoopbackHost(server.host) {
             throw .invalidOption(
                 "payments.provider", "simulated",
-                "none on a server that listens on \(server.host) (beyond loopback): the simulated provider lets anyone signed in credit usage without paying. For a demo on a network, set payments.allowSimulated: true")
+                "none on a server that listens on \(server.host) (beyond loopback): the simulated provider lets anyone signed in credit usage without paying. For a demo on a network, set payments.allowSimulated: true"
+            )
         }
         if analyzer.kind == .openai, analyzer.model == nil {
             throw .missingKey("analyzer.model", reason: "analyzer.kind is 'openai'; set it to the model id the server serves")

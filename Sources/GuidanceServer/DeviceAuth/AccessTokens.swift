@@ -40,8 +40,9 @@ public struct AccessTokens: Sendable {
     private static let header = base64URL(Data(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
 
     public func issue(device: String, owner: Int64, nowSeconds: Int64) -> (token: String, claims: Claims) {
-        let claims = Claims(iss: Self.issuer, aud: Self.audience, sub: device, owner: owner, iat: nowSeconds,
-                            exp: nowSeconds + lifetimeSeconds)
+        let claims = Claims(
+            iss: Self.issuer, aud: Self.audience, sub: device, owner: owner, iat: nowSeconds,
+            exp: nowSeconds + lifetimeSeconds)
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         let payload = Self.base64URL((try? encoder.encode(claims)) ?? Data())
@@ -56,12 +57,12 @@ public struct AccessTokens: Sendable {
         guard token.utf8.count <= Self.maxLength else { return nil }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0] == Self.header[...],
-              let signature = Self.unbase64URL(parts[2]), signature.count == SHA256.byteCount,
-              HMAC<SHA256>.isValidAuthenticationCode(signature, authenticating: Data("\(parts[0]).\(parts[1])".utf8), using: key),
-              let payload = Self.unbase64URL(parts[1]),
-              let claims = try? JSONDecoder().decode(Claims.self, from: payload),
-              claims.iss == Self.issuer, claims.aud == Self.audience, !claims.sub.isEmpty,
-              nowSeconds < claims.exp, claims.iat <= nowSeconds + 60
+            let signature = Self.unbase64URL(parts[2]), signature.count == SHA256.byteCount,
+            HMAC<SHA256>.isValidAuthenticationCode(signature, authenticating: Data("\(parts[0]).\(parts[1])".utf8), using: key),
+            let payload = Self.unbase64URL(parts[1]),
+            let claims = try? JSONDecoder().decode(Claims.self, from: payload),
+            claims.iss == Self.issuer, claims.aud == Self.audience, !claims.sub.isEmpty,
+            nowSeconds < claims.exp, claims.iat <= nowSeconds + 60
         else { return nil }
         return claims
     }

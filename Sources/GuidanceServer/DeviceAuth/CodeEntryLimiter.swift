@@ -35,8 +35,10 @@ public struct CodeEntryLimiter: Sendable, Equatable {
     /// known or not, from this client and from everywhere, and the client's address.
     public static func signIn(email: String, address: String) -> [Throttle] {
         let account = PairingEndpoints.hash(email)
-        return [Throttle("signin-account:\(account)@\(address)", signInPerAccount),
-                Throttle("signin-account:\(account)", signInPerAccountEverywhere), Throttle("signin-address:\(address)", signInPerAddress)]
+        return [
+            Throttle("signin-account:\(account)@\(address)", signInPerAccount),
+            Throttle("signin-account:\(account)", signInPerAccountEverywhere), Throttle("signin-address:\(address)", signInPerAddress)
+        ]
     }
 
     public init(maxFailures: Int, windowMs: Int64) {

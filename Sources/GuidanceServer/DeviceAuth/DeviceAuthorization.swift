@@ -47,8 +47,9 @@ public struct DeviceAuthorization: Sendable, Equatable {
     public let deviceName: String
 
     public init(deviceName: String, nowMs: Int64, settings: Settings = .init()) {
-        self.init(state: .pending, issuedAtMs: nowMs, expiresAtMs: nowMs + settings.lifetimeMs,
-                  intervalSeconds: settings.intervalSeconds, lastPolledAtMs: nil, deviceName: deviceName)
+        self.init(
+            state: .pending, issuedAtMs: nowMs, expiresAtMs: nowMs + settings.lifetimeMs,
+            intervalSeconds: settings.intervalSeconds, lastPolledAtMs: nil, deviceName: deviceName)
     }
 
     /// As read back from storage.

@@ -30,7 +30,8 @@ public struct Pairing: Sendable {
     }
 
     func endpoints(logger: Logger) -> PairingEndpoints {
-        PairingEndpoints(store: store, tokens: tokens, verificationURI: verificationURI, scheme: scheme, settings: authorization,
-                         refreshLifetimeMs: refreshLifetimeMs, rules: refreshRules, unpaired: unpaired, logger: logger, now: now)
+        PairingEndpoints(
+            store: store, tokens: tokens, verificationURI: verificationURI, scheme: scheme, settings: authorization,
+            refreshLifetimeMs: refreshLifetimeMs, rules: refreshRules, unpaired: unpaired, logger: logger, now: now)
     }
 }

@@ -44,7 +44,9 @@ struct PairingEndpoints: Sendable {
             return try await answer {
                 // A peer that asks for code after code fills nothing: ten per address in 10 minutes.
                 guard budget.allow(address, nowMs: now()) else {
-                    throw Refusal(status: .tooManyRequests, error: "slow_down", description: "too many codes asked for from this address; try again later")
+                    throw Refusal(
+                        status: .tooManyRequests, error: "slow_down",
+                        description: "too many codes asked for from this address; try again later")
                 }
                 return try await authorize(form: try await form(request), host: request.head.authority)
             }
@@ -80,28 +82,38 @@ struct PairingEndpoints: Sendable {
 
     private func authorize(form: [String: String], host: String?) async throws -> Response {
         // A Host header is a name and a port, nothing that could make the link point elsewhere.
-        let safeHost = host.flatMap { $0.count <= 255 && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "-.:[]".contains($0)) } ? $0 : nil }
+        let safeHost = host.flatMap {
+            $0.count <= 255 && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "-.:[]".contains($0)) } ? $0 : nil
+        }
         let verificationURI = self.verificationURI ?? "\(scheme)://\(safeHost ?? "localhost")/pair"
         // The device's own name, shown on the approval page: printable, at most 64 characters.
-        let name = String((form["device_name"] ?? "").filter { !$0.isNewline && $0.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f } }.prefix(64))
+        let name = String(
+            (form["device_name"] ?? "").filter { !$0.isNewline && $0.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f } }
+                .prefix(64))
         var generator = SystemRandomNumberGenerator()
         let deviceCode = DeviceCodes.newDeviceCode(using: &generator)
         let nowMs = now()
         let started: (userCode: String, authorization: DeviceAuthorization)
         do {
             started = try await store.startAuthorization(
-            deviceCodeHash: Self.hash(deviceCode), deviceName: name.isEmpty ? "a car" : name, nowMs: nowMs, settings: settings,
-            newUserCode: { var generator = SystemRandomNumberGenerator(); return DeviceCodes.newUserCode(using: &generator) })
+                deviceCodeHash: Self.hash(deviceCode), deviceName: name.isEmpty ? "a car" : name, nowMs: nowMs, settings: settings,
+                newUserCode: {
+                    var generator = SystemRandomNumberGenerator(); return DeviceCodes.newUserCode(using: &generator)
+                })
         } catch is PairingFull {
-            throw Refusal(status: .serviceUnavailable, error: "temporarily_unavailable", description: "too many codes are waiting; try again later")
+            throw Refusal(
+                status: .serviceUnavailable, error: "temporarily_unavailable", description: "too many codes are waiting; try again later")
         }
         let (userCode, authorization) = started
-        logger.info("pairing started", metadata: ["device_name": "\(authorization.deviceName)", "user_code": "\(Self.fingerprint(userCode))"])
-        return try Self.json(.ok, [
-            "device_code": deviceCode, "user_code": userCode,
-            "verification_uri": verificationURI, "verification_uri_complete": verificationURI + "?code=" + userCode,
-            "expires_in": authorization.secondsLeft(nowMs: nowMs), "interval": authorization.intervalSeconds,
-        ])
+        logger.info(
+            "pairing started", metadata: ["device_name": "\(authorization.deviceName)", "user_code": "\(Self.fingerprint(userCode))"])
+        return try Self.json(
+            .ok,
+            [
+                "device_code": deviceCode, "user_code": userCode,
+                "verification_uri": verificationURI, "verification_uri_complete": verificationURI + "?code=" + userCode,
+                "expires_in": authorization.secondsLeft(nowMs: nowMs), "interval": authorization.intervalSeconds
+            ])
     }
 
     private func token(form: [String: String]) async throws -> Response {
@@ -123,7 +135,8 @@ struct PairingEndpoints: Sendable {
             case .outcome(let outcome):
                 throw Refusal(error: outcome.error ?? "invalid_grant")
             case .paired(let paired):
-                logger.notice("device paired", metadata: ["device": "\(paired.device)", "owner": "\(paired.owner)", "label": "\(paired.label)"])
+                logger.notice(
+                    "device paired", metadata: ["device": "\(paired.device)", "owner": "\(paired.owner)", "label": "\(paired.label)"])
                 return try await credentials(paired, refresh: refresh, nowMs: nowMs)
             }
         case "refresh_token"?:
@@ -134,16 +147,19 @@ struct PairingEndpoints: Sendable {
                 throw Refusal(error: "invalid_grant", description: "the refresh token is not valid")
             }
             let refresh = tokens.refreshSuccessor(of: presented)
-            switch try await store.refresh(tokenHash: Self.hash(presented), newTokenHash: Self.hash(refresh), nowMs: nowMs,
-                                           expiresAtMs: nowMs + refreshLifetimeMs, rules: rules) {
+            switch try await store.refresh(
+                tokenHash: Self.hash(presented), newTokenHash: Self.hash(refresh), nowMs: nowMs,
+                expiresAtMs: nowMs + refreshLifetimeMs, rules: rules)
+            {
             case .rotated(let paired):
                 return try await credentials(paired, refresh: refresh, nowMs: nowMs)
             case .refused:
                 throw Refusal(error: "invalid_grant", description: "the refresh token is not valid")
             case .reused(let device):
                 unpaired.add(device)
-                logger.warning("a spent refresh token was used again (a copy, or a car that diverged from it): the car is unpaired and every credential of it revoked; it must pair again",
-                               metadata: ["device": "\(device)"])
+                logger.warning(
+                    "a spent refresh token was used again (a copy, or a car that diverged from it): the car is unpaired and every credential of it revoked; it must pair again",
+                    metadata: ["device": "\(device)"])
                 throw Refusal(error: "invalid_grant", description: "the refresh token is not valid")
             }
         default:
@@ -154,10 +170,12 @@ struct PairingEndpoints: Sendable {
     private func credentials(_ paired: PairedDevice, refresh: String, nowMs: Int64) async throws -> Response {
         let (access, claims) = tokens.issue(device: paired.device, owner: paired.owner, nowSeconds: nowMs / 1000)
         let owner = try await store.owner(id: paired.owner)
-        return try Self.json(.ok, [
-            "access_token": access, "token_type": "Bearer", "expires_in": Int(claims.exp - claims.iat),
-            "refresh_token": refresh, "device_id": paired.device, "owner_name": owner?.displayName ?? "",
-        ])
+        return try Self.json(
+            .ok,
+            [
+                "access_token": access, "token_type": "Bearer", "expires_in": Int(claims.exp - claims.iat),
+                "refresh_token": refresh, "device_id": paired.device, "owner_name": owner?.displayName ?? ""
+            ])
     }
 
     private func answer(_ body: () async throws -> Response) async throws -> Response {
@@ -172,8 +190,9 @@ struct PairingEndpoints: Sendable {
 
     static func json(_ status: HTTPResponse.Status, _ fields: [String: any Sendable]) throws -> Response {
         let data = try JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys])
-        return Response(status: status, headers: [.contentType: "application/json", .cacheControl: "no-store"],
-                        body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        return Response(
+            status: status, headers: [.contentType: "application/json", .cacheControl: "no-store"],
+            body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 
     /// Lower-case hex SHA-256: how codes and tokens are stored.

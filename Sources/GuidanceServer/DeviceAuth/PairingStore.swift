@@ -6,15 +6,19 @@
 public protocol PairingStore: Sendable {
     /// Stores a new authorization for `deviceName` under `deviceCodeHash`, with a user code from
     /// `newUserCode` that no live authorization has; returns that code.
-    func startAuthorization(deviceCodeHash: String, deviceName: String, nowMs: Int64,
-                            settings: DeviceAuthorization.Settings,
-                            newUserCode: @escaping @Sendable () -> String) async throws -> (userCode: String, authorization: DeviceAuthorization)
+    func startAuthorization(
+        deviceCodeHash: String, deviceName: String, nowMs: Int64,
+        settings: DeviceAuthorization.Settings,
+        newUserCode: @escaping @Sendable () -> String
+    ) async throws -> (userCode: String, authorization: DeviceAuthorization)
 
     /// One poll of the token endpoint. On ``DeviceAuthorization/PollOutcome/issue(owner:)`` the
     /// device `newDevice` is paired to the owner and its refresh family started with
     /// `refreshTokenHash`, in the same transaction.
-    func poll(deviceCodeHash: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
-              newDevice: String, refreshTokenHash: String, refreshExpiresAtMs: Int64) async throws -> PairingPoll
+    func poll(
+        deviceCodeHash: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
+        newDevice: String, refreshTokenHash: String, refreshExpiresAtMs: Int64
+    ) async throws -> PairingPoll
 
     /// The pending authorization an owner typed the code of, for the approval page; every wrong
     /// code counts against the owner and the address (``CodeEntryLimiter/pairing(owner:address:)``),
@@ -25,15 +29,19 @@ public protocol PairingStore: Sendable {
     /// code this owner looked up is decided; any other is a wrong guess, counted against the
     /// owner, the address and (if it exists) the code itself, which is locked (denied) after
     /// ``CodeDecision/maxWrongDecisions``.
-    func decide(userCode: String, decision: DeviceAuthorization.Decision, owner: Int64, address: String,
-                nowMs: Int64) async throws -> CodeDecision
+    func decide(
+        userCode: String, decision: DeviceAuthorization.Decision, owner: Int64, address: String,
+        nowMs: Int64
+    ) async throws -> CodeDecision
 
     /// Spends a refresh token for its successor (`newTokenHash`), by ``RefreshTokenRules``. The
     /// successor is derived from the token (``AccessTokens/refreshSuccessor(of:)``), so a retry
     /// within the grace is handed the same successor again; a retry whose successor differs is
     /// treated as reuse.
-    func refresh(tokenHash: String, newTokenHash: String, nowMs: Int64, expiresAtMs: Int64,
-                 rules: RefreshTokenRules) async throws -> RefreshResult
+    func refresh(
+        tokenHash: String, newTokenHash: String, nowMs: Int64, expiresAtMs: Int64,
+        rules: RefreshTokenRules
+    ) async throws -> RefreshResult
 
     /// One try at something guessable (a password, a link), counted before it is checked,
     /// against every key of `throttles`; the wait in seconds, with nothing counted, when a key is

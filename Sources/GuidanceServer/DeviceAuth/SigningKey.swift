@@ -5,7 +5,9 @@ import Foundation
 /// a file only its owner may read. Every instance of a fleet's server needs the same file; a
 /// server that finds none creates one, so a single server needs no setup.
 enum SigningKey {
-    static func load(_ file: String, key: String, holding what: String = "the key that signs device access tokens") throws(ConfigError) -> [UInt8] {
+    static func load(_ file: String, key: String, holding what: String = "the key that signs device access tokens") throws(ConfigError)
+        -> [UInt8]
+    {
         if !FileManager.default.fileExists(atPath: file) { try create(file, key: key) }
         let text = try PrivateFile.read(file, key: key, holding: what)
         let line = text.split(whereSeparator: \.isNewline).first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""

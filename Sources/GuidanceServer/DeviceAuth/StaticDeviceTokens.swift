@@ -82,7 +82,9 @@ public struct StaticDeviceTokens: Sendable {
         mapping.reserveCapacity(pairs.count)
         for (token, device) in pairs {
             // Yams composes a mapping with a key twice as an error, so each token is here once.
-            guard let token = token.scalar?.string, let device = String.construct(from: device) else { throw .invalidOption(key, file, expected) }
+            guard let token = token.scalar?.string, let device = String.construct(from: device) else {
+                throw .invalidOption(key, file, expected)
+            }
             mapping[token] = device
         }
         guard allowEmpty || !mapping.isEmpty else { throw .invalidOption(key, file, expected) }
@@ -161,13 +163,15 @@ public enum TokensFileEditor {
     /// With `replace`, a device that has a token gets a new one (the old stops working);
     /// without, that is an error. A missing file is created.
     public static func add(device: String, file: String, replace: Bool = false) throws -> String {
-        guard !device.isEmpty, device.count <= 64, device.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-_.".contains($0)) }) else {
+        guard !device.isEmpty, device.count <= 64, device.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-_.".contains($0)) })
+        else {
             throw EditError(description: "'\(device.prefix(80))' is not a device id: use 1 to 64 letters, digits, '-', '_' or '.'")
         }
         var devices = try existing(file)
         if devices.values.contains(device) {
             guard replace else {
-                throw EditError(description: "\(device) already has a token in \(file); --replace gives it a new one (the old one stops working)")
+                throw EditError(
+                    description: "\(device) already has a token in \(file); --replace gives it a new one (the old one stops working)")
             }
             devices = devices.filter { $0.value != device }
         }
@@ -200,7 +204,8 @@ public enum TokensFileEditor {
     }
 
     private static func write(_ devices: [String: String], to file: String) throws {
-        var text = "# Device tokens of the guidance server: token: device-id. Written by `guidance-server token`;\n"
+        var text =
+            "# Device tokens of the guidance server: token: device-id. Written by `guidance-server token`;\n"
             + "# the server reads it again when it changes. Keep it mode 0600.\n"
         for (token, device) in devices.sorted(by: { ($0.value, $0.key) < ($1.value, $1.key) }) {
             text += "\"\(token)\": \"\(device)\"\n"

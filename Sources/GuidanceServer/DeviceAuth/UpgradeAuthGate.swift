@@ -63,7 +63,8 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
         let rules = self.rules
         deadline = context.eventLoop.scheduleTask(in: rules.handshakeTimeout) {
             rules.metrics.refused(.handshakeTimeout)
-            rules.logger.notice("closed a connection whose first request was not complete within \(rules.handshakeTimeout.nanoseconds / 1_000_000) ms")
+            rules.logger.notice(
+                "closed a connection whose first request was not complete within \(rules.handshakeTimeout.nanoseconds / 1_000_000) ms")
             channel.value.close(promise: nil)
         }
     }
@@ -97,16 +98,18 @@ final class UpgradeAuthGate: ChannelInboundHandler, RemovableChannelHandler {
                 context.channel.closeFuture.whenComplete { _ in perDevice.remove(device) }
                 if over {
                     rules.metrics.refused(.deviceCapacity)
-                    rules.logger.warning("refused a connection: \(rules.maxPerDevice) of one device's are open (HTTP 429)",
-                                         metadata: ["device": "\(device)"])
+                    rules.logger.warning(
+                        "refused a connection: \(rules.maxPerDevice) of one device's are open (HTTP 429)",
+                        metadata: ["device": "\(device)"])
                     refuse(context, head, .tooManyRequests, ["Retry-After": retryAfter])
                     return
                 }
                 // Held until the session's welcome is written or the connection closes.
                 guard start.take(from: rules.starting, limit: rules.maxStarting) else {
                     rules.metrics.refused(.starting)
-                    rules.refusals.log(rules.logger, .warning,
-                                       "refused an upgrade: \(rules.maxStarting) sessions are starting already (server.maxUpgradesInProgress; HTTP 503)")
+                    rules.refusals.log(
+                        rules.logger, .warning,
+                        "refused an upgrade: \(rules.maxStarting) sessions are starting already (server.maxUpgradesInProgress; HTTP 503)")
                     refuse(context, head, .serviceUnavailable, ["Retry-After": retryAfter])
                     return
                 }
@@ -199,7 +202,11 @@ final class StartSlot: Sendable {
         held.withLock { $0 = sessions }
         return true
     }
-    func give() { held.withLock { held in defer { held = nil }; return held }?.give() }
+    func give() {
+        held.withLock { held in
+            defer { held = nil }; return held
+        }?.give()
+    }
 }
 
 /// Each device's open stream connections, counted against `server.maxConnectionsPerDevice`.
@@ -257,8 +264,10 @@ struct AuthGatedChannel<Base: ServerChildChannel>: ServerChildChannel {
         return base.setup(channel: channel, logger: logger).flatMapThrowing { value in
             if let options = channel.syncOptions {
                 try options.setOption(ChannelOptions.maxMessagesPerRead, value: 1)
-                try options.setOption(ChannelOptions.recvAllocator, value: AdaptiveRecvByteBufferAllocator(
-                    minimum: 64, initial: 2048, maximum: Self.receiveBufferBytes))
+                try options.setOption(
+                    ChannelOptions.recvAllocator,
+                    value: AdaptiveRecvByteBufferAllocator(
+                        minimum: 64, initial: 2048, maximum: Self.receiveBufferBytes))
             }
             let operations = channel.pipeline.syncOperations
             try operations.addHandler(ReadActivity(start: start), position: .first)

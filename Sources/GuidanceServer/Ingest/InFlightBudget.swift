@@ -73,8 +73,10 @@ final class InFlightBudget: Sendable {
         }
         metrics?.waitedForRoom()
         if let logger {
-            waits.log(logger, .notice, "\(inFlight >> 20) MiB of segments are being received (server.maxInFlightMegabytes: \(capacity >> 20)); "
-                      + "\(waiting + 1) session(s) wait for room, reading nothing meanwhile")
+            waits.log(
+                logger, .notice,
+                "\(inFlight >> 20) MiB of segments are being received (server.maxInFlightMegabytes: \(capacity >> 20)); "
+                    + "\(waiting + 1) session(s) wait for room, reading nothing meanwhile")
         }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in

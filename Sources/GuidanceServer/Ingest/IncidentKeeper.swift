@@ -52,7 +52,8 @@ struct IncidentKeeper {
         try encoder.encode(record).write(to: folder.appendingPathComponent("incident.json"), options: .atomic)
         var kept = Kept(folder: folder.path, linked: [], waiting: [])
         for seq in Set(incident.seqs).sorted() {
-            let file = URL(fileURLWithPath: keepDir).appendingPathComponent(StreamSession.keptName(device: device, stream: stream, seq: seq))
+            let file = URL(fileURLWithPath: keepDir).appendingPathComponent(
+                StreamSession.keptName(device: device, stream: stream, seq: seq))
             if Self.link(file, into: folder) {
                 kept.linked.append(seq)
             } else if waiting.values.reduce(0, { $0 + $1.count }) < Self.maxWaiting {

@@ -65,7 +65,9 @@ public struct SecureTransport<Context: RequestContext>: RouterMiddleware {
         let cookies = response.headers[values: .setCookie]
         if cookies.contains(where: { !Self.isSecure($0) }) {
             response.headers[.setCookie] = nil
-            for cookie in cookies { response.headers.append(.init(name: .setCookie, value: Self.isSecure(cookie) ? cookie : cookie + "; Secure")) }
+            for cookie in cookies {
+                response.headers.append(.init(name: .setCookie, value: Self.isSecure(cookie) ? cookie : cookie + "; Secure"))
+            }
         }
         return response
     }

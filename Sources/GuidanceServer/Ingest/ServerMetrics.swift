@@ -44,15 +44,18 @@ public final class ServerMetrics: Sendable {
         sessionsGauge = Metrics.Gauge(label: "guidance_sessions", factory: factory)
         segmentsVerified = Metrics.Counter(label: "guidance_segments_verified_total", factory: factory)
         segmentsResent = Metrics.Counter(label: "guidance_segments_resent_total", factory: factory)
-        rejected = Dictionary(uniqueKeysWithValues: StreamSession.StateMachine.Rejection.allCases.map {
-            ($0, Metrics.Counter(label: "guidance_segments_rejected_total", dimensions: [("reason", $0.rawValue)], factory: factory))
-        })
-        ledgerWrites = Dictionary(uniqueKeysWithValues: LedgerWrite.allCases.map {
-            ($0, Metrics.Counter(label: "guidance_ledger_writes_total", dimensions: [("result", $0.rawValue)], factory: factory))
-        })
-        refused = Dictionary(uniqueKeysWithValues: Refusal.allCases.map {
-            ($0, Metrics.Counter(label: "guidance_connections_refused_total", dimensions: [("reason", $0.rawValue)], factory: factory))
-        })
+        rejected = Dictionary(
+            uniqueKeysWithValues: StreamSession.StateMachine.Rejection.allCases.map {
+                ($0, Metrics.Counter(label: "guidance_segments_rejected_total", dimensions: [("reason", $0.rawValue)], factory: factory))
+            })
+        ledgerWrites = Dictionary(
+            uniqueKeysWithValues: LedgerWrite.allCases.map {
+                ($0, Metrics.Counter(label: "guidance_ledger_writes_total", dimensions: [("result", $0.rawValue)], factory: factory))
+            })
+        refused = Dictionary(
+            uniqueKeysWithValues: Refusal.allCases.map {
+                ($0, Metrics.Counter(label: "guidance_connections_refused_total", dimensions: [("reason", $0.rawValue)], factory: factory))
+            })
         analyzerSeconds = Metrics.Timer(label: "guidance_analyzer_duration_seconds", factory: factory)
         skipped = Metrics.Counter(label: "guidance_segments_not_analysed_total", factory: factory)
         ackSeconds = Metrics.Timer(label: "guidance_segment_ack_duration_seconds", factory: factory)

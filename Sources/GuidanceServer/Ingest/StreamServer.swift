@@ -76,15 +76,17 @@ public struct StreamServer: Sendable {
         /// What a refusal for capacity asks the agent to wait: this to twice this, in seconds.
         public var retryAfterSeconds: Int
 
-        public init(host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
-                    idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil,
-                    maxSegmentBytes: Int = 8 << 20, handshakeTimeoutMs: Int = 5000, maxConnections: Int = 1024,
-                    maxConnectionsPerDevice: Int = 4, closeTimeoutMs: Int = 3000,
-                    clips: (any ClipStore)? = nil, maxClipFileBytes: Int = 64 << 20, maxClipBytesPerOwner: Int = 8192 << 20,
-                    impactMail: ImpactMail? = nil,
-                    // Well inside the unit's `MemoryMax` (2 GiB). Short waits: the cars of a dead
-                    // instance must be streaming on another within seconds.
-                    maxInFlightBytes: Int = 128 << 20, maxUpgradesInProgress: Int = 256, retryAfterSeconds: Int = 2) {
+        public init(
+            host: String = "127.0.0.1", port: Int = 8080, tls: (certificateFile: String, keyFile: String)? = nil,
+            idleTimeoutSeconds: Int = 30, keepDir: String? = nil, usageSeconds: Int? = nil,
+            maxSegmentBytes: Int = 8 << 20, handshakeTimeoutMs: Int = 5000, maxConnections: Int = 1024,
+            maxConnectionsPerDevice: Int = 4, closeTimeoutMs: Int = 3000,
+            clips: (any ClipStore)? = nil, maxClipFileBytes: Int = 64 << 20, maxClipBytesPerOwner: Int = 8192 << 20,
+            impactMail: ImpactMail? = nil,
+            // Well inside the unit's `MemoryMax` (2 GiB). Short waits: the cars of a dead
+            // instance must be streaming on another within seconds.
+            maxInFlightBytes: Int = 128 << 20, maxUpgradesInProgress: Int = 256, retryAfterSeconds: Int = 2
+        ) {
             self.maxInFlightBytes = maxInFlightBytes
             self.maxUpgradesInProgress = maxUpgradesInProgress
             self.retryAfterSeconds = retryAfterSeconds
@@ -111,12 +113,13 @@ public struct StreamServer: Sendable {
         /// Where this server reaches itself on `port` (the simulated payment provider's webhook):
         /// its own host, or loopback when it listens on every address.
         func ownURL(port: Int) -> String {
-            let address = switch host {
-            case "", "0.0.0.0": "127.0.0.1"
-            case "::": "[::1]"
-            case let ipv6 where ipv6.contains(":"): "[\(ipv6)]"
-            case let name: name
-            }
+            let address =
+                switch host {
+                case "", "0.0.0.0": "127.0.0.1"
+                case "::": "[::1]"
+                case let ipv6 where ipv6.contains(":"): "[\(ipv6)]"
+                case let name: name
+                }
             return "\(tls == nil ? "http" : "https")://\(address):\(port)"
         }
     }
@@ -139,9 +142,11 @@ public struct StreamServer: Sendable {
     /// Room for the segments being received, shared by every session.
     let budget: InFlightBudget
 
-    public init(settings: Settings, tokens: StaticDeviceTokens, analyzer: any SegmentAnalyzer, ledger: any UsageLedger,
-                leases: any SessionLeases = LocalLeases(), services: [any Service] = [], pairing: Pairing? = nil, logger: Logger,
-                metrics: ServerMetrics = ServerMetrics()) {
+    public init(
+        settings: Settings, tokens: StaticDeviceTokens, analyzer: any SegmentAnalyzer, ledger: any UsageLedger,
+        leases: any SessionLeases = LocalLeases(), services: [any Service] = [], pairing: Pairing? = nil, logger: Logger,
+        metrics: ServerMetrics = ServerMetrics()
+    ) {
         self.pairing = pairing
         self.settings = settings
         self.tokens = tokens
@@ -169,8 +174,9 @@ public struct StreamServer: Sendable {
     /// A paired device's access token: its claims, unless the device was unpaired here.
     func accessClaims(_ authorization: String?) -> AccessTokens.Claims? {
         guard let pairing, let authorization, authorization.hasPrefix("Bearer "),
-              let claims = pairing.tokens.verify(String(authorization.dropFirst(7)), nowSeconds: pairing.now() / 1000),
-              !pairing.unpaired.contains(claims.sub) else { return nil }
+            let claims = pairing.tokens.verify(String(authorization.dropFirst(7)), nowSeconds: pairing.now() / 1000),
+            !pairing.unpaired.contains(claims.sub)
+        else { return nil }
         return claims
     }
 
@@ -186,8 +192,10 @@ public struct StreamServer: Sendable {
     /// What runs beside the sessions: the ledger's and leases' own, and the watches that act on
     /// every open session (superseded elsewhere; tokens, unpairing and usage).
     var sessionServices: [any Service] {
-        services + [SupersedeService(leases: leases, sessions: sessions, logger: logger),
-                    SessionChecks(sessions: sessions, beforeEach: { [tokens] in tokens.refresh() })]
+        services + [
+            SupersedeService(leases: leases, sessions: sessions, logger: logger),
+            SessionChecks(sessions: sessions, beforeEach: { [tokens] in tokens.refresh() })
+        ]
     }
 
     /// The stream route, `GuidanceProtocol.path`: a device's WebSocket, one ``StreamSession``.
@@ -224,46 +232,53 @@ public struct StreamServer: Sendable {
             // Until when a paired device's session is authorized: its access token's expiry,
             // moved on by each `auth` message with a newer token of the same device.
             let window = AuthWindow(expiresAt: byStaticToken ? Int64.max : accessClaims(authorization)?.exp ?? 0)
-            let session = StreamSession(device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
-                                        analyzer: analyzer, metrics: metrics, activity: activity,
-                                        intake: .init(budget: budget, credit: credit, started: { connection.start.give() }),
-                                        // Asked of every session on each of SessionChecks' ticks, which reads
-                                        // the tokens file first (once, not once a session).
-                                        stillAuthorized: {
-                                            byStaticToken ? tokens.knownDevice(authorization: authorization) == device
-                                                : unpaired?.contains(device) != true && (clock?() ?? 0) / 1000 < window.expiresAt
-                                        },
-                                        observer: byStaticToken ? nil : owners.map { owners in
-                                            StreamSession.Observer(
-                                                opened: { try? await owners.seen(device: device, nowMs: clock?() ?? 0) },
-                                                guided: { text in try? await owners.recordGuidance(device: device, text: text, nowMs: clock?() ?? 0) },
-                                                clipAdmission: {
-                                                    if unpaired?.contains(device) == true { return .refused("this car was unpaired") }
-                                                    do {
-                                                        return try await ClipQuota.admission(device: device, owners: owners,
-                                                                                             limitBytes: settings.maxClipBytesPerOwner)
-                                                    } catch {
-                                                        // The store's own checks still hold (clips.maxMegabytesPerCar).
-                                                        logger.error("cannot look up the car's owner for its clip: \(error)", metadata: ["device": "\(device)"])
-                                                        return .unlimited
-                                                    }
-                                                },
-                                                tracked: { gps in
-                                                    // An unpaired car's drive is nobody's (its trips were forgotten with it).
-                                                    guard unpaired?.contains(device) != true else { return }
-                                                    do {
-                                                        try await owners.recordTrack(device: device, points: TripRules.points(gps, nowMs: clock?() ?? Int64(Date().timeIntervalSince1970 * 1000)))
-                                                    } catch {
-                                                        logger.error("cannot keep a segment's track: \(error)", metadata: ["device": "\(device)"])
-                                                    }
-                                                })
-                                        },
-                                        reauthorize: { token in
-                                            guard !byStaticToken, let claims = accessClaims("Bearer " + token), claims.sub == device else { return false }
-                                            window.extend(to: claims.exp)
-                                            return true
-                                        },
-                                        logger: logger)
+            let session = StreamSession(
+                device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
+                analyzer: analyzer, metrics: metrics, activity: activity,
+                intake: .init(budget: budget, credit: credit, started: { connection.start.give() }),
+                // Asked of every session on each of SessionChecks' ticks, which reads
+                // the tokens file first (once, not once a session).
+                stillAuthorized: {
+                    byStaticToken
+                        ? tokens.knownDevice(authorization: authorization) == device
+                        : unpaired?.contains(device) != true && (clock?() ?? 0) / 1000 < window.expiresAt
+                },
+                observer: byStaticToken
+                    ? nil
+                    : owners.map { owners in
+                        StreamSession.Observer(
+                            opened: { try? await owners.seen(device: device, nowMs: clock?() ?? 0) },
+                            guided: { text in try? await owners.recordGuidance(device: device, text: text, nowMs: clock?() ?? 0) },
+                            clipAdmission: {
+                                if unpaired?.contains(device) == true { return .refused("this car was unpaired") }
+                                do {
+                                    return try await ClipQuota.admission(
+                                        device: device, owners: owners,
+                                        limitBytes: settings.maxClipBytesPerOwner)
+                                } catch {
+                                    // The store's own checks still hold (clips.maxMegabytesPerCar).
+                                    logger.error("cannot look up the car's owner for its clip: \(error)", metadata: ["device": "\(device)"])
+                                    return .unlimited
+                                }
+                            },
+                            tracked: { gps in
+                                // An unpaired car's drive is nobody's (its trips were forgotten with it).
+                                guard unpaired?.contains(device) != true else { return }
+                                do {
+                                    try await owners.recordTrack(
+                                        device: device,
+                                        points: TripRules.points(gps, nowMs: clock?() ?? Int64(Date().timeIntervalSince1970 * 1000)))
+                                } catch {
+                                    logger.error("cannot keep a segment's track: \(error)", metadata: ["device": "\(device)"])
+                                }
+                            })
+                    },
+                reauthorize: { token in
+                    guard !byStaticToken, let claims = accessClaims("Bearer " + token), claims.sub == device else { return false }
+                    window.extend(to: claims.exp)
+                    return true
+                },
+                logger: logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
     }

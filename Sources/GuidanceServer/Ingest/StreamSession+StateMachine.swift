@@ -167,7 +167,8 @@ extension StreamSession {
                 return [missing] + message(text, agent: agent)
             case .receivingClipPart(let agent, let part):
                 state = .ready(agent)
-                let missing = Action.reject(.badClip, "clip \(part.id) file \(part.name): no bytes before the next message", seq: nil, reason: .clip)
+                let missing = Action.reject(
+                    .badClip, "clip \(part.id) file \(part.name): no bytes before the next message", seq: nil, reason: .clip)
                 return [missing] + message(text, agent: agent)
             }
         }
@@ -185,16 +186,19 @@ extension StreamSession {
             // The locale names the language of every answer (and goes into a model's prompt): a
             // language tag, nothing else.
             guard (1...35).contains(hello.locale.utf8.count),
-                  hello.locale.utf8.allSatisfy({ $0.isLetterOrDigit || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }) else {
+                hello.locale.utf8.allSatisfy({ $0.isLetterOrDigit || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") })
+            else {
                 return close("locale \(GuidanceText.loggable(hello.locale)) is not a language tag (BCP 47, like en-US)")
             }
             var actions: [Action] = []
             var stream = hello.stream
             if let given = stream, given.isEmpty || given.utf8.count > limits.maxStreamLength {
-                actions.append(.ignore("a stream id that is empty or over \(limits.maxStreamLength) bytes; re-sent segments will be analysed again"))
+                actions.append(
+                    .ignore("a stream id that is empty or over \(limits.maxStreamLength) bytes; re-sent segments will be analysed again"))
                 stream = nil
             }
-            let agent = Agent(locale: hello.locale, agent: hello.agent, stream: stream, segmentMs: hello.video.segmentMs, named: hello.device)
+            let agent = Agent(
+                locale: hello.locale, agent: hello.agent, stream: stream, segmentMs: hello.video.segmentMs, named: hello.device)
             state = .ready(agent)
             return actions + [.open(agent)]
         }
@@ -219,7 +223,9 @@ extension StreamSession {
                 return [.ignore("message of unknown type \(GuidanceText.loggable(type))")]
             case .auth(let auth):
                 guard (1...AccessTokens.maxLength).contains(auth.token.utf8.count) else {
-                    return [.reject(.badMessage, "an auth token must be 1 to \(AccessTokens.maxLength) bytes", seq: nil, reason: .unreadable)]
+                    return [
+                        .reject(.badMessage, "an auth token must be 1 to \(AccessTokens.maxLength) bytes", seq: nil, reason: .unreadable)
+                    ]
                 }
                 return [.renewAuth(auth.token)]
             case .incident(let incident):
@@ -232,7 +238,8 @@ extension StreamSession {
                 var actions: [Action] = []
                 if clip.gps != nil, clip.validGPS == nil {
                     clip.gps = nil
-                    actions.append(.ignore("clip \(clip.id)'s gps track: more than \(ClientMessage.Clip.maxPositions) points or a value out of range"))
+                    actions.append(
+                        .ignore("clip \(clip.id)'s gps track: more than \(ClientMessage.Clip.maxPositions) points or a value out of range"))
                 }
                 return actions + [.announceClip(clip)]
             case .clipPart(let part):
@@ -254,7 +261,10 @@ extension StreamSession {
                 var actions: [Action] = []
                 if let gps = header.gps, gps.count > ClientMessage.SegmentHeader.maxPositions || !gps.allSatisfy(\.isValid) {
                     header.gps = nil
-                    actions.append(.ignore("segment \(header.seq)'s gps track: more than \(ClientMessage.SegmentHeader.maxPositions) points or a value out of range"))
+                    actions.append(
+                        .ignore(
+                            "segment \(header.seq)'s gps track: more than \(ClientMessage.SegmentHeader.maxPositions) points or a value out of range"
+                        ))
                 }
                 // `check` made sure that `chunks` is there and matches `bytes`.
                 state = .receiving(agent, Receiving(header: header, chunks: header.chunks ?? 0))
@@ -285,7 +295,10 @@ extension StreamSession {
                 // bytes ≤ maxSegmentBytes: no overflow.
                 let expected = (header.bytes + Self.chunkBytes - 1) / Self.chunkBytes
                 guard chunks == expected else {
-                    return (.chunks, "chunks \(chunks) does not match bytes \(header.bytes) (expected \(expected) of up to \(Self.chunkBytes) bytes)")
+                    return (
+                        .chunks,
+                        "chunks \(chunks) does not match bytes \(header.bytes) (expected \(expected) of up to \(Self.chunkBytes) bytes)"
+                    )
                 }
                 return nil
             }
@@ -304,10 +317,14 @@ extension StreamSession {
             }
             guard let video else { return refuse(.video, "not an MP4 segment that can be read") }
             guard video.streams == 1, video.videoStreams == 1 else {
-                return refuse(.video, "the MP4 has \(video.streams) tracks, \(video.videoStreams) of them video; a segment has one video track")
+                return refuse(
+                    .video, "the MP4 has \(video.streams) tracks, \(video.videoStreams) of them video; a segment has one video track")
             }
             guard Self.codecs.contains(video.codec) else {
-                return refuse(.video, "the video is \(video.codec.isEmpty ? "of no known codec" : GuidanceText.loggable(video.codec, limit: 32)); segments are HEVC or H.264")
+                return refuse(
+                    .video,
+                    "the video is \(video.codec.isEmpty ? "of no known codec" : GuidanceText.loggable(video.codec, limit: 32)); segments are HEVC or H.264"
+                )
             }
             guard video.frames > 0, header.frames == video.frames else {
                 return refuse(.frames, "frames \(header.frames) does not match the MP4's \(video.frames)")
@@ -395,7 +412,11 @@ extension StreamSession {
                 // One binary message per part, exactly as long as it said.
                 guard bytes.count == part.bytes else {
                     state = .skipping(agent)
-                    return [.reject(.badClip, "clip \(part.id) file \(part.name): \(bytes.count) bytes, the part said \(part.bytes)", seq: nil, reason: .clip)]
+                    return [
+                        .reject(
+                            .badClip, "clip \(part.id) file \(part.name): \(bytes.count) bytes, the part said \(part.bytes)", seq: nil,
+                            reason: .clip)
+                    ]
                 }
                 state = .ready(agent)
                 return [.clipPart(part, Data(bytes))]
@@ -404,7 +425,11 @@ extension StreamSession {
                 state = .ready(agent)
                 guard bytes.count <= Self.chunkBytes, receiving.data.count + bytes.count <= receiving.header.bytes else {
                     state = .skipping(agent)
-                    return [.reject(.badSegment, "more bytes than the header's \(receiving.header.bytes)", seq: receiving.header.seq, reason: .overrun)]
+                    return [
+                        .reject(
+                            .badSegment, "more bytes than the header's \(receiving.header.bytes)", seq: receiving.header.seq,
+                            reason: .overrun)
+                    ]
                 }
                 if receiving.data.isEmpty {
                     // Grows as chunks arrive; never more than one chunk ahead of what was received.

@@ -185,7 +185,9 @@ public struct StreamSession: Sendable {
             held.withLock { $0 = (taken, .now) }
         }
         func giveBack() {
-            let bytes = held.withLock { held in defer { held = (0, nil) }; return held.bytes }
+            let bytes = held.withLock { held in
+                defer { held = (0, nil) }; return held.bytes
+            }
             if bytes > 0 { budget.release(bytes) }
         }
         /// Since when the room is held, if it is.
@@ -209,18 +211,21 @@ public struct StreamSession: Sendable {
         func hold(_ epoch: Int64) { state.withLock { $0.epoch = epoch } }
     }
 
-    private func receive(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease, end: Ending, room: Room,
-                         analysis: AsyncStream<ReceivedSegment>.Continuation) async throws {
+    private func receive(
+        inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, lease: Lease, end: Ending, room: Room,
+        analysis: AsyncStream<ReceivedSegment>.Continuation
+    ) async throws {
         var limits = StreamSession.StateMachine.Limits(maxSegmentBytes: settings.maxSegmentBytes)
         limits.maxClipFileBytes = settings.maxClipFileBytes
         var machine = StreamSession.StateMachine(limits: limits)
         var log = RateLimit(interval: .seconds(10))
         var incidents: IncidentKeeper?
         for try await message in inbound.messages(maxSize: GuidanceProtocol.maxMessageBytes + 1024) {
-            let actions = switch message {
-            case .text(let text): machine.text(text)
-            case .binary(let buffer): machine.binary(buffer.readableBytesView)
-            }
+            let actions =
+                switch message {
+                case .text(let text): machine.text(text)
+                case .binary(let buffer): machine.binary(buffer.readableBytesView)
+                }
             // Once the message is done with (room taken, segment charged and answered), the next
             // may be read: nothing is read ahead of the session.
             defer {
@@ -250,8 +255,11 @@ public struct StreamSession: Sendable {
                     switch machine.judge(received, video: video, agent: agent) {
                     case .take(let segment):
                         metrics.verified()
-                        guard try await finish(segment, arrived: arrived, agent: agent, lease: lease, outbound: outbound, analysis: analysis,
-                                               incidents: &incidents) else { return }
+                        guard
+                            try await finish(
+                                segment, arrived: arrived, agent: agent, lease: lease, outbound: outbound, analysis: analysis,
+                                incidents: &incidents)
+                        else { return }
                     case .refuse(let text, let seq, let reason):
                         try await reject(.badSegment, text, seq: seq, reason: reason, log: &log, outbound: outbound)
                     }
@@ -274,7 +282,9 @@ public struct StreamSession: Sendable {
                     if reauthorize(token) {
                         logger.debug("session \(id): access token renewed", metadata: ["device": "\(device)"])
                     } else {
-                        try await reject(.unauthorized, "that token does not name this device", seq: nil, reason: .unreadable, log: &log, outbound: outbound)
+                        try await reject(
+                            .unauthorized, "that token does not name this device", seq: nil, reason: .unreadable, log: &log,
+                            outbound: outbound)
                     }
                 }
             }
@@ -287,10 +297,13 @@ public struct StreamSession: Sendable {
     /// each `clip` and `clip_part` gets exactly one answer, `clip_have` or a `bad_clip` error, in
     /// the order they came, so the car can tell which is which. True if the store took it.
     @discardableResult
-    private func clipWork(_ what: String, part: Bool = false, log: inout RateLimit, outbound: WebSocketOutboundWriter,
-                          _ work: @escaping @Sendable (any ClipStore, String) throws -> ClipAppend) async throws -> Bool {
+    private func clipWork(
+        _ what: String, part: Bool = false, log: inout RateLimit, outbound: WebSocketOutboundWriter,
+        _ work: @escaping @Sendable (any ClipStore, String) throws -> ClipAppend
+    ) async throws -> Bool {
         guard let store = settings.clips else {
-            try await reject(.badClip, "this server keeps no clips (clips.dir is unset)", seq: nil, reason: .clip, log: &log, outbound: outbound)
+            try await reject(
+                .badClip, "this server keeps no clips (clips.dir is unset)", seq: nil, reason: .clip, log: &log, outbound: outbound)
             return false
         }
         let result: ClipAppend
@@ -303,10 +316,12 @@ public struct StreamSession: Sendable {
             metrics.rejected(.clip)
             if log.allows(now: Self.now()) {
                 let suppressed = log.takeSuppressed()
-                logger.error("session \(id): \(what): clip store: \(error)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
-                             metadata: ["device": "\(device)"])
+                logger.error(
+                    "session \(id): \(what): clip store: \(error)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
+                    metadata: ["device": "\(device)"])
             }
-            let text = ServerMessage.error(code: .badClip, message: "\(what): the clip store failed; nothing of it was kept", seq: nil).encoded()
+            let text = ServerMessage.error(code: .badClip, message: "\(what): the clip store failed; nothing of it was kept", seq: nil)
+                .encoded()
             try await outbound.write(.text(text))
             return false
         }
@@ -324,8 +339,9 @@ public struct StreamSession: Sendable {
             metrics.rejected(.clip)
             if log.allows(now: Self.now()) {
                 let suppressed = log.takeSuppressed()
-                logger.warning("session \(id): \(what): the bytes do not match the file's SHA-256; dropped\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
-                               metadata: ["device": "\(device)"])
+                logger.warning(
+                    "session \(id): \(what): the bytes do not match the file's SHA-256; dropped\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
+                    metadata: ["device": "\(device)"])
             }
             try await outbound.write(.text(ServerMessage.clipHave(have).encoded()))
             return true
@@ -334,36 +350,43 @@ public struct StreamSession: Sendable {
 
     /// An incident the car reported: its segments kept (``IncidentKeeper``), and a line in the log.
     private func keep(_ incident: ClientMessage.Incident, in keeper: inout IncidentKeeper?) {
-        let what = "incident \(incident.id) at \(incident.at), peak \(incident.peakG) g, \(incident.from) to \(incident.to)\(incident.final ? "" : " (open)")"
+        let what =
+            "incident \(incident.id) at \(incident.at), peak \(incident.peakG) g, \(incident.from) to \(incident.to)\(incident.final ? "" : " (open)")"
         guard keeper != nil else { return }
         do {
             guard let kept = try keeper?.keep(incident) else {
                 logger.notice("session \(id): \(what): server.keepDir is unset, no segment kept", metadata: ["device": "\(device)"])
                 return
             }
-            logger.notice("session \(id): \(what): \(kept.linked.count) segment(s) kept in \(kept.folder), \(kept.waiting.count) to come",
-                          metadata: ["device": "\(device)"])
+            logger.notice(
+                "session \(id): \(what): \(kept.linked.count) segment(s) kept in \(kept.folder), \(kept.waiting.count) to come",
+                metadata: ["device": "\(device)"])
         } catch {
             logger.error("session \(id): \(what): cannot keep it: \(error.localizedDescription)", metadata: ["device": "\(device)"])
         }
     }
 
-    private func reject(_ code: ServerMessage.ErrorCode, _ text: String, seq: Int?, reason: StreamSession.StateMachine.Rejection,
-                        log: inout RateLimit, outbound: WebSocketOutboundWriter) async throws {
+    private func reject(
+        _ code: ServerMessage.ErrorCode, _ text: String, seq: Int?, reason: StreamSession.StateMachine.Rejection,
+        log: inout RateLimit, outbound: WebSocketOutboundWriter
+    ) async throws {
         metrics.rejected(reason)
         if log.allows(now: Self.now()) {
             let suppressed = log.takeSuppressed()
-            logger.warning("session \(id): \(code.rawValue): \(text)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
-                           metadata: ["device": "\(device)"])
+            logger.warning(
+                "session \(id): \(code.rawValue): \(text)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
+                metadata: ["device": "\(device)"])
         }
         try await outbound.write(.text(ServerMessage.error(code: code, message: text, seq: seq).encoded()))
     }
 
-    private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, end: Ending, outbound: WebSocketOutboundWriter) async throws {
+    private func open(_ agent: StreamSession.StateMachine.Agent, lease: Lease, end: Ending, outbound: WebSocketOutboundWriter) async throws
+    {
         await sessions.add(id) { end.end($0) }
         lease.hold(try await leases.acquire(device: device, session: id))
         // With no allowance set, usage is unlimited and the ledger need not be asked.
-        let remaining = settings.usageSeconds == nil ? nil : try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
+        let remaining =
+            settings.usageSeconds == nil ? nil : try await ledger.balance(device: device).remaining(allowance: settings.usageSeconds)
         lease.paused = remaining == 0
         // Started: its lease and balance are read. The place among the starting sessions is free
         // before the car can read its welcome.
@@ -371,21 +394,27 @@ public struct StreamSession: Sendable {
         try await outbound.write(.text(ServerMessage.welcome(session: id, remainingSeconds: remaining).encoded()))
         await observer?.opened()
         if !agent.named.isEmpty, agent.named != device {
-            logger.notice("session \(id): the agent calls itself \(GuidanceText.loggable(agent.named)); its token says '\(device)', which counts",
-                          metadata: ["device": "\(device)"])
+            logger.notice(
+                "session \(id): the agent calls itself \(GuidanceText.loggable(agent.named)); its token says '\(device)', which counts",
+                metadata: ["device": "\(device)"])
         }
         // What the agent said of itself is a peer's string: escaped, and cut.
-        logger.info("session \(id) opened", metadata: [
-            "device": "\(device)", "locale": "\(GuidanceText.loggable(agent.locale))", "agent": "\(GuidanceText.loggable(agent.agent))",
-            "stream": "\(agent.stream.map { GuidanceText.loggable($0, limit: 128) } ?? "-")", "epoch": "\(lease.epoch ?? 0)",
-        ])
+        logger.info(
+            "session \(id) opened",
+            metadata: [
+                "device": "\(device)", "locale": "\(GuidanceText.loggable(agent.locale))", "agent": "\(GuidanceText.loggable(agent.agent))",
+                "stream": "\(agent.stream.map { GuidanceText.loggable($0, limit: 128) } ?? "-")", "epoch": "\(lease.epoch ?? 0)"
+            ])
     }
 
     /// Charges and acknowledges a verified segment (`arrived`: when its last message was read), and
     /// hands it to the analysis; `false` once the session is closing.
-    private func finish(_ segment: StreamSession.StateMachine.Verified, arrived: ContinuousClock.Instant, agent: StreamSession.StateMachine.Agent, lease: Lease,
-                        outbound: WebSocketOutboundWriter, analysis: AsyncStream<ReceivedSegment>.Continuation,
-                        incidents: inout IncidentKeeper?) async throws -> Bool {
+    private func finish(
+        _ segment: StreamSession.StateMachine.Verified, arrived: ContinuousClock.Instant, agent: StreamSession.StateMachine.Agent,
+        lease: Lease,
+        outbound: WebSocketOutboundWriter, analysis: AsyncStream<ReceivedSegment>.Continuation,
+        incidents: inout IncidentKeeper?
+    ) async throws -> Bool {
         let header = segment.header
         // With no allowance set, usage is unlimited and the ledger need not be asked.
         if settings.usageSeconds != nil {
@@ -426,20 +455,27 @@ public struct StreamSession: Sendable {
             (usageLeft, endsSession) = (left, ends)
         case .acknowledgeAgain:
             metrics.resent()
-            logger.info("segment \(header.seq) re-sent, acknowledged again", metadata: ["device": "\(device)", "stream": "\(charge.stream)"])
+            logger.info(
+                "segment \(header.seq) re-sent, acknowledged again", metadata: ["device": "\(device)", "stream": "\(charge.stream)"])
             try await outbound.write(.text(ServerMessage.ack(seq: header.seq).encoded()))
             return true
         case .refuseOtherContent:
             metrics.rejected(.digest)
-            try await outbound.write(.text(ServerMessage.error(
-                code: .badSegment, message: "segment \(header.seq) of this stream was already delivered with other content", seq: header.seq).encoded()))
+            try await outbound.write(
+                .text(
+                    ServerMessage.error(
+                        code: .badSegment, message: "segment \(header.seq) of this stream was already delivered with other content",
+                        seq: header.seq
+                    ).encoded()))
             return true
         case .superseded:
-            logger.info("session \(id): its lease was taken; segment \(header.seq) left to the newer session", metadata: ["device": "\(device)"])
+            logger.info(
+                "session \(id): its lease was taken; segment \(header.seq) left to the newer session", metadata: ["device": "\(device)"])
             try? await outbound.close(.init(codeNumber: Int(CloseCode.superseded.rawValue)), reason: "superseded")
             return false
         case .ledgerUnavailable:
-            try? await outbound.write(.text(ServerMessage.error(code: .internal, message: "usage ledger unavailable", seq: header.seq).encoded()))
+            try? await outbound.write(
+                .text(ServerMessage.error(code: .internal, message: "usage ledger unavailable", seq: header.seq).encoded()))
             try? await outbound.close(.unexpectedServerError, reason: "usage ledger unavailable")
             return false
         }
@@ -450,7 +486,8 @@ public struct StreamSession: Sendable {
         metrics.acknowledged(after: ContinuousClock.now - arrived)
         if let gps = header.gps, !gps.isEmpty { await observer?.tracked(gps) }
         if let folder = settings.keepDir {
-            let file = URL(fileURLWithPath: folder).appendingPathComponent(Self.keptName(device: device, stream: charge.stream, seq: header.seq))
+            let file = URL(fileURLWithPath: folder).appendingPathComponent(
+                Self.keptName(device: device, stream: charge.stream, seq: header.seq))
             do {
                 try segment.data.write(to: file, options: .atomic)
                 for incident in incidents?.kept(seq: header.seq, file: file) ?? [] {
@@ -463,7 +500,9 @@ public struct StreamSession: Sendable {
         let received = ReceivedSegment(device: device, stream: charge.stream, locale: agent.locale, header: header, data: segment.data)
         if case .dropped(let older) = analysis.yield(received) {
             metrics.analysisSkipped()
-            logger.info("segment \(older.header.seq) not analysed: segment \(header.seq) arrived while it waited", metadata: ["device": "\(device)"])
+            logger.info(
+                "segment \(older.header.seq) not analysed: segment \(header.seq) arrived while it waited", metadata: ["device": "\(device)"]
+            )
         }
         if let usageLeft { try await outbound.write(.text(ServerMessage.usage(remainingSeconds: usageLeft).encoded())) }
         if endsSession {
@@ -496,8 +535,11 @@ public struct StreamSession: Sendable {
             } catch is CancellationError {
                 return
             } catch ModelCallError.unavailable(let service) {
-                try await outbound.write(.text(ServerMessage.error(
-                    code: .guidanceUnavailable, message: "\(service) is not answering; guidance resumes when it does", seq: seq).encoded()))
+                try await outbound.write(
+                    .text(
+                        ServerMessage.error(
+                            code: .guidanceUnavailable, message: "\(service) is not answering; guidance resumes when it does", seq: seq
+                        ).encoded()))
             } catch {
                 logger.error("analyzer failed on segment \(seq): \(error)", metadata: ["device": "\(device)"])
                 try await outbound.write(.text(ServerMessage.error(code: .internal, message: "analysis failed", seq: seq).encoded()))
@@ -527,7 +569,9 @@ public struct StreamSession: Sendable {
             for await _ in ticks {
                 guard stillAuthorized() else { break }
                 guard lease.paused, settings.usageSeconds != nil else { continue }
-                guard let left = try? await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left > 0 else { continue }
+                guard let left = try? await ledger.balance(device: device).remaining(allowance: settings.usageSeconds), left > 0 else {
+                    continue
+                }
                 lease.paused = false
                 logger.info("session \(id): usage credited, \(left) s left", metadata: ["device": "\(device)"])
                 try await outbound.write(.text(ServerMessage.usage(remainingSeconds: left).encoded()))
@@ -535,10 +579,12 @@ public struct StreamSession: Sendable {
             // The ticks end only when the session is ending (cancelled): nothing more to say then.
             try Task.checkCancellation()
         }
-        logger.notice("session \(id): the device is no longer authorized (token removed, access token run out, or unpaired); closing",
-                      metadata: ["device": "\(device)"])
+        logger.notice(
+            "session \(id): the device is no longer authorized (token removed, access token run out, or unpaired); closing",
+            metadata: ["device": "\(device)"])
         await Self.within(settings.closeDeadline) {
-            try await outbound.write(.text(ServerMessage.error(code: .unauthorized, message: "this device is no longer authorized", seq: nil).encoded()))
+            try await outbound.write(
+                .text(ServerMessage.error(code: .unauthorized, message: "this device is no longer authorized", seq: nil).encoded()))
             try await outbound.close(.init(codeNumber: Int(CloseCode.unauthorized.rawValue)), reason: "not authorized")
         }
     }
@@ -556,10 +602,13 @@ public struct StreamSession: Sendable {
     /// A peer's string as part of a file name: letters, digits, `.`, `_` and `-` kept, anything
     /// else `_`, at most 128 characters.
     static func fileSafe(_ name: String) -> String {
-        String(String.UnicodeScalarView(name.unicodeScalars.prefix(128).map { scalar in
-            scalar.isASCII && (scalar.properties.isAlphabetic || scalar.properties.numericType != nil || "._-".unicodeScalars.contains(scalar))
-                ? scalar : "_"
-        }))
+        String(
+            String.UnicodeScalarView(
+                name.unicodeScalars.prefix(128).map { scalar in
+                    scalar.isASCII
+                        && (scalar.properties.isAlphabetic || scalar.properties.numericType != nil || "._-".unicodeScalars.contains(scalar))
+                        ? scalar : "_"
+                }))
     }
 
     /// Nothing at all from the agent (no message, no pong) for the idle timeout: close with 4001.
@@ -577,22 +626,26 @@ public struct StreamSession: Sendable {
             // The ping and the close each have the close deadline: a peer that stopped reading (its
             // socket full, so nothing is read from it either) cannot hold the watch, or the session.
             if lease.epoch == nil, now >= startBy {
-                logger.notice("session \(id): no hello within \(settings.handshakeTimeoutMs) ms of the upgrade, closing", metadata: ["device": "\(device)"])
+                logger.notice(
+                    "session \(id): no hello within \(settings.handshakeTimeoutMs) ms of the upgrade, closing",
+                    metadata: ["device": "\(device)"])
                 await Self.within(settings.closeDeadline) {
                     try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: "no hello")
                 }
                 return
             }
             if let since = room.since, now >= since + segmentDeadline {
-                logger.notice("session \(id): its segment did not arrive within \(2 * settings.idleTimeoutSeconds) s of having room, closing",
-                              metadata: ["device": "\(device)"])
+                logger.notice(
+                    "session \(id): its segment did not arrive within \(2 * settings.idleTimeoutSeconds) s of having room, closing",
+                    metadata: ["device": "\(device)"])
                 await Self.within(settings.closeDeadline) {
                     try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: "segment too slow")
                 }
                 return
             }
             if now >= last + timeout {
-                logger.notice("session \(id): nothing heard for \(settings.idleTimeoutSeconds) s, closing", metadata: ["device": "\(device)"])
+                logger.notice(
+                    "session \(id): nothing heard for \(settings.idleTimeoutSeconds) s, closing", metadata: ["device": "\(device)"])
                 await Self.within(settings.closeDeadline) {
                     try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: "idle")
                 }

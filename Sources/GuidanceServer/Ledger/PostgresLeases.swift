@@ -67,7 +67,8 @@ public final class PostgresLeases: SessionLeases {
                     """, logger: logger)
                 var epoch: Int64 = 0
                 for try await value in rows.decode(Int64.self) { epoch = value }
-                let payload = String(decoding: try JSONEncoder().encode(Change(device: device, session: session, epoch: epoch)), as: UTF8.self)
+                let payload = String(
+                    decoding: try JSONEncoder().encode(Change(device: device, session: session, epoch: epoch)), as: UTF8.self)
                 // Delivered to every listener when the transaction commits.
                 try await connection.query("SELECT pg_notify(\(Self.channel), \(payload))", logger: logger)
                 return epoch

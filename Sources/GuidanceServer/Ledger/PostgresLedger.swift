@@ -50,7 +50,8 @@ public final class PostgresLedger: UsageLedger {
     /// Any other error is described as it describes itself.
     public static func explain(_ error: any Error) -> String {
         if let failed = error as? PostgresTransactionError,
-           let inner = failed.closureError ?? failed.beginError ?? failed.commitError ?? failed.rollbackError {
+            let inner = failed.closureError ?? failed.beginError ?? failed.commitError ?? failed.rollbackError
+        {
             return explain(inner)
         }
         guard let error = error as? PSQLError else { return "\(error)" }
@@ -163,9 +164,13 @@ public final class PostgresLedger: UsageLedger {
             var all: [DeviceBalance] = []
             let rows = try await client.query(
                 "SELECT device, credited, spent, segments, input_tokens, output_tokens FROM balances ORDER BY device", logger: logger)
-            for try await (device, credited, spent, segments, input, output) in rows.decode((String, Int64, Int64, Int64, Int64, Int64).self) {
-                all.append(DeviceBalance(device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments),
-                                         inputTokens: Int(input), outputTokens: Int(output)))
+            for try await (device, credited, spent, segments, input, output) in rows.decode(
+                (String, Int64, Int64, Int64, Int64, Int64).self)
+            {
+                all.append(
+                    DeviceBalance(
+                        device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments),
+                        inputTokens: Int(input), outputTokens: Int(output)))
             }
             return all
         }
@@ -179,8 +184,9 @@ public final class PostgresLedger: UsageLedger {
             "SELECT credited, spent, segments, input_tokens, output_tokens FROM balances WHERE device = \(device)", logger: logger)
         var balance = DeviceBalance(device: device)
         for try await (credited, spent, segments, input, output) in rows.decode((Int64, Int64, Int64, Int64, Int64).self) {
-            balance = DeviceBalance(device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments),
-                                    inputTokens: Int(input), outputTokens: Int(output))
+            balance = DeviceBalance(
+                device: device, creditedSeconds: Int(credited), spentSeconds: Int(spent), segments: Int(segments),
+                inputTokens: Int(input), outputTokens: Int(output))
         }
         return balance
     }

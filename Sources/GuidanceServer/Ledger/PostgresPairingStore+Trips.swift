@@ -11,7 +11,8 @@ extension PostgresPairingStore: TripStore {
                 """
                 SELECT start_at, end_at, distance_m, top_speed, start_lat, start_lon, end_lat, end_lon FROM device_trips
                 WHERE device = \(device) ORDER BY start_at DESC LIMIT 1 FOR UPDATE
-                """, logger: logger).decode((Int64, Int64, Double, Double, Double, Double, Double, Double).self) {
+                """, logger: logger
+            ).decode((Int64, Int64, Double, Double, Double, Double, Double, Double).self) {
                 last = Self.trip(device, row)
             }
             let (changed, added) = TripRules.extend(last, device: device, with: points)
@@ -46,7 +47,8 @@ extension PostgresPairingStore: TripStore {
             """
             SELECT start_at, end_at, distance_m, top_speed, start_lat, start_lon, end_lat, end_lon FROM device_trips
             WHERE device = \(device) AND start_at = \(startMs)
-            """, device: device).first
+            """, device: device
+        ).first
     }
 
     public func track(device: String, fromMs: Int64, toMs: Int64) async throws -> [TrackPoint] {
@@ -54,7 +56,8 @@ extension PostgresPairingStore: TripStore {
         var points: [TrackPoint] = []
         for try await (at, lat, lon, speed) in try await client.query(
             "SELECT at, lat, lon, speed FROM device_track WHERE device = \(device) AND at BETWEEN \(fromMs) AND \(toMs) ORDER BY at",
-            logger: logger).decode((Int64, Double, Double, Double).self) {
+            logger: logger
+        ).decode((Int64, Double, Double, Double).self) {
             points.append(TrackPoint(atMs: at, lat: lat, lon: lon, speed: speed))
         }
         return points
@@ -72,13 +75,16 @@ extension PostgresPairingStore: TripStore {
         try await schema.ensure()
         var trips: [Trip] = []
         for try await row in try await client.query(query, logger: logger)
-            .decode((Int64, Int64, Double, Double, Double, Double, Double, Double).self) {
+            .decode((Int64, Int64, Double, Double, Double, Double, Double, Double).self)
+        {
             trips.append(Self.trip(device, row))
         }
         return trips
     }
 
     private static func trip(_ device: String, _ row: (Int64, Int64, Double, Double, Double, Double, Double, Double)) -> Trip {
-        Trip(device: device, startMs: row.0, endMs: row.1, distanceMeters: row.2, topSpeed: row.3, start: (row.4, row.5), end: (row.6, row.7))
+        Trip(
+            device: device, startMs: row.0, endMs: row.1, distanceMeters: row.2, topSpeed: row.3, start: (row.4, row.5), end: (row.6, row.7)
+        )
     }
 }

@@ -38,13 +38,16 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
     }
 
     private func authorization(where column: String, is value: String, on db: PostgresConnection)
-        async throws -> (hash: String, authorization: DeviceAuthorization)? {
-        let query: PostgresQuery = column == "user_code"
+        async throws -> (hash: String, authorization: DeviceAuthorization)?
+    {
+        let query: PostgresQuery =
+            column == "user_code"
             ? "SELECT device_code_hash, state, owner, issued_at, expires_at, interval_s, last_polled_at, device_name FROM device_authorizations WHERE user_code = \(value) FOR UPDATE"
             : "SELECT device_code_hash, state, owner, issued_at, expires_at, interval_s, last_polled_at, device_name FROM device_authorizations WHERE device_code_hash = \(value) FOR UPDATE"
         let rows = try await db.query(query, logger: logger)
         for try await (hash, state, owner, issued, expires, interval, polled, name)
-            in rows.decode((String, String, Int64?, Int64, Int64, Int64, Int64?, String).self) {
+            in rows.decode((String, String, Int64?, Int64, Int64, Int64, Int64?, String).self)
+        {
             let decoded: DeviceAuthorization.State
             switch state {
             case "pending": decoded = .pending
@@ -53,22 +56,30 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
             case "redeemed": decoded = .redeemed
             default: return nil
             }
-            return (hash, DeviceAuthorization(state: decoded, issuedAtMs: issued, expiresAtMs: expires, intervalSeconds: Int(interval),
-                                              lastPolledAtMs: polled, deviceName: name))
+            return (
+                hash,
+                DeviceAuthorization(
+                    state: decoded, issuedAtMs: issued, expiresAtMs: expires, intervalSeconds: Int(interval),
+                    lastPolledAtMs: polled, deviceName: name)
+            )
         }
         return nil
     }
 
     // MARK: - PairingStore
 
-    public func startAuthorization(deviceCodeHash: String, deviceName: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
-                                   newUserCode: @escaping @Sendable () -> String) async throws -> (userCode: String, authorization: DeviceAuthorization) {
+    public func startAuthorization(
+        deviceCodeHash: String, deviceName: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
+        newUserCode: @escaping @Sendable () -> String
+    ) async throws -> (userCode: String, authorization: DeviceAuthorization) {
         let authorization = DeviceAuthorization(deviceName: deviceName, nowMs: nowMs, settings: settings)
         let logger = self.logger
         return try await transaction { db in
             try await db.query("DELETE FROM device_authorizations WHERE expires_at <= \(nowMs)", logger: logger)
             var live: Int64 = 0
-            for try await count in try await db.query("SELECT count(*) FROM device_authorizations", logger: logger).decode(Int64.self) { live = count }
+            for try await count in try await db.query("SELECT count(*) FROM device_authorizations", logger: logger).decode(Int64.self) {
+                live = count
+            }
             guard live < SQLitePairingStore.maxLiveAuthorizations else { throw PairingFull() }
             for _ in 0..<16 {
                 let userCode = newUserCode()
@@ -79,18 +90,23 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
                     VALUES (\(deviceCodeHash), \(userCode), \(deviceName), 'pending', NULL, \(authorization.issuedAtMs), \(authorization.expiresAtMs),
                             \(Int64(authorization.intervalSeconds)))
                     ON CONFLICT (user_code) DO NOTHING RETURNING 1
-                    """, logger: logger).decode(Int32.self) { stored = true }
+                    """, logger: logger
+                ).decode(Int32.self) { stored = true }
                 if stored { return (userCode, authorization) }
             }
             throw LedgerError.unavailable("no free user code after 16 tries")
         }
     }
 
-    public func poll(deviceCodeHash: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
-                     newDevice: String, refreshTokenHash: String, refreshExpiresAtMs: Int64) async throws -> PairingPoll {
+    public func poll(
+        deviceCodeHash: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
+        newDevice: String, refreshTokenHash: String, refreshExpiresAtMs: Int64
+    ) async throws -> PairingPoll {
         let logger = self.logger
         return try await transaction { [self] db in
-            guard var found = try await authorization(where: "device_code_hash", is: deviceCodeHash, on: db)?.authorization else { return .unknown }
+            guard var found = try await authorization(where: "device_code_hash", is: deviceCodeHash, on: db)?.authorization else {
+                return .unknown
+            }
             let outcome = found.poll(nowMs: nowMs, settings: settings)
             let (state, owner) = Self.state(found.state)
             try await db.query(
@@ -101,9 +117,11 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
             guard case .issue(let ownerID) = outcome else { return .outcome(outcome) }
             let device = PairedDevice(device: newDevice, owner: ownerID, label: found.deviceName, pairedAtMs: nowMs)
             let family = newDevice + "/" + String(nowMs)
-            try await db.query("INSERT INTO paired_devices (device, owner, label, paired_at) VALUES (\(newDevice), \(ownerID), \(device.label), \(nowMs))",
-                               logger: logger)
-            try await db.query("INSERT INTO refresh_families (id, device, created_at) VALUES (\(family), \(newDevice), \(nowMs))", logger: logger)
+            try await db.query(
+                "INSERT INTO paired_devices (device, owner, label, paired_at) VALUES (\(newDevice), \(ownerID), \(device.label), \(nowMs))",
+                logger: logger)
+            try await db.query(
+                "INSERT INTO refresh_families (id, device, created_at) VALUES (\(family), \(newDevice), \(nowMs))", logger: logger)
             try await db.query(
                 "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (\(refreshTokenHash), \(family), \(nowMs), \(refreshExpiresAtMs))",
                 logger: logger)
@@ -117,14 +135,16 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
             let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
             if let wait = try await Self.limited(db, throttles, nowMs: nowMs, logger: logger) { return .limited(waitSeconds: wait) }
             if let found = try await authorization(where: "user_code", is: userCode, on: db)?.authorization,
-               found.state == .pending, !found.isExpired(nowMs: nowMs) {
+                found.state == .pending, !found.isExpired(nowMs: nowMs)
+            {
                 var lookedUpBy: Int64?, wrong: Int64 = 0
                 for try await (by, count) in try await db.query(
                     "SELECT looked_up_by, wrong_decisions FROM device_authorizations WHERE user_code = \(userCode)", logger: logger
                 ).decode((Int64?, Int64).self) { (lookedUpBy, wrong) = (by, count) }
                 if lookedUpBy == nil || lookedUpBy == owner {
                     // Only the owner who saw this page first may decide the code.
-                    try await db.query("UPDATE device_authorizations SET looked_up_by = \(owner) WHERE user_code = \(userCode)", logger: logger)
+                    try await db.query(
+                        "UPDATE device_authorizations SET looked_up_by = \(owner) WHERE user_code = \(userCode)", logger: logger)
                     return .pending(deviceName: found.deviceName, secondsLeft: found.secondsLeft(nowMs: nowMs))
                 }
                 // Another account typed a code someone already looked up: a guess against it.
@@ -139,8 +159,10 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         }
     }
 
-    public func decide(userCode: String, decision: DeviceAuthorization.Decision, owner: Int64, address: String,
-                       nowMs: Int64) async throws -> CodeDecision {
+    public func decide(
+        userCode: String, decision: DeviceAuthorization.Decision, owner: Int64, address: String,
+        nowMs: Int64
+    ) async throws -> CodeDecision {
         let logger = self.logger
         return try await transaction { [self] db in
             let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
@@ -165,8 +187,9 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
             }
             guard found.decide(decision, nowMs: nowMs) == .decided else { return .gone }
             let (state, approvedBy) = Self.state(found.state)
-            try await db.query("UPDATE device_authorizations SET state = \(state), owner = \(approvedBy) WHERE device_code_hash = \(hash)",
-                               logger: logger)
+            try await db.query(
+                "UPDATE device_authorizations SET state = \(state), owner = \(approvedBy) WHERE device_code_hash = \(hash)",
+                logger: logger)
             return .decided
         }
     }
@@ -201,7 +224,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         for throttle in throttles {
             var tries: [Int64] = []
             for try await at in try await db.query("SELECT at FROM code_entry_failures WHERE key = \(throttle.key)", logger: logger)
-                .decode(Int64.self) { tries.append(at) }
+                .decode(Int64.self)
+            { tries.append(at) }
             if case .wait(let seconds) = throttle.limiter.verdict(failures: tries, nowMs: nowMs) { return seconds }
         }
         return nil
@@ -211,8 +235,10 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         for key in keys { try await db.query("INSERT INTO code_entry_failures (key, at) VALUES (\(key), \(nowMs))", logger: logger) }
     }
 
-    public func refresh(tokenHash: String, newTokenHash: String, nowMs: Int64, expiresAtMs: Int64,
-                        rules: RefreshTokenRules) async throws -> RefreshResult {
+    public func refresh(
+        tokenHash: String, newTokenHash: String, nowMs: Int64, expiresAtMs: Int64,
+        rules: RefreshTokenRules
+    ) async throws -> RefreshResult {
         let logger = self.logger
         return try await transaction { db in
             let rows = try await db.query(
@@ -223,7 +249,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
                 WHERE t.hash = \(tokenHash) FOR UPDATE OF t, f
                 """, logger: logger)
             var found: (String, Int64?, String?, Int64, Int64?, String, Int64?, Int64?, String?, Int64?, Int64?)?
-            for try await row in rows.decode((String, Int64?, String?, Int64, Int64?, String, Int64?, Int64?, String?, Int64?, Int64?).self) {
+            for try await row in rows.decode((String, Int64?, String?, Int64, Int64?, String, Int64?, Int64?, String?, Int64?, Int64?).self)
+            {
                 found = row
             }
             guard let (family, spentAt, successor, expires, revoked, device, successorSpent, owner, label, pairedAt, unpaired) = found
@@ -238,7 +265,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
                 try await Self.revoke(db, family: family, device: device, nowMs: nowMs, logger: logger)
                 return .reused(device: device)
             case .rotate:
-                try await db.query("UPDATE refresh_tokens SET spent_at = \(nowMs), successor = \(newTokenHash) WHERE hash = \(tokenHash)", logger: logger)
+                try await db.query(
+                    "UPDATE refresh_tokens SET spent_at = \(nowMs), successor = \(newTokenHash) WHERE hash = \(tokenHash)", logger: logger)
             case .retry:
                 // The same successor as the first time, or it is a copy that diverged: reuse.
                 guard successor == newTokenHash else {
@@ -257,7 +285,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
     /// Reuse seen: the family's tokens are refused, and the car is unpaired (as in SQLite's store).
     private static func revoke(_ db: PostgresConnection, family: String, device: String, nowMs: Int64, logger: Logger) async throws {
         try await db.query("UPDATE refresh_families SET revoked_at = \(nowMs) WHERE id = \(family)", logger: logger)
-        try await db.query("UPDATE paired_devices SET unpaired_at = \(nowMs) WHERE device = \(device) AND unpaired_at IS NULL", logger: logger)
+        try await db.query(
+            "UPDATE paired_devices SET unpaired_at = \(nowMs) WHERE device = \(device) AND unpaired_at IS NULL", logger: logger)
     }
 
     public func pairedDevice(_ device: String) async throws -> PairedDevice? {
@@ -280,7 +309,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
     public func owner(id: Int64) async throws -> Owner? {
         try await schema.ensure()
         for try await (id, email, name) in try await client.query(
-            "SELECT id, email, display_name FROM owners WHERE id = \(id)", logger: logger).decode((Int64, String, String).self) {
+            "SELECT id, email, display_name FROM owners WHERE id = \(id)", logger: logger
+        ).decode((Int64, String, String).self) {
             return Owner(id: id, email: email, displayName: name)
         }
         return nil
@@ -293,7 +323,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         return try await transaction { db in
             for try await id in try await db.query(
                 "INSERT INTO owners (email, display_name, created_at) VALUES (\(email), \(displayName), \(nowMs)) ON CONFLICT (email) DO NOTHING RETURNING id",
-                logger: logger).decode(Int64.self) { return id }
+                logger: logger
+            ).decode(Int64.self) { return id }
             return nil
         }
     }
@@ -301,8 +332,9 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
     public func addPasswordLink(owner: Int64, tokenHash: String, expiresAtMs: Int64) async throws {
         let logger = self.logger
         _ = try await transaction { db in
-            try await db.query("INSERT INTO password_links (token_hash, owner, expires_at) VALUES (\(tokenHash), \(owner), \(expiresAtMs))",
-                               logger: logger)
+            try await db.query(
+                "INSERT INTO password_links (token_hash, owner, expires_at) VALUES (\(tokenHash), \(owner), \(expiresAtMs))",
+                logger: logger)
         }
     }
 
@@ -339,7 +371,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
                 """
                 UPDATE password_links SET used_at = \(nowMs) WHERE token_hash = \(tokenHash) AND used_at IS NULL AND expires_at > \(nowMs)
                 RETURNING owner
-                """, logger: logger).decode(Int64.self) { owner = id }
+                """, logger: logger
+            ).decode(Int64.self) { owner = id }
             guard let owner else { return nil }
             try await db.query("UPDATE owners SET password_hash = \(passwordHash) WHERE id = \(owner)", logger: logger)
             // A new password ends everything the old one (or a leaked link) could still do.
@@ -354,7 +387,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         var found: [StoredWebSession] = []
         for try await (id, value, expires) in try await client.query(
             "SELECT key, value, expires_at FROM web_sessions WHERE owner = \(owner) AND (expires_at IS NULL OR expires_at > \(nowMs))",
-            logger: logger).decode((String, String, Int64?).self) {
+            logger: logger
+        ).decode((String, String, Int64?).self) {
             found.append(StoredWebSession(id: id, value: Data(value.utf8), expiresAtMs: expires))
         }
         return found
@@ -364,8 +398,10 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         let logger = self.logger
         return try await transaction { db in
             var ended = false
-            for try await _ in try await db.query("DELETE FROM web_sessions WHERE owner = \(owner) AND key = \(id) RETURNING 1", logger: logger)
-                .decode(Int32.self) { ended = true }
+            for try await _ in try await db.query(
+                "DELETE FROM web_sessions WHERE owner = \(owner) AND key = \(id) RETURNING 1", logger: logger
+            )
+            .decode(Int32.self) { ended = true }
             return ended
         }
     }
@@ -373,7 +409,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
     public func passwordHash(owner: Int64) async throws -> String? {
         try await schema.ensure()
         for try await hash in try await client.query("SELECT password_hash FROM owners WHERE id = \(owner)", logger: logger)
-            .decode(String?.self) { return hash }
+            .decode(String?.self)
+        { return hash }
         return nil
     }
 
@@ -392,13 +429,15 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         var cars: [OwnedDevice] = []
         for try await (device, label, pairedAt, lastSeen) in try await client.query(
             "SELECT device, label, paired_at, last_seen_at FROM paired_devices WHERE owner = \(owner) AND unpaired_at IS NULL ORDER BY paired_at, device",
-            logger: logger).decode((String, String, Int64, Int64?).self) {
+            logger: logger
+        ).decode((String, String, Int64, Int64?).self) {
             cars.append(OwnedDevice(device: device, label: label, pairedAtMs: pairedAt, lastSeenAtMs: lastSeen, recentGuidance: []))
         }
         for index in cars.indices {
             for try await (at, text) in try await client.query(
                 "SELECT at, text FROM device_guidance WHERE device = \(cars[index].device) ORDER BY at DESC LIMIT \(Int64(OwnedDevice.recentGuidanceCount))",
-                logger: logger).decode((Int64, String).self) {
+                logger: logger
+            ).decode((Int64, String).self) {
                 cars[index].recentGuidance.append((at, text))
             }
         }
@@ -411,7 +450,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
             var renamed = false
             for try await _ in try await db.query(
                 "UPDATE paired_devices SET label = \(label) WHERE device = \(device) AND owner = \(owner) AND unpaired_at IS NULL RETURNING 1",
-                logger: logger).decode(Int32.self) { renamed = true }
+                logger: logger
+            ).decode(Int32.self) { renamed = true }
             return renamed
         }
     }
@@ -422,9 +462,11 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
             var done = false
             for try await _ in try await db.query(
                 "UPDATE paired_devices SET unpaired_at = \(nowMs) WHERE device = \(device) AND owner = \(owner) AND unpaired_at IS NULL RETURNING 1",
-                logger: logger).decode(Int32.self) { done = true }
+                logger: logger
+            ).decode(Int32.self) { done = true }
             guard done else { return false }
-            try await db.query("UPDATE refresh_families SET revoked_at = \(nowMs) WHERE device = \(device) AND revoked_at IS NULL", logger: logger)
+            try await db.query(
+                "UPDATE refresh_families SET revoked_at = \(nowMs) WHERE device = \(device) AND revoked_at IS NULL", logger: logger)
             // Its drives were this owner's: the car's next owner starts with none.
             try await db.query("DELETE FROM device_trips WHERE device = \(device)", logger: logger)
             try await db.query("DELETE FROM device_track WHERE device = \(device)", logger: logger)
@@ -436,7 +478,8 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         try await schema.ensure()
         var found: [(device: String, atMs: Int64)] = []
         for try await (device, at) in try await client.query(
-            "SELECT device, unpaired_at FROM paired_devices WHERE unpaired_at >= \(sinceMs)", logger: logger).decode((String, Int64).self) {
+            "SELECT device, unpaired_at FROM paired_devices WHERE unpaired_at >= \(sinceMs)", logger: logger
+        ).decode((String, Int64).self) {
             found.append((device, at))
         }
         return found
@@ -444,13 +487,16 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
 
     public func seen(device: String, nowMs: Int64) async throws {
         let logger = self.logger
-        _ = try await transaction { db in try await db.query("UPDATE paired_devices SET last_seen_at = \(nowMs) WHERE device = \(device)", logger: logger) }
+        _ = try await transaction { db in
+            try await db.query("UPDATE paired_devices SET last_seen_at = \(nowMs) WHERE device = \(device)", logger: logger)
+        }
     }
 
     public func recordGuidance(device: String, text: String, nowMs: Int64) async throws {
         let logger = self.logger
         try await transaction { db in
-            try await db.query("INSERT INTO device_guidance (device, at, text) VALUES (\(device), \(nowMs), \(String(text.prefix(500))))", logger: logger)
+            try await db.query(
+                "INSERT INTO device_guidance (device, at, text) VALUES (\(device), \(nowMs), \(String(text.prefix(500))))", logger: logger)
             try await db.query(
                 """
                 DELETE FROM device_guidance WHERE device = \(device) AND ctid NOT IN
@@ -475,9 +521,11 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         try await schema.ensure()
         for try await (owner, device, product, seconds, price, status, created) in try await client.query(
             "SELECT owner, device, product, seconds, price, status, created_at FROM payments WHERE provider = \(provider) AND payment_id = \(id)",
-            logger: logger).decode((Int64, String, String, Int64, String, String, Int64).self) {
-            return Payment(provider: provider, id: id, owner: owner, device: device, product: product, seconds: Int(seconds), price: price,
-                           status: Payment.Status(rawValue: status) ?? .pending, createdAtMs: created)
+            logger: logger
+        ).decode((Int64, String, String, Int64, String, String, Int64).self) {
+            return Payment(
+                provider: provider, id: id, owner: owner, device: device, product: product, seconds: Int(seconds), price: price,
+                status: Payment.Status(rawValue: status) ?? .pending, createdAtMs: created)
         }
         return nil
     }
@@ -492,9 +540,12 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
                 """
                 UPDATE payments SET status = \(paid ? "paid" : "declined"), settled_at = \(nowMs)
                 WHERE provider = \(provider) AND payment_id = \(id) AND status = 'pending' RETURNING device, seconds
-                """, logger: logger).decode((String, Int64).self) { settled = row }
+                """, logger: logger
+            ).decode((String, Int64).self) { settled = row }
             guard paid, let (device, seconds) = settled, seconds > 0 else { return false }
-            try await db.query("INSERT INTO credits (device, seconds, note) VALUES (\(device), \(seconds), \("payment \(provider) \(id)"))", logger: logger)
+            try await db.query(
+                "INSERT INTO credits (device, seconds, note) VALUES (\(device), \(seconds), \("payment \(provider) \(id)"))", logger: logger
+            )
             try await db.query(
                 """
                 INSERT INTO balances (device, credited) VALUES (\(device), \(seconds))
@@ -524,7 +575,8 @@ public struct PostgresSessionDriver: PersistDriver {
             var made = false
             for try await _ in try await db.query(
                 "INSERT INTO web_sessions (key, value, expires_at, owner) VALUES (\(stored), \(text), \(until), \(owner)) ON CONFLICT (key) DO NOTHING RETURNING 1",
-                logger: logger).decode(Int32.self) { made = true }
+                logger: logger
+            ).decode(Int32.self) { made = true }
             return made
         }
         guard created else { throw PersistError.duplicate }

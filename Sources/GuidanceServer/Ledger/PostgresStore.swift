@@ -148,7 +148,7 @@ actor PostgresSchema {
             provider TEXT NOT NULL, payment_id TEXT NOT NULL, owner BIGINT NOT NULL, device TEXT NOT NULL, product TEXT NOT NULL,
             seconds BIGINT NOT NULL CHECK (seconds > 0), price TEXT NOT NULL, status TEXT NOT NULL, created_at BIGINT NOT NULL,
             settled_at BIGINT, PRIMARY KEY (provider, payment_id))
-        """,
+        """
     ]
 }
 
@@ -176,7 +176,11 @@ extension LedgerError {
 public func withServices<T: Sendable>(_ services: [any Service], _ body: @Sendable () async throws -> T) async throws -> T {
     guard !services.isEmpty else { return try await body() }
     return try await withThrowingTaskGroup(of: T?.self) { group in
-        for service in services { group.addTask { try await service.run(); return nil } }
+        for service in services {
+            group.addTask {
+                try await service.run(); return nil
+            }
+        }
         defer { group.cancelAll() }
         return try await body()
     }
@@ -187,14 +191,17 @@ public func withServices<T: Sendable>(_ services: [any Service], _ body: @Sendab
 /// whose transaction did not end cleanly (its `ROLLBACK` or `COMMIT` failed) is closed instead of
 /// going back to the pool, where the next caller's statements would join the open transaction.
 enum PostgresUnit {
-    static func transaction<T: Sendable>(_ client: PostgresClient, logger: Logger,
-                                         _ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    static func transaction<T: Sendable>(
+        _ client: PostgresClient, logger: Logger,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
         try await uninterrupted {
             try await client.withConnection { connection in
                 do {
                     return try await connection.withTransaction(logger: logger) { connection in try await body(connection) }
                 } catch let error as PostgresTransactionError where error.rollbackError != nil || error.commitError != nil {
-                    logger.error("a PostgreSQL transaction did not end cleanly; its connection is closed, not reused: \(String(reflecting: error))")
+                    logger.error(
+                        "a PostgreSQL transaction did not end cleanly; its connection is closed, not reused: \(String(reflecting: error))")
                     try? await connection.close()
                     throw error
                 }

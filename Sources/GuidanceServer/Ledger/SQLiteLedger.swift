@@ -129,7 +129,7 @@ public final class SQLiteLedger: UsageLedger {
             INSERT INTO balances (device, credited) VALUES (NEW.device, NEW.seconds)
             ON CONFLICT (device) DO UPDATE SET credited = credited + NEW.seconds;
         END
-        """,
+        """
     ]
 
     /// Columns added after a table was first made (schema 4: who looked a code up and the wrong
@@ -140,7 +140,7 @@ public final class SQLiteLedger: UsageLedger {
         ("web_sessions", "owner", "INTEGER"),
         ("owners", "time_zone", "TEXT"),
         ("owners", "language", "TEXT"),
-        ("owners", "impact_mail", "INTEGER NOT NULL DEFAULT 0"),
+        ("owners", "impact_mail", "INTEGER NOT NULL DEFAULT 0")
     ]
 
     /// Opens (and creates, the first time) the ledger at `path`, and waits until it is ready, so
@@ -250,7 +250,9 @@ public final class SQLiteLedger: UsageLedger {
         return try await batches.charge(charge) { group in
             // The group is everyone's charges, not only this caller's: a caller cancelled now (its
             // session ended) must not fail the others' with it.
-            do { return try await uninterrupted { try await self.write(group) }.map { .success($0) } } catch { return group.map { _ in .failure(error) } }
+            do { return try await uninterrupted { try await self.write(group) }.map { .success($0) } } catch {
+                return group.map { _ in .failure(error) }
+            }
         }
     }
 
@@ -268,19 +270,25 @@ public final class SQLiteLedger: UsageLedger {
         }
         let rows = Array(repeating: "(?, ?, ?, ?, ?, ?)", count: group.count).joined(separator: ", ")
         struct Key: Hashable { let device: String, stream: String, seq: Int }
-        var inserted = Set(try await connection.query(
-            """
-            INSERT INTO usage_events (device, stream, seq, sha256, seconds, at) VALUES \(rows)
-            ON CONFLICT (device, stream, seq) DO NOTHING RETURNING device, stream, seq
-            """, binds).map { row in
-                Key(device: row.column("device")?.string ?? "", stream: row.column("stream")?.string ?? "", seq: row.column("seq")?.integer ?? -1)
+        var inserted = Set(
+            try await connection.query(
+                """
+                INSERT INTO usage_events (device, stream, seq, sha256, seconds, at) VALUES \(rows)
+                ON CONFLICT (device, stream, seq) DO NOTHING RETURNING device, stream, seq
+                """, binds
+            ).map { row in
+                Key(
+                    device: row.column("device")?.string ?? "", stream: row.column("stream")?.string ?? "",
+                    seq: row.column("seq")?.integer ?? -1)
             })
         let devices = Array(Set(group.map(\.device)))
-        let balances = Dictionary(try await connection.query(
-            """
-            SELECT device, credited, spent, segments, input_tokens, output_tokens FROM balances
-            WHERE device IN (\(Array(repeating: "?", count: devices.count).joined(separator: ", ")))
-            """, devices.map { .text($0) }).map(Self.balance).map { ($0.device, $0) }, uniquingKeysWith: { first, _ in first })
+        let balances = Dictionary(
+            try await connection.query(
+                """
+                SELECT device, credited, spent, segments, input_tokens, output_tokens FROM balances
+                WHERE device IN (\(Array(repeating: "?", count: devices.count).joined(separator: ", ")))
+                """, devices.map { .text($0) }
+            ).map(Self.balance).map { ($0.device, $0) }, uniquingKeysWith: { first, _ in first })
         var results: [ChargeResult] = []
         results.reserveCapacity(group.count)
         for charge in group {
@@ -289,9 +297,11 @@ public final class SQLiteLedger: UsageLedger {
                 results.append(.charged(balance))
                 continue
             }
-            let stored = try await connection.query(
-                "SELECT sha256 FROM usage_events WHERE device = ? AND stream = ? AND seq = ?",
-                [.text(charge.device), .text(charge.stream), .integer(charge.seq)]).first?.column("sha256")?.string ?? ""
+            let stored =
+                try await connection.query(
+                    "SELECT sha256 FROM usage_events WHERE device = ? AND stream = ? AND seq = ?",
+                    [.text(charge.device), .text(charge.stream), .integer(charge.seq)]
+                ).first?.column("sha256")?.string ?? ""
             results.append(.alreadyCharged(balance, sha256: stored))
         }
         return results
@@ -312,8 +322,10 @@ public final class SQLiteLedger: UsageLedger {
             INSERT INTO model_usage (device, stream, seq, model, input_tokens, output_tokens, at) VALUES (?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (device, stream, seq) DO NOTHING
             """,
-            [.text(usage.device), .text(usage.stream), .integer(usage.seq), .text(usage.model),
-             .integer(usage.inputTokens), .integer(usage.outputTokens), .text(Self.now())])
+            [
+                .text(usage.device), .text(usage.stream), .integer(usage.seq), .text(usage.model),
+                .integer(usage.inputTokens), .integer(usage.outputTokens), .text(Self.now())
+            ])
     }
 
     public func balance(device: String) async throws -> DeviceBalance {
@@ -324,7 +336,8 @@ public final class SQLiteLedger: UsageLedger {
 
     public func balances() async throws -> [DeviceBalance] {
         try await connection().query(
-            "SELECT device, credited, spent, segments, input_tokens, output_tokens FROM balances ORDER BY device").map(Self.balance)
+            "SELECT device, credited, spent, segments, input_tokens, output_tokens FROM balances ORDER BY device"
+        ).map(Self.balance)
     }
 
     /// Checkpoints the ledger's write-ahead log every ``interval``, until graceful shutdown.
@@ -392,7 +405,9 @@ enum LedgerLimits {
 
     /// Token counts are what one request can spend: well under 2^31.
     static func check(_ usage: ModelUsage) throws(LedgerError) {
-        guard !usage.device.isEmpty, !usage.stream.isEmpty, usage.seq >= 0 else { throw .invalid("model usage needs a device, a stream and a seq ≥ 0") }
+        guard !usage.device.isEmpty, !usage.stream.isEmpty, usage.seq >= 0 else {
+            throw .invalid("model usage needs a device, a stream and a seq ≥ 0")
+        }
         guard (0...Int(Int32.max)).contains(usage.inputTokens), (0...Int(Int32.max)).contains(usage.outputTokens) else {
             throw .invalid("token counts \(usage.inputTokens)/\(usage.outputTokens) are not within 0…\(Int32.max)")
         }

@@ -15,12 +15,16 @@ extension SQLitePairingStore: TripStore {
                     ON CONFLICT (device, start_at) DO UPDATE SET end_at = excluded.end_at, distance_m = excluded.distance_m,
                         top_speed = excluded.top_speed, end_lat = excluded.end_lat, end_lon = excluded.end_lon
                     """,
-                    [.text(device), .integer(Int(trip.startMs)), .integer(Int(trip.endMs)), .float(trip.distanceMeters), .float(trip.topSpeed),
-                     .float(trip.start.lat), .float(trip.start.lon), .float(trip.end.lat), .float(trip.end.lon)])
+                    [
+                        .text(device), .integer(Int(trip.startMs)), .integer(Int(trip.endMs)), .float(trip.distanceMeters),
+                        .float(trip.topSpeed),
+                        .float(trip.start.lat), .float(trip.start.lon), .float(trip.end.lat), .float(trip.end.lon)
+                    ])
             }
             for point in added {
-                _ = try await db.query("INSERT INTO device_track (device, at, lat, lon, speed) VALUES (?, ?, ?, ?, ?)",
-                                       [.text(device), .integer(Int(point.atMs)), .float(point.lat), .float(point.lon), .float(point.speed)])
+                _ = try await db.query(
+                    "INSERT INTO device_track (device, at, lat, lon, speed) VALUES (?, ?, ?, ?, ?)",
+                    [.text(device), .integer(Int(point.atMs)), .float(point.lat), .float(point.lon), .float(point.speed)])
             }
             return ()
         }
@@ -28,8 +32,10 @@ extension SQLitePairingStore: TripStore {
 
     public func trips(device: String, limit: Int) async throws -> [Trip] {
         try await read { db in
-            try await db.query("SELECT * FROM device_trips WHERE device = ? ORDER BY start_at DESC LIMIT ?",
-                               [.text(device), .integer(limit)]).map { Self.trip($0, device: device) }
+            try await db.query(
+                "SELECT * FROM device_trips WHERE device = ? ORDER BY start_at DESC LIMIT ?",
+                [.text(device), .integer(limit)]
+            ).map { Self.trip($0, device: device) }
         }
     }
 
@@ -42,10 +48,13 @@ extension SQLitePairingStore: TripStore {
 
     public func track(device: String, fromMs: Int64, toMs: Int64) async throws -> [TrackPoint] {
         try await read { db in
-            try await db.query("SELECT at, lat, lon, speed FROM device_track WHERE device = ? AND at BETWEEN ? AND ? ORDER BY at",
-                               [.text(device), .integer(Int(fromMs)), .integer(Int(toMs))]).map {
-                TrackPoint(atMs: Int64($0.column("at")?.integer ?? 0), lat: $0.column("lat")?.double ?? 0, lon: $0.column("lon")?.double ?? 0,
-                           speed: $0.column("speed")?.double ?? 0)
+            try await db.query(
+                "SELECT at, lat, lon, speed FROM device_track WHERE device = ? AND at BETWEEN ? AND ? ORDER BY at",
+                [.text(device), .integer(Int(fromMs)), .integer(Int(toMs))]
+            ).map {
+                TrackPoint(
+                    atMs: Int64($0.column("at")?.integer ?? 0), lat: $0.column("lat")?.double ?? 0, lon: $0.column("lon")?.double ?? 0,
+                    speed: $0.column("speed")?.double ?? 0)
             }
         }
     }
@@ -59,8 +68,9 @@ extension SQLitePairingStore: TripStore {
 
     static func trip(_ row: SQLiteRow, device: String) -> Trip {
         func number(_ name: String) -> Double { row.column(name)?.double ?? 0 }
-        return Trip(device: device, startMs: Int64(row.column("start_at")?.integer ?? 0), endMs: Int64(row.column("end_at")?.integer ?? 0),
-                    distanceMeters: number("distance_m"), topSpeed: number("top_speed"), start: (number("start_lat"), number("start_lon")),
-                    end: (number("end_lat"), number("end_lon")))
+        return Trip(
+            device: device, startMs: Int64(row.column("start_at")?.integer ?? 0), endMs: Int64(row.column("end_at")?.integer ?? 0),
+            distanceMeters: number("distance_m"), topSpeed: number("top_speed"), start: (number("start_lat"), number("start_lon")),
+            end: (number("end_lat"), number("end_lon")))
     }
 }

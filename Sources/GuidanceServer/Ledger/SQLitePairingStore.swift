@@ -26,8 +26,9 @@ public final class SQLitePairingStore: PairingStore {
         let thread = NIOThreadPool(numberOfThreads: 1)
         thread.start()
         do {
-            return SQLitePairingStore(connection: try await SQLiteLedger.prepare(path: path, threadPool: thread, logger: logger), path: path,
-                                      logger: logger, thread: thread)
+            return SQLitePairingStore(
+                connection: try await SQLiteLedger.prepare(path: path, threadPool: thread, logger: logger), path: path,
+                logger: logger, thread: thread)
         } catch {
             try? await thread.shutdownGracefully()
             throw error
@@ -48,7 +49,11 @@ public final class SQLitePairingStore: PairingStore {
     static let maxLiveAuthorizations = 10_000
 
     public func shutdown() async throws {
-        guard closed.withLock({ closed in defer { closed = true }; return !closed }) else { return }
+        guard
+            closed.withLock({ closed in
+                defer { closed = true }; return !closed
+            })
+        else { return }
         try await connection.close()
         try await thread.shutdownGracefully()
     }
@@ -84,8 +89,10 @@ public final class SQLitePairingStore: PairingStore {
                     INSERT INTO device_authorizations (device_code_hash, user_code, device_name, state, owner, issued_at,
                         expires_at, interval_s, last_polled_at) VALUES (?, ?, ?, 'pending', NULL, ?, ?, ?, NULL)
                     """,
-                    [.text(deviceCodeHash), .text(userCode), .text(deviceName), .integer(Int(authorization.issuedAtMs)),
-                     .integer(Int(authorization.expiresAtMs)), .integer(authorization.intervalSeconds)])
+                    [
+                        .text(deviceCodeHash), .text(userCode), .text(deviceName), .integer(Int(authorization.issuedAtMs)),
+                        .integer(Int(authorization.expiresAtMs)), .integer(authorization.intervalSeconds)
+                    ])
                 return (userCode, authorization)
             }
             throw LedgerError.unavailable("no free user code after 16 tries")
@@ -97,15 +104,19 @@ public final class SQLitePairingStore: PairingStore {
         newDevice: String, refreshTokenHash: String, refreshExpiresAtMs: Int64
     ) async throws -> PairingPoll {
         try await transaction { db in
-            guard let row = try await db.query(
-                "SELECT * FROM device_authorizations WHERE device_code_hash = ?", [.text(deviceCodeHash)]).first,
+            guard
+                let row = try await db.query(
+                    "SELECT * FROM device_authorizations WHERE device_code_hash = ?", [.text(deviceCodeHash)]
+                ).first,
                 var authorization = Self.authorization(row)
             else { return .unknown }
             let outcome = authorization.poll(nowMs: nowMs, settings: settings)
             _ = try await db.query(
                 "UPDATE device_authorizations SET state = ?, interval_s = ?, last_polled_at = ? WHERE device_code_hash = ?",
-                [.text(Self.stateName(authorization.state)), .integer(authorization.intervalSeconds),
-                 authorization.lastPolledAtMs.map { .integer(Int($0)) } ?? .null, .text(deviceCodeHash)])
+                [
+                    .text(Self.stateName(authorization.state)), .integer(authorization.intervalSeconds),
+                    authorization.lastPolledAtMs.map { .integer(Int($0)) } ?? .null, .text(deviceCodeHash)
+                ])
             guard case .issue(let owner) = outcome else { return .outcome(outcome) }
             let device = PairedDevice(device: newDevice, owner: owner, label: authorization.deviceName, pairedAtMs: nowMs)
             _ = try await db.query(
@@ -127,31 +138,36 @@ public final class SQLitePairingStore: PairingStore {
             let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
             if let wait = try await Self.limited(db, throttles, nowMs: nowMs) { return .limited(waitSeconds: wait) }
             if let row = try await db.query("SELECT * FROM device_authorizations WHERE user_code = ?", [.text(userCode)]).first,
-               let authorization = Self.authorization(row), authorization.state == .pending, !authorization.isExpired(nowMs: nowMs) {
+                let authorization = Self.authorization(row), authorization.state == .pending, !authorization.isExpired(nowMs: nowMs)
+            {
                 let lookedUpBy = row.column("looked_up_by")?.integer.map(Int64.init)
                 if lookedUpBy == nil || lookedUpBy == owner {
                     // Only the owner who saw this page first may decide the code.
-                    _ = try await db.query("UPDATE device_authorizations SET looked_up_by = ? WHERE user_code = ?",
-                                           [.integer(Int(owner)), .text(userCode)])
+                    _ = try await db.query(
+                        "UPDATE device_authorizations SET looked_up_by = ? WHERE user_code = ?",
+                        [.integer(Int(owner)), .text(userCode)])
                     return .pending(deviceName: authorization.deviceName, secondsLeft: authorization.secondsLeft(nowMs: nowMs))
                 }
                 // Another account typed a code someone already looked up: a guess against it.
                 let (wrong, locked) = CodeDecision.guessed(wrong: row.column("wrong_decisions")?.integer ?? 0, pending: true)
-                _ = try await db.query("UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE user_code = ?",
-                                       [.integer(wrong), .text(locked ? "denied" : "pending"), .text(userCode)])
+                _ = try await db.query(
+                    "UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE user_code = ?",
+                    [.integer(wrong), .text(locked ? "denied" : "pending"), .text(userCode)])
             }
             try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
             return .wrong
         }
     }
 
-    public func decide(userCode: String, decision: DeviceAuthorization.Decision, owner: Int64, address: String,
-                       nowMs: Int64) async throws -> CodeDecision {
+    public func decide(
+        userCode: String, decision: DeviceAuthorization.Decision, owner: Int64, address: String,
+        nowMs: Int64
+    ) async throws -> CodeDecision {
         try await transaction { db in
             let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
             if let wait = try await Self.limited(db, throttles, nowMs: nowMs) { return .limited(waitSeconds: wait) }
             guard let row = try await db.query("SELECT * FROM device_authorizations WHERE user_code = ?", [.text(userCode)]).first,
-                  var authorization = Self.authorization(row), let hash = row.column("device_code_hash")?.string
+                var authorization = Self.authorization(row), let hash = row.column("device_code_hash")?.string
             else {
                 try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
                 return .wrong
@@ -159,10 +175,12 @@ public final class SQLitePairingStore: PairingStore {
             guard row.column("looked_up_by")?.integer.map(Int64.init) == owner else {
                 // A decision on a code this owner never looked up: a guess against that code.
                 try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
-                let (wrong, locked) = CodeDecision.guessed(wrong: row.column("wrong_decisions")?.integer ?? 0,
-                                                           pending: authorization.state == .pending)
-                _ = try await db.query("UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE device_code_hash = ?",
-                                       [.integer(wrong), .text(locked ? "denied" : Self.stateName(authorization.state)), .text(hash)])
+                let (wrong, locked) = CodeDecision.guessed(
+                    wrong: row.column("wrong_decisions")?.integer ?? 0,
+                    pending: authorization.state == .pending)
+                _ = try await db.query(
+                    "UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE device_code_hash = ?",
+                    [.integer(wrong), .text(locked ? "denied" : Self.stateName(authorization.state)), .text(hash)])
                 return locked ? .locked : .wrong
             }
             guard authorization.decide(decision, nowMs: nowMs) == .decided else { return .gone }
@@ -211,18 +229,22 @@ public final class SQLitePairingStore: PairingStore {
         }
     }
 
-    public func refresh(tokenHash: String, newTokenHash: String, nowMs: Int64, expiresAtMs: Int64,
-                        rules: RefreshTokenRules) async throws -> RefreshResult {
+    public func refresh(
+        tokenHash: String, newTokenHash: String, nowMs: Int64, expiresAtMs: Int64,
+        rules: RefreshTokenRules
+    ) async throws -> RefreshResult {
         try await transaction { db in
-            guard let row = try await db.query(
-                """
-                SELECT t.family, t.spent_at, t.successor, t.expires_at, f.revoked_at, f.device,
-                    (SELECT s.spent_at FROM refresh_tokens s WHERE s.hash = t.successor) AS successor_spent,
-                    d.owner, d.label, d.paired_at, d.unpaired_at
-                FROM refresh_tokens t JOIN refresh_families f ON f.id = t.family
-                LEFT JOIN paired_devices d ON d.device = f.device
-                WHERE t.hash = ?
-                """, [.text(tokenHash)]).first,
+            guard
+                let row = try await db.query(
+                    """
+                    SELECT t.family, t.spent_at, t.successor, t.expires_at, f.revoked_at, f.device,
+                        (SELECT s.spent_at FROM refresh_tokens s WHERE s.hash = t.successor) AS successor_spent,
+                        d.owner, d.label, d.paired_at, d.unpaired_at
+                    FROM refresh_tokens t JOIN refresh_families f ON f.id = t.family
+                    LEFT JOIN paired_devices d ON d.device = f.device
+                    WHERE t.hash = ?
+                    """, [.text(tokenHash)]
+                ).first,
                 let family = row.column("family")?.string, let device = row.column("device")?.string
             else { return .refused }
             let isPaired = row.column("owner")?.integer != nil && row.column("unpaired_at")?.integer == nil
@@ -264,17 +286,21 @@ public final class SQLitePairingStore: PairingStore {
     /// its owner no longer sees it as paired.
     private static func revoke(_ db: SQLiteConnection, family: String, device: String, nowMs: Int64) async throws {
         _ = try await db.query("UPDATE refresh_families SET revoked_at = ? WHERE id = ?", [.integer(Int(nowMs)), .text(family)])
-        _ = try await db.query("UPDATE paired_devices SET unpaired_at = ? WHERE device = ? AND unpaired_at IS NULL",
-                               [.integer(Int(nowMs)), .text(device)])
+        _ = try await db.query(
+            "UPDATE paired_devices SET unpaired_at = ? WHERE device = ? AND unpaired_at IS NULL",
+            [.integer(Int(nowMs)), .text(device)])
     }
 
     public func pairedDevice(_ device: String) async throws -> PairedDevice? {
-        try await read { db in try await db.query(
-            "SELECT device, owner, label, paired_at FROM paired_devices WHERE device = ? AND unpaired_at IS NULL", [.text(device)]
-        ).first.map {
-            PairedDevice(device: $0.column("device")?.string ?? "", owner: Int64($0.column("owner")?.integer ?? 0),
-                         label: $0.column("label")?.string ?? "", pairedAtMs: Int64($0.column("paired_at")?.integer ?? 0))
-        } }
+        try await read { db in
+            try await db.query(
+                "SELECT device, owner, label, paired_at FROM paired_devices WHERE device = ? AND unpaired_at IS NULL", [.text(device)]
+            ).first.map {
+                PairedDevice(
+                    device: $0.column("device")?.string ?? "", owner: Int64($0.column("owner")?.integer ?? 0),
+                    label: $0.column("label")?.string ?? "", pairedAtMs: Int64($0.column("paired_at")?.integer ?? 0))
+            }
+        }
     }
 
     public func addOwner(email: String, displayName: String, nowMs: Int64) async throws -> Int64 {
@@ -290,8 +316,9 @@ public final class SQLitePairingStore: PairingStore {
     public func owner(id: Int64) async throws -> Owner? {
         try await read { db in
             try await db.query("SELECT id, email, display_name FROM owners WHERE id = ?", [.integer(Int(id))]).first.map {
-                Owner(id: Int64($0.column("id")?.integer ?? 0), email: $0.column("email")?.string ?? "",
-                      displayName: $0.column("display_name")?.string ?? "")
+                Owner(
+                    id: Int64($0.column("id")?.integer ?? 0), email: $0.column("email")?.string ?? "",
+                    displayName: $0.column("display_name")?.string ?? "")
             }
         }
     }
@@ -319,7 +346,7 @@ public final class SQLitePairingStore: PairingStore {
         default: return nil
         }
         guard let issued = row.column("issued_at")?.integer, let expires = row.column("expires_at")?.integer,
-              let interval = row.column("interval_s")?.integer, let name = row.column("device_name")?.string
+            let interval = row.column("interval_s")?.integer, let name = row.column("device_name")?.string
         else { return nil }
         return DeviceAuthorization(
             state: state, issuedAtMs: Int64(issued), expiresAtMs: Int64(expires), intervalSeconds: interval,
@@ -365,8 +392,9 @@ public final class SQLitePairingStore: PairingStore {
         do {
             _ = try await connection.query(statement)
         } catch let error as SQLiteError where error.message.contains("within a transaction") {
-            logger.error("the pairing store's connection was still inside a transaction: rolled back before its next use",
-                         metadata: ["ledger": "\(path)"])
+            logger.error(
+                "the pairing store's connection was still inside a transaction: rolled back before its next use",
+                metadata: ["ledger": "\(path)"])
             _ = try await connection.query("ROLLBACK")
             _ = try await connection.query(statement)
         }

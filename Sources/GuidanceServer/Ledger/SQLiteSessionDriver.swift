@@ -21,9 +21,11 @@ public struct SQLiteSessionDriver: PersistDriver {
         let (stored, owner, now) = (WebSessionRows.storedKey(key), WebSessionRows.owner(data), Self.nowMs())
         let created = try await store.transaction { db in
             _ = try await db.query("DELETE FROM web_sessions WHERE key = ? AND expires_at <= ?", [.text(stored), .integer(now)])
-            return !(try await db.query(
-                "INSERT INTO web_sessions (key, value, expires_at, owner) VALUES (?, ?, ?, ?) ON CONFLICT (key) DO NOTHING RETURNING key",
-                [.text(stored), .blob(ByteBuffer(data: data)), Self.expiry(expires), owner.map { .integer(Int($0)) } ?? .null]).isEmpty)
+            return
+                !(try await db.query(
+                    "INSERT INTO web_sessions (key, value, expires_at, owner) VALUES (?, ?, ?, ?) ON CONFLICT (key) DO NOTHING RETURNING key",
+                    [.text(stored), .blob(ByteBuffer(data: data)), Self.expiry(expires), owner.map { .integer(Int($0)) } ?? .null]
+                ).isEmpty)
         }
         guard created else { throw PersistError.duplicate }
     }
@@ -44,9 +46,12 @@ public struct SQLiteSessionDriver: PersistDriver {
     public func get<Object: Codable & Sendable>(key: String, as type: Object.Type) async throws -> Object? {
         let (stored, now) = (WebSessionRows.storedKey(key), Self.nowMs())
         let found = try await store.read { db -> Data? in
-            guard let row = try await db.query(
-                "SELECT value FROM web_sessions WHERE key = ? AND (expires_at IS NULL OR expires_at > ?)", [.text(stored), .integer(now)]
-            ).first, case .blob(let buffer)? = row.column("value") else { return nil }
+            guard
+                let row = try await db.query(
+                    "SELECT value FROM web_sessions WHERE key = ? AND (expires_at IS NULL OR expires_at > ?)",
+                    [.text(stored), .integer(now)]
+                ).first, case .blob(let buffer)? = row.column("value")
+            else { return nil }
             return Data(buffer: buffer)
         }
         return try found.map { try JSONDecoder().decode(type, from: $0) }

@@ -96,8 +96,10 @@ public struct DeviceBalance: Sendable, Equatable, Codable {
     public var inputTokens: Int
     public var outputTokens: Int
 
-    public init(device: String, creditedSeconds: Int = 0, spentSeconds: Int = 0, segments: Int = 0,
-                inputTokens: Int = 0, outputTokens: Int = 0) {
+    public init(
+        device: String, creditedSeconds: Int = 0, spentSeconds: Int = 0, segments: Int = 0,
+        inputTokens: Int = 0, outputTokens: Int = 0
+    ) {
         self.device = device
         self.creditedSeconds = creditedSeconds
         self.spentSeconds = spentSeconds

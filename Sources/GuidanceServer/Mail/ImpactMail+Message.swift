@@ -14,7 +14,7 @@ extension ImpactMail {
         var lines = [
             "Your car \(name) recorded an impact while it was parked.",
             "",
-            "When: \(row["time"] as? String ?? job.clip.at)",
+            "When: \(row["time"] as? String ?? job.clip.at)"
         ]
         if let peak = row["peakG"] as? String { lines.append("Peak: \(peak)") }
         if let place = row["place"] as? String, let map = row["map"] as? String { lines.append("Where: \(place) (\(map))") }
@@ -23,10 +23,11 @@ extension ImpactMail {
             "See the recording: \(origin)\(eventPath(device: job.device, id: job.clip.id))",
             "",
             "You get this e-mail because you asked for it on your settings page (\(origin)/settings).",
-            "At most \(settings.maxPerCarPerHour) such e-mails are sent per car an hour.",
+            "At most \(settings.maxPerCarPerHour) such e-mails are sent per car an hour."
         ]
-        return MailMessage(from: settings.from, to: job.recipient.address, subject: "Impact on your parked car \(name)",
-                           body: lines.joined(separator: "\n"), date: date, id: UUID().uuidString.lowercased())
+        return MailMessage(
+            from: settings.from, to: job.recipient.address, subject: "Impact on your parked car \(name)",
+            body: lines.joined(separator: "\n"), date: date, id: UUID().uuidString.lowercased())
     }
 
     /// `/events/<device>/<id>`, the device percent-encoded (a clip id has only safe characters).
@@ -42,6 +43,7 @@ extension ImpactMail {
             .trimmingCharacters(in: .whitespaces)
         let name = String(cleaned.prefix(64))
         guard name.isEmpty else { return name }
-        return String(String.UnicodeScalarView(device.unicodeScalars.prefix(64).map { $0.properties.generalCategory == .control ? "_" : $0 }))
+        return String(
+            String.UnicodeScalarView(device.unicodeScalars.prefix(64).map { $0.properties.generalCategory == .control ? "_" : $0 }))
     }
 }

@@ -73,8 +73,10 @@ public final class ImpactMail: Service, Sendable {
         var recipient: Recipient
     }
 
-    init(settings: Settings, owners: any PairingStore & OwnerStore, clips: any ClipStore, logger: Logger,
-         now: @escaping @Sendable () -> Date = { Date() }) {
+    init(
+        settings: Settings, owners: any PairingStore & OwnerStore, clips: any ClipStore, logger: Logger,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
         self.settings = settings
         self.owners = owners
         self.clips = clips
@@ -112,9 +114,10 @@ public final class ImpactMail: Service, Sendable {
         let stamp = StreamSession.now()
         guard rate.withLock({ $0.admit(device: device, now: stamp) }) else {
             counts.withLock { $0.overLimit += 1 }
-            overLimitLog.log(logger, .warning,
-                             "\(what): not sent, the car had \(settings.maxPerCarPerHour) in the last hour (mail.maxPerCarPerHour)",
-                             metadata: ["device": "\(device)", "owner": "\(recipient.owner)"])
+            overLimitLog.log(
+                logger, .warning,
+                "\(what): not sent, the car had \(settings.maxPerCarPerHour) in the last hour (mail.maxPerCarPerHour)",
+                metadata: ["device": "\(device)", "owner": "\(recipient.owner)"])
             return
         }
         switch queue.yield(Job(device: device, clip: clip, recipient: recipient)) {
@@ -122,9 +125,12 @@ public final class ImpactMail: Service, Sendable {
             counts.withLock { $0.queued += 1 }
             logger.info("\(what): queued for the car's owner", metadata: ["device": "\(device)", "owner": "\(recipient.owner)"])
         case .dropped, .terminated:
-            let dropped = counts.withLock { $0.dropped += 1; return $0.dropped }
-            droppedLog.log(logger, .warning, "\(what): dropped, \(settings.queueLength) mails wait already (\(dropped) dropped since the start)",
-                           metadata: ["device": "\(device)"])
+            let dropped = counts.withLock {
+                $0.dropped += 1; return $0.dropped
+            }
+            droppedLog.log(
+                logger, .warning, "\(what): dropped, \(settings.queueLength) mails wait already (\(dropped) dropped since the start)",
+                metadata: ["device": "\(device)"])
         @unknown default:
             break
         }
@@ -135,8 +141,9 @@ public final class ImpactMail: Service, Sendable {
         guard let paired = try await owners.pairedDevice(device) else { return nil }
         let preferences = try await owners.preferences(owner: paired.owner)
         guard preferences.impactMail, let owner = try await owners.owner(id: paired.owner) else { return nil }
-        return Recipient(owner: paired.owner, address: owner.email, carName: paired.label,
-                         clock: OwnerClock(timeZone: preferences.timeZone.flatMap(TimeZone.init(identifier:)), language: preferences.language))
+        return Recipient(
+            owner: paired.owner, address: owner.email, carName: paired.label,
+            clock: OwnerClock(timeZone: preferences.timeZone.flatMap(TimeZone.init(identifier:)), language: preferences.language))
     }
 
     public func run() async throws {

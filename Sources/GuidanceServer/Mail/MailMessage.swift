@@ -34,7 +34,7 @@ struct MailMessage: Sendable {
             "Date: " + Self.dateText(date),
             "Message-ID: <\(id)@\(domain)>",
             "MIME-Version: 1.0",
-            "Content-Type: text/plain; charset=utf-8",
+            "Content-Type: text/plain; charset=utf-8"
         ]
         // One line end, CRLF, whatever the text had; no bare CR survives.
         let lines = body.replacingOccurrences(of: "\r\n", with: "\n").replacingOccurrences(of: "\r", with: "\n")
@@ -79,7 +79,9 @@ struct MailMessage: Sendable {
     static func isAddress(_ value: String) -> Bool {
         let parts = value.split(separator: "@", omittingEmptySubsequences: false)
         return value.utf8.count <= 254 && parts.count == 2 && !parts[0].isEmpty && !parts[1].isEmpty && parts[1].utf8.count <= 253
-            && value.unicodeScalars.allSatisfy { $0.isASCII && $0.value > 32 && $0.value < 127 && !"<>()[],;:\"\\".unicodeScalars.contains($0) }
+            && value.unicodeScalars.allSatisfy {
+                $0.isASCII && $0.value > 32 && $0.value < 127 && !"<>()[],;:\"\\".unicodeScalars.contains($0)
+            }
     }
 
     /// The subject as it is: printable ASCII that fits a line; otherwise RFC 2047 encoded words

@@ -79,9 +79,11 @@ struct SMTPClient: Sendable {
                                 try await channel.channel.eventLoop.submit {
                                     // A name is checked against the certificate's names; an address
                                     // (no SNI for it) against its addresses.
-                                    let handler = try NIOSSLClientHandler(context: context, serverHostname: Self.isAddress(host) ? nil : host)
+                                    let handler = try NIOSSLClientHandler(
+                                        context: context, serverHostname: Self.isAddress(host) ? nil : host)
                                     try channel.channel.pipeline.syncOperations.addHandler(handler, position: .first)
-                                    try channel.channel.pipeline.syncOperations.addHandler(HandshakeDone(promise: handshake), position: .after(handler))
+                                    try channel.channel.pipeline.syncOperations.addHandler(
+                                        HandshakeDone(promise: handshake), position: .after(handler))
                                 }.get()
                                 deadline.arm()
                                 try await handshake.futureResult.get()

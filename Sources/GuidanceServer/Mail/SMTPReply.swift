@@ -61,7 +61,7 @@ public struct SMTPReplyParser: Sendable {
     private mutating func take(_ line: [UInt8]) throws(SMTPFailure) -> SMTPReply? {
         guard line.count <= Self.maxLineBytes else { throw .malformed("a reply line longer than \(Self.maxLineBytes) bytes") }
         guard line.count >= 3, (UInt8(ascii: "2")...UInt8(ascii: "5")).contains(line[0]),
-              (UInt8(ascii: "0")...UInt8(ascii: "5")).contains(line[1]), (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(line[2])
+            (UInt8(ascii: "0")...UInt8(ascii: "5")).contains(line[1]), (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(line[2])
         else { throw .malformed("a reply line without a reply code: \(Self.shown(line))") }
         let value = Int(line[0] - 48) * 100 + Int(line[1] - 48) * 10 + Int(line[2] - 48)
         let last: Bool
@@ -78,7 +78,8 @@ public struct SMTPReplyParser: Sendable {
         }
         // Text for logs and for reading the EHLO keywords: printable ASCII, anything else '?', so
         // a line stays within its bytes (a broken UTF-8 byte would become three).
-        lines.append(line.count > 4 ? String(decoding: line[4...].map { (32..<127).contains($0) ? $0 : UInt8(ascii: "?") }, as: UTF8.self) : "")
+        lines.append(
+            line.count > 4 ? String(decoding: line[4...].map { (32..<127).contains($0) ? $0 : UInt8(ascii: "?") }, as: UTF8.self) : "")
         guard last else { return nil }
         defer {
             code = nil
@@ -138,7 +139,8 @@ public struct SMTPFailure: Error, Equatable, Sendable, CustomStringConvertible {
         case .refused(let command, let reply, _): "the relay refused \(command): \(reply)"
         case .malformed(let what): "the relay sent \(what)"
         case .startTLSNotOffered: "the relay does not offer STARTTLS and mail.starttls is required; nothing was sent"
-        case .authWithoutTLS: "the relay does not offer STARTTLS, and mail.username's password is only ever sent encrypted; nothing was sent"
+        case .authWithoutTLS:
+            "the relay does not offer STARTTLS, and mail.username's password is only ever sent encrypted; nothing was sent"
         case .authNotOffered: "the relay does not offer AUTH PLAIN, which mail.username needs; nothing was sent"
         case .connection(let error): "cannot talk to the relay: \(error)"
         case .timedOut(let waiting): "the relay did not answer in time (\(waiting))"

@@ -15,7 +15,8 @@ public enum ByteRange: Equatable, Sendable {
         guard trimmed.lowercased().hasPrefix("bytes=") else { return .whole }
         let spec = trimmed.dropFirst(6).trimmingCharacters(in: .whitespaces)
         guard !spec.contains(","), let dash = spec.firstIndex(of: "-") else { return .whole }
-        let first = spec[..<dash].trimmingCharacters(in: .whitespaces), last = spec[spec.index(after: dash)...].trimmingCharacters(in: .whitespaces)
+        let first = spec[..<dash].trimmingCharacters(in: .whitespaces),
+            last = spec[spec.index(after: dash)...].trimmingCharacters(in: .whitespaces)
         func number(_ text: String) -> Int? {
             guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
             return Int(text)

@@ -12,7 +12,8 @@ public enum FormBody {
         for pair in text.split(separator: "&") {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             guard let name = decode(parts[0]), let value = decode(parts.count > 1 ? parts[1] : ""),
-                  fields.updateValue(value, forKey: name) == nil else { return nil }
+                fields.updateValue(value, forKey: name) == nil
+            else { return nil }
         }
         return fields
     }
@@ -20,7 +21,8 @@ public enum FormBody {
     /// The request's form, or `nil`: another content type, over `maxBytes`, or unreadable.
     static func read(_ request: Request, maxBytes: Int) async -> [String: String]? {
         guard request.headers[.contentType]?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true,
-              let buffer = try? await request.body.collect(upTo: maxBytes) else { return nil }
+            let buffer = try? await request.body.collect(upTo: maxBytes)
+        else { return nil }
         return parse(Substring(String(buffer: buffer)))
     }
 

@@ -16,17 +16,23 @@ extension OwnerPages {
             try await signedInForm(request) { session, form in
                 let zone = (form["timeZone"] ?? "").trimmingCharacters(in: .whitespaces)
                 let language = form["language"] ?? ""
-                guard zone.isEmpty || Self.timeZones.contains(zone), language.isEmpty || PageText.languages.contains(where: { $0.code == language }) else {
-                    return try await settingsPage(request, session, notice: nil, problem: t("Choose a time zone and a language from the lists."),
-                                                  status: .badRequest)
+                guard zone.isEmpty || Self.timeZones.contains(zone),
+                    language.isEmpty || PageText.languages.contains(where: { $0.code == language })
+                else {
+                    return try await settingsPage(
+                        request, session, notice: nil, problem: t("Choose a time zone and a language from the lists."),
+                        status: .badRequest)
                 }
                 // Without a relay the box cannot be changed (the browser sends nothing for it):
                 // what was chosen stays for when there is one.
                 var impactMail = form["impactMail"] == "on"
                 if !mailRelay { impactMail = try await store.preferences(owner: session.owner).impactMail }
-                try await store.setPreferences(owner: session.owner, OwnerPreferences(timeZone: zone.isEmpty ? nil : zone,
-                                                                                       language: language.isEmpty ? nil : language,
-                                                                                       impactMail: impactMail))
+                try await store.setPreferences(
+                    owner: session.owner,
+                    OwnerPreferences(
+                        timeZone: zone.isEmpty ? nil : zone,
+                        language: language.isEmpty ? nil : language,
+                        impactMail: impactMail))
                 // The page that answers is already in the language just chosen.
                 let text = PageText.of(language.isEmpty ? PageText.language(acceptLanguage: request.headers[.acceptLanguage]) : language)
                 return try await PageText.$current.withValue(text) { try await settingsPage(request, session, notice: t("Saved.")) }
@@ -36,8 +42,10 @@ extension OwnerPages {
 
     static let timeZones: Set<String> = Set(TimeZone.knownTimeZoneIdentifiers)
 
-    private func settingsPage(_ request: Request, _ session: WebSession, notice: String?, problem: String? = nil,
-                              status: HTTPResponse.Status = .ok) async throws -> Response {
+    private func settingsPage(
+        _ request: Request, _ session: WebSession, notice: String?, problem: String? = nil,
+        status: HTTPResponse.Status = .ok
+    ) async throws -> Response {
         let chosen = try await store.preferences(owner: session.owner)
         let clock = ownerClock(chosen)
         var values: [String: Any] = [
@@ -46,7 +54,7 @@ extension OwnerPages {
             "languages": PageText.languages.map { ["code": $0.code, "name": $0.name, "selected": $0.code == chosen.language] },
             "now": clock.text(Int64(Date().timeIntervalSince1970 * 1000)),
             "impactMail": chosen.impactMail,
-            "mailRelay": mailRelay,
+            "mailRelay": mailRelay
         ]
         if let owner = try await store.owner(id: session.owner) { values["address"] = owner.email }
         if let notice { values["notice"] = notice }
@@ -74,8 +82,9 @@ struct OwnerClock: Sendable {
 
     func text(_ ms: Int64) -> String {
         let date = Date(timeIntervalSince1970: Double(ms) / 1000)
-        var style = Date.FormatStyle(date: .abbreviated, time: .shortened, locale: Locale(identifier: language ?? "en"),
-                                     timeZone: timeZone ?? TimeZone(identifier: "UTC")!)
+        var style = Date.FormatStyle(
+            date: .abbreviated, time: .shortened, locale: Locale(identifier: language ?? "en"),
+            timeZone: timeZone ?? TimeZone(identifier: "UTC")!)
         style = style.timeZone(.specificName(.short))
         return date.formatted(style)
     }

@@ -30,16 +30,21 @@ extension OwnerPages {
             let start = context.parameters.get("start").flatMap { Int64($0) }
             return try await signedIn(request) { session in
                 guard let start, let car = try await store.devices(owner: session.owner).first(where: { $0.device == device }),
-                      let trip = try await store.trip(device: device, startMs: start)
-                else { return page("message", session, ["title": t("No such trip"), "next": "/trips", "nextLabel": t("Back to the trips")], status: .notFound) }
+                    let trip = try await store.trip(device: device, startMs: start)
+                else {
+                    return page(
+                        "message", session, ["title": t("No such trip"), "next": "/trips", "nextLabel": t("Back to the trips")],
+                        status: .notFound)
+                }
                 let clock = try await ownerClock(session)
                 var values = tripRow(trip, car: car, clock: clock)
                 values["title"] = t("Trip of {name}, {time}", ["name": car.label, "time": clock.text(trip.startMs)])
                 if let drawing = TripDrawing(try await store.track(device: device, fromMs: trip.startMs, toMs: trip.endMs)) {
-                    values["drawing"] = [
-                        "height": Int(drawing.height), "points": drawing.polyline,
-                        "startX": drawing.start.x, "startY": drawing.start.y, "endX": drawing.end.x, "endY": drawing.end.y,
-                    ] as [String: Any]
+                    values["drawing"] =
+                        [
+                            "height": Int(drawing.height), "points": drawing.polyline,
+                            "startX": drawing.start.x, "startY": drawing.start.y, "endX": drawing.end.x, "endY": drawing.end.y
+                        ] as [String: Any]
                 }
                 return page("trip", session, values)
             }
@@ -59,7 +64,7 @@ extension OwnerPages {
             "distance": t("{km} km", ["km": t.number(trip.distanceMeters / 1000, fractionDigits: 1)]),
             "duration": seconds >= 60 ? Self.spoken(seconds - seconds % 60, t) : Self.spoken(seconds, t),
             "topSpeed": t("{speed} km/h", ["speed": t.number(Int((trip.topSpeed * 3.6).rounded()))]),
-            "startPlace": place(trip.start), "endPlace": place(trip.end),
+            "startPlace": place(trip.start), "endPlace": place(trip.end)
         ]
     }
 }

@@ -84,14 +84,16 @@ struct OwnerPages: Sendable {
     func add(to router: Router<GuidanceRequestContext>) {
         router.add(middleware: PageLanguage())
         router.get("/static/owner.css") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/css; charset=utf-8", .cacheControl: "max-age=300"],
-                     body: .init(byteBuffer: ByteBuffer(string: OwnerTemplates.stylesheet)))
+            Response(
+                status: .ok, headers: [.contentType: "text/css; charset=utf-8", .cacheControl: "max-age=300"],
+                body: .init(byteBuffer: ByteBuffer(string: OwnerTemplates.stylesheet)))
         }
         router.get("/signin") { request, _ in try await prePage(request, "signin", ["title": t("Sign in")]) }
         router.post("/signin") { request, context in try await signIn(request, address: Self.address(request, context)) }
         router.post("/signout") { request, _ in try await signOut(request) }
         router.get("/set-password") { request, _ in
-            try await prePage(request, "set-password", ["title": t("Set your password"), "token": request.uri.queryParameters.get("token") ?? ""])
+            try await prePage(
+                request, "set-password", ["title": t("Set your password"), "token": request.uri.queryParameters.get("token") ?? ""])
         }
         router.post("/set-password") { request, context in try await setPassword(request, address: Self.address(request, context)) }
         router.get("/sessions") { request, _ in try await signedIn(request) { try await sessionsPage(request, $0, notice: nil) } }
@@ -125,9 +127,13 @@ struct OwnerPages: Sendable {
             let device = context.parameters.get("device") ?? ""
             return try await signedInForm(request) { session, form in
                 let label = Self.cleanLabel(form["label"] ?? "")
-                guard !label.isEmpty else { return try await devicesPage(session, notice: nil, problem: t("A car's name cannot be empty.")) }
+                guard !label.isEmpty else {
+                    return try await devicesPage(session, notice: nil, problem: t("A car's name cannot be empty."))
+                }
                 let renamed = try await store.rename(device: device, owner: session.owner, label: label)
-                return try await devicesPage(session, notice: renamed ? t("Renamed to {name}.", ["name": label]) : nil, problem: renamed ? nil : t("That car is not yours."))
+                return try await devicesPage(
+                    session, notice: renamed ? t("Renamed to {name}.", ["name": label]) : nil,
+                    problem: renamed ? nil : t("That car is not yours."))
             }
         }
         router.post("/devices/:device/unpair") { request, context in
@@ -148,8 +154,15 @@ struct OwnerPages: Sendable {
                 guard let car = try await store.devices(owner: session.owner).first(where: { $0.device == device }) else {
                     return try await devicesPage(session, notice: nil, problem: t("That car is not yours."))
                 }
-                let offered = provider == nil ? [] : products.enumerated().map { ["index": $0.offset, "name": $0.element.name, "price": $0.element.price, "device": device] as [String: Any] }
-                return page("buy", session, ["title": t("Buy usage for {name}", ["name": car.label]), "products": offered, "hasProducts": !offered.isEmpty])
+                let offered =
+                    provider == nil
+                    ? []
+                    : products.enumerated().map {
+                        ["index": $0.offset, "name": $0.element.name, "price": $0.element.price, "device": device] as [String: Any]
+                    }
+                return page(
+                    "buy", session,
+                    ["title": t("Buy usage for {name}", ["name": car.label]), "products": offered, "hasProducts": !offered.isEmpty])
             }
         }
         router.post("/buy") { request, _ in try await signedInForm(request) { session, form in try await buy(session, form) } }
@@ -160,9 +173,14 @@ struct OwnerPages: Sendable {
                 let id = context.parameters.get("payment") ?? ""
                 return try await signedIn(request) { session in
                     guard let payment = try await store.payment(provider: simulated.name, id: id), payment.status == .pending,
-                          payment.owner == session.owner else { return noSuchPayment(session) }
-                    return page("checkout", session, ["title": t("Simulated payment"), "price": payment.price,
-                                                      "product": payment.product, "payment": payment.id])
+                        payment.owner == session.owner
+                    else { return noSuchPayment(session) }
+                    return page(
+                        "checkout", session,
+                        [
+                            "title": t("Simulated payment"), "price": payment.price,
+                            "product": payment.product, "payment": payment.id
+                        ])
                 }
             }
             router.post("/simulated-provider/checkout/:payment") { request, context in
@@ -199,8 +217,9 @@ struct OwnerPages: Sendable {
     func html(_ status: HTTPResponse.Status, _ body: String, cookies: [Cookie] = []) -> Response {
         var headers: HTTPFields = [
             .contentType: "text/html; charset=utf-8", .cacheControl: "no-store",
-            .contentSecurityPolicy: "default-src 'none'; style-src 'self'; media-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-            .init("X-Content-Type-Options")!: "nosniff", .init("Referrer-Policy")!: "no-referrer",
+            .contentSecurityPolicy:
+                "default-src 'none'; style-src 'self'; media-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            .init("X-Content-Type-Options")!: "nosniff", .init("Referrer-Policy")!: "no-referrer"
         ]
         for cookie in cookies { headers.append(.init(name: .setCookie, value: cookie.description)) }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
@@ -217,7 +236,9 @@ struct OwnerPages: Sendable {
     }
 
     /// A page before sign-in: its forms carry the value of a cookie set here (double submit).
-    private func prePage(_ request: Request, _ template: String, _ values: [String: Any], status: HTTPResponse.Status = .ok) async throws -> Response {
+    private func prePage(_ request: Request, _ template: String, _ values: [String: Any], status: HTTPResponse.Status = .ok) async throws
+        -> Response
+    {
         let value = request.cookies[Self.preCookie]?.value ?? Self.random()
         let cookie = Cookie(name: Self.preCookie, value: value, path: "/", secure: secureCookies, httpOnly: true, sameSite: .strict)
         return html(status, render(template, values.merging(["csrf": value]) { a, _ in a }), cookies: [cookie])
@@ -233,7 +254,8 @@ struct OwnerPages: Sendable {
             rows.append([
                 "device": car.device, "label": car.label, "remaining": remaining, "pairedSince": clock.text(car.pairedAtMs),
                 "lastSeen": car.lastSeenAtMs.map(clock.text) ?? t("not yet"),
-                "guidance": car.recentGuidance.map { ["at": clock.text($0.atMs), "text": $0.text] }, "hasGuidance": !car.recentGuidance.isEmpty,
+                "guidance": car.recentGuidance.map { ["at": clock.text($0.atMs), "text": $0.text] },
+                "hasGuidance": !car.recentGuidance.isEmpty
             ])
         }
         var values: [String: Any] = ["title": t("My cars"), "devices": rows, "hasDevices": !rows.isEmpty]
@@ -247,9 +269,11 @@ struct OwnerPages: Sendable {
         let clock = try await ownerClock(session)
         let rows: [[String: Any]] = try await store.webSessions(owner: session.owner, nowMs: now()).map { stored in
             let value = try? JSONDecoder().decode(WebSession.self, from: stored.value)
-            return ["id": stored.id, "current": stored.id == current,
-                    "created": value?.createdAtMs.map(clock.text) ?? t("before sessions were listed"),
-                    "agent": value?.agent ?? t("a browser"), "expires": stored.expiresAtMs.map(clock.text) ?? t("never")]
+            return [
+                "id": stored.id, "current": stored.id == current,
+                "created": value?.createdAtMs.map(clock.text) ?? t("before sessions were listed"),
+                "agent": value?.agent ?? t("a browser"), "expires": stored.expiresAtMs.map(clock.text) ?? t("never")
+            ]
         }.sorted { ($0["current"] as? Bool ?? false) && !($1["current"] as? Bool ?? false) }
         var values: [String: Any] = ["title": t("Signed-in sessions"), "sessions": rows]
         if let notice { values["notice"] = notice }
@@ -278,7 +302,8 @@ struct OwnerPages: Sendable {
     /// signed in with.
     private func current(_ request: Request) async throws -> WebSession? {
         guard let session = try? await sessions.load(request: request), let stamp = session.stamp,
-              let hash = try await store.passwordHash(owner: session.owner), Self.same(stamp, Self.stamp(hash)) else { return nil }
+            let hash = try await store.passwordHash(owner: session.owner), Self.same(stamp, Self.stamp(hash))
+        else { return nil }
         return session
     }
 
@@ -305,7 +330,8 @@ struct OwnerPages: Sendable {
 
     private func signIn(_ request: Request, address: String) async throws -> Response {
         guard let fields = try await preForm(request) else {
-            return try await prePage(request, "signin", ["title": t("Sign in"), "problem": t("The form had expired. Please sign in again.")], status: .forbidden)
+            return try await prePage(
+                request, "signin", ["title": t("Sign in"), "problem": t("The form had expired. Please sign in again.")], status: .forbidden)
         }
         let email = Self.normalizedEmail(fields["email"] ?? "")
         let password = fields["password"] ?? ""
@@ -315,8 +341,12 @@ struct OwnerPages: Sendable {
         let tried = now()
         if let wait = try await store.attempt(throttles, nowMs: tried) {
             noisy.log(logger, .warning, "sign-in refused: too many tries", metadata: ["account": "\(PairingEndpoints.fingerprint(email))"])
-            return try await prePage(request, "signin", ["title": t("Sign in"), "email": email,
-                                                         "problem": t("Too many tries. Try again in {wait}.", ["wait": t.minutes(Self.minutes(wait))])], status: .tooManyRequests)
+            return try await prePage(
+                request, "signin",
+                [
+                    "title": t("Sign in"), "email": email,
+                    "problem": t("Too many tries. Try again in {wait}.", ["wait": t.minutes(Self.minutes(wait))])
+                ], status: .tooManyRequests)
         }
         let account = try await store.account(email: email)
         // bcrypt takes a quarter of a second on purpose: off the event loop, and done for an
@@ -335,15 +365,21 @@ struct OwnerPages: Sendable {
         }
         guard let owner = account?.owner, account?.passwordHash != nil, matches else {
             noisy.log(logger, .notice, "a sign-in failed", metadata: ["account": "\(PairingEndpoints.fingerprint(email))"])
-            return try await prePage(request, "signin", ["title": t("Sign in"), "email": email, "problem": t("That address and password do not match.")],
-                                     status: .unauthorized)
+            return try await prePage(
+                request, "signin", ["title": t("Sign in"), "email": email, "problem": t("That address and password do not match.")],
+                status: .unauthorized)
         }
         try await store.forgive(throttles.map(\.key), atMs: tried)
-        let agent = String((request.headers[.userAgent] ?? "").unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f }.prefix(120)
-            .map(Character.init).map(String.init).joined())
-        var cookie = try await sessions.save(session: WebSession(owner: owner.id, csrf: Self.random(), createdAtMs: tried, agent: agent,
-                                                                 stamp: Self.stamp(hash)), expiresIn: Self.sessionLifetime)
-        cookie = Cookie(name: cookie.name, value: cookie.value, expires: cookie.expires, path: "/", secure: secureCookies, httpOnly: true, sameSite: .strict)
+        let agent = String(
+            (request.headers[.userAgent] ?? "").unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7f }.prefix(120)
+                .map(Character.init).map(String.init).joined())
+        var cookie = try await sessions.save(
+            session: WebSession(
+                owner: owner.id, csrf: Self.random(), createdAtMs: tried, agent: agent,
+                stamp: Self.stamp(hash)), expiresIn: Self.sessionLifetime)
+        cookie = Cookie(
+            name: cookie.name, value: cookie.value, expires: cookie.expires, path: "/", secure: secureCookies, httpOnly: true,
+            sameSite: .strict)
         logger.info("owner signed in", metadata: ["owner": "\(owner.id)"])
         return redirect("/", cookies: [cookie])
     }
@@ -351,8 +387,9 @@ struct OwnerPages: Sendable {
     /// The page again with 503: too many passwords are being hashed right now.
     private func busy(_ request: Request, _ template: String, _ values: [String: Any]) async throws -> Response {
         noisy.log(logger, .warning, "a password page was answered 503: \(PasswordHashing.maxWaiting) hashes already waiting")
-        var response = try await prePage(request, template, values.merging(["problem": t("The server is busy. Try again in a moment.")]) { $1 },
-                                          status: .serviceUnavailable)
+        var response = try await prePage(
+            request, template, values.merging(["problem": t("The server is busy. Try again in a moment.")]) { $1 },
+            status: .serviceUnavailable)
         response.headers[.retryAfter] = "2"
         return response
     }
@@ -360,31 +397,39 @@ struct OwnerPages: Sendable {
     private func signOut(_ request: Request) async throws -> Response {
         try await signedInForm(request) { _, _ in
             var cookie = try await sessions.delete(request: request)
-            cookie = Cookie(name: cookie.name, value: "", expires: Date(timeIntervalSince1970: 0), path: "/", secure: secureCookies,
-                            httpOnly: true, sameSite: .strict)
+            cookie = Cookie(
+                name: cookie.name, value: "", expires: Date(timeIntervalSince1970: 0), path: "/", secure: secureCookies,
+                httpOnly: true, sameSite: .strict)
             return redirect("/signin", cookies: [cookie])
         }
     }
 
     private func setPassword(_ request: Request, address: String) async throws -> Response {
         guard let fields = try await preForm(request) else {
-            return try await prePage(request, "signin", ["title": t("Sign in"), "problem": t("The form had expired. Open the link again.")], status: .forbidden)
+            return try await prePage(
+                request, "signin", ["title": t("Sign in"), "problem": t("The form had expired. Open the link again.")], status: .forbidden)
         }
         let token = fields["token"] ?? "", password = fields["password"] ?? ""
         if let problem = PasswordRules.problem(password, again: fields["again"]) {
-            return try await prePage(request, "set-password", ["title": t("Set your password"), "token": token, "problem": problem],
-                                     status: .badRequest)
+            return try await prePage(
+                request, "set-password", ["title": t("Set your password"), "token": token, "problem": problem],
+                status: .badRequest)
         }
         // Every cheap check before bcrypt: the link tried (counted per address) and live.
         let throttle = Throttle("link-address:\(address)", CodeEntryLimiter.linksPerAddress)
         let tried = now()
         if let wait = try await store.attempt([throttle], nowMs: tried) {
-            return try await prePage(request, "signin", ["title": t("Sign in"), "problem": t("Too many tries. Try again in {wait}.", ["wait": t.minutes(Self.minutes(wait))])],
-                                     status: .tooManyRequests)
+            return try await prePage(
+                request, "signin",
+                ["title": t("Sign in"), "problem": t("Too many tries. Try again in {wait}.", ["wait": t.minutes(Self.minutes(wait))])],
+                status: .tooManyRequests)
         }
         let tokenHash = PairingEndpoints.hash(token)
-        let gone = { try await prePage(request, "signin", ["title": t("Sign in"), "problem": t("That link was used or has expired. Ask for a new one.")],
-                                       status: .gone) }
+        let gone = {
+            try await prePage(
+                request, "signin", ["title": t("Sign in"), "problem": t("That link was used or has expired. Ask for a new one.")],
+                status: .gone)
+        }
         guard try await store.passwordLinkOwner(tokenHash: tokenHash, nowMs: tried) != nil else {
             noisy.log(logger, .notice, "a password link did not match", metadata: ["link": "\(String(tokenHash.prefix(6)))"])
             return try await gone()
@@ -398,7 +443,9 @@ struct OwnerPages: Sendable {
             return try await busy(request, "set-password", ["title": t("Set your password"), "token": token])
         }
         // Spending the link also spends the owner's other links and ends their sessions.
-        guard let owner = try await store.usePasswordLink(tokenHash: tokenHash, passwordHash: hash, nowMs: now()) else { return try await gone() }
+        guard let owner = try await store.usePasswordLink(tokenHash: tokenHash, passwordHash: hash, nowMs: now()) else {
+            return try await gone()
+        }
         logger.notice("owner set a password; their other links and every session of theirs are ended", metadata: ["owner": "\(owner)"])
         return try await prePage(request, "signin", ["title": t("Sign in"), "notice": t("Your password is set. Sign in.")])
     }
@@ -414,40 +461,65 @@ struct OwnerPages: Sendable {
         case .pending(let deviceName, _):
             return page("approve", session, ["title": t("Pair this car?"), "deviceName": deviceName, "code": code])
         case .wrong:
-            noisy.log(logger, .notice, "a pairing code did not match", metadata: ["owner": "\(session.owner)", "code": "\(PairingEndpoints.fingerprint(code))"])
-            return page("pair", session, ["title": t("Pair a car"), "problem": t("No car is waiting with that code. Check it and try again.")],
-                        status: .badRequest)
+            noisy.log(
+                logger, .notice, "a pairing code did not match",
+                metadata: ["owner": "\(session.owner)", "code": "\(PairingEndpoints.fingerprint(code))"])
+            return page(
+                "pair", session, ["title": t("Pair a car"), "problem": t("No car is waiting with that code. Check it and try again.")],
+                status: .badRequest)
         case .limited(let seconds):
-            return page("pair", session, ["title": t("Pair a car"), "problem": t("Too many wrong codes. Try again in {wait}.", ["wait": t.minutes(Self.minutes(seconds))])],
-                        status: .tooManyRequests)
+            return page(
+                "pair", session,
+                [
+                    "title": t("Pair a car"),
+                    "problem": t("Too many wrong codes. Try again in {wait}.", ["wait": t.minutes(Self.minutes(seconds))])
+                ],
+                status: .tooManyRequests)
         }
     }
 
     private func decide(_ address: String, _ session: WebSession, _ fields: [String: String]) async throws -> Response {
         guard let code = DeviceCodes.normalize(fields["code"] ?? "") else { return redirect("/pair") }
         let approve = fields["decision"] == "approve"
-        let outcome = try await store.decide(userCode: code, decision: approve ? .approve(owner: session.owner) : .deny, owner: session.owner,
-                                             address: address, nowMs: now())
+        let outcome = try await store.decide(
+            userCode: code, decision: approve ? .approve(owner: session.owner) : .deny, owner: session.owner,
+            address: address, nowMs: now())
         switch outcome {
         case .decided:
             logger.notice(approve ? "pairing approved" : "pairing denied", metadata: ["owner": "\(session.owner)"])
-            return html(.ok, render("message", [
-                "title": approve ? t("The car is being paired") : t("The car was not paired"), "signedIn": true, "csrf": session.csrf,
-                "notice": approve ? t("In a few seconds the car says the name of your account.") : t("The car will offer a new code."),
-                "next": "/", "nextLabel": t("My cars"),
-            ]))
+            return html(
+                .ok,
+                render(
+                    "message",
+                    [
+                        "title": approve ? t("The car is being paired") : t("The car was not paired"), "signedIn": true,
+                        "csrf": session.csrf,
+                        "notice": approve
+                            ? t("In a few seconds the car says the name of your account.") : t("The car will offer a new code."),
+                        "next": "/", "nextLabel": t("My cars")
+                    ]))
         case .gone:
-            return page("pair", session, ["title": t("Pair a car"), "problem": t("That code has expired or was used. The car says a new one.")],
-                        status: .gone)
+            return page(
+                "pair", session, ["title": t("Pair a car"), "problem": t("That code has expired or was used. The car says a new one.")],
+                status: .gone)
         case .wrong, .locked:
-            noisy.log(logger, .notice, outcome == .locked ? "a pairing code did not match; the code it named is locked"
-                                                          : "a pairing code did not match at a decision",
-                      metadata: ["owner": "\(session.owner)", "code": "\(PairingEndpoints.fingerprint(code))"])
-            return page("pair", session, ["title": t("Pair a car"), "problem": t("No car is waiting with that code. Type the code the car says.")],
-                        status: .badRequest)
+            noisy.log(
+                logger, .notice,
+                outcome == .locked
+                    ? "a pairing code did not match; the code it named is locked"
+                    : "a pairing code did not match at a decision",
+                metadata: ["owner": "\(session.owner)", "code": "\(PairingEndpoints.fingerprint(code))"])
+            return page(
+                "pair", session, ["title": t("Pair a car"), "problem": t("No car is waiting with that code. Type the code the car says.")],
+                status: .badRequest)
         case .limited(let seconds):
-            return page("pair", session, ["title": t("Pair a car"), "problem": t("Too many wrong codes. Try again in {wait}.", ["wait": t.minutes(Self.minutes(seconds))])],
-                        status: .tooManyRequests)
+            return page(
+                "pair", session,
+                [
+                    "title": t("Pair a car"),
+                    "problem": t("Too many wrong codes. Try again in {wait}.", ["wait": t.minutes(Self.minutes(seconds))])
+                ],
+                status: .tooManyRequests)
         }
     }
 
@@ -462,8 +534,9 @@ struct OwnerPages: Sendable {
             return try await devicesPage(session, notice: nil, problem: t("That car is not yours."))
         }
         let product = products[index]
-        let payment = Payment(provider: provider.name, id: "pay_" + Self.random(), owner: session.owner, device: device,
-                              product: product.name, seconds: product.seconds, price: product.price, createdAtMs: now())
+        let payment = Payment(
+            provider: provider.name, id: "pay_" + Self.random(), owner: session.owner, device: device,
+            product: product.name, seconds: product.seconds, price: product.price, createdAtMs: now())
         try await store.startPayment(payment)
         logger.info("purchase started", metadata: ["owner": "\(session.owner)", "device": "\(device)", "payment": "\(payment.id)"])
         return redirect(provider.checkoutURL(for: payment))
@@ -472,10 +545,13 @@ struct OwnerPages: Sendable {
     /// The simulated provider's Pay / Decline, for the owner who started the payment: it sends
     /// its signed webhook to this server, as a real provider would, and sends the browser back.
     /// Only the webhook credits.
-    private func simulatedDecision(_ session: WebSession, _ fields: [String: String], id: String,
-                                   provider: SimulatedProvider) async throws -> Response {
+    private func simulatedDecision(
+        _ session: WebSession, _ fields: [String: String], id: String,
+        provider: SimulatedProvider
+    ) async throws -> Response {
         guard let payment = try await store.payment(provider: provider.name, id: id), payment.status == .pending,
-              payment.owner == session.owner, let base = webhookBase() else { return noSuchPayment(session) }
+            payment.owner == session.owner, let base = webhookBase()
+        else { return noSuchPayment(session) }
         let paid = fields["decision"] == "pay"
         let (body, header) = provider.event(paymentID: payment.id, paid: paid, eventID: "evt_" + Self.random(), timestamp: now() / 1000)
         var webhook = HTTPClientRequest(url: base + "/webhooks/payments/\(provider.name)")
@@ -504,8 +580,9 @@ struct OwnerPages: Sendable {
             if credited {
                 logger.notice("payment credited", metadata: ["payment": "\(event.paymentID)", "event": "\(event.id)"])
             } else {
-                noisy.log(logger, .notice, "a payment webhook changed nothing (declined, repeated or unknown)",
-                          metadata: ["payment": "\(GuidanceText.loggable(event.paymentID))", "event": "\(GuidanceText.loggable(event.id))"])
+                noisy.log(
+                    logger, .notice, "a payment webhook changed nothing (declined, repeated or unknown)",
+                    metadata: ["payment": "\(GuidanceText.loggable(event.paymentID))", "event": "\(GuidanceText.loggable(event.id))"])
             }
             return Response(status: .ok)
         }
@@ -533,7 +610,8 @@ struct OwnerPages: Sendable {
         if raw[0..<10].allSatisfy({ $0 == 0 }) && raw[10] == 0xff && raw[11] == 0xff {
             return raw[12..<16].map(String.init).joined(separator: ".")
         }
-        return stride(from: 0, to: 8, by: 2).map { String(UInt16(raw[$0]) << 8 | UInt16(raw[$0 + 1]), radix: 16) }.joined(separator: ":") + "::/64"
+        return stride(from: 0, to: 8, by: 2).map { String(UInt16(raw[$0]) << 8 | UInt16(raw[$0 + 1]), radix: 16) }.joined(separator: ":")
+            + "::/64"
     }
 
     static func address(_ request: Request, _ context: GuidanceRequestContext) -> String {
@@ -563,8 +641,9 @@ struct OwnerPages: Sendable {
     }
 
     static func cleanLabel(_ text: String) -> String {
-        String(text.filter { !$0.isNewline && $0.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f } }
-            .trimmingCharacters(in: .whitespaces).prefix(64))
+        String(
+            text.filter { !$0.isNewline && $0.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f } }
+                .trimmingCharacters(in: .whitespaces).prefix(64))
     }
 
     static func normalizedEmail(_ text: String) -> String {

@@ -77,8 +77,10 @@ public struct Payment: Sendable, Equatable {
     public var status: Status
     public var createdAtMs: Int64
 
-    public init(provider: String, id: String, owner: Int64, device: String, product: String, seconds: Int, price: String,
-                status: Status = .pending, createdAtMs: Int64) {
+    public init(
+        provider: String, id: String, owner: Int64, device: String, product: String, seconds: Int, price: String,
+        status: Status = .pending, createdAtMs: Int64
+    ) {
         self.provider = provider
         self.id = id
         self.owner = owner

@@ -62,7 +62,7 @@ public struct PageText: Sendable {
     /// The languages the cars speak, with their own names.
     public static let languages: [(code: String, name: String)] = [
         ("en", "English"), ("ko", "한국어"), ("ja", "日本語"), ("zh", "中文"), ("de", "Deutsch"), ("es", "Español"), ("fr", "Français"),
-        ("pt", "Português"),
+        ("pt", "Português")
     ]
 
     /// The first language of an `Accept-Language` header the cars speak (by primary subtag,
@@ -102,11 +102,13 @@ public struct PageText: Sendable {
     /// Every catalog but English's, read once from the templates' folder.
     static let catalogs: [String: [String: String]] = {
         guard let folder = OwnerTemplates.folder.map({ $0 + "/text" }),
-              let files = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [:] }
+            let files = try? FileManager.default.contentsOfDirectory(atPath: folder)
+        else { return [:] }
         var catalogs: [String: [String: String]] = [:]
         for file in files where file.hasSuffix(".json") {
             guard let data = FileManager.default.contents(atPath: folder + "/" + file),
-                  let phrases = try? JSONDecoder().decode([String: String].self, from: data) else { continue }
+                let phrases = try? JSONDecoder().decode([String: String].self, from: data)
+            else { continue }
             catalogs[String(file.dropLast(5))] = phrases
         }
         return catalogs

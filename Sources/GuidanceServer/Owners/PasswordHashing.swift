@@ -54,7 +54,8 @@ public enum PasswordRules {
     /// Why `password` cannot be used, in words for the page; `nil` when it can.
     public static func problem(_ password: String, again: String?) -> String? {
         if !fitsBcrypt(password) || password.count < minCharacters {
-            return "Use at least \(minCharacters) characters and at most \(maxBytes) bytes (most letters are one byte, accented letters two, other scripts three), without NUL characters."
+            return
+                "Use at least \(minCharacters) characters and at most \(maxBytes) bytes (most letters are one byte, accented letters two, other scripts three), without NUL characters."
         }
         if let again, password != again { return "The two passwords differ. Type the same password twice." }
         return nil

@@ -34,9 +34,9 @@ struct ShareLinks: Sendable {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         // The signature compared as text, as it is written: one link has one spelling.
         guard parts.count == 2,
-              Self.same(Data(parts[1].utf8), Data(AccessTokens.base64URL(tokens.mac(Self.purpose, String(parts[0]))).utf8)),
-              let payload = AccessTokens.unbase64URL(parts[0]),
-              let grant = try? JSONDecoder().decode(Grant.self, from: payload), nowSeconds < grant.expires
+            Self.same(Data(parts[1].utf8), Data(AccessTokens.base64URL(tokens.mac(Self.purpose, String(parts[0]))).utf8)),
+            let payload = AccessTokens.unbase64URL(parts[0]),
+            let grant = try? JSONDecoder().decode(Grant.self, from: payload), nowSeconds < grant.expires
         else { return nil }
         return grant
     }

@@ -38,7 +38,8 @@ public struct Product: Sendable, Equatable {
     public init?(_ text: String) {
         let parts = text.split(separator: "=", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
         guard parts.count == 3, !parts[0].isEmpty, parts[0].count <= 64, !parts[2].isEmpty, parts[2].count <= 64,
-              let seconds = Int(parts[1]), (1...100_000_000).contains(seconds) else { return nil }
+            let seconds = Int(parts[1]), (1...100_000_000).contains(seconds)
+        else { return nil }
         name = parts[0]
         self.seconds = seconds
         price = parts[2]

@@ -22,20 +22,22 @@ public struct SimulatedProvider: PaymentProvider {
     /// The event the provider sends for a decision on `paymentID`, and its signature header.
     public func event(paymentID: String, paid: Bool, eventID: String, timestamp: Int64) -> (body: Data, header: String) {
         let object: [String: Any] = [
-            "id": eventID, "type": paid ? "payment.succeeded" : "payment.declined", "data": ["payment_id": paymentID],
+            "id": eventID, "type": paid ? "payment.succeeded" : "payment.declined", "data": ["payment_id": paymentID]
         ]
         let body = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
         return (body, WebhookSignature.header(body: body, secret: SymmetricKey(data: secret), timestamp: timestamp))
     }
 
     public func readWebhook(signature header: String?, body: Data, nowSeconds: Int64) -> Result<WebhookEvent, WebhookRefusal> {
-        if case .failure(let failure) = signature.verify(header: header, body: body, secret: SymmetricKey(data: secret), nowSeconds: nowSeconds) {
+        if case .failure(let failure) = signature.verify(
+            header: header, body: body, secret: SymmetricKey(data: secret), nowSeconds: nowSeconds)
+        {
             return .failure(.signature(failure))
         }
         guard let object = (try? JSONSerialization.jsonObject(with: body)) as? [String: Any],
-              let id = object["id"] as? String, !id.isEmpty, id.count <= 128,
-              let type = object["type"] as? String, type == "payment.succeeded" || type == "payment.declined",
-              let payment = (object["data"] as? [String: Any])?["payment_id"] as? String, !payment.isEmpty, payment.count <= 128
+            let id = object["id"] as? String, !id.isEmpty, id.count <= 128,
+            let type = object["type"] as? String, type == "payment.succeeded" || type == "payment.declined",
+            let payment = (object["data"] as? [String: Any])?["payment_id"] as? String, !payment.isEmpty, payment.count <= 128
         else { return .failure(.unreadable("not a payment event")) }
         return .success(WebhookEvent(id: id, paymentID: payment, paid: type == "payment.succeeded"))
     }

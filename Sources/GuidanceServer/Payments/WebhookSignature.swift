@@ -42,7 +42,8 @@ public struct WebhookSignature: Sendable {
             case "t":
                 // Digits only, at most 12 of them: a number checked before any arithmetic.
                 guard timestamp == nil, (1...12).contains(value.count), value.allSatisfy(\.isASCIIDigit),
-                      let seconds = Int64(value) else { return .failure(.malformed) }
+                    let seconds = Int64(value)
+                else { return .failure(.malformed) }
                 timestamp = seconds
             case "v1":
                 guard let bytes = Self.unhex(value), bytes.count == SHA256.byteCount else { return .failure(.malformed) }

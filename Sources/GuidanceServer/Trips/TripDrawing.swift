@@ -35,7 +35,9 @@ struct TripDrawing: Equatable {
             let y = Self.margin + (north - point.lat) * scale
             return ((x * 10).rounded() / 10, (y * 10).rounded() / 10)
         }
-        polyline = drawn.map { let p = project($0); return "\(p.x),\(p.y)" }.joined(separator: " ")
+        polyline = drawn.map {
+            let p = project($0); return "\(p.x),\(p.y)"
+        }.joined(separator: " ")
         start = project(first)
         end = project(last)
     }

@@ -29,7 +29,8 @@ public struct Trip: Sendable, Equatable {
     public var end: (lat: Double, lon: Double)
 
     public static func == (a: Trip, b: Trip) -> Bool {
-        a.device == b.device && a.startMs == b.startMs && a.endMs == b.endMs && a.distanceMeters == b.distanceMeters && a.topSpeed == b.topSpeed
+        a.device == b.device && a.startMs == b.startMs && a.endMs == b.endMs && a.distanceMeters == b.distanceMeters
+            && a.topSpeed == b.topSpeed
             && a.start == b.start && a.end == b.end
     }
 }
@@ -98,8 +99,10 @@ public enum TripRules {
                 trip.topSpeed = max(trip.topSpeed, point.speed)
                 trips[trips.count - 1] = trip
             } else {
-                trips.append(Trip(device: device, startMs: point.atMs, endMs: point.atMs, distanceMeters: 0, topSpeed: point.speed,
-                                  start: (point.lat, point.lon), end: (point.lat, point.lon)))
+                trips.append(
+                    Trip(
+                        device: device, startMs: point.atMs, endMs: point.atMs, distanceMeters: 0, topSpeed: point.speed,
+                        start: (point.lat, point.lon), end: (point.lat, point.lon)))
             }
             changed.insert(trips.count - 1)
             added.append(point)

@@ -83,8 +83,10 @@ public final class IIOAccelerometer: Accelerometer {
     /// sysfs folder or its `/dev/iio:deviceN` node; `root` is where the IIO devices are listed.
     /// `buffered: false` polls sysfs even where a trigger exists; `devices` is where the
     /// character devices are (`/dev`).
-    public init(device: String, hz: Int, root: String = IIOAccelerometer.devicesFolder, buffered: Bool = true,
-                devices: String = "/dev") throws(AccelerometerError) {
+    public init(
+        device: String, hz: Int, root: String = IIOAccelerometer.devicesFolder, buffered: Bool = true,
+        devices: String = "/dev"
+    ) throws(AccelerometerError) {
         let folder = try Self.find(device, root: root)
         self.folder = folder
         let node = folder.split(separator: "/").last.map(String.init) ?? folder
@@ -96,7 +98,7 @@ public final class IIOAccelerometer: Accelerometer {
         for axis in ["x", "y", "z"] {
             let path = "\(folder)/in_accel_\(axis)_raw"
             guard let scale = Self.number(folder + "/in_accel_\(axis)_scale") ?? Self.number(folder + "/in_accel_scale"),
-                  scale.isFinite, scale > 0
+                scale.isFinite, scale > 0
             else {
                 axes.forEach { close($0.fd) }
                 throw AccelerometerError("\(name): no in_accel_scale or in_accel_\(axis)_scale in \(folder)")
@@ -131,7 +133,8 @@ public final class IIOAccelerometer: Accelerometer {
                 throw AccelerometerError("\(name): cannot read \(buffer.path): \(String(cString: strerror(code)))")
             }
             if now - min(now, buffer.lastSample) > max(Self.silentNs, 10 * buffer.periodNs) {
-                throw AccelerometerError("\(name): no samples from \(buffer.path) (trigger \(buffer.trigger)) for \((now - buffer.lastSample) / 1_000_000) ms")
+                throw AccelerometerError(
+                    "\(name): no samples from \(buffer.path) (trigger \(buffer.trigger)) for \((now - buffer.lastSample) / 1_000_000) ms")
             }
             return []
         }
@@ -180,12 +183,15 @@ public final class IIOAccelerometer: Accelerometer {
         _ = write(enablePath, "0")
         var started = false
         defer { if !started { _ = write(enablePath, "0") } }
-        guard text(folder + "/trigger/current_trigger") == trigger || write(folder + "/trigger/current_trigger", trigger) else { return nil }
+        guard text(folder + "/trigger/current_trigger") == trigger || write(folder + "/trigger/current_trigger", trigger) else {
+            return nil
+        }
         var enabled: [(name: String, index: Int, type: IIOScanType)] = []
         for axis in ["x", "y", "z"] {
             let base = "\(scan)/in_accel_\(axis)"
             guard write(base + "_en", "1"), let index = text(base + "_index").flatMap({ Int($0) }),
-                  let type = text(base + "_type").flatMap(IIOScanType.init) else { return nil }
+                let type = text(base + "_type").flatMap(IIOScanType.init)
+            else { return nil }
             enabled.append((axis, index, type))
         }
         // Channels someone else left enabled would change the record: off.
@@ -195,7 +201,8 @@ public final class IIOAccelerometer: Accelerometer {
         if access(scan + "/in_timestamp_en", F_OK) == 0 {
             monotonic = write(folder + "/current_timestamp_clock", "monotonic") && text(folder + "/current_timestamp_clock") == "monotonic"
             if monotonic, write(scan + "/in_timestamp_en", "1"), let index = text(scan + "/in_timestamp_index").flatMap({ Int($0) }),
-               let type = text(scan + "/in_timestamp_type").flatMap(IIOScanType.init) {
+                let type = text(scan + "/in_timestamp_type").flatMap(IIOScanType.init)
+            {
                 enabled.append(("timestamp", index, type))
             } else {
                 monotonic = false
@@ -209,7 +216,8 @@ public final class IIOAccelerometer: Accelerometer {
         guard fd >= 0 else { return nil }
         started = true
         let period = UInt64(1_000_000_000 / max(1, hz))
-        return Buffer(fd: fd, path: node, trigger: trigger, layout: layout, enablePath: enablePath, monotonicStamps: monotonic, periodNs: period)
+        return Buffer(
+            fd: fd, path: node, trigger: trigger, layout: layout, enablePath: enablePath, monotonicStamps: monotonic, periodNs: period)
     }
 
     public func read() throws(AccelerometerError) -> Acceleration {
@@ -219,11 +227,13 @@ public final class IIOAccelerometer: Accelerometer {
             let count = buffer.withUnsafeMutableBytes { pread(axis.fd, $0.baseAddress, $0.count, 0) }
             guard count > 0 else {
                 let code = count < 0 ? errno : 0
-                throw AccelerometerError("\(name): cannot read \(axis.path): \(code == 0 ? "nothing to read" : String(cString: strerror(code)))")
+                throw AccelerometerError(
+                    "\(name): cannot read \(axis.path): \(code == 0 ? "nothing to read" : String(cString: strerror(code)))")
             }
             let text = String(decoding: buffer[..<count], as: UTF8.self)
             guard let raw = Int64(text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
-                throw AccelerometerError("\(name): \(axis.path) reads '\(text.trimmingCharacters(in: .whitespacesAndNewlines))', not a whole number")
+                throw AccelerometerError(
+                    "\(name): \(axis.path) reads '\(text.trimmingCharacters(in: .whitespacesAndNewlines))', not a whole number")
             }
             g[i] = (Double(raw) + axis.offset) * axis.scale / Acceleration.standardGravity
         }
@@ -248,8 +258,9 @@ public final class IIOAccelerometer: Accelerometer {
         let named = listed.filter { text("\(root)/\($0)/name") == device }
         guard let first = named.first else {
             let present = listed.map { "\($0) (\(text("\(root)/\($0)/name") ?? "?"))" }
-            throw AccelerometerError("sensors.accel.device \(device): no IIO device of that name in \(root)"
-                + (present.isEmpty ? " (none at all)" : "; there are \(present.joined(separator: ", "))"))
+            throw AccelerometerError(
+                "sensors.accel.device \(device): no IIO device of that name in \(root)"
+                    + (present.isEmpty ? " (none at all)" : "; there are \(present.joined(separator: ", "))"))
         }
         // Several of one name (a board with two of a chip): the lowest number, as listed.
         return "\(root)/\(first)"

@@ -41,7 +41,7 @@ public struct IIOScanType: Sendable, Equatable, CustomStringConvertible {
         guard (1...2).contains(storage.count), let storageBits = Self.number(storage[0]) else { return nil }
         let repeatCount = storage.count == 2 ? Self.number(storage[1]) : 1
         guard let repeatCount, (1...Self.maxRepeat).contains(repeatCount),
-              [8, 16, 32, 64].contains(storageBits), (1...storageBits).contains(real), shift < storageBits, real + shift <= storageBits
+            [8, 16, 32, 64].contains(storageBits), (1...storageBits).contains(real), shift < storageBits, real + shift <= storageBits
         else { return nil }
         realBits = real
         self.storageBits = storageBits
@@ -53,7 +53,8 @@ public struct IIOScanType: Sendable, Equatable, CustomStringConvertible {
     public var storageBytes: Int { storageBits / 8 * repeatCount }
 
     public var description: String {
-        "\(bigEndian ? "be" : "le"):\(signed ? "s" : "u")\(realBits)/\(storageBits)" + (repeatCount > 1 ? "X\(repeatCount)" : "") + ">>\(shift)"
+        "\(bigEndian ? "be" : "le"):\(signed ? "s" : "u")\(realBits)/\(storageBits)" + (repeatCount > 1 ? "X\(repeatCount)" : "")
+            + ">>\(shift)"
     }
 
     /// The (first) value stored at `offset` of `bytes`, sign-extended; nil if it does not fit.

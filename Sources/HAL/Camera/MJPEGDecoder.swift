@@ -76,14 +76,16 @@ public final class MJPEGDecoder {
         }
         // A webcam's JPEG is full-range 4:2:2 (yuvj422p) or 4:2:0: one conversion to the
         // encoders' yuv420p, the range kept as the picture has it.
-        scaler = sws_getCachedContext(scaler, Int32(width), Int32(height), AVPixelFormat(rawValue: decoded.pointee.format),
-                                      Int32(width), Int32(height), AV_PIX_FMT_YUV420P, SWS_BILINEAR, nil, nil, nil)
+        scaler = sws_getCachedContext(
+            scaler, Int32(width), Int32(height), AVPixelFormat(rawValue: decoded.pointee.format),
+            Int32(width), Int32(height), AV_PIX_FMT_YUV420P, SWS_BILINEAR, nil, nil, nil)
         guard let scaler else { return refuse("cannot convert \(PixelFormat(rawValue: decoded.pointee.format)) to yuv420p") }
         let (source, sourceStrides) = framePlanes(of: decoded)
         swsScale(scaler, planes: source, strides: sourceStrides, height: height, into: output)
         let (planes, strides) = framePlanes(of: output)
-        return Frame(planes: planes, strides: strides, pixelFormat: .yuv420p, width: width, height: height,
-                     timestamp: timestamp, sequence: sequence)
+        return Frame(
+            planes: planes, strides: strides, pixelFormat: .yuv420p, width: width, height: height,
+            timestamp: timestamp, sequence: sequence)
     }
 
     private func refuse(_ reason: String) -> Frame? {

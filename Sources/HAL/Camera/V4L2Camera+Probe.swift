@@ -66,10 +66,13 @@ extension V4L2Camera {
             V4L2DeviceInfo.Format(
                 fourcc: fourccString(entry.fourcc), description: entry.name, emulated: entry.emulated,
                 sizes: sizes(fd: fd, fourcc: entry.fourcc),
-                range: entry.range.map { V4L2DeviceInfo.SizeRange(minWidth: $0.minW, maxWidth: $0.maxW, minHeight: $0.minH, maxHeight: $0.maxH) })
+                range: entry.range.map {
+                    V4L2DeviceInfo.SizeRange(minWidth: $0.minW, maxWidth: $0.maxW, minHeight: $0.minH, maxHeight: $0.maxH)
+                })
         }
-        return V4L2DeviceInfo(path: path, card: cString(caps.card), driver: cString(caps.driver),
-                              bus: cString(caps.bus_info), formats: formats)
+        return V4L2DeviceInfo(
+            path: path, card: cString(caps.card), driver: cString(caps.driver),
+            bus: cString(caps.bus_info), formats: formats)
     }
 
     static func formats(fd: Int32) -> [FormatEntry] {
@@ -80,8 +83,9 @@ extension V4L2Camera {
             description.index = index
             description.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
             guard dashcam_v4l2_ioctl(fd, dashcam_VIDIOC_ENUM_FMT, &description) == 0 else { break }
-            var entry = FormatEntry(fourcc: description.pixelformat, name: cString(description.description),
-                                    emulated: description.flags & UInt32(V4L2_FMT_FLAG_EMULATED) != 0, sizes: [])
+            var entry = FormatEntry(
+                fourcc: description.pixelformat, name: cString(description.description),
+                emulated: description.flags & UInt32(V4L2_FMT_FLAG_EMULATED) != 0, sizes: [])
             var sizeIndex: UInt32 = 0
             while true {
                 var size = v4l2_frmsizeenum()

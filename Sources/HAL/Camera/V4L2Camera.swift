@@ -21,8 +21,10 @@ public final class V4L2Camera: FrameSource {
         /// Poll timeouts in a row that make the camera "stalled".
         public var stallTimeouts: Int
 
-        public init(device: String, format: VideoFormat, pixelFormat: String = "auto", bufferCount: Int = 4,
-                    pollTimeoutMs: Int = 1000, stallTimeouts: Int = 3) {
+        public init(
+            device: String, format: VideoFormat, pixelFormat: String = "auto", bufferCount: Int = 4,
+            pollTimeoutMs: Int = 1000, stallTimeouts: Int = 3
+        ) {
             self.device = device
             self.format = format
             self.pixelFormat = pixelFormat
@@ -123,14 +125,16 @@ public final class V4L2Camera: FrameSource {
             if let last = lastSequence, buffer.sequence > last &+ 1 {
                 let gap = UInt64(buffer.sequence - last - 1)
                 droppedFrames += gap
-                logger.warning("camera: the driver dropped \(gap) frame(s) (sequence \(last) → \(buffer.sequence))",
-                               metadata: ["device": "\(name)", "droppedTotal": "\(droppedFrames)"])
+                logger.warning(
+                    "camera: the driver dropped \(gap) frame(s) (sequence \(last) → \(buffer.sequence))",
+                    metadata: ["device": "\(name)", "droppedTotal": "\(droppedFrames)"])
             }
             lastSequence = buffer.sequence
             held = buffer
             if let jpeg {
                 let timestamp = Self.timestamp(of: buffer)
-                let bytes = UnsafeRawBufferPointer(rebasing: buffers[Int(buffer.index)][..<min(Int(buffer.bytesused), buffers[Int(buffer.index)].count)])
+                let bytes = UnsafeRawBufferPointer(
+                    rebasing: buffers[Int(buffer.index)][..<min(Int(buffer.bytesused), buffers[Int(buffer.index)].count)])
                 if let frame = jpeg.decode(bytes, timestamp: timestamp, sequence: UInt64(buffer.sequence)) { return frame }
                 // A torn JPEG: that frame is lost (a slot the segment counts as dropped), the next is taken.
                 held = nil
@@ -138,7 +142,9 @@ public final class V4L2Camera: FrameSource {
                 let now = MonotonicClock.now()
                 if now &- lastRefusalLog > 60_000_000_000 || lastRefusalLog == 0 {
                     lastRefusalLog = now
-                    logger.warning("camera: a JPEG frame did not decode: \(jpeg.lastProblem ?? "?")", metadata: ["device": "\(name)", "refusedTotal": "\(jpeg.refused)"])
+                    logger.warning(
+                        "camera: a JPEG frame did not decode: \(jpeg.lastProblem ?? "?")",
+                        metadata: ["device": "\(name)", "refusedTotal": "\(jpeg.refused)"])
                 }
                 continue
             }
@@ -197,7 +203,8 @@ public final class V4L2Camera: FrameSource {
         let wanted = VideoFormat(width: options.format.width, height: options.format.height, fps: options.format.fps)
         if let forced = Self.fourcc(named: options.pixelFormat) {
             if formats.contains(where: { $0.fourcc == forced }) { return forced }
-            logger.warning("camera: \(name) has no \(options.pixelFormat); choosing another", metadata: ["offered": "\(formats.map(\.name))"])
+            logger.warning(
+                "camera: \(name) has no \(options.pixelFormat); choosing another", metadata: ["offered": "\(formats.map(\.name))"])
         }
         let native = [dashcam_V4L2_PIX_FMT_YUYV, dashcam_V4L2_PIX_FMT_NV12, dashcam_V4L2_PIX_FMT_YUV420]
         for fourcc in native {
@@ -238,7 +245,9 @@ public final class V4L2Camera: FrameSource {
         height = Int(given.height)
         bytesPerLine = Int(given.bytesperline)
         if width != options.format.width || height != options.format.height {
-            logger.warning("camera: asked for \(options.format.width)x\(options.format.height), the device gives \(width)x\(height)", metadata: ["device": "\(name)"])
+            logger.warning(
+                "camera: asked for \(options.format.width)x\(options.format.height), the device gives \(width)x\(height)",
+                metadata: ["device": "\(name)"])
         }
     }
 
@@ -279,7 +288,8 @@ public final class V4L2Camera: FrameSource {
             }
             let length = Int(buffer.length)
             guard let base = v4l2_mmap(nil, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, Int64(buffer.m.offset)),
-                  base != MAP_FAILED else {
+                base != MAP_FAILED
+            else {
                 throw SourceError.unsupported(name, "mmap: \(String(cString: strerror(errno)))")
             }
             buffers.append(UnsafeMutableRawBufferPointer(start: base, count: length))
@@ -308,8 +318,9 @@ public final class V4L2Camera: FrameSource {
             planes = (base, nil, nil, nil)
             strides = (Int32(stride), 0, 0, 0)
         }
-        return Frame(planes: planes, strides: strides, pixelFormat: pixelFormat, width: width, height: height,
-                     timestamp: Self.timestamp(of: buffer), sequence: UInt64(buffer.sequence))
+        return Frame(
+            planes: planes, strides: strides, pixelFormat: pixelFormat, width: width, height: height,
+            timestamp: Self.timestamp(of: buffer), sequence: UInt64(buffer.sequence))
     }
 
     /// The driver's capture time when it is `CLOCK_MONOTONIC`, else the time it was taken here.

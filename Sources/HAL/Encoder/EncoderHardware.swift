@@ -34,8 +34,10 @@ public struct EncoderHardware: Sendable {
     /// Asks a V4L2 device node what it is (`VIDIOC_QUERYCAP`, `VIDIOC_ENUM_FMT`); nil: it does not answer.
     public var askVideoDevice: @Sendable (_ node: String, _ name: String) -> VideoDevice?
 
-    public init(sysfs: String = "/sys", dev: String = "/dev",
-                askVideoDevice: @escaping @Sendable (_ node: String, _ name: String) -> VideoDevice? = EncoderHardware.ask) {
+    public init(
+        sysfs: String = "/sys", dev: String = "/dev",
+        askVideoDevice: @escaping @Sendable (_ node: String, _ name: String) -> VideoDevice? = EncoderHardware.ask
+    ) {
         self.sysfs = sysfs
         self.dev = dev
         self.askVideoDevice = askVideoDevice

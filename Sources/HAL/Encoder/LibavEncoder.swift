@@ -40,8 +40,10 @@ public struct EncoderSettings: Sendable, Equatable {
     /// The codecs this stream may be encoded in; an encoder of another is passed over.
     public var codecs: Set<VideoCodec>
 
-    public init(preference: [String], rateControl: RateControl, format: VideoFormat, keyframeInterval: Int,
-                codecs: Set<VideoCodec> = [.hevc]) {
+    public init(
+        preference: [String], rateControl: RateControl, format: VideoFormat, keyframeInterval: Int,
+        codecs: Set<VideoCodec> = [.hevc]
+    ) {
         self.preference = preference
         self.rateControl = rateControl
         self.format = format
@@ -108,8 +110,9 @@ public final class LibavEncoder: VideoEncoder {
             }
         }
         guard let (name, opened) = found else {
-            throw EncoderError(attempts: failures, detail: "",
-                               wanted: settings.codecs.sorted { $0.rawValue < $1.rawValue }.map(\.displayName).joined(separator: " or "))
+            throw EncoderError(
+                attempts: failures, detail: "",
+                wanted: settings.codecs.sorted { $0.rawValue < $1.rawValue }.map(\.displayName).joined(separator: " or "))
         }
         self.name = name
         self.skipped = failures
@@ -187,10 +190,11 @@ public final class LibavEncoder: VideoEncoder {
             guard status >= 0 else { throw failure("receive packet", status) }
             defer { av_packet_unref(packet) }
             let received = packet.pointee
-            try sink(EncodedPacket(
-                bytes: UnsafeRawBufferPointer(start: received.data, count: Int(received.size)),
-                pts: received.pts, dts: received.dts, duration: received.duration,
-                isKeyframe: received.flags & AV_PKT_FLAG_KEY != 0))
+            try sink(
+                EncodedPacket(
+                    bytes: UnsafeRawBufferPointer(start: received.data, count: Int(received.size)),
+                    pts: received.pts, dts: received.dts, duration: received.duration,
+                    isKeyframe: received.flags & AV_PKT_FLAG_KEY != 0))
         }
     }
 
@@ -198,9 +202,10 @@ public final class LibavEncoder: VideoEncoder {
     /// encoder that has none there sends them in band, and the muxer takes them from the first packet.
     private static func stream(of opened: Opened, format: VideoFormat) -> EncodedStream {
         let context = opened.context
-        let extradata = context.pointee.extradata.map {
-            Array(UnsafeBufferPointer(start: $0, count: Int(context.pointee.extradata_size)))
-        } ?? []
+        let extradata =
+            context.pointee.extradata.map {
+                Array(UnsafeBufferPointer(start: $0, count: Int(context.pointee.extradata_size)))
+            } ?? []
         return EncodedStream(format: format, parameterSets: extradata, codec: opened.codec)
     }
 
@@ -231,18 +236,21 @@ public final class LibavEncoder: VideoEncoder {
     /// The source's planes and the encoder frame's planes as the C arrays FFmpeg takes.
     private func withPlanes(
         of source: Frame,
-        _ body: (UnsafePointer<UnsafePointer<UInt8>?>, UnsafePointer<Int32>,
-                 UnsafePointer<UnsafeMutablePointer<UInt8>?>, UnsafePointer<Int32>) -> Void
+        _ body: (
+            UnsafePointer<UnsafePointer<UInt8>?>, UnsafePointer<Int32>,
+            UnsafePointer<UnsafeMutablePointer<UInt8>?>, UnsafePointer<Int32>
+        ) -> Void
     ) {
         var planes = source.planes, strides = source.strides
         withUnsafeBytes(of: &planes) { planes in
             withUnsafeBytes(of: &strides) { strides in
                 withUnsafeBytes(of: &frame.pointee.data) { dst in
                     withUnsafeBytes(of: &frame.pointee.linesize) { dstStrides in
-                        body(planes.assumingMemoryBound(to: UnsafePointer<UInt8>?.self).baseAddress!,
-                             strides.assumingMemoryBound(to: Int32.self).baseAddress!,
-                             dst.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self).baseAddress!,
-                             dstStrides.assumingMemoryBound(to: Int32.self).baseAddress!)
+                        body(
+                            planes.assumingMemoryBound(to: UnsafePointer<UInt8>?.self).baseAddress!,
+                            strides.assumingMemoryBound(to: Int32.self).baseAddress!,
+                            dst.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self).baseAddress!,
+                            dstStrides.assumingMemoryBound(to: Int32.self).baseAddress!)
                     }
                 }
             }
@@ -287,7 +295,10 @@ public final class LibavEncoder: VideoEncoder {
         }
         guard let kind = VideoCodec(codec.pointee.id) else { throw OpenFailure(reason: "not an HEVC or H.264 encoder") }
         guard settings.codecs.contains(kind) else {
-            throw OpenFailure(reason: "an \(kind.displayName) encoder; this stream is \(settings.codecs.map(\.displayName).sorted().joined(separator: " or "))")
+            throw OpenFailure(
+                reason:
+                    "an \(kind.displayName) encoder; this stream is \(settings.codecs.map(\.displayName).sorted().joined(separator: " or "))"
+            )
         }
         if let missing = hardware.missing(for: name, codec: kind) { throw OpenFailure(reason: missing) }
         guard let context = avcodec_alloc_context3(codec) else { throw OpenFailure(reason: "out of memory") }
@@ -328,8 +339,9 @@ public final class LibavEncoder: VideoEncoder {
         case "libx265":
             av_opt_set(options, "preset", "ultrafast", 0)
             av_opt_set(options, "tune", "zerolatency", 0)
-            av_opt_set(options, "x265-params",
-                       "keyint=\(keyint):min-keyint=\(keyint):scenecut=0:open-gop=0:bframes=0:log-level=error", 0)
+            av_opt_set(
+                options, "x265-params",
+                "keyint=\(keyint):min-keyint=\(keyint):scenecut=0:open-gop=0:bframes=0:log-level=error", 0)
         case "libx264":
             av_opt_set(options, "preset", "ultrafast", 0)
             av_opt_set(options, "tune", "zerolatency", 0)
@@ -383,7 +395,9 @@ public final class LibavEncoder: VideoEncoder {
         pool.pointee.height = Int32(format.height)
         pool.pointee.initial_pool_size = 8
         status = av_hwframe_ctx_init(frames)
-        guard status >= 0 else { throw OpenFailure(reason: "VAAPI surfaces at \(format.width)x\(format.height) on \(node): \(averrorText(status))") }
+        guard status >= 0 else {
+            throw OpenFailure(reason: "VAAPI surfaces at \(format.width)x\(format.height) on \(node): \(averrorText(status))")
+        }
         opened.context.pointee.hw_frames_ctx = av_buffer_ref(frames)
         opened.context.pointee.pix_fmt = AV_PIX_FMT_VAAPI
         opened.memoryFormat = AV_PIX_FMT_NV12

@@ -49,7 +49,7 @@ final class MP4Writer {
 
         let ioBufferSize: Int32 = 64 * 1024
         guard let ioBuffer = av_malloc(Int(ioBufferSize))?.assumingMemoryBound(to: UInt8.self),
-              let io = avio_alloc_context(
+            let io = avio_alloc_context(
                 ioBuffer, ioBufferSize, 1, Unmanaged.passUnretained(self).toOpaque(), nil,
                 { opaque, buffer, count in
                     let writer = Unmanaged<MP4Writer>.fromOpaque(opaque!).takeUnretainedValue()
@@ -151,8 +151,8 @@ final class MP4Writer {
         let overwrite = min(count, max(storage.count - position, 0))
         if overwrite > 0 {
             storage.withUnsafeMutableBytes {
-                UnsafeMutableRawBufferPointer(rebasing: $0[position ..< position + overwrite])
-                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[0 ..< overwrite]))
+                UnsafeMutableRawBufferPointer(rebasing: $0[position..<position + overwrite])
+                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[0..<overwrite]))
             }
         }
         if overwrite < count {

@@ -113,9 +113,11 @@ public struct SegmentMetadata: Codable, Sendable, Equatable {
     /// The codec, `hevc` or `h264` (nil in lines of an earlier release: HEVC).
     public var codec: VideoCodec?
 
-    public init(seq: Int, capturedAt: Date, captureStartMonotonicNs: UInt64, durationMs: Int, frames: Int,
-                droppedFrames: Int, bytes: Int, sha256: String, encoder: String, width: Int, height: Int, fps: Int,
-                complete: Bool, endReason: SegmentEndReason) {
+    public init(
+        seq: Int, capturedAt: Date, captureStartMonotonicNs: UInt64, durationMs: Int, frames: Int,
+        droppedFrames: Int, bytes: Int, sha256: String, encoder: String, width: Int, height: Int, fps: Int,
+        complete: Bool, endReason: SegmentEndReason
+    ) {
         self.seq = seq
         self.capturedAt = capturedAt
         self.captureStartMonotonicNs = captureStartMonotonicNs

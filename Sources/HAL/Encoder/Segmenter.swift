@@ -34,8 +34,10 @@ public final class Segmenter {
     /// The step found when the segment being written began, for its metadata.
     private var stepped: Double?
 
-    public init(format: VideoFormat, segmentSeconds: Int, firstSeq: Int = 0, locate: Locate? = nil, clockSource: ClockSource? = nil,
-                wallOffset: @escaping @Sendable () -> Double = WallClock.offset) {
+    public init(
+        format: VideoFormat, segmentSeconds: Int, firstSeq: Int = 0, locate: Locate? = nil, clockSource: ClockSource? = nil,
+        wallOffset: @escaping @Sendable () -> Double = WallClock.offset
+    ) {
         self.locate = locate
         self.clockSource = clockSource
         self.currentOffset = wallOffset

@@ -51,11 +51,13 @@ final class GPIOChip: CustomStringConvertible {
         // The kernel keeps names to 32 bytes with the NUL.
         withUnsafeTemporaryAllocation(of: CChar.self, capacity: 64) { name in
             withUnsafeTemporaryAllocation(of: CChar.self, capacity: 64) { consumer in
-                let used = cgpiod_chip_line_info(handle, UInt32(offset), name.baseAddress, name.count,
-                                                 consumer.baseAddress, consumer.count)
+                let used = cgpiod_chip_line_info(
+                    handle, UInt32(offset), name.baseAddress, name.count,
+                    consumer.baseAddress, consumer.count)
                 guard used >= 0 else { return nil }
-                return LineInfo(name: String(cString: name.baseAddress!), consumer: String(cString: consumer.baseAddress!),
-                                used: used == 1)
+                return LineInfo(
+                    name: String(cString: name.baseAddress!), consumer: String(cString: consumer.baseAddress!),
+                    used: used == 1)
             }
         }
     }
@@ -87,8 +89,8 @@ final class GPIOChip: CustomStringConvertible {
             }
             let digits = name.utf8.dropFirst("gpiochip".utf8.count)
             guard name.hasPrefix("gpiochip"), !digits.isEmpty, digits.count <= 9,
-                  digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
-                  let number = Int(String(decoding: digits, as: UTF8.self))
+                digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+                let number = Int(String(decoding: digits, as: UTF8.self))
             else { continue }
             numbers.append(number)
         }

@@ -19,8 +19,10 @@ public final class GPIOInputLine: InputLine {
     ///   - line: The offset on the chip, or the line's name.
     ///   - activeLow: The input is active (ignition on) when the line is low.
     /// - Throws: ``GPIOError`` naming the chip and the line.
-    public init(chip: String?, line: GPIOLine.Selector, activeLow: Bool = false,
-                consumer: String = GPIOLine.defaultConsumer) throws(GPIOError) {
+    public init(
+        chip: String?, line: GPIOLine.Selector, activeLow: Bool = false,
+        consumer: String = GPIOLine.defaultConsumer
+    ) throws(GPIOError) {
         let (found, offset, resolved) = try GPIOLine.locate(chip: chip, line: line)
         let requested: OpaquePointer
         do {

@@ -12,7 +12,8 @@ extension GPIOLine {
             guard offset >= 0 else { throw .invalidRequest("GPIO chip \"\(spec)\" \(line): a line offset is 0 or more") }
             let chip = try openChip(spec, for: line)
             guard offset < chip.lineCount else {
-                let lines = chip.lineCount == 0 ? "the chip has no lines" : "the chip has \(chip.lineCount) lines, 0...\(chip.lineCount - 1)"
+                let lines =
+                    chip.lineCount == 0 ? "the chip has no lines" : "the chip has \(chip.lineCount) lines, 0...\(chip.lineCount - 1)"
                 throw .lineNotFound("GPIO chip \(chip) \(line): no such line (\(lines))")
             }
             return (chip, offset)
@@ -24,7 +25,7 @@ extension GPIOLine {
             let chip = try openChip(spec, for: line)
             do {
                 return (chip, try chip.offset(ofLine: name))
-            } catch where error.code == ENOENT {
+            } catch  where error.code == ENOENT {
                 throw .lineNotFound("GPIO chip \(chip) \(line): no such line (\(text(ENOENT)))", code: ENOENT)
             } catch {
                 throw .requestFailed("GPIO chip \(chip) \(line): cannot read the line names (\(text(error.code)))", code: error.code)
@@ -44,11 +45,14 @@ extension GPIOLine {
         let place = "GPIO chip \(chip) \(line)"
         switch code {
         case EBUSY:
-            guard let info = chip.lineInfo(offset), info.used else { return .lineBusy("\(place): line busy (\(text(code)))", holder: nil, code: code) }
+            guard let info = chip.lineInfo(offset), info.used else {
+                return .lineBusy("\(place): line busy (\(text(code)))", holder: nil, code: code)
+            }
             guard !info.consumer.isEmpty else {
                 return .lineBusy("\(place): line busy, used by an unnamed consumer (\(text(code)))", holder: nil, code: code)
             }
-            return .lineBusy("\(place): line busy, used by consumer \"\(info.consumer)\" (\(text(code)))", holder: info.consumer, code: code)
+            return .lineBusy(
+                "\(place): line busy, used by consumer \"\(info.consumer)\" (\(text(code)))", holder: info.consumer, code: code)
         case EACCES, EPERM:
             return .permissionDenied("\(place): permission denied (\(text(code)))", code: code)
         default:
@@ -60,10 +64,9 @@ extension GPIOLine {
     /// every chip.
     private static func openChip(_ spec: String, for line: Selector) throws(GPIOError) -> GPIOChip {
         let path: String? =
-            if spec.contains("/") { spec }
-            else if isNumber(spec) { "/dev/gpiochip\(spec)" }
-            else if spec.hasPrefix("gpiochip"), isNumber(spec.dropFirst("gpiochip".count)) { "/dev/\(spec)" }
-            else { nil }
+            if spec.contains("/") { spec } else if isNumber(spec) {
+                "/dev/gpiochip\(spec)"
+            } else if spec.hasPrefix("gpiochip"), isNumber(spec.dropFirst("gpiochip".count)) { "/dev/\(spec)" } else { nil }
         guard let path else { return try openChip(label: spec, for: line) }
         do {
             return try GPIOChip(path: path)
@@ -103,7 +106,7 @@ extension GPIOLine {
             guard case .success(let chip) = opened else { continue }
             do {
                 return (chip, try chip.offset(ofLine: name))
-            } catch where error.code != ENOENT {
+            } catch  where error.code != ENOENT {
                 unreadable = unreadable ?? (path, error.code)
             } catch {}
         }

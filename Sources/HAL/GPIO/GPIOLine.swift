@@ -46,8 +46,10 @@ public final class GPIOLine: HapticLine {
     /// - Throws: ``GPIOError`` naming the chip and the line: no such chip or line, not a GPIO
     ///   chip, permission denied, or the line busy (with the consumer that holds it, if the
     ///   kernel tells).
-    public init(chip: String?, line: Selector, activeLow: Bool = false,
-                consumer: String = GPIOLine.defaultConsumer) throws(GPIOError) {
+    public init(
+        chip: String?, line: Selector, activeLow: Bool = false,
+        consumer: String = GPIOLine.defaultConsumer
+    ) throws(GPIOError) {
         let (found, offset, resolved) = try Self.locate(chip: chip, line: line)
         let requested: OpaquePointer
         do {
@@ -66,8 +68,9 @@ public final class GPIOLine: HapticLine {
             guard let output else { throw .released(description) }
             guard cgpiod_output_set(output, active) == 0 else {
                 let code = errno
-                throw .set("GPIO chip \(description): cannot set the line \(active ? "active" : "inactive") (\(Self.text(code)))",
-                           code: code)
+                throw .set(
+                    "GPIO chip \(description): cannot set the line \(active ? "active" : "inactive") (\(Self.text(code)))",
+                    code: code)
             }
         }
     }

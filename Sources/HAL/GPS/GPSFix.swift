@@ -16,8 +16,10 @@ public struct GPSFix: Sendable, Equatable {
     /// Degrees from true north, 0 ≤ track < 360.
     public var track: Double?
 
-    public init(mode: Int, time: Date? = nil, lat: Double? = nil, lon: Double? = nil, altitude: Double? = nil,
-                speed: Double? = nil, track: Double? = nil) {
+    public init(
+        mode: Int, time: Date? = nil, lat: Double? = nil, lon: Double? = nil, altitude: Double? = nil,
+        speed: Double? = nil, track: Double? = nil
+    ) {
         self.mode = mode
         self.time = time
         self.lat = lat
@@ -56,7 +58,9 @@ public struct GPSPoint: Codable, Sendable, Equatable {
     /// Degrees from true north.
     public var track: Double?
 
-    public init(t: String, mode: Int, lat: Double? = nil, lon: Double? = nil, alt: Double? = nil, speed: Double? = nil, track: Double? = nil) {
+    public init(
+        t: String, mode: Int, lat: Double? = nil, lon: Double? = nil, alt: Double? = nil, speed: Double? = nil, track: Double? = nil
+    ) {
         self.t = t
         self.mode = mode
         self.lat = lat

@@ -106,7 +106,8 @@ public struct GpsdClient: GPSReceiver {
                         await events(.unreadable("a line over \(GpsdLineReader.maxLine) bytes, dropped"))
                     }
                 }
-                return reader.dropped > 0 ? "gpsd closed the connection (\(reader.dropped) overlong line(s) dropped)" : "gpsd closed the connection"
+                return reader.dropped > 0
+                    ? "gpsd closed the connection (\(reader.dropped) overlong line(s) dropped)" : "gpsd closed the connection"
             }
         } onCancel: {
             channel.channel.close(promise: nil)

@@ -20,7 +20,9 @@ public enum GpsdReport: Sendable, Equatable {
 
     /// One line (without its newline); nil when it is not a JSON object with a `class`.
     public static func parse(_ line: some Collection<UInt8>) -> GpsdReport? {
-        guard line.count <= GpsdLineReader.maxLine, let report = try? JSONDecoder().decode(Report.self, from: Data(line)) else { return nil }
+        guard line.count <= GpsdLineReader.maxLine, let report = try? JSONDecoder().decode(Report.self, from: Data(line)) else {
+            return nil
+        }
         return report.value
     }
 
@@ -45,8 +47,9 @@ public enum GpsdReport: Sendable, Equatable {
             func text(_ key: Key) -> String? { (try? c.decodeIfPresent(String.self, forKey: key)).flatMap { $0 } }
             switch kind {
             case "VERSION":
-                value = .version(release: String((text(.release) ?? "?").prefix(32)), protoMajor: integer(.proto_major) ?? 0,
-                                 protoMinor: integer(.proto_minor) ?? 0)
+                value = .version(
+                    release: String((text(.release) ?? "?").prefix(32)), protoMajor: integer(.proto_major) ?? 0,
+                    protoMinor: integer(.proto_minor) ?? 0)
             case "DEVICES":
                 struct Device: Decodable {}
                 value = .devices((try? c.decodeIfPresent([Device].self, forKey: .devices)).flatMap { $0 }?.count ?? 0)
@@ -59,7 +62,8 @@ public enum GpsdReport: Sendable, Equatable {
                 var fix = GPSFix(mode: mode, time: text(.time).flatMap(GpsdReport.time))
                 fix.lat = number(.lat, in: -90...90)
                 fix.lon = number(.lon, in: -180...180)
-                fix.altitude = number(.altHAE, in: -1000...100_000) ?? number(.alt, in: -1000...100_000) ?? number(.altMSL, in: -1000...100_000)
+                fix.altitude =
+                    number(.altHAE, in: -1000...100_000) ?? number(.alt, in: -1000...100_000) ?? number(.altMSL, in: -1000...100_000)
                 fix.speed = number(.speed, in: 0...1000)
                 fix.track = number(.track, in: 0...360).map { $0 == 360 ? 0 : $0 }
                 value = .fix(fix)

@@ -26,8 +26,10 @@ public final class Haptics: Sendable {
     ///     it was received to the moment its first pulse set the line active. Keep it short.
     /// - Throws: The line's error if it cannot be driven inactive, or ``GPIOError`` if the
     ///   thread cannot start; the line is released either way.
-    public init(line: any HapticLine, logger: Logger, latencyHistory: Int = 256,
-                onLatency: (@Sendable (_ latency: Duration, _ pattern: HapticPattern) -> Void)? = nil) throws {
+    public init(
+        line: any HapticLine, logger: Logger, latencyHistory: Int = 256,
+        onLatency: (@Sendable (_ latency: Duration, _ pattern: HapticPattern) -> Void)? = nil
+    ) throws {
         do {
             try line.setActive(false)
             worker = try HapticsWorker(line: line, logger: logger, latencyHistory: max(1, latencyHistory), onLatency: onLatency)
@@ -114,8 +116,10 @@ private final class HapticsWorker: Sendable {
     private let onLatency: (@Sendable (Duration, HapticPattern) -> Void)?
     private let lock = WaitableState(State())
 
-    init(line: any HapticLine, logger: Logger, latencyHistory: Int,
-         onLatency: (@Sendable (Duration, HapticPattern) -> Void)?) throws(GPIOError) {
+    init(
+        line: any HapticLine, logger: Logger, latencyHistory: Int,
+        onLatency: (@Sendable (Duration, HapticPattern) -> Void)?
+    ) throws(GPIOError) {
         self.line = line
         self.logger = logger
         self.latencyHistory = latencyHistory

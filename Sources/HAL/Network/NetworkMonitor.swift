@@ -42,7 +42,7 @@ public struct NetworkMonitorError: Error, Equatable, CustomStringConvertible {
     public var code: Int32? {
         switch kind {
         case .socket(let code), .bind(_, let code), .send(_, let code), .receive(_, let code), .kernel(_, let code),
-             .wake(let code), .thread(let code):
+            .wake(let code), .thread(let code):
             code
         case .truncated, .timedOut:
             nil

@@ -185,7 +185,7 @@ private final class NetlinkWorker: @unchecked Sendable {
         while true {
             var fds = [
                 pollfd(fd: notifications, events: Int16(POLLIN), revents: 0),
-                pollfd(fd: wake, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: wake, events: Int16(POLLIN), revents: 0)
             ]
             let timeout = due.map { Self.milliseconds(from: clock.now, to: $0) } ?? -1
             if poll(&fds, 2, timeout) < 0 {
@@ -318,16 +318,18 @@ private struct DumpChannel {
     /// the kernel marked it interrupted.
     private mutating func dump(_ type: Int, _ name: String, into snapshot: inout RTNetlinkSnapshot) throws -> Bool {
         sequence &+= 1
-        let familyHeaderSize = switch type {
-        case Int(RTM_GETLINK): MemoryLayout<ifinfomsg>.size
-        case Int(RTM_GETADDR): MemoryLayout<ifaddrmsg>.size
-        default: MemoryLayout<rtmsg>.size
-        }
+        let familyHeaderSize =
+            switch type {
+            case Int(RTM_GETLINK): MemoryLayout<ifinfomsg>.size
+            case Int(RTM_GETADDR): MemoryLayout<ifaddrmsg>.size
+            default: MemoryLayout<rtmsg>.size
+            }
         // NLMSG_LENGTH: the header, then the family header, all zero (AF_UNSPEC, every object).
         let length = Int(dashcam_NLMSG_HDRLEN) + familyHeaderSize
         var request = [UInt8](repeating: 0, count: Int(dashcam_nlmsg_align(UInt32(length))))
-        let header = nlmsghdr(nlmsg_len: UInt32(length), nlmsg_type: UInt16(type),
-                              nlmsg_flags: UInt16(NLM_F_REQUEST | NLM_F_DUMP), nlmsg_seq: sequence, nlmsg_pid: 0)
+        let header = nlmsghdr(
+            nlmsg_len: UInt32(length), nlmsg_type: UInt16(type),
+            nlmsg_flags: UInt16(NLM_F_REQUEST | NLM_F_DUMP), nlmsg_seq: sequence, nlmsg_pid: 0)
         request.withUnsafeMutableBytes { $0.storeBytes(of: header, as: nlmsghdr.self) }
         while request.withUnsafeBytes({ send(fd, $0.baseAddress, length, 0) }) < 0 {
             let code = errno

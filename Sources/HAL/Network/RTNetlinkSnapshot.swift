@@ -157,8 +157,9 @@ public struct RTNetlinkSnapshot: Sendable {
         guard let chosen = local ?? address, chosen.family == (Int32(header.ifa_family) == AF_INET ? .ipv4 : .ipv6) else {
             return nil
         }
-        return Address(interfaceIndex: Int32(bitPattern: header.ifa_index), address: chosen,
-                       prefixLength: header.ifa_prefixlen, flags: flags)
+        return Address(
+            interfaceIndex: Int32(bitPattern: header.ifa_index), address: chosen,
+            prefixLength: header.ifa_prefixlen, flags: flags)
     }
 
     /// `struct rtmsg` and its attributes, for IPv4 and IPv6 routes with a zero-length
@@ -168,8 +169,9 @@ public struct RTNetlinkSnapshot: Sendable {
         let header = payload.loadUnaligned(as: rtmsg.self)
         let family = Int32(header.rtm_family)
         guard family == AF_INET || family == AF_INET6, header.rtm_dst_len == 0 else { return nil }
-        var route = Route(family: header.rtm_family, table: UInt32(header.rtm_table), type: header.rtm_type,
-                          flags: header.rtm_flags, tos: header.rtm_tos, priority: 0)
+        var route = Route(
+            family: header.rtm_family, table: UInt32(header.rtm_table), type: header.rtm_type,
+            flags: header.rtm_flags, tos: header.rtm_tos, priority: 0)
         for attribute in NetlinkAttributes(payload, headerSize: MemoryLayout<rtmsg>.size) {
             switch attribute.type {
             case UInt16(RTA_TABLE.rawValue): route.table = attribute.uint32 ?? route.table

@@ -13,7 +13,9 @@ public enum WirelessLAN {
     public static func isWireless(_ interface: String, sysfs: String = "/sys/class/net") -> Bool {
         guard !interface.isEmpty, !interface.contains("/"), interface != ".", interface != ".." else { return false }
         let folder = sysfs + "/" + interface
-        if FileManager.default.fileExists(atPath: folder + "/wireless") || FileManager.default.fileExists(atPath: folder + "/phy80211") { return true }
+        if FileManager.default.fileExists(atPath: folder + "/wireless") || FileManager.default.fileExists(atPath: folder + "/phy80211") {
+            return true
+        }
         guard let uevent = try? String(contentsOfFile: folder + "/uevent", encoding: .utf8) else { return false }
         return uevent.split(separator: "\n").contains("DEVTYPE=wlan")
     }

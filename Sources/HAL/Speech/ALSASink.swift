@@ -101,10 +101,12 @@ public final class ALSASink: AudioSink {
             }
         }
         pcm = handle
-        let latency = UInt32(clamping: bufferTime.components.seconds * 1_000_000
-            + bufferTime.components.attoseconds / 1_000_000_000_000)
-        let set = snd_pcm_set_params(handle, SND_PCM_FORMAT_S16_LE, SND_PCM_ACCESS_RW_INTERLEAVED, 1,
-                                     UInt32(sampleRate), 1, latency)
+        let latency = UInt32(
+            clamping: bufferTime.components.seconds * 1_000_000
+                + bufferTime.components.attoseconds / 1_000_000_000_000)
+        let set = snd_pcm_set_params(
+            handle, SND_PCM_FORMAT_S16_LE, SND_PCM_ACCESS_RW_INTERLEAVED, 1,
+            UInt32(sampleRate), 1, latency)
         guard set >= 0 else {
             throw fail(.unsupported(device: device, "\(sampleRate) Hz: \(Self.text(set))"))
         }
@@ -117,7 +119,7 @@ public final class ALSASink: AudioSink {
         var periodSize: snd_pcm_uframes_t = 0
         var sw: OpaquePointer?
         guard snd_pcm_get_params(handle, &bufferSize, &periodSize) >= 0, periodSize > 0,
-              snd_pcm_sw_params_malloc(&sw) >= 0, let sw
+            snd_pcm_sw_params_malloc(&sw) >= 0, let sw
         else { return }
         defer { snd_pcm_sw_params_free(sw) }
         var status = snd_pcm_sw_params_current(handle, sw)

@@ -44,8 +44,9 @@ public final class EspeakSynthesizer: SpeechSynthesizer {
     /// Queues the text on the eSpeak-ng thread and waits until its voice is set (after any
     /// utterance still being made there); the samples then come out of the stream as made.
     public func start(text: String, voice: String) throws(SpeechError) -> Stream {
-        let channel = SpeechChannel(limit: Int(Self.lookahead.components.seconds) * sampleRate,
-                                    maxSamples: Self.maxUtteranceSeconds * sampleRate)
+        let channel = SpeechChannel(
+            limit: Int(Self.lookahead.components.seconds) * sampleRate,
+            maxSamples: Self.maxUtteranceSeconds * sampleRate)
         engine.synthesize(text: text, voice: voice, fallback: Self.fallbackVoice, into: channel)
         let stream = Stream(channel: channel)
         let settled = channel.state.wait(until: { $0.voice != nil }) { $0.voice! }

@@ -37,8 +37,10 @@ public final class Speaker: Sendable {
         /// been handed to the sink.
         public var onFirstSample: (@Sendable (Duration) -> Void)?
 
-        public init(block: Duration = .milliseconds(20), latencyHistory: Int = 100,
-                    onFirstSample: (@Sendable (Duration) -> Void)? = nil) {
+        public init(
+            block: Duration = .milliseconds(20), latencyHistory: Int = 100,
+            onFirstSample: (@Sendable (Duration) -> Void)? = nil
+        ) {
             self.block = block
             self.latencyHistory = latencyHistory
             self.onFirstSample = onFirstSample
@@ -68,8 +70,10 @@ public final class Speaker: Sendable {
 
     /// Opens `sink` at the synthesizer's rate (throwing ``AudioSinkError`` if it cannot) and starts
     /// the speaker's thread. The speaker owns the sink from now on and closes it in ``close()``.
-    public init(synthesizer: some SpeechSynthesizer, sink: sending any AudioSink, logger: Logger,
-                options: Options = Options()) throws {
+    public init(
+        synthesizer: some SpeechSynthesizer, sink: sending any AudioSink, logger: Logger,
+        options: Options = Options()
+    ) throws {
         try sink.open(sampleRate: synthesizer.sampleRate)
         worker = try SpeakerWorker(synthesizer: synthesizer, sink: sink, logger: logger, options: options)
     }
@@ -80,8 +84,10 @@ public final class Speaker: Sendable {
     /// at once. `receivedAt` is when the message reached the agent, the start of its latency.
     /// `keep`: no newer message replaces this one (see the rules above). Empty (or blank) text is
     /// ignored.
-    public func say(text: String, voice: String, urgent: Bool = false, keep: Bool = false,
-                    receivedAt: ContinuousClock.Instant = .now) {
+    public func say(
+        text: String, voice: String, urgent: Bool = false, keep: Bool = false,
+        receivedAt: ContinuousClock.Instant = .now
+    ) {
         worker.say(text: text, voice: voice, urgent: urgent, keep: keep, receivedAt: receivedAt)
     }
 

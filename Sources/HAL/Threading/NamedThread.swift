@@ -20,13 +20,15 @@ public struct NamedThread: Sendable {
         }
         let context = Unmanaged.passRetained(Start(name: name, body: body)).toOpaque()
         var thread = pthread_t()
-        let created = pthread_create(&thread, nil, { context in
-            guard let context else { return nil }
-            let start = Unmanaged<Start>.fromOpaque(context).takeRetainedValue()
-            _ = dashcam_name_this_thread(start.name)
-            start.body()
-            return nil
-        }, context)
+        let created = pthread_create(
+            &thread, nil,
+            { context in
+                guard let context else { return nil }
+                let start = Unmanaged<Start>.fromOpaque(context).takeRetainedValue()
+                _ = dashcam_name_this_thread(start.name)
+                start.body()
+                return nil
+            }, context)
         guard created == 0 else {
             Unmanaged<Start>.fromOpaque(context).release()
             throw ThreadStartError(name: name, code: created)

@@ -32,7 +32,8 @@ public struct UTCTime: Sendable, Equatable {
     public init?(basic text: some StringProtocol) {
         let bytes = Array(text.utf8)
         guard bytes.count == 20, bytes[8] == UInt8(ascii: "T"), bytes[15] == UInt8(ascii: "."),
-              bytes[19] == UInt8(ascii: "Z") else { return nil }
+            bytes[19] == UInt8(ascii: "Z")
+        else { return nil }
         func number(_ range: Range<Int>) -> Int? {
             var value = 0
             for byte in bytes[range] {
@@ -42,10 +43,10 @@ public struct UTCTime: Sendable, Equatable {
             return value
         }
         guard let year = number(0..<4), let month = number(4..<6), let day = number(6..<8),
-              let hour = number(9..<11), let minute = number(11..<13), let second = number(13..<15),
-              let millisecond = number(16..<19),
-              (1...12).contains(month), (1...Self.daysIn(month: month, year: year)).contains(day),
-              hour < 24, minute < 60, second < 60
+            let hour = number(9..<11), let minute = number(11..<13), let second = number(13..<15),
+            let millisecond = number(16..<19),
+            (1...12).contains(month), (1...Self.daysIn(month: month, year: year)).contains(day),
+            hour < 24, minute < 60, second < 60
         else { return nil }
         (self.year, self.month, self.day) = (year, month, day)
         (self.hour, self.minute, self.second, self.millisecond) = (hour, minute, second, millisecond)
@@ -60,12 +61,16 @@ public struct UTCTime: Sendable, Equatable {
 
     /// RFC 3339 with milliseconds, `2026-11-22T04:17:17.569Z`.
     public var rfc3339: String {
-        text { $0.date(dashes: true); $0.ascii("T"); $0.time(colons: true) }
+        text {
+            $0.date(dashes: true); $0.ascii("T"); $0.time(colons: true)
+        }
     }
 
     /// ISO 8601 basic form, `20261122T041717.569Z`.
     public var basic: String {
-        text { $0.date(dashes: false); $0.ascii("T"); $0.time(colons: false) }
+        text {
+            $0.date(dashes: false); $0.ascii("T"); $0.time(colons: false)
+        }
     }
 
     /// The calendar day, `2026-11-22`.

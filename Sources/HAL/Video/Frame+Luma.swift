@@ -33,22 +33,25 @@ extension Frame {
         guard width > 0, height > 0, maxWidth > 0, let descriptor = av_pix_fmt_desc_get(pixelFormat.av)?.pointee else { return nil }
         let flags = descriptor.flags
         guard flags & UInt64(AV_PIX_FMT_FLAG_RGB) == 0, flags & UInt64(AV_PIX_FMT_FLAG_BITSTREAM) == 0,
-              flags & UInt64(AV_PIX_FMT_FLAG_PAL) == 0, flags & UInt64(AV_PIX_FMT_FLAG_HWACCEL) == 0,
-              descriptor.nb_components >= 1 else { return nil }
+            flags & UInt64(AV_PIX_FMT_FLAG_PAL) == 0, flags & UInt64(AV_PIX_FMT_FLAG_HWACCEL) == 0,
+            descriptor.nb_components >= 1
+        else { return nil }
         let y = descriptor.comp.0
         guard y.depth == 8, y.shift == 0, y.step >= 1 else { return nil }
-        let plane: UnsafePointer<UInt8>? = switch y.plane {
-        case 0: planes.0
-        case 1: planes.1
-        case 2: planes.2
-        default: planes.3
-        }
-        let rowBytes: Int32 = switch y.plane {
-        case 0: strides.0
-        case 1: strides.1
-        case 2: strides.2
-        default: strides.3
-        }
+        let plane: UnsafePointer<UInt8>? =
+            switch y.plane {
+            case 0: planes.0
+            case 1: planes.1
+            case 2: planes.2
+            default: planes.3
+            }
+        let rowBytes: Int32 =
+            switch y.plane {
+            case 0: strides.0
+            case 1: strides.1
+            case 2: strides.2
+            default: strides.3
+            }
         let stride = Int(rowBytes)
         guard let plane, stride > 0 else { return nil }
         let factor = (width + maxWidth - 1) / maxWidth
@@ -75,7 +78,7 @@ extension Frame {
 
     static let fullRangeFormats: Set<PixelFormat> = [
         PixelFormat(AV_PIX_FMT_YUVJ420P), PixelFormat(AV_PIX_FMT_YUVJ422P), PixelFormat(AV_PIX_FMT_YUVJ444P),
-        PixelFormat(AV_PIX_FMT_GRAY8),
+        PixelFormat(AV_PIX_FMT_GRAY8)
     ]
 
     /// Video range 16…235 to full range 0…255.

@@ -37,11 +37,14 @@ public final class FrameScaler {
             context, Int32(frame.width), Int32(frame.height), frame.pixelFormat.av,
             Int32(width), Int32(height), pixelFormat.av, SWS_BILINEAR, nil, nil, nil)
         guard let context else {
-            throw EncoderError(attempts: [], detail: "scaler: cannot convert \(frame.pixelFormat) \(frame.width)x\(frame.height) to \(pixelFormat) \(width)x\(height)")
+            throw EncoderError(
+                attempts: [],
+                detail: "scaler: cannot convert \(frame.pixelFormat) \(frame.width)x\(frame.height) to \(pixelFormat) \(width)x\(height)")
         }
         swsScale(context, planes: frame.planes, strides: frame.strides, height: frame.height, into: output)
         let (planes, strides) = framePlanes(of: output)
-        return Frame(planes: planes, strides: strides, pixelFormat: pixelFormat,
-                     width: width, height: height, timestamp: frame.timestamp, sequence: frame.sequence)
+        return Frame(
+            planes: planes, strides: strides, pixelFormat: pixelFormat,
+            width: width, height: height, timestamp: frame.timestamp, sequence: frame.sequence)
     }
 }

@@ -19,7 +19,7 @@ struct MP4Boxes {
         while offset < end {
             guard end - offset >= 8 else { throw Failure(description: "truncated box header at \(offset)") }
             var size = Int(uint32(at: offset))
-            let type = String(decoding: bytes[offset + 4 ..< offset + 8], as: UTF8.self)
+            let type = String(decoding: bytes[offset + 4..<offset + 8], as: UTF8.self)
             var header = 8
             if size == 1 {
                 size = Int(uint32(at: offset + 8)) << 32 | Int(uint32(at: offset + 12))
@@ -28,7 +28,7 @@ struct MP4Boxes {
                 size = end - offset
             }
             guard size >= header, offset + size <= end else { throw Failure(description: "\(type) at \(offset) overruns its parent") }
-            boxes.append(Box(type: type, payload: offset + header ..< offset + size))
+            boxes.append(Box(type: type, payload: offset + header..<offset + size))
             offset += size
         }
         return boxes
@@ -41,8 +41,8 @@ struct MP4Boxes {
         for (depth, type) in path.enumerated() {
             var payload = range
             // Sample entries carry fixed fields before their child boxes.
-            if depth > 0, path[depth - 1] == "stsd" { payload = payload.map { $0.lowerBound + 8 ..< $0.upperBound } }
-            if depth > 0, path[depth - 1] == "hvc1" { payload = payload.map { $0.lowerBound + 78 ..< $0.upperBound } }
+            if depth > 0, path[depth - 1] == "stsd" { payload = payload.map { $0.lowerBound + 8..<$0.upperBound } }
+            if depth > 0, path[depth - 1] == "hvc1" { payload = payload.map { $0.lowerBound + 78..<$0.upperBound } }
             guard let next = try children(of: payload).first(where: { $0.type == type }) else {
                 throw Failure(description: "no \(path[...depth].joined(separator: "/"))")
             }
@@ -96,7 +96,7 @@ struct MP4Boxes {
     static let stbl = ["moov", "trak", "mdia", "minf", "stbl"]
 
     private func uint32(at offset: Int) -> UInt32 {
-        bytes[offset ..< offset + 4].reduce(0) { $0 << 8 | UInt32($1) }
+        bytes[offset..<offset + 4].reduce(0) { $0 << 8 | UInt32($1) }
     }
 
     private func uint16(at offset: Int) -> UInt16 {

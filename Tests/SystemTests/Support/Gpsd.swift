@@ -26,8 +26,12 @@ final class Gpsd: @unchecked Sendable {
 
     /// Starts it (again, on the same ports).
     func start() throws {
-        process = try Spawned(Self.binary, ["-N", "-n", "-S", String(port), "-F", folder.appendingPathComponent("gpsd-\(port).sock").path,
-                                            "udp://127.0.0.1:\(feedPort)"], folder: folder, absolute: true)
+        process = try Spawned(
+            Self.binary,
+            [
+                "-N", "-n", "-S", String(port), "-F", folder.appendingPathComponent("gpsd-\(port).sock").path,
+                "udp://127.0.0.1:\(feedPort)"
+            ], folder: folder, absolute: true)
     }
 
     /// SIGKILL: gpsd gone, as when its receiver's board crashes.
@@ -60,10 +64,13 @@ final class Gpsd: @unchecked Sendable {
         }
         let lat = angle(sky.lat, degreesDigits: 2) + (sky.lat >= 0 ? ",N" : ",S")
         let lon = angle(sky.lon, degreesDigits: 3) + (sky.lon >= 0 ? ",E" : ",W")
-        let bodies = sky.fix
-            ? ["GPRMC,\(time),A,\(lat),\(lon),\(String(format: "%.1f", sky.knots)),\(String(format: "%.1f", sky.course)),\(date),,,A",
-               "GPGGA,\(time),\(lat),\(lon),1,08,0.9,\(String(format: "%.1f", sky.altitude)),M,18.0,M,,",
-               "GPGSA,A,3,01,02,03,04,05,06,07,08,,,,,1.5,0.9,1.2"]
+        let bodies =
+            sky.fix
+            ? [
+                "GPRMC,\(time),A,\(lat),\(lon),\(String(format: "%.1f", sky.knots)),\(String(format: "%.1f", sky.course)),\(date),,,A",
+                "GPGGA,\(time),\(lat),\(lon),1,08,0.9,\(String(format: "%.1f", sky.altitude)),M,18.0,M,,",
+                "GPGSA,A,3,01,02,03,04,05,06,07,08,,,,,1.5,0.9,1.2"
+            ]
             : ["GPRMC,\(time),V,,,,,,,\(date),,,N", "GPGGA,\(time),,,,,0,00,99.9,,M,,M,,", "GPGSA,A,1,,,,,,,,,,,,,99.9,99.9,99.9"]
         return bodies.map { body in
             let checksum = body.utf8.reduce(UInt8(0)) { $0 ^ $1 }

@@ -43,7 +43,9 @@ struct LoopFiles {
     /// The agent recording the test pattern in 1-second segments, without a server; `extra` is
     /// more YAML, `prefix` runs first (e.g. a shell that lowers the file limit).
     func startRecorder(extra: String = "", prefix: [String] = []) throws -> Spawned {
-        try write("agent.yaml", """
+        try write(
+            "agent.yaml",
+            """
             \(Self.testPattern(segmentSeconds: 1))
             recording:
               dir: \(path("recordings"))
@@ -58,7 +60,9 @@ struct LoopFiles {
 
     /// A server config listening on `host:port` (0 picks a free port).
     func serverConfig(host: String = "127.0.0.1", port: Int = 0) throws -> String {
-        try write("server.yaml", """
+        try write(
+            "server.yaml",
+            """
             server:
               host: \(host)
               port: \(port)
@@ -77,9 +81,13 @@ struct LoopFiles {
     /// An agent config: the test pattern, streaming to `url`; `uplink` adds keys to that section.
     /// `crf: 0` makes segments big (lossless), to fill socket buffers quickly.
     /// Speech goes to WAV files in `speech/`, the status socket is `status.sock`, both in the folder.
-    func agentConfig(url: String, pace: String = "realtime", crf: Int = 28, segmentSeconds: Int = 5, caFile: String? = nil,
-                     uplink: [String: String] = [:], extra: String = "") throws -> String {
-        try write("agent.yaml", """
+    func agentConfig(
+        url: String, pace: String = "realtime", crf: Int = 28, segmentSeconds: Int = 5, caFile: String? = nil,
+        uplink: [String: String] = [:], extra: String = ""
+    ) throws -> String {
+        try write(
+            "agent.yaml",
+            """
             \(Self.testPattern(pace: pace, crf: crf, segmentSeconds: segmentSeconds))
             recording:
               dir: \(path("segments"))

@@ -48,8 +48,9 @@ struct OwnerBrowser: Sendable {
 
     func post(_ path: String, _ form: [String: String], headers: [String] = []) async throws -> Page {
         let body = form.sorted { $0.key < $1.key }.map { "\(Self.encode($0.key))=\(Self.encode($0.value))" }.joined(separator: "&")
-        return try await request(["-X", "POST", "-H", "Content-Type: application/x-www-form-urlencoded", "--data-binary", body], path,
-                                 headers: headers)
+        return try await request(
+            ["-X", "POST", "-H", "Content-Type: application/x-www-form-urlencoded", "--data-binary", body], path,
+            headers: headers)
     }
 
     /// A form sent from the page it is on: the page's CSRF value with `form`.
@@ -83,7 +84,8 @@ struct OwnerBrowser: Sendable {
     private func request(_ method: [String], _ path: String, headers: [String]) async throws -> Page {
         let head = FileManager.default.temporaryDirectory.appendingPathComponent("head-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: head) }
-        var arguments = ["-sS", "-D", head.path, "-b", jar.path, "-c", jar.path, "-w", "\n%{http_code}", "--max-time", "60"] + curlOptions + method
+        var arguments =
+            ["-sS", "-D", head.path, "-b", jar.path, "-c", jar.path, "-w", "\n%{http_code}", "--max-time", "60"] + curlOptions + method
         for header in headers + (address.map { ["X-Real-IP: \($0)"] } ?? []) { arguments += ["-H", header] }
         arguments.append(base + path)
         let result = try await Command.executeAsync("/usr/bin/curl", arguments)

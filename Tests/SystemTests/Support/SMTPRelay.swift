@@ -77,7 +77,8 @@ final class SMTPRelay: @unchecked Sendable {
             return port != nil || !spawned.process.isRunning
         }
         guard let port else {
-            throw Failure(description: "aiosmtpd did not start (python3-aiosmtpd installed? scripts/install-deps.sh): \(process.stderr.suffix(2000))")
+            throw Failure(
+                description: "aiosmtpd did not start (python3-aiosmtpd installed? scripts/install-deps.sh): \(process.stderr.suffix(2000))")
         }
         self.port = port
     }

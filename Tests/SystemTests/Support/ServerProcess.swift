@@ -16,7 +16,9 @@ final class ServerProcess: @unchecked Sendable {
 
     /// `config` is YAML added to the `server:` section (indented two spaces), `extra` after it;
     /// `analyzer` replaces the scripted analyzer's keys (indented two spaces).
-    init(server config: [String: String] = [:], analyzer: [String: String]? = nil, extra: String = "", folder existing: URL? = nil) async throws {
+    init(server config: [String: String] = [:], analyzer: [String: String]? = nil, extra: String = "", folder existing: URL? = nil)
+        async throws
+    {
         folder = existing ?? FileManager.default.temporaryDirectory.appendingPathComponent("server-\(UUID().uuidString)")
         ownsFolder = existing == nil
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -24,7 +26,9 @@ final class ServerProcess: @unchecked Sendable {
         try Self.write(folder, "script.yaml", "- text: \"slow down\"\n  lang: en-US\n- clear: true\n")
         let keys = ["host": "127.0.0.1", "port": "0", "tokensFile": folder.appendingPathComponent("tokens.yaml").path]
             .merging(config) { $1 }
-        try Self.write(folder, "server.yaml", """
+        try Self.write(
+            folder, "server.yaml",
+            """
             server:
             \(keys.sorted { $0.key < $1.key }.map { "  \($0.key): \($0.value)" }.joined(separator: "\n"))
             analyzer:
@@ -35,8 +39,9 @@ final class ServerProcess: @unchecked Sendable {
 
             """)
         // Its own files (the run marker, relative key files) in its folder, as systemd's StateDirectory= would have them.
-        process = try Spawned("guidance-server", ["--config", folder.appendingPathComponent("server.yaml").path], folder: folder,
-                              environment: ["STATE_DIRECTORY": folder.path])
+        process = try Spawned(
+            "guidance-server", ["--config", folder.appendingPathComponent("server.yaml").path], folder: folder,
+            environment: ["STATE_DIRECTORY": folder.path])
         var port: Int?
         await process.wait(for: .seconds(30)) { spawned in
             port = Self.listeningPort(in: spawned.stderr)
@@ -62,7 +67,8 @@ final class ServerProcess: @unchecked Sendable {
     /// The port in "listening on HOST:PORT".
     static func listeningPort(in log: String) -> Int? {
         guard let line = log.split(separator: "\n").first(where: { $0.contains("listening on ") }),
-              let last = line.split(separator: ":").last else { return nil }
+            let last = line.split(separator: ":").last
+        else { return nil }
         return Int(last.prefix { $0.isNumber })
     }
 
