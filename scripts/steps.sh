@@ -17,6 +17,9 @@ step_times() {
     printf '  %s\n' "${STEP_TIMES[@]}" >&2
 }
 
+# What the formatter checks (scripts/test.sh) and writes: every Swift file of the project.
+FORMAT_PATHS=(Package.swift Sources Tests bench/ServerLoad fuzz/Harness)
+
 # The test targets, one per kind of test (Package.swift says which is which), run in this order:
 # each by its own name, so a new suite runs where its file lives without being listed anywhere.
 TEST_TARGETS=(HALTests AgentTests GuidanceServerTests SystemTests)

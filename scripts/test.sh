@@ -71,6 +71,10 @@ if [ "${DEBIAN13:-1}" != 0 ] || [ "${HIL:-1}" != 0 ] || { [ "${PACKAGE:-1}" != 0
 fi
 step "Debian 12: resolve dependencies (Package.resolved)" swift package resolve "${RESOLVED_FLAGS[@]}"
 step "Debian 12: libgpiod shim checks (C)" bash Tests/CGPIODShim/run.sh
+# The Swift sources as the formatter writes them (.swift-format: 4 spaces, lines of 140); a file it
+# would change fails the run. `swift format format --in-place --recursive --parallel` on the same
+# paths fixes them.
+step "Debian 12: swift format lint (.swift-format)" swift format lint --strict --recursive --parallel "${FORMAT_PATHS[@]}"
 step "Debian 12: swift build --build-tests" swift build --build-tests "${DEBUG_BUILD_FLAGS[@]}"
 for target in "${TEST_TARGETS[@]}"; do
     step "Debian 12: swift test $target" swift_tests "$target"

@@ -1,6 +1,6 @@
 import CFFmpegLog
 import Dispatch
-public import GuidanceProtocol
+import GuidanceProtocol
 public import Logging
 import Synchronization
 

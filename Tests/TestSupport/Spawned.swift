@@ -1,5 +1,5 @@
 public import Foundation
-public import Glibc
+import Glibc
 import Testing
 
 /// A program of this package (beside the test bundle) running in the background, its output

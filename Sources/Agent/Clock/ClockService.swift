@@ -1,5 +1,5 @@
 import Foundation
-public import HAL
+import HAL
 public import Logging
 import NIOPosix
 public import ServiceLifecycle

@@ -1,5 +1,5 @@
 import Foundation
-public import HAL
+import HAL
 
 /// The wall clock's rules: a pure state machine fed, once a second, the clock's offset from the
 /// monotonic clock (``WallClock/offset()``), whether the kernel counts it as synchronised, and the

@@ -1,5 +1,5 @@
-public import HAL
-public import ServiceLifecycle
+import HAL
+import ServiceLifecycle
 
 /// What the driver hears and feels: guidance from the uplink to the speaker and the motor, and
 /// the status phrases for the camera and the connection.

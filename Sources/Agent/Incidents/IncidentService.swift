@@ -1,6 +1,6 @@
 import Foundation
 import Synchronization
-public import GuidanceProtocol
+import GuidanceProtocol
 public import HAL
 public import Logging
 import NIOPosix

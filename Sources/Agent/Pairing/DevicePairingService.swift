@@ -49,7 +49,7 @@ public final class DevicePairingService: Service, Sendable {
 
     public func run() async throws {
         defer { Task { [client] in await client.shutdown() } }
-        try await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             var forgets = self.credentials.forgets.makeAsyncIterator()
             while !Task.isCancelled {
                 if !self.credentials.isPaired && !self.hasToken() { await self.pair() }

@@ -1,5 +1,5 @@
 import FileSupport
-public import Foundation
+import Foundation
 import Glibc
 
 public struct OutputError: Error, CustomStringConvertible {

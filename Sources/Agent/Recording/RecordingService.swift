@@ -1,10 +1,10 @@
 import Foundation
 import GuidanceProtocol
-public import HAL
-public import Logging
+import HAL
+import Logging
 import NIOCore
 import NIOPosix
-public import ServiceLifecycle
+import ServiceLifecycle
 
 /// The pipeline and the recording store: one frame from the camera to the wire and the disk.
 ///

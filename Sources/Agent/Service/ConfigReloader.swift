@@ -1,4 +1,4 @@
-public import ConfigSupport
+import ConfigSupport
 public import Logging
 public import ServiceLifecycle
 public import UnixSignals

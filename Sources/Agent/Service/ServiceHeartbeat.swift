@@ -1,4 +1,4 @@
-public import HAL
+import HAL
 public import ServiceLifecycle
 
 /// Feeds systemd's watchdog from the pipeline's own progress: `READY=1` once frames flow, then

@@ -1,6 +1,6 @@
-public import HAL
-public import Logging
-public import ServiceLifecycle
+import HAL
+import Logging
+import ServiceLifecycle
 
 /// The uplink as a service: sessions run until a graceful shutdown, which sends what is held,
 /// waits `uplink.drainMs` for its acknowledgements and guidance, and closes with 1001.

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import GuidanceProtocol
 
 /// A point of a car's drive as the server keeps it: when (the GPS's own time), where, and the

@@ -150,7 +150,7 @@ private let hexDigits = Array("0123456789abcdef".utf8)
 
 /// SHA-256 of a segment, in lower-case hex, by libavutil (linked already for the encoder).
 func sha256Hex(_ bytes: [UInt8]) -> String {
-    var digest = SHA256Digest()
+    let digest = SHA256Digest()
     digest.update(bytes)
     return digest.finish()
 }
@@ -194,7 +194,7 @@ public enum FileDigest {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { throw FileDigestError(path: path, code: errno) }
         defer { close(fd) }
-        var digest = SHA256Digest()
+        let digest = SHA256Digest()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var total = 0
         while true {

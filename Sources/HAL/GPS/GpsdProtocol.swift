@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// gpsd's JSON protocol, as a client reads it: one JSON object per line, each with a `class`
 /// (https://gpsd.gitlab.io/gpsd/gpsd_json.html). The same on gpsd 3.22 and 3.25; only what a
