@@ -13,7 +13,7 @@ import Testing
     static func phrases() throws -> Set<String> {
         var phrases: Set<String> = ["1 minute", "{n} minutes", "1 day", "{n} days"]
         let section = /\{\{#t\}\}(.*?)\{\{\/t\}\}/
-        let call = /\bt\("((?:[^"\\]|\\.)*)"/
+        let call = /\bt\(\s*"((?:[^"\\]|\\.)*)"/
         for file in try FileManager.default.contentsOfDirectory(atPath: owners.path + "/Pages") where file.hasSuffix(".mustache") {
             let text = try String(contentsOfFile: owners.path + "/Pages/" + file, encoding: .utf8)
             phrases.formUnion(text.matches(of: section).map { String($0.output.1) })
