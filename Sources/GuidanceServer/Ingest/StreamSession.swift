@@ -611,57 +611,34 @@ public struct StreamSession: Sendable {
                 }))
     }
 
-    /// Nothing at all from the agent (no message, no pong) for the idle timeout: close with 4001.
-    /// Half way through a silence the server pings, so an agent that is alive but has nothing to
-    /// send (paused by 4402, say) answers and stays.
+    /// Carries out ``IdleRules``: pings a quiet agent half way through the idle timeout, and
+    /// closes a session that stays silent, never says `hello`, or holds room for a segment that
+    /// does not come. The ping and the close each have the close deadline: a peer that stopped
+    /// reading (its socket full, so nothing is read from it either) cannot hold the watch, or the
+    /// session.
     private func watchIdle(outbound: WebSocketOutboundWriter, room: Room, lease: Lease) async throws {
-        let timeout = Duration.seconds(settings.idleTimeoutSeconds)
-        // A session starts (hello, welcome) within the handshake timeout, pings or not: while it
-        // starts it holds one of the places of server.maxUpgradesInProgress.
-        let startBy = ContinuousClock.now + .milliseconds(settings.handshakeTimeoutMs)
+        let rules = IdleRules(
+            idleTimeout: .seconds(settings.idleTimeoutSeconds), startBy: .now + .milliseconds(settings.handshakeTimeoutMs),
+            segmentDeadline: segmentDeadline)
         var pinged: ContinuousClock.Instant?
         while true {
-            let last = activity.last
             let now = ContinuousClock.now
-            // The ping and the close each have the close deadline: a peer that stopped reading (its
-            // socket full, so nothing is read from it either) cannot hold the watch, or the session.
-            if lease.epoch == nil, now >= startBy {
-                logger.notice(
-                    "session \(id): no hello within \(settings.handshakeTimeoutMs) ms of the upgrade, closing",
-                    metadata: ["device": "\(device)"])
+            switch rules.next(now: now, lastHeard: activity.last, started: lease.epoch != nil, roomSince: room.since, pinged: pinged) {
+            case .close(let reason, let why):
+                logger.notice("session \(id): \(why), closing", metadata: ["device": "\(device)"])
                 await Self.within(settings.closeDeadline) {
-                    try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: "no hello")
+                    try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: reason)
                 }
                 return
-            }
-            if let since = room.since, now >= since + segmentDeadline {
-                logger.notice(
-                    "session \(id): its segment did not arrive within \(2 * settings.idleTimeoutSeconds) s of having room, closing",
-                    metadata: ["device": "\(device)"])
-                await Self.within(settings.closeDeadline) {
-                    try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: "segment too slow")
-                }
-                return
-            }
-            if now >= last + timeout {
-                logger.notice(
-                    "session \(id): nothing heard for \(settings.idleTimeoutSeconds) s, closing", metadata: ["device": "\(device)"])
-                await Self.within(settings.closeDeadline) {
-                    try await outbound.close(.init(codeNumber: Int(CloseCode.idle.rawValue)), reason: "idle")
-                }
-                return
-            }
-            if now >= last + timeout / 2, pinged.map({ $0 < last }) ?? true {
+            case .ping:
                 pinged = now
                 await Self.within(settings.closeDeadline) {
                     try await outbound.write(.custom(.init(fin: true, opcode: .ping, data: ByteBuffer(string: "idle"))))
                 }
+            case .sleep(let until):
+                // Room taken while this sleeps is looked at when it wakes (within half the idle timeout).
+                try await Task.sleep(until: until, clock: .continuous)
             }
-            var next = now < last + timeout / 2 ? last + timeout / 2 : last + timeout
-            if let since = room.since { next = min(next, since + segmentDeadline) }
-            if lease.epoch == nil { next = min(next, startBy) }
-            // Room taken while this sleeps is looked at when it wakes (within half the idle timeout).
-            try await Task.sleep(until: next, clock: .continuous)
         }
     }
 

@@ -468,14 +468,19 @@ struct OwnerPages: Sendable {
                 "pair", session, ["title": t("Pair a car"), "problem": t("No car is waiting with that code. Check it and try again.")],
                 status: .badRequest)
         case .limited(let seconds):
-            return page(
-                "pair", session,
-                [
-                    "title": t("Pair a car"),
-                    "problem": t("Too many wrong codes. Try again in {wait}.", ["wait": t.minutes(Self.minutes(seconds))])
-                ],
-                status: .tooManyRequests)
+            return tooManyCodes(session, waitSeconds: seconds)
         }
+    }
+
+    /// The pairing page again, saying when another code may be typed.
+    private func tooManyCodes(_ session: WebSession, waitSeconds: Int) -> Response {
+        page(
+            "pair", session,
+            [
+                "title": t("Pair a car"),
+                "problem": t("Too many wrong codes. Try again in {wait}.", ["wait": t.minutes(Self.minutes(waitSeconds))])
+            ],
+            status: .tooManyRequests)
     }
 
     private func decide(_ address: String, _ session: WebSession, _ fields: [String: String]) async throws -> Response {
@@ -513,13 +518,7 @@ struct OwnerPages: Sendable {
                 "pair", session, ["title": t("Pair a car"), "problem": t("No car is waiting with that code. Type the code the car says.")],
                 status: .badRequest)
         case .limited(let seconds):
-            return page(
-                "pair", session,
-                [
-                    "title": t("Pair a car"),
-                    "problem": t("Too many wrong codes. Try again in {wait}.", ["wait": t.minutes(Self.minutes(seconds))])
-                ],
-                status: .tooManyRequests)
+            return tooManyCodes(session, waitSeconds: seconds)
         }
     }
 
