@@ -162,11 +162,11 @@ struct MotionDetectorTests {
     }
 }
 
-struct ParkingWatchTests {
-    let settings = ParkingWatch.Settings(preRollNs: 5 * s, afterNs: 10 * s, maxLengthNs: 60 * s)
+struct ParkedClipRulesTests {
+    let settings = ParkedClipRules.Settings(preRollNs: 5 * s, afterNs: 10 * s, maxLengthNs: 60 * s)
 
     @Test func aTriggerStartsAClipWithThePreRollAndRunsPastTheLastTrigger() {
-        var watch = ParkingWatch(settings: settings)
+        var watch = ParkedClipRules(settings: settings)
         let r26 = watch.frame(at: 100 * s, trigger: nil, preRollStart: 100 * s)
         #expect(r26 == .hold(dropBefore: 95 * s))
         let r27 = watch.frame(at: 101 * s, trigger: .motion, preRollStart: 96 * s)
@@ -186,7 +186,7 @@ struct ParkingWatchTests {
     }
 
     @Test func triggersKeepAClipToAMinute() {
-        var watch = ParkingWatch(settings: settings)
+        var watch = ParkedClipRules(settings: settings)
         _ = watch.frame(at: 10 * s, trigger: .motion, preRollStart: 5 * s)
         var ended: UInt64?
         for t in stride(from: 11 * s, through: 200 * s, by: Int(s)) where ended == nil {
@@ -196,7 +196,7 @@ struct ParkingWatchTests {
     }
 
     @Test func cutEndsAClipInProgress() {
-        var watch = ParkingWatch(settings: settings)
+        var watch = ParkedClipRules(settings: settings)
         let r32 = watch.cut()
         #expect(!r32)
         _ = watch.frame(at: 10 * s, trigger: .impact, preRollStart: 10 * s)

@@ -358,7 +358,7 @@ struct Doctor: Sendable {
         case true?:
             // Which source: chrony's GPS reference clock, or NTP.
             let reference = ClockService.chronyReference()
-            let source = ClockWatch.source(synced: true, reference: reference)
+            let source = ClockRules.source(synced: true, reference: reference)
             return Check(
                 name: "clock", outcome: .ok,
                 detail:

@@ -5,14 +5,14 @@ import NIOPosix
 public import ServiceLifecycle
 import Synchronization
 
-/// Watches the wall clock once a second (``ClockWatch``): logs and shows in `status` each step
+/// Watches the wall clock once a second (``ClockRules``): logs and shows in `status` each step
 /// and where the time comes from, and answers the segmenter's question of the source for each
 /// segment's metadata. chrony, when it runs, is asked its reference every 30 s (`chronyc -c
 /// tracking`); without it a synchronised clock counts as NTP (systemd-timesyncd).
 public final class ClockService: Service, Sendable {
     public static let chronyc = "/usr/bin/chronyc"
     let logger: Logger
-    private let watch = Mutex(ClockWatch())
+    private let watch = Mutex(ClockRules())
     /// Where its state is shown; made after the pipeline, which asks this service already.
     private let board = Mutex<StatusBoard?>(nil)
 
@@ -65,6 +65,6 @@ public final class ClockService: Service, Sendable {
         let output = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else { return nil }
-        return ClockWatch.chronyReference(String(decoding: output.prefix(4096), as: UTF8.self))
+        return ClockRules.chronyReference(String(decoding: output.prefix(4096), as: UTF8.self))
     }
 }

@@ -127,7 +127,7 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         }
     }
 
-    /// The wall clock (``ClockWatch``).
+    /// The wall clock (``ClockRules``).
     public struct Clock: Codable, Sendable, Equatable {
         public var synced: Bool?
         /// `gps`, `ntp`, `none`, `unknown`.

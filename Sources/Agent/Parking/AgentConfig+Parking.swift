@@ -9,7 +9,7 @@ extension AgentConfig {
     /// How the capture thread watches a parked car; nil without parking mode.
     public func parkedCapture(logger: Logger) -> ParkedCapture? {
         guard parkingEnabled else { return nil }
-        let watch = ParkingWatch.Settings(
+        let watch = ParkedClipRules.Settings(
             preRollNs: UInt64(parking.preRollSeconds) * 1_000_000_000,
             afterNs: UInt64(parking.afterSeconds) * 1_000_000_000)
         return ParkedCapture(

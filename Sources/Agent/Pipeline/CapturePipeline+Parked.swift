@@ -9,16 +9,16 @@ public struct ParkedCapture: Sendable {
     /// The camera as it runs while parked, at ``fps``.
     public var makeSource: @Sendable () -> any FrameSource
     /// The encoder of one clip, for frames of this format and layout: one keyframe a clip
-    /// (``ParkingWatch/Settings/clipSegmentSeconds``), as a segment has one.
+    /// (``ParkedClipRules/Settings/clipSegmentSeconds``), as a segment has one.
     public var makeEncoder: @Sendable (_ format: VideoFormat, _ input: PixelFormat) throws -> any VideoEncoder
-    public var watch: ParkingWatch.Settings
+    public var watch: ParkedClipRules.Settings
     /// Nil: motion is not watched (`parking.sensitivity: off`); impacts still are.
     public var motion: MotionDetector.Settings?
 
     public init(
         fps: Int, makeSource: @escaping @Sendable () -> any FrameSource,
         makeEncoder: @escaping @Sendable (_ format: VideoFormat, _ input: PixelFormat) throws -> any VideoEncoder,
-        watch: ParkingWatch.Settings, motion: MotionDetector.Settings?
+        watch: ParkedClipRules.Settings, motion: MotionDetector.Settings?
     ) {
         self.fps = fps
         self.makeSource = makeSource
@@ -33,7 +33,7 @@ extension CaptureLoop {
     private struct Clip {
         let encoder: any VideoEncoder
         let segmenter: Segmenter
-        let trigger: ParkingWatch.Trigger
+        let trigger: ParkedClipRules.Trigger
         let triggerTime: UInt64
     }
 
@@ -49,7 +49,7 @@ extension CaptureLoop {
         guard open(source, stopRequested: { !stayParked() }) else { return (seq, false) }
         let format = VideoFormat(width: settings.encoder.format.width, height: settings.encoder.format.height, fps: parked.fps)
         logger.notice("parked: continuous recording and streaming stopped; watching \(source.name) for motion and impacts")
-        var watch = ParkingWatch(settings: parked.watch)
+        var watch = ParkedClipRules(settings: parked.watch)
         var motion = parked.motion.map(MotionDetector.init(settings:))
         var preRoll: [FrameCopy] = []
         /// Twice the frames the pre-roll should hold at the parked rate, and one more.
@@ -100,7 +100,7 @@ extension CaptureLoop {
             health.parkedFrame()
             control.frameWatched()
             let moved = frame.luma(maxWidth: 160).map { motion?.look($0) ?? false } ?? false
-            let trigger: ParkingWatch.Trigger? = control.takeImpacts() > 0 ? .impact : moved ? .motion : nil
+            let trigger: ParkedClipRules.Trigger? = control.takeImpacts() > 0 ? .impact : moved ? .motion : nil
             switch watch.frame(at: frame.timestamp, trigger: trigger, preRollStart: preRoll.first?.frame.timestamp ?? frame.timestamp) {
             case .hold(let dropBefore):
                 preRoll.removeAll { $0.frame.timestamp < dropBefore }

@@ -4,7 +4,7 @@
 /// trigger (motion or an impact) starts a clip with the pre-roll, and the clip runs to `after`
 /// past the last trigger; triggers within it extend it, up to `maxLength` in all. The next
 /// trigger after it starts a new clip.
-public struct ParkingWatch: Sendable {
+public struct ParkedClipRules: Sendable {
     public enum Trigger: String, Sendable, Equatable, Codable {
         case motion, impact
     }

@@ -3,9 +3,9 @@ import Testing
 
 /// The wall clock's rules, with the samples passed in: steps either way, and where the time comes
 /// from as the kernel and chrony say.
-@Suite struct ClockWatchTests {
+@Suite struct ClockRulesTests {
     @Test func stepsEitherWayAreToldAndSlewingIsNot() {
-        var watch = ClockWatch()
+        var watch = ClockRules()
         #expect(watch.sample(offset: 1000, synced: false, reference: nil) == [.source(from: "unknown", to: "none")])
         // NTP's slewing: milliseconds a second.
         #expect(watch.sample(offset: 1000.004, synced: false, reference: nil).isEmpty)
@@ -24,20 +24,20 @@ import Testing
         (true, "192.168.1.1", "ntp"), (true, nil, "ntp"), (false, "GPS", "none")
     ])
     func theSource(synced: Bool, reference: String?, source: String) {
-        #expect(ClockWatch.source(synced: synced, reference: reference) == source)
+        #expect(ClockRules.source(synced: synced, reference: reference) == source)
     }
 
     @Test func theSourceIsUnknownWhenTheKernelCannotSay() {
-        #expect(ClockWatch.source(synced: nil, reference: "GPS") == "unknown")
+        #expect(ClockRules.source(synced: nil, reference: "GPS") == "unknown")
     }
 
     @Test func chronysTrackingLineNamesItsReference() {
         // `chronyc -c -n tracking`, with a GPS reference clock and with a server.
         #expect(
-            ClockWatch.chronyReference(
+            ClockRules.chronyReference(
                 "47505300,GPS,1,1795700000.123,0.000012,-0.000003,0.000020,-5.123,0.001,0.010,0.000100,0.000200,16.0,Normal\n") == "GPS")
-        #expect(ClockWatch.chronyReference("C0A80101,192.168.1.1,3,1795700000.1,0.0001,0,0,0,0,0,0,0,64.0,Normal") == "192.168.1.1")
-        #expect(ClockWatch.chronyReference("00000000,,0,0.0,0,0,0,0,0,0,0,0,0.0,Not synchronised") == nil)
-        #expect(ClockWatch.chronyReference("") == nil)
+        #expect(ClockRules.chronyReference("C0A80101,192.168.1.1,3,1795700000.1,0.0001,0,0,0,0,0,0,0,64.0,Normal") == "192.168.1.1")
+        #expect(ClockRules.chronyReference("00000000,,0,0.0,0,0,0,0,0,0,0,0,0.0,Not synchronised") == nil)
+        #expect(ClockRules.chronyReference("") == nil)
     }
 }

@@ -13,7 +13,7 @@ import HAL
 /// - The source is `gps` when the clock is synchronised and chrony's reference is a GPS reference
 ///   clock (`GPS`, `NMEA`, `PPS`, `SHM…`, `SOCK`), `ntp` when synchronised otherwise, `none` when
 ///   the kernel says it is not, `unknown` when it cannot say.
-public struct ClockWatch: Sendable {
+public struct ClockRules: Sendable {
     public enum Action: Sendable, Equatable {
         case stepped(seconds: Double)
         case source(from: String, to: String)
