@@ -31,7 +31,7 @@ extension Duration {
     var wholeMilliseconds: Int { Int(self / .milliseconds(1)) }
 
     /// `45 ms`, `1.2 s`, `60 s`: for log lines.
-    var spoken: String {
+    var logText: String {
         let ms = self / .milliseconds(1)
         if ms < 1000 { return "\(Int(ms.rounded())) ms" }
         let seconds = (ms / 100).rounded() / 10

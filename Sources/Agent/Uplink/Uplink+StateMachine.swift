@@ -500,7 +500,7 @@ extension Uplink {
                 return [
                     .log(
                         .error,
-                        "authentication failed: the server refused the upgrade with HTTP \(status) (check uplink.tokenFile); retrying in \(delay.spoken)"
+                        "authentication failed: the server refused the upgrade with HTTP \(status) (check uplink.tokenFile); retrying in \(delay.logText)"
                     )
                 ]
                     + retry(after: delay, now: now, authentication: true)
@@ -512,7 +512,7 @@ extension Uplink {
                     actions.append(
                         .log(
                             .error,
-                            "the server has no guidance stream at this URL (HTTP 404): check uplink.url; retrying in \(delay.spoken)"))
+                            "the server has no guidance stream at this URL (HTTP 404): check uplink.url; retrying in \(delay.logText)"))
                 }
                 return actions + retry(after: delay, now: now)
             case .refused(let status, let retryAfter):
@@ -523,17 +523,17 @@ extension Uplink {
                 return [
                     .log(
                         .warning,
-                        "the server refused the upgrade with HTTP \(status)\(retryAfter.map { " (Retry-After \($0.spoken))" } ?? ""); retrying in \(delay.spoken)"
+                        "the server refused the upgrade with HTTP \(status)\(retryAfter.map { " (Retry-After \($0.logText))" } ?? ""); retrying in \(delay.logText)"
                     )
                 ]
                     + retry(after: delay, now: now)
             case .timedOut:
                 let delay = nextBackoff(lived: nil)
-                return [.log(.warning, "no session within the connect deadline (connect, TLS and upgrade); retrying in \(delay.spoken)")]
+                return [.log(.warning, "no session within the connect deadline (connect, TLS and upgrade); retrying in \(delay.logText)")]
                     + retry(after: delay, now: now)
             case .unreachable(let reason):
                 let delay = nextBackoff(lived: nil)
-                return [.log(.warning, "cannot reach the server: \(reason); retrying in \(delay.spoken)")] + retry(after: delay, now: now)
+                return [.log(.warning, "cannot reach the server: \(reason); retrying in \(delay.logText)")] + retry(after: delay, now: now)
             case .noToken:
                 return []  // handled above
             }
@@ -549,7 +549,7 @@ extension Uplink {
                 actions.append(
                     .log(
                         .error,
-                        "no guidance until the device has a token: \(problem); recording goes on, the file is read again every \(delay.spoken)"
+                        "no guidance until the device has a token: \(problem); recording goes on, the file is read again every \(delay.logText)"
                     ))
             }
             retryAt = now + delay.ns
@@ -571,7 +571,7 @@ extension Uplink {
             switch code {
             case CloseCode.unauthorized.rawValue?:
                 let delay = authWait()
-                return [.log(.error, "authentication failed (the server closed with 4401); retrying in \(delay.spoken)")]
+                return [.log(.error, "authentication failed (the server closed with 4401); retrying in \(delay.logText)")]
                     + retry(after: delay, now: now, authentication: true)
             case CloseCode.serviceRestart.rawValue?:
                 // Every car of this server heard the same close at the same moment: without a spread
@@ -583,7 +583,7 @@ extension Uplink {
                 return [
                     .log(
                         .notice,
-                        "the server is restarting (close 1012); reconnecting in \(delay.spoken) (a random wait up to \(settings.restartSpread.spoken), so its cars come back spread out)"
+                        "the server is restarting (close 1012); reconnecting in \(delay.logText) (a random wait up to \(settings.restartSpread.logText), so its cars come back spread out)"
                     )
                 ]
                     + retry(after: delay, now: now)
@@ -592,7 +592,7 @@ extension Uplink {
                 fallthrough
             default:
                 let delay = nextBackoff(lived: lived)
-                return [.log(.warning, "session closed (\(codeText)); reconnecting in \(delay.spoken)")] + retry(after: delay, now: now)
+                return [.log(.warning, "session closed (\(codeText)); reconnecting in \(delay.logText)")] + retry(after: delay, now: now)
             }
         }
 
@@ -697,7 +697,7 @@ extension Uplink {
 
         private mutating func deadlines(now: UInt64) -> [Action] {
             if case .draining(let until) = stopping, now >= until {
-                return [.log(.notice, "shutdown: \(custody.count) segment(s) not acknowledged within \(settings.drain.spoken); closing")]
+                return [.log(.notice, "shutdown: \(custody.count) segment(s) not acknowledged within \(settings.drain.logText); closing")]
                     + closeAll()
             }
             if let due = retryAt, now >= due, current == nil {
@@ -715,7 +715,7 @@ extension Uplink {
                 return [
                     .log(
                         .warning,
-                        "no answer from the server for \(Duration.nanoseconds(Int64(clamping: silent)).spoken) with \(what) outstanding; opening a new session"
+                        "no answer from the server for \(Duration.nanoseconds(Int64(clamping: silent)).logText) with \(what) outstanding; opening a new session"
                     )
                 ]
                     + abandonCurrent(now: now)
