@@ -206,11 +206,10 @@ public struct StreamServer: Sendable {
         let budget = self.budget
         let clock = pairing?.now, unpaired = pairing?.unpaired
         let owners = pairing?.owners
-        let accessClaims: @Sendable (String?) -> AccessTokens.Claims? = { [self] in self.accessClaims($0) }
-        let resolveDevice: @Sendable (String?) -> String? = { [self] in self.device(authorization: $0) }
+        let server = self
         router.ws(RouterPath(stringLiteral: GuidanceProtocol.path)) { request, _ in
             // UpgradeAuthGate has already answered a bad token with 401; this is the second lock.
-            resolveDevice(request.headers[.authorization]) != nil ? .upgrade([:]) : .dontUpgrade
+            server.device(authorization: request.headers[.authorization]) != nil ? .upgrade([:]) : .dontUpgrade
         } onUpgrade: { inbound, outbound, context in
             // However the session ends, the socket is gone within the close deadline: a peer that
             // never answers the close (or stopped reading) cannot keep its connection slot.
@@ -219,7 +218,9 @@ public struct StreamServer: Sendable {
             let authorization = context.request.headers[.authorization]
             // One look at the tokens file for both questions (each look is a `stat`).
             let staticDevice = tokens.device(authorization: authorization)
-            guard let device = staticDevice ?? accessClaims(authorization)?.sub else { return }
+            // A paired device's access token, verified once for its device and its expiry.
+            let claims = staticDevice == nil ? server.accessClaims(authorization) : nil
+            guard let device = staticDevice ?? claims?.sub else { return }
             // What the session needs of its connection, on the connection's event loop.
             let (connection, credit) = try await channel.eventLoop.submit {
                 try FrameUnmasker.install(on: channel)
@@ -231,7 +232,7 @@ public struct StreamServer: Sendable {
             let byStaticToken = staticDevice != nil
             // Until when a paired device's session is authorized: its access token's expiry,
             // moved on by each `auth` message with a newer token of the same device.
-            let window = AuthWindow(expiresAt: byStaticToken ? Int64.max : accessClaims(authorization)?.exp ?? 0)
+            let window = AuthWindow(expiresAt: claims?.exp ?? Int64.max)
             let session = StreamSession(
                 device: device, settings: settings, sessions: sessions, leases: leases, ledger: ledger,
                 analyzer: analyzer, metrics: metrics, activity: activity,
@@ -274,7 +275,7 @@ public struct StreamServer: Sendable {
                             })
                     },
                 reauthorize: { token in
-                    guard !byStaticToken, let claims = accessClaims("Bearer " + token), claims.sub == device else { return false }
+                    guard !byStaticToken, let claims = server.accessClaims("Bearer " + token), claims.sub == device else { return false }
                     window.extend(to: claims.exp)
                     return true
                 },
