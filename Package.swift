@@ -123,10 +123,16 @@ let package = Package(
             swiftSettings: upcoming
         ),
 
+        // UTC times as text: RFC 3339 and ISO 8601 basic, written and read without ICU.
+        .target(
+            name: "UTC",
+            swiftSettings: upcoming + fuzzed
+        ),
+
         .target(
             name: "HAL",
             dependencies: [
-                "FileSupport",
+                "FileSupport", "UTC",
                 "CShims", "CThreads", "CV4L2", "CFFmpeg", "CGPIOD", "CALSA", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -136,6 +142,7 @@ let package = Package(
         ),
         .target(
             name: "GuidanceProtocol",
+            dependencies: ["UTC"],
             swiftSettings: upcoming + fuzzed
         ),
         // YAML + environment + command-line configuration with key validation, for agent and server.
@@ -156,6 +163,7 @@ let package = Package(
                 "RoadScene",
                 "FFmpegLog",
                 "GuidanceProtocol",
+                "UTC",
                 "ConfigSupport",
                 "FileSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -177,6 +185,7 @@ let package = Package(
             name: "GuidanceServer",
             dependencies: [
                 "GuidanceProtocol",
+                "UTC",
                 "ConfigSupport",
                 "CSegmentVideo",
                 "RoadScene",
@@ -214,6 +223,7 @@ let package = Package(
         .executableTarget(
             name: "GuidanceServerMain",
             dependencies: [
+                "UTC",
                 "GuidanceServer", "GuidanceProtocol",
                 "ConfigSupport", "FFmpegLog",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -239,7 +249,7 @@ let package = Package(
         .executableTarget(
             name: "guidance-fuzz",
             dependencies: [
-                "GuidanceServer", "GuidanceProtocol", "RoadScene", "CLibFuzzer", "FFmpegLog", "HAL",
+                "GuidanceServer", "GuidanceProtocol", "RoadScene", "CLibFuzzer", "FFmpegLog", "HAL", "UTC",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOHTTP1", package: "swift-nio")
@@ -298,19 +308,19 @@ let package = Package(
         //   PostgreSQL, systemd's and dpkg's tools on the shipped files.
         .testTarget(
             name: "HALTests",
-            dependencies: ["HAL", "FFmpegLog", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["HAL", "UTC", "FFmpegLog", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: upcoming
         ),
         .testTarget(
             name: "AgentTests",
-            dependencies: ["Agent", "HAL", "GuidanceProtocol", "GuidanceServer", "ConfigSupport", "TestSupport", "RoadScene"],
+            dependencies: ["Agent", "HAL", "UTC", "GuidanceProtocol", "GuidanceServer", "ConfigSupport", "TestSupport", "RoadScene"],
             exclude: ["Fixtures"],
             swiftSettings: upcoming
         ),
         .testTarget(
             name: "GuidanceServerTests",
             dependencies: [
-                "GuidanceServer", "GuidanceProtocol", "ConfigSupport", "TestSupport",
+                "GuidanceServer", "GuidanceProtocol", "UTC", "ConfigSupport", "TestSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -333,7 +343,7 @@ let package = Package(
         .testTarget(
             name: "SystemTests",
             dependencies: [
-                "Agent", "HAL", "GuidanceProtocol", "GuidanceServer", "ConfigSupport", "TestSupport", "RoadScene",
+                "Agent", "HAL", "UTC", "GuidanceProtocol", "GuidanceServer", "ConfigSupport", "TestSupport", "RoadScene",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),

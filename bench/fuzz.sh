@@ -25,7 +25,7 @@
 #     swift build --product guidance-fuzz && .build/debug/guidance-fuzz TARGET fuzz/corpus/TARGET fuzz/regressions/TARGET
 #                                              # without sanitizers: replays files or folders
 #
-# The build: the package's own manifest, with GUIDANCE_FUZZ=1, compiles GuidanceProtocol,
+# The build: the package's own manifest, with GUIDANCE_FUZZ=1, compiles GuidanceProtocol, UTC,
 # GuidanceServer, CSegmentVideo and the harness with -sanitize=fuzzer,address (C:
 # -fsanitize=fuzzer-no-link,address) and every other module (NIO, Hummingbird, swift-crypto,
 # SQLite, ...) as in a normal debug build, in .build-fuzz. Of the ways weighed it builds fastest

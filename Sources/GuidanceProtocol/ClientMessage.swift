@@ -1,4 +1,5 @@
 import Foundation
+import UTC
 
 /// What the agent sends the server as text; segment bytes follow a ``SegmentHeader`` as binary.
 public enum ClientMessage: Sendable, Equatable {
@@ -67,11 +68,7 @@ public enum ClientMessage: Sendable, Equatable {
         }
 
         /// `2026-11-26T07:50:01.123Z` (milliseconds optional, UTC only).
-        static func time(_ text: String) -> Date? {
-            guard text.utf8.count <= 30, text.hasSuffix("Z") else { return nil }
-            return (try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
-                ?? (try? Date(text, strategy: Date.ISO8601FormatStyle()))
-        }
+        static func time(_ text: String) -> Date? { Date(rfc3339: text) }
     }
 
     public struct Auth: Codable, Sendable, Equatable {

@@ -2,6 +2,7 @@ import Foundation
 import GuidanceServer
 import Logging
 import Synchronization
+import UTC
 
 /// Tells the operator, when an instance starts, that its last run did not shut down: a file in the
 /// server's state folder (`$STATE_DIRECTORY`, else the working folder), one per port, written when
@@ -22,7 +23,7 @@ final class RunMarker: Sendable {
                 """)
         }
         _ = FileManager.default.createFile(
-            atPath: file, contents: Data("\(Date().formatted(.iso8601))\n".utf8),
+            atPath: file, contents: Data("\(Date().rfc3339Milliseconds)\n".utf8),
             attributes: [.posixPermissions: 0o600])
         path.withLock { $0 = file }
     }

@@ -1,6 +1,7 @@
 import Foundation
 import HAL
 import Testing
+import UTC
 
 /// ``UTCTime`` against Foundation's own ISO 8601 formatting, which it stands in for.
 @Suite struct UTCTimeTests {
@@ -63,5 +64,47 @@ import Testing
             #expect(UTCTime(basic: text) == nil, "\(text)")
         }
         #expect(UTCTime(basic: "20240229T235959.999Z") != nil)
+    }
+
+    @Test func rfc3339ParsesToTheInstantFoundationParses() throws {
+        var generator = SystemRandomNumberGenerator()
+        let whole = Date.ISO8601FormatStyle()
+        for _ in 0..<5_000 {
+            let milliseconds = Int64.random(in: 0..<7_258_118_400_000, using: &generator)
+            let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+            // With milliseconds (what the project writes) and without (gpsd may send either).
+            for (text, style) in [(date.formatted(rfc3339), rfc3339), (date.formatted(whole), whole)] {
+                let parsed = try #require(Date(rfc3339: text), "\(text)")
+                let foundation = try style.parse(text)
+                #expect(
+                    (parsed.timeIntervalSince1970 * 1000).rounded() == (foundation.timeIntervalSince1970 * 1000).rounded(),
+                    "\(text)")
+            }
+            #expect(UTCTime(rfc3339: UTCTime(date).rfc3339) == UTCTime(date))
+        }
+    }
+
+    @Test func aFractionOfOneToNineDigitsIsKeptToTheMillisecond() throws {
+        let cases: [(String, Int)] = [
+            ("2026-11-26T08:10:11.5Z", 500), ("2026-11-26T08:10:11.05Z", 50), ("2026-11-26T08:10:11.123Z", 123),
+            ("2026-11-26T08:10:11.1239Z", 123), ("2026-11-26T08:10:11.999999999Z", 999), ("2026-11-26T08:10:11Z", 0)
+        ]
+        for (text, millisecond) in cases {
+            let time = try #require(UTCTime(rfc3339: text), "\(text)")
+            #expect(time.millisecond == millisecond && time.second == 11 && time.day == 26, "\(text)")
+        }
+    }
+
+    @Test func anythingButRFC3339InUTCIsNotParsed() {
+        for text in [
+            "20261122T041717.569Z", "2026-11-22T04:17:17.569", "2026-11-22T04:17:17.569+00:00", "2026-11-22 04:17:17Z",
+            "2026-13-22T04:17:17Z", "2025-02-29T00:00:00Z", "2026-11-22T24:17:17Z", "2026-11-22T04:60:17Z",
+            "2026-11-22T04:17:60Z", "2026-11-22T04:17:17.Z", "2026-11-22T04:17:17.1234567890Z", "2026-11-22T04:17:17,5Z",
+            "2026-11-2xT04:17:17Z", "+026-11-22T04:17:17Z", "2026-11-22T04:17:17.5x5Z", "", "Z",
+            "2026-11-22T04:17:17.569Z" + String(repeating: " ", count: 40)
+        ] {
+            #expect(UTCTime(rfc3339: text) == nil, "\(text)")
+        }
+        #expect(UTCTime(rfc3339: "2024-02-29T23:59:59.999Z") != nil)
     }
 }

@@ -6,6 +6,7 @@ import GuidanceProtocol
 import HAL
 import Logging
 import NIOPosix
+import UTC
 
 /// `dashcam-agent doctor`: everything a first install needs, checked once, as a list with the
 /// fix for each failure. Exit 0 when nothing failed, 1 otherwise.

@@ -2,6 +2,7 @@ import FileSupport
 public import Foundation
 public import GuidanceProtocol
 public import HAL
+import UTC
 
 /// The clips the car still owes its owner's server, on the card: one file each,
 /// `protected/uploads/<id>.json`, written whole (``RecordingFiles``) before the clip is first

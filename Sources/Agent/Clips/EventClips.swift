@@ -4,6 +4,7 @@ public import HAL
 public import Logging
 import NIOPosix
 public import ServiceLifecycle
+import UTC
 
 /// Where an event's evidence leaves for the owner: the G-sensor's incidents, a parked car's
 /// clips and `protect` requests each become a ``ClipCustody/Entry`` (the evidence files on the

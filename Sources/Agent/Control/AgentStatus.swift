@@ -2,6 +2,7 @@ public import Foundation
 public import GuidanceProtocol
 public import HAL
 import Synchronization
+import UTC
 
 /// What `dashcam-agent status` prints: the running agent's live state.
 public struct AgentStatus: Codable, Sendable, Equatable {

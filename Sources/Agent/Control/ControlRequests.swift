@@ -1,6 +1,7 @@
 import Foundation
 import NIOPosix
 import HAL
+import UTC
 
 /// Answers the requests of ``StatusSocket``: `status`, `say-status` and `protect …`.
 struct ControlRequests: Sendable {
@@ -121,7 +122,7 @@ struct ControlRequests: Sendable {
         status.haptics.released = haptics.isReleased
         // A fix stops being the car's position a few seconds after it came (a receiver gone quiet).
         if let received = status.gps?.fix?.receivedAt,
-            let at = try? Date(received, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)),
+            let at = Date(rfc3339: received),
             Date().timeIntervalSince(at) > GPSTrack.stale
         {
             status.gps?.fix = nil

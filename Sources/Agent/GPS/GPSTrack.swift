@@ -1,6 +1,7 @@
 public import Foundation
 public import HAL
 import Synchronization
+import UTC
 
 /// The fixes of the last minutes, a point a second by the agent's clock: what each segment's
 /// track is cut from, and what `status` shows. Pure: the times are passed in.

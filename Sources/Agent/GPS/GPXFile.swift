@@ -1,5 +1,6 @@
 import Foundation
 public import HAL
+import UTC
 
 /// A segment's GPS track as a GPX 1.1 file (https://www.topografix.com/GPX/1/1/), written beside
 /// its MP4 (`000042-….gpx`): a track point a second with a position, its elevation, time and fix

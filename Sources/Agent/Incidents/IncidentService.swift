@@ -5,6 +5,7 @@ public import HAL
 public import Logging
 import NIOPosix
 public import ServiceLifecycle
+import UTC
 
 /// The G-sensor's part of the agent: reads the accelerometer on a thread of its own, runs
 /// ``IncidentDetector``, and for each incident protects the segments of its window as they are

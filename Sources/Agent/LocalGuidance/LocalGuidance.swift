@@ -4,6 +4,7 @@ import HAL
 public import Logging
 import RoadScene
 import ServiceLifecycle
+import UTC
 
 /// Runs ``LocalGuidance.StateMachine``: hears the uplink's sessions and the usage from ``GuidanceService``,
 /// the clock and ``RoadWatch``'s looks from ``LocalGuidanceService``, and does what the rules

@@ -1,5 +1,6 @@
 import Foundation
 public import HAL
+import UTC
 
 extension SegmentMetadata {
     /// One line of JSON: times in RFC 3339 UTC with milliseconds, keys sorted, plus the file name.
@@ -24,11 +25,4 @@ private struct Line: Encodable {
         var container = encoder.container(keyedBy: Key.self)
         try container.encodeIfPresent(file, forKey: .file)
     }
-}
-
-extension Date {
-    /// RFC 3339 UTC with milliseconds, e.g. `2026-11-22T04:17:17.569Z`: the form of `capturedAt`
-    /// in the metadata lines and in protocol segment headers alike. By ``UTCTime``, which keeps
-    /// ICU's time zone data out of memory.
-    var rfc3339Milliseconds: String { UTCTime(self).rfc3339 }
 }

@@ -1,5 +1,6 @@
 public import Foundation
 public import HAL
+import UTC
 
 /// A segment file in the recording folder: `<dir>/<UTC day>/<seq>-<UTC time>.mp4`, or
 /// `<dir>/protected/<UTC day>/…` once kept for an incident.

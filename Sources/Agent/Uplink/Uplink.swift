@@ -5,6 +5,7 @@ public import Logging
 import NIOCore
 import NIOPosix
 public import NIOSSL
+import UTC
 
 /// Streams segments to the guidance server and hands its answers back.
 ///

@@ -3,6 +3,7 @@ import FileSupport
 public import Foundation
 public import GuidanceProtocol
 import Glibc
+import UTC
 
 /// Clips in a folder (`clips.dir`): `<dir>/<device>/<clip id>/` holds `clip.json` (the car's
 /// description and when it came) and the clip's files, each `<name>.part` while its bytes come and
@@ -63,7 +64,7 @@ public struct FileClipStore: ClipStore {
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let record = Record(device: device, clip: clip, receivedAt: now.formatted(.iso8601))
+        let record = Record(device: device, clip: clip, receivedAt: now.rfc3339Milliseconds)
         let path = folder + "/" + Self.recordName
         try DurableFileWriter.write(Array(try encoder.encode(record)), to: path, temporary: path + ".tmp")
         // A file whose bytes all came before a crash cut its check short is checked now.
@@ -232,7 +233,7 @@ public struct FileClipStore: ClipStore {
                 // A folder without a readable description is a clip whose announce was cut short:
                 // its own age (the folder's time) counts.
                 let received =
-                    (try? record(in: folder)).flatMap { try? Date($0.receivedAt, strategy: .iso8601) }
+                    (try? record(in: folder)).flatMap { Date(rfc3339: $0.receivedAt) }
                     ?? (try? FileManager.default.attributesOfItem(atPath: folder)[.modificationDate] as? Date) ?? nil
                 guard let received, received < cutoff else { continue }
                 if try remove(folder) { deleted += 1 }

@@ -1,5 +1,6 @@
 import Foundation
 import GuidanceProtocol
+import UTC
 
 /// Keeps the segments of the incidents a car reports (`incident`), whatever the analysis says:
 /// `<server.keepDir>/incidents/<device>-<stream>-<id>/` holds `incident.json` (the car's last
@@ -46,7 +47,7 @@ struct IncidentKeeper {
             var stream: String
             var receivedAt: String
         }
-        let record = Record(incident: incident, device: device, stream: stream, receivedAt: now.formatted(.iso8601))
+        let record = Record(incident: incident, device: device, stream: stream, receivedAt: now.rfc3339Milliseconds)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         try encoder.encode(record).write(to: folder.appendingPathComponent("incident.json"), options: .atomic)

@@ -6,6 +6,7 @@ import NIOPosix
 import SQLiteNIO
 public import ServiceLifecycle
 import Synchronization
+import UTC
 
 /// The usage ledger in one SQLite file, for a server that runs alone (the default).
 ///
@@ -387,7 +388,7 @@ public final class SQLiteLedger: UsageLedger {
             inputTokens: row.column("input_tokens")?.integer ?? 0, outputTokens: row.column("output_tokens")?.integer ?? 0)
     }
 
-    static func now() -> String { Date().formatted(.iso8601) }
+    static func now() -> String { Date().rfc3339Milliseconds }
 }
 
 /// The values every ledger refuses, whatever it stores them in.

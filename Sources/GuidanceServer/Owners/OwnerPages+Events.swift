@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import Synchronization
+import UTC
 
 /// The owner's events: the clips their cars uploaded (incidents, parking events, `protect`),
 /// newest first, each with its place and a page that plays, downloads and deletes it.
@@ -289,7 +290,7 @@ extension OwnerPages {
         let t = PageText.current
         var row: [String: Any] = [
             "device": car.device, "id": clip.id, "car": car.label, "kind": kindText(clip.kind),
-            "time": (try? Date(clip.at, strategy: .iso8601)).map { clock.text(Int64($0.timeIntervalSince1970 * 1000)) } ?? clip.at,
+            "time": Date(rfc3339: clip.at).map { clock.text(Int64($0.timeIntervalSince1970 * 1000)) } ?? clip.at,
             "state": stored.isStored
                 ? t("whole")
                 : t(

@@ -1,5 +1,6 @@
 import Foundation
 public import GuidanceProtocol
+import UTC
 
 /// A point of a car's drive as the server keeps it: when (the GPS's own time), where, and the
 /// fastest speed since the point before (m/s).
@@ -63,7 +64,7 @@ public enum TripRules {
     public static func points(_ gps: [ClientMessage.SegmentHeader.Position], nowMs: Int64) -> [TrackPoint] {
         var fixes: [TrackPoint] = []
         for position in gps where position.mode >= 2 && position.isValid {
-            guard let lat = position.lat, let lon = position.lon, let at = try? Date(position.t, strategy: .iso8601) else { continue }
+            guard let lat = position.lat, let lon = position.lon, let at = Date(rfc3339: position.t) else { continue }
             let atMs = Int64((at.timeIntervalSince1970 * 1000).rounded())
             guard atMs <= nowMs + aheadMs, atMs >= nowMs - behindMs else { continue }
             let speed = position.speed.flatMap { $0 <= maxSpeed ? $0 : nil } ?? 0

@@ -1,4 +1,5 @@
 import Foundation
+import UTC
 
 /// gpsd's JSON protocol, as a client reads it: one JSON object per line, each with a `class`
 /// (https://gpsd.gitlab.io/gpsd/gpsd_json.html). The same on gpsd 3.22 and 3.25; only what a
@@ -74,11 +75,7 @@ public enum GpsdReport: Sendable, Equatable {
     }
 
     /// `2026-11-26T08:10:11.000Z` (fraction optional).
-    static func time(_ text: String) -> Date? {
-        guard text.utf8.count <= 40 else { return nil }
-        return (try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
-            ?? (try? Date(text, strategy: Date.ISO8601FormatStyle()))
-    }
+    static func time(_ text: String) -> Date? { Date(rfc3339: text) }
 }
 
 /// Cuts gpsd's stream into lines, each at most ``maxLine`` bytes: a longer one (gpsd's are a few

@@ -3,6 +3,7 @@ import Glibc
 import HAL
 import Synchronization
 import TestSupport
+import UTC
 
 /// Debian's gpsd, run by a test on loopback: it reads NMEA sentences the test sends it over UDP
 /// (`udp://127.0.0.1:FEED`, as a receiver on a serial line would give them) and serves its JSON

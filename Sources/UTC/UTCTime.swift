@@ -1,7 +1,8 @@
 public import Foundation
 
-/// A wall-clock instant as UTC calendar fields, to the millisecond, and the forms segment times
-/// are written in.
+/// A wall-clock instant as UTC calendar fields, to the millisecond: the one place the project's
+/// programs write and read UTC times (RFC 3339 on the wire, in gpsd's reports and in JSON lines;
+/// ISO 8601 basic in file names).
 ///
 /// Plain arithmetic on purpose: Foundation's calendar looks up the current time zone through ICU
 /// on first use, which loads ICU's time zone data into memory for the rest of the run. The
@@ -30,18 +31,11 @@ public struct UTCTime: Sendable, Equatable {
 
     /// Parses the ``basic`` form, `20261122T041717.569Z`; nil for anything else.
     public init?(basic text: some StringProtocol) {
-        let bytes = Array(text.utf8)
+        let bytes = Array(text.utf8.prefix(21))
         guard bytes.count == 20, bytes[8] == UInt8(ascii: "T"), bytes[15] == UInt8(ascii: "."),
             bytes[19] == UInt8(ascii: "Z")
         else { return nil }
-        func number(_ range: Range<Int>) -> Int? {
-            var value = 0
-            for byte in bytes[range] {
-                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
-                value = value * 10 + Int(byte - UInt8(ascii: "0"))
-            }
-            return value
-        }
+        func number(_ range: Range<Int>) -> Int? { Self.number(bytes[range]) }
         guard let year = number(0..<4), let month = number(4..<6), let day = number(6..<8),
             let hour = number(9..<11), let minute = number(11..<13), let second = number(13..<15),
             let millisecond = number(16..<19),
@@ -50,6 +44,45 @@ public struct UTCTime: Sendable, Equatable {
         else { return nil }
         (self.year, self.month, self.day) = (year, month, day)
         (self.hour, self.minute, self.second, self.millisecond) = (hour, minute, second, millisecond)
+    }
+
+    /// Parses RFC 3339 in UTC, `2026-11-22T04:17:17.569Z`: seconds with an optional fraction of 1
+    /// to 9 digits (kept to the millisecond, truncated), `Z` only; nil for anything else, and for
+    /// more than 40 bytes. What gpsd reports, what agents send and what this project writes.
+    public init?(rfc3339 text: some StringProtocol) {
+        let bytes = Array(text.utf8.prefix(41))
+        guard (20...40).contains(bytes.count), bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"),
+            bytes[10] == UInt8(ascii: "T"), bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"),
+            bytes[bytes.count - 1] == UInt8(ascii: "Z")
+        else { return nil }
+        var millisecond = 0
+        if bytes.count > 20 {
+            // `.` and 1 to 9 digits before the `Z`.
+            let fraction = bytes[20..<(bytes.count - 1)]
+            guard bytes[19] == UInt8(ascii: "."), (1...9).contains(fraction.count), Self.number(fraction) != nil,
+                let digits = Self.number(fraction.prefix(3))
+            else { return nil }
+            millisecond = digits * [100, 10, 1][min(fraction.count, 3) - 1]
+        }
+        guard let year = Self.number(bytes[0..<4]), let month = Self.number(bytes[5..<7]),
+            let day = Self.number(bytes[8..<10]), let hour = Self.number(bytes[11..<13]),
+            let minute = Self.number(bytes[14..<16]), let second = Self.number(bytes[17..<19]),
+            (1...12).contains(month), (1...Self.daysIn(month: month, year: year)).contains(day),
+            hour < 24, minute < 60, second < 60
+        else { return nil }
+        (self.year, self.month, self.day) = (year, month, day)
+        (self.hour, self.minute, self.second, self.millisecond) = (hour, minute, second, millisecond)
+    }
+
+    /// The decimal number of ASCII digits only; nil for any other byte or none at all.
+    private static func number(_ digits: ArraySlice<UInt8>) -> Int? {
+        guard !digits.isEmpty else { return nil }
+        var value = 0
+        for byte in digits {
+            guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
+            value = value * 10 + Int(byte - UInt8(ascii: "0"))
+        }
+        return value
     }
 
     /// The instant, as Foundation's ISO 8601 parsing gives it.
@@ -162,5 +195,16 @@ public struct UTCTime: Sendable, Equatable {
         let day = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
         let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
         return (Int(yearOfEra + era * 400 + (month <= 2 ? 1 : 0)), Int(month), Int(day))
+    }
+}
+
+extension Date {
+    /// RFC 3339 UTC with milliseconds, `2026-11-22T04:17:17.569Z`: ``UTCTime/rfc3339``.
+    public var rfc3339Milliseconds: String { UTCTime(self).rfc3339 }
+
+    /// The instant of an RFC 3339 UTC time (``UTCTime/init(rfc3339:)``); nil if it is not one.
+    public init?(rfc3339 text: some StringProtocol) {
+        guard let time = UTCTime(rfc3339: text) else { return nil }
+        self = time.date
     }
 }
