@@ -124,47 +124,14 @@ public enum ClientMessage: Sendable, Equatable {
         /// Binary messages that follow (chunked mode).
         public var chunks: Int?
         /// The car's GPS track over the segment, a point a second (additive; only with a GPS).
-        public var gps: [Position]?
-
-        /// One second of GPS: `mode` is gpsd's (1 no fix, 2 2D, 3 3D); speed in m/s, track in
-        /// degrees from true north.
-        public struct Position: Codable, Sendable, Equatable {
-            public var t: String
-            public var mode: Int
-            public var lat: Double?
-            public var lon: Double?
-            public var alt: Double?
-            public var speed: Double?
-            public var track: Double?
-
-            public init(
-                t: String, mode: Int, lat: Double? = nil, lon: Double? = nil, alt: Double? = nil, speed: Double? = nil, track: Double? = nil
-            ) {
-                self.t = t
-                self.mode = mode
-                self.lat = lat
-                self.lon = lon
-                self.alt = alt
-                self.speed = speed
-                self.track = track
-            }
-
-            /// Every number in range: what a server may compute with.
-            public var isValid: Bool {
-                func within(_ value: Double?, _ range: ClosedRange<Double>) -> Bool {
-                    value.map { $0.isFinite && range.contains($0) } ?? true
-                }
-                return (0...3).contains(mode) && t.utf8.count <= 40 && within(lat, -90...90) && within(lon, -180...180)
-                    && within(alt, -1000...100_000) && within(speed, 0...1000) && within(track, 0...360)
-            }
-        }
+        public var gps: [GPSPosition]?
 
         /// Most points a header may carry: a second each of the longest segment, and a few more.
         public static let maxPositions = 130
 
         public init(
             seq: Int, capturedAt: String, durationMs: Int, frames: Int, bytes: Int, sha256: String,
-            chunks: Int?, gps: [Position]? = nil
+            chunks: Int?, gps: [GPSPosition]? = nil
         ) {
             self.gps = gps
             self.seq = seq

@@ -25,7 +25,7 @@ extension ClientMessage {
         /// The evidence, oldest first.
         public var files: [File]
         /// The car's GPS track over the window, a point a second at most.
-        public var gps: [SegmentHeader.Position]?
+        public var gps: [GPSPosition]?
 
         public struct File: Codable, Sendable, Equatable {
             /// The file's name on the car: 1 to ``maxNameLength`` of letters, digits, `.`, `_`, `-`,
@@ -53,7 +53,7 @@ extension ClientMessage {
 
         public init(
             id: String, kind: String, at: String, from: String, to: String, clock: String? = nil, peakG: Double? = nil,
-            triggerMs: Int? = nil, files: [File], gps: [SegmentHeader.Position]? = nil
+            triggerMs: Int? = nil, files: [File], gps: [GPSPosition]? = nil
         ) {
             self.id = id
             self.kind = kind
@@ -108,7 +108,7 @@ extension ClientMessage {
 
         /// The GPS track if it is within ``maxPositions`` points and every number is in range;
         /// otherwise none (nothing is computed from a bad one).
-        public var validGPS: [SegmentHeader.Position]? {
+        public var validGPS: [GPSPosition]? {
             guard let gps, gps.count <= Self.maxPositions, gps.allSatisfy(\.isValid) else { return nil }
             return gps
         }

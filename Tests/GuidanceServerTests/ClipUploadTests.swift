@@ -14,7 +14,7 @@ import Testing
 
     static func clip(
         id: String = "20261129T080230.822Z", kind: String = "incident", files: [ClientMessage.Clip.File],
-        at: String = "2026-11-29T08:02:30.822Z", gps: [ClientMessage.SegmentHeader.Position]? = nil
+        at: String = "2026-11-29T08:02:30.822Z", gps: [GPSPosition]? = nil
     ) -> ClientMessage.Clip {
         .init(
             id: id, kind: kind, at: at, from: "2026-11-29T08:02:20.822Z", to: "2026-11-29T08:02:40.822Z", clock: "synced",

@@ -6,7 +6,7 @@ import Testing
 /// A segment header's GPS track: kept when every number is in range, left out (the segment still
 /// taken) when not, and told to a model as speed and heading.
 @Suite struct SegmentGPSTests {
-    typealias Position = ClientMessage.SegmentHeader.Position
+    typealias Position = GPSPosition
     static let moving = Position(t: "2026-11-26T08:10:00.000Z", mode: 3, lat: 37.5665, lon: 126.978, alt: 53, speed: 13.89, track: 91.5)
 
     static func header(gps: [Position]?) -> String {

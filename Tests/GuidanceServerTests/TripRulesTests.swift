@@ -5,7 +5,7 @@ import Testing
 
 /// How segments' GPS tracks become trips, and how a trip is drawn: without a database.
 @Suite struct TripRulesTests {
-    typealias Position = ClientMessage.SegmentHeader.Position
+    typealias Position = GPSPosition
 
     static func second(_ s: Int, lat: Double? = 37.5, lon: Double? = 127, speed: Double? = 10, mode: Int = 3) -> Position {
         Position(t: "2026-11-30T01:00:\(s < 10 ? "0" : "")\(s)\(s % 2 == 0 ? ".000" : "")Z", mode: mode, lat: lat, lon: lon, speed: speed)

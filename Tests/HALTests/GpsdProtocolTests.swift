@@ -71,10 +71,4 @@ import Testing
             #expect(GpsdClient.address(text) == nil, "\(text)")
         }
     }
-
-    @Test func theMP4LocationIsISO6709() {
-        #expect(GPSPoint(t: "", mode: 3, lat: 37.5665, lon: 126.978, alt: 35).iso6709 == "+37.5665+126.9780+035.000/")
-        #expect(GPSPoint(t: "", mode: 2, lat: -33.8568, lon: -0.5, alt: nil).iso6709 == "-33.8568-000.5000/")
-        #expect(GPSPoint(t: "", mode: 1, lat: 1, lon: 1).iso6709 == nil, "no fix, no location")
-    }
 }

@@ -86,7 +86,7 @@ final class FakeEncoder: VideoEncoder {
 
     /// Feeds frames `0..<count` except `missing` through `encoder`; closes early with `reason`.
     func record(_ count: Int, missing: Set<Int> = [], encoder: FakeEncoder, closeWith reason: SegmentEndReason? = nil)
-        throws -> [Segment]
+        throws -> [EncodedSegment]
     {
         let segmenter = Segmenter(format: format, segmentSeconds: 5, firstSeq: 7)
         for n in 0..<count where !missing.contains(n) {

@@ -1,6 +1,7 @@
 @testable import Agent
 import Foundation
 import Glibc
+import GuidanceProtocol
 import HAL
 import Synchronization
 import Testing
@@ -15,7 +16,7 @@ import TestSupport
     struct Line: Decodable {
         var seq: Int
         var file: String?
-        var gps: [GPSPoint]?
+        var gps: [GPSPosition]?
     }
 
     /// How long a step may take before the test calls it hung. Each wait ends on its event; with

@@ -1,3 +1,4 @@
+import GuidanceProtocol
 import HAL
 
 /// What a gpsd (or anything listening on its port) sends the agent: the stream cut into lines
@@ -22,7 +23,8 @@ enum Gpsd {
                 within(fix.lat, -90...90) && within(fix.lon, -180...180) && within(fix.speed, 0...1000)
                     && within(fix.altitude, -1000...100_000) && within(fix.track, 0...359.999_999_999), "a fix out of range: \(fix)")
             // The MP4's location (ISO 6709) made from it, as the segmenter makes it.
-            let point = GPSPoint(t: "", mode: fix.mode, lat: fix.lat, lon: fix.lon, alt: fix.altitude, speed: fix.speed, track: fix.track)
+            let point = GPSPosition(
+                t: "", mode: fix.mode, lat: fix.lat, lon: fix.lon, alt: fix.altitude, speed: fix.speed, track: fix.track)
             if let location = point.iso6709 { require(location.utf8.count <= 40 && location.hasSuffix("/"), "location \(location)") }
         }
     }

@@ -102,7 +102,7 @@ public struct EncoderBench: Sendable {
     /// Both streams through the capture pipeline, one segment's worth of generated frames.
     func together() throws -> Together {
         var settings = config.pipelineSettings(maxSegments: 1)
-        settings.locate = nil
+        settings.track = nil
         var logger = Logger(label: "encoders")
         logger.logLevel = .critical
         let format = config.videoFormat

@@ -1,7 +1,7 @@
 import FileSupport
 public import Foundation
 public import GuidanceProtocol
-public import HAL
+import HAL
 import UTC
 
 /// The clips the car still owes its owner's server, on the card: one file each,
@@ -109,7 +109,7 @@ public struct ClipCustody: Sendable {
     /// gone are left out; none left, nil.
     public static func make(
         id: String, kind: String, at: Date, from: Date, to: Date, clock: String?, peakG: Double?,
-        segments: [StoredSegment], gps: [GPSPoint], root: URL
+        segments: [StoredSegment], gps: [GPSPosition], root: URL
     ) -> Entry? {
         var files: [ClientMessage.Clip.File] = []
         var paths: [String: String] = [:]
@@ -125,7 +125,7 @@ public struct ClipCustody: Sendable {
         let start = min(from, first.capturedAt)
         let triggerMs = Int((at.timeIntervalSince(start) * 1000).rounded())
         let track = gps.suffix(ClientMessage.Clip.maxPositions).map {
-            ClientMessage.SegmentHeader.Position(
+            GPSPosition(
                 t: $0.t, mode: $0.mode, lat: $0.lat, lon: $0.lon, alt: $0.alt, speed: $0.speed, track: $0.track)
         }
         let clip = ClientMessage.Clip(

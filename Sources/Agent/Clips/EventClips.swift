@@ -20,7 +20,7 @@ public struct EventClips: Service {
         /// A saved incident: its window and protected files.
         case incident(id: String, at: Date, from: Date, to: Date, peakG: Double, paths: [String])
         /// A parked car's clip, as written.
-        case parked(SegmentMetadata, path: String)
+        case parked(SegmentMetadata, SegmentNotes, path: String)
         /// A `protect` of a time range, asked at `requestedAt`.
         case protected(ClosedRange<Date>, requestedAt: Date)
         /// A `protect` of sequence numbers: the files it moved.
@@ -58,8 +58,8 @@ public struct EventClips: Service {
                 switch event {
                 case .incident(let id, let at, let from, let to, let peakG, let paths):
                     await send(id: "incident-" + id, kind: "incident", at: at, from: from, to: to, peakG: peakG, paths: paths)
-                case .parked(let metadata, let path):
-                    await parked(metadata, path: path)
+                case .parked(let metadata, let notes, let path):
+                    await parked(metadata, notes, path: path)
                 case .protected(let range, let requestedAt):
                     await protected(range, requestedAt: requestedAt)
                 case .protectedFiles(let paths, let requestedAt):
@@ -101,18 +101,15 @@ public struct EventClips: Service {
 
     /// A parked car's clip: one file, described by the metadata it was written with (its size,
     /// SHA-256, GPS track, clock and trigger), so nothing is read back from the card.
-    func parked(_ metadata: SegmentMetadata, path: String) async {
+    func parked(_ metadata: SegmentMetadata, _ notes: SegmentNotes, path: String) async {
         guard let segment = StoredSegment(path: path, bytes: Int64(metadata.bytes)) else { return }
         let from = metadata.capturedAt
         let to = from.addingTimeInterval(Double(metadata.durationMs) / 1000)
-        let offset = min(max(0, metadata.parking?.triggerOffsetMs ?? 0), metadata.durationMs)
-        let track = (metadata.gps ?? []).suffix(ClientMessage.Clip.maxPositions).map {
-            ClientMessage.SegmentHeader.Position(
-                t: $0.t, mode: $0.mode, lat: $0.lat, lon: $0.lon, alt: $0.alt, speed: $0.speed, track: $0.track)
-        }
+        let offset = min(max(0, notes.parking?.triggerOffsetMs ?? 0), metadata.durationMs)
+        let track = Array((notes.gps ?? []).suffix(ClientMessage.Clip.maxPositions))
         let clip = ClientMessage.Clip(
             id: "parking-" + segment.name.dropLast(4), kind: "parking", at: UTCTime(from.addingTimeInterval(Double(offset) / 1000)).rfc3339,
-            from: UTCTime(from).rfc3339, to: UTCTime(to).rfc3339, clock: metadata.clock?.synced.map { $0 ? "synced" : "unsynced" },
+            from: UTCTime(from).rfc3339, to: UTCTime(to).rfc3339, clock: notes.clock?.synced.map { $0 ? "synced" : "unsynced" },
             triggerMs: offset, files: [.init(name: segment.name, bytes: metadata.bytes, sha256: metadata.sha256)],
             gps: track.isEmpty ? nil : track)
         if let problem = clip.problem(maxFileBytes: .max) {

@@ -1,4 +1,5 @@
 public import Foundation
+public import GuidanceProtocol
 public import HAL
 import Synchronization
 import UTC
@@ -12,7 +13,7 @@ public struct GPSTrack: Sendable {
     public static let stale: TimeInterval = 3
 
     /// Oldest first, at most one per second of `at` (the agent's clock when it came).
-    public private(set) var points: [(at: Date, point: GPSPoint)] = []
+    public private(set) var points: [(at: Date, point: GPSPosition)] = []
     public private(set) var last: (fix: GPSFix, at: Date)?
 
     public init() {}
@@ -21,7 +22,7 @@ public struct GPSTrack: Sendable {
     public mutating func add(_ fix: GPSFix, at: Date) {
         last = (fix, at)
         let time = UTCTime(fix.time ?? at).rfc3339
-        let point = GPSPoint(
+        let point = GPSPosition(
             t: time, mode: fix.mode, lat: fix.hasPosition ? fix.lat : nil, lon: fix.hasPosition ? fix.lon : nil,
             alt: fix.mode >= 3 ? fix.altitude : nil, speed: fix.speed, track: fix.track)
         let second = at.timeIntervalSince1970.rounded(.down)
@@ -38,7 +39,7 @@ public struct GPSTrack: Sendable {
     }
 
     /// The points that came within `from ..< to`, oldest first.
-    public func points(from: Date, to: Date) -> [GPSPoint] {
+    public func points(from: Date, to: Date) -> [GPSPosition] {
         points.filter { $0.at >= from && $0.at < to }.map(\.point)
     }
 
@@ -58,7 +59,7 @@ public final class GPSTrackStore: Sendable {
 
     public func add(_ fix: GPSFix, at: Date = Date()) { track.withLock { $0.add(fix, at: at) } }
 
-    public func points(from: Date, to: Date) -> [GPSPoint] { track.withLock { $0.points(from: from, to: to) } }
+    public func points(from: Date, to: Date) -> [GPSPosition] { track.withLock { $0.points(from: from, to: to) } }
 
     public func current(now: Date = Date()) -> GPSFix? { track.withLock { $0.current(now: now) } }
 }

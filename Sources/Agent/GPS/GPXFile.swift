@@ -1,5 +1,5 @@
-import Foundation
-public import HAL
+public import Foundation
+public import GuidanceProtocol
 import UTC
 
 /// A segment's GPS track as a GPX 1.1 file (https://www.topografix.com/GPX/1/1/), written beside
@@ -10,17 +10,17 @@ import UTC
 public enum GPXFile {
     public static let fileExtension = "gpx"
 
-    public static func document(for metadata: SegmentMetadata, name: String) -> String {
+    public static func document(capturedAt: Date, track: [GPSPosition], name: String) -> String {
         var lines = [
             #"<?xml version="1.0" encoding="UTF-8"?>"#,
             #"<gpx version="1.1" creator="dashcam-agent" xmlns="http://www.topografix.com/GPX/1/1" "#
                 + #"xmlns:gpxtpx="http://www.garmin.com/xmlschemas/TrackPointExtension/v2">"#,
-            "  <metadata><time>\(UTCTime(metadata.capturedAt).rfc3339)</time></metadata>",
+            "  <metadata><time>\(UTCTime(capturedAt).rfc3339)</time></metadata>",
             "  <trk>",
             "    <name>\(escaped(name))</name>",
             "    <trkseg>"
         ]
-        for point in metadata.gps ?? [] where point.hasPosition {
+        for point in track where point.hasPosition {
             guard let lat = point.lat, let lon = point.lon else { continue }
             var line = "      <trkpt lat=\"\(decimal(lat, 7))\" lon=\"\(decimal(lon, 7))\">"
             if let alt = point.alt { line += "<ele>\(decimal(alt, 2))</ele>" }

@@ -64,11 +64,11 @@ extension CaptureLoop {
         func finish(_ ending: Clip) throws {
             try ending.encoder.flush(into: ending.segmenter)
             try ending.segmenter.close(reason: .parked)
-            for var segment in ending.segmenter.takeClosed() {
+            for var segment in ending.segmenter.takeClosed().map(settings.noted) {
                 let offset =
                     ending.triggerTime >= segment.metadata.captureStartMonotonicNs
                     ? Int((ending.triggerTime - segment.metadata.captureStartMonotonicNs) / 1_000_000) : 0
-                segment.metadata.parking = SegmentParkingEvent(trigger: ending.trigger.rawValue, triggerOffsetMs: offset)
+                segment.notes.parking = SegmentParkingEvent(trigger: ending.trigger.rawValue, triggerOffsetMs: offset)
                 logger.notice(
                     "parked: \(ending.trigger.rawValue) clip \(segment.metadata.seq) saved",
                     metadata: ["durationMs": "\(segment.metadata.durationMs)", "preRollMs": "\(offset)"])
@@ -114,7 +114,7 @@ extension CaptureLoop {
                     encoder: try parked.makeEncoder(format, source.pixelFormat),
                     segmenter: Segmenter(
                         format: format, segmentSeconds: segmentSeconds, firstSeq: seq,
-                        locate: settings.locate, clockSource: settings.clockSource),
+                        locate: settings.location),
                     trigger: trigger, triggerTime: frame.timestamp)
                 for held in preRoll { try encode(held.frame, into: started) }
                 preRoll = []

@@ -1,4 +1,5 @@
-import Foundation
+public import Foundation
+public import GuidanceProtocol
 public import HAL
 public import Logging
 import Synchronization
@@ -26,10 +27,11 @@ public final class CapturePipeline: Sendable {
         public var reopenBackoffMs: (min: Int, max: Int)
         /// Stop after this many segments (`nil`: run until stopped).
         public var maxSegments: Int?
-        /// The GPS track each segment gets (its metadata, its MP4's location); nil without GPS.
-        public var locate: Segmenter.Locate?
-        /// Where the wall clock's time comes from, for each segment's metadata.
-        public var clockSource: Segmenter.ClockSource?
+        /// The GPS track of a wall-clock span, asked when a segment closes (on the capture thread:
+        /// it must answer at once): the segment's notes, its MP4's location; nil without GPS.
+        public var track: (@Sendable (_ from: Date, _ to: Date) -> [GPSPosition])?
+        /// Where the wall clock's time comes from (`gps`, `ntp`, …), for each segment's notes.
+        public var clockSource: (@Sendable () -> String)?
         /// How a parked car is watched (``CapturePipeline/park()``); nil: never parked.
         public var parked: ParkedCapture?
 
@@ -178,6 +180,25 @@ public final class CapturePipeline: Sendable {
     public func impact() { impacts.add(1, ordering: .relaxed) }
 }
 
+extension CapturePipeline.Settings {
+    /// The MP4's location of a span: the first position of its track.
+    var location: Segmenter.Locate? {
+        guard let track else { return nil }
+        return { from, to in track(from, to).lazy.compactMap { $0.iso6709 }.first }
+    }
+
+    /// A segment of the recording as it leaves its segmenter, with what the agent adds: the GPS
+    /// track over its span and the wall clock's state (a guidance copy takes its partner's).
+    func noted(_ encoded: EncodedSegment) -> Segment {
+        let from = encoded.metadata.capturedAt
+        let notes = SegmentNotes(
+            gps: track?(from, from.addingTimeInterval(Double(encoded.metadata.durationMs) / 1000)),
+            clock: SegmentClockState(
+                synced: WallClock.isSynchronised, source: clockSource?() ?? "unknown", steppedSeconds: encoded.clockStepSeconds))
+        return Segment(encoded, notes: notes)
+    }
+}
+
 /// `CLOCK_MONOTONIC` nanoseconds of the last encoded frame and the last closed segment (0: none yet).
 public final class PipelineHealth: Sendable {
     private let lastFrame = Atomic<UInt64>(0)
@@ -247,7 +268,7 @@ struct CaptureLoop: @unchecked Sendable {
             (
                 Segmenter(
                     format: settings.encoder.format, segmentSeconds: settings.segmentSeconds, firstSeq: seq,
-                    locate: settings.locate, clockSource: settings.clockSource),
+                    locate: settings.location),
                 guidance.map { Segmenter(format: $0.settings.format, segmentSeconds: settings.segmentSeconds, firstSeq: seq) }
             )
         }
@@ -255,7 +276,7 @@ struct CaptureLoop: @unchecked Sendable {
         var pairing = SegmentPairing()
         var emitted = 0
         func deliver(draining: Bool = false) -> Bool {
-            for segment in segmenter.takeClosed() {
+            for segment in segmenter.takeClosed().map(settings.noted) {
                 health.segmentClosed()
                 if copySegmenter == nil {
                     emit(segment)
@@ -265,7 +286,7 @@ struct CaptureLoop: @unchecked Sendable {
                 }
             }
             if let copySegmenter {
-                for segment in copySegmenter.takeClosed() {
+                for segment in copySegmenter.takeClosed().map({ Segment($0) }) {
                     for ready in pairing.add(segment, from: .guidance) { send(ready) }
                 }
                 if draining { for ready in pairing.drain() { send(ready) } }

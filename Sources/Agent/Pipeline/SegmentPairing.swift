@@ -57,8 +57,7 @@ public struct SegmentPairing: Sendable {
         var (evidence, guidance) = both
         guidance.metadata.seq = evidence.metadata.seq
         guidance.metadata.capturedAt = evidence.metadata.capturedAt
-        guidance.metadata.clock = evidence.metadata.clock
-        guidance.metadata.gps = evidence.metadata.gps
+        guidance.notes = evidence.notes
         evidence.metadata.partner = SegmentPartner(of: guidance.metadata, stream: .guidance)
         guidance.metadata.partner = SegmentPartner(of: evidence.metadata, stream: .evidence)
         return [guidance, evidence]

@@ -39,13 +39,13 @@ struct RecordingService: Service {
                 // the server acknowledges it; the evidence goes to the disk only.
                 if segment.metadata.stream == .guidance {
                     await uplink?.enqueue(segment)
-                    FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine() + "\n").utf8))
+                    FileHandle.standardOutput.write(Data((try segment.jsonLine() + "\n").utf8))
                     board.streamed(segment.metadata)
                     continue
                 }
                 // The network does not wait for the disk (the file is flushed before its rename).
                 // A parked car's clips are kept, not streamed: the uplink is parked too.
-                if segment.metadata.parking == nil, segment.metadata.stream == nil { await uplink?.enqueue(segment) }
+                if segment.notes.parking == nil, segment.metadata.stream == nil { await uplink?.enqueue(segment) }
                 // The oldest go first; a full or failing disk never stops the recording or the
                 // stream: the segment is still sent, and its line says it has no file.
                 let recorded = await write(segment)
@@ -56,11 +56,11 @@ struct RecordingService: Service {
                 }
                 if let error = recorded.error { diskTrouble.report(error, logger: logger) }
                 // One line per segment, written at once: a reader sees each as soon as it is on disk.
-                FileHandle.standardOutput.write(Data((try segment.metadata.jsonLine(file: recorded.path) + "\n").utf8))
+                FileHandle.standardOutput.write(Data((try segment.jsonLine(file: recorded.path) + "\n").utf8))
                 board.recorded(segment.metadata, written: recorded.path != nil, capBytes: store.retention.maxBytes)
-                if segment.metadata.parking != nil, let path = recorded.path {
+                if segment.notes.parking != nil, let path = recorded.path {
                     clipSaved?(path)
-                    clips?.record(.parked(segment.metadata, path: path))
+                    clips?.record(.parked(segment.metadata, segment.notes, path: path))
                 }
                 board.update { $0.recording?.droppedSegments = pipeline.droppedSegments }
             }

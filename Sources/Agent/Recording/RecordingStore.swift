@@ -1,5 +1,5 @@
 public import Foundation
-public import HAL
+import HAL
 import Synchronization
 
 /// The local recording: every segment under `<dir>/<UTC day>/`, written whole or not at all,
@@ -104,7 +104,7 @@ public final class RecordingStore: Sendable {
             state.pending.removeAll { $0.upperBound < start }
             // A parked car's clips are kept: that is what they were recorded for.
             let protected =
-                segment.metadata.parking != nil
+                segment.notes.parking != nil
                 || state.pending.contains { SegmentSelection.overlaps($0, start: start, length: length) }
             let deleted = delete(
                 state.retention.victims(
@@ -127,9 +127,11 @@ public final class RecordingStore: Sendable {
             // The GPS track beside it, once the MP4 is whole: a track never names a segment that
             // is not there. A track that cannot be written is logged by the caller's line, the
             // segment kept.
-            if segment.metadata.gps != nil {
+            if let gps = segment.notes.gps {
                 let gpx = Self.sidecar(of: file)
-                try? RecordingFiles.write(Array(GPXFile.document(for: segment.metadata, name: file.lastPathComponent).utf8), to: gpx)
+                try? RecordingFiles.write(
+                    Array(GPXFile.document(capturedAt: segment.metadata.capturedAt, track: gps, name: file.lastPathComponent).utf8), to: gpx
+                )
             }
         } catch {
             failure = error

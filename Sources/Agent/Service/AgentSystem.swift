@@ -82,7 +82,7 @@ extension AgentSystem {
         // GPS: each segment's track is cut from the fixes gpsd sent (sensors.gps.gpsd).
         let gps = config.makeGPS(logger: logger)
         var pipelineSettings = config.pipelineSettings(maxSegments: segments)
-        if let track = gps?.track { pipelineSettings.locate = { track.points(from: $0, to: $1) } }
+        if let track = gps?.track { pipelineSettings.track = { track.points(from: $0, to: $1) } }
         // The wall clock: each segment's metadata says where its time came from.
         let clock = ClockService(logger: logger)
         pipelineSettings.clockSource = { clock.source }

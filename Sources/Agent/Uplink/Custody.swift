@@ -1,4 +1,4 @@
-public import HAL
+import HAL
 
 /// The segments the uplink is responsible for: those not yet sent, and those sent on the current
 /// session and not yet acknowledged. A segment leaves custody only when the server acknowledges

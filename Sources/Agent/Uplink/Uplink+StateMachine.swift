@@ -1,5 +1,5 @@
 public import GuidanceProtocol
-public import HAL
+import HAL
 public import Logging
 
 /// One connection attempt to the server, numbered in the order they were made.

@@ -485,9 +485,7 @@ public actor Uplink {
             seq: m.seq, capturedAt: m.capturedAt.rfc3339Milliseconds,
             durationMs: m.durationMs, frames: m.frames, bytes: m.bytes, sha256: m.sha256,
             chunks: (segment.data.count + chunkSize - 1) / chunkSize,
-            gps: m.gps?.suffix(ClientMessage.SegmentHeader.maxPositions).map {
-                .init(t: $0.t, mode: $0.mode, lat: $0.lat, lon: $0.lon, alt: $0.alt, speed: $0.speed, track: $0.track)
-            })
+            gps: segment.notes.gps.map { Array($0.suffix(ClientMessage.SegmentHeader.maxPositions)) })
         try await connection.send(text: ClientMessage.segment(header).encoded())
         for start in stride(from: 0, to: segment.data.count, by: chunkSize) {
             try await connection.send(binary: segment.data[start..<min(start + chunkSize, segment.data.count)])

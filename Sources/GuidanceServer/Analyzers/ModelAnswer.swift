@@ -83,7 +83,7 @@ public struct ModelAnswer: Codable, Sendable, Equatable {
         }
 
         /// Nil without a point that has a speed (no GPS, no fix).
-        public init?(_ track: [ClientMessage.SegmentHeader.Position]?) {
+        public init?(_ track: [GPSPosition]?) {
             guard let point = track?.last(where: { $0.mode >= 2 && $0.speed != nil }), let speed = point.speed else { return nil }
             self.speed = speed * 3.6
             heading = speed >= 1 ? point.track : nil

@@ -53,7 +53,7 @@ public struct StreamSession: Sendable {
         /// Whose room the car's clips take (``ClipQuota``), asked at each clip it announces.
         var clipAdmission: @Sendable () async -> ClipQuota.Admission = { .unlimited }
         /// A segment's GPS track, once, when the segment is first acknowledged.
-        var tracked: @Sendable ([ClientMessage.SegmentHeader.Position]) async -> Void = { _ in }
+        var tracked: @Sendable ([GPSPosition]) async -> Void = { _ in }
     }
 
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {

@@ -61,7 +61,7 @@ public enum TripRules {
     public static let behindMs: Int64 = 31 * 86_400_000
 
     /// A segment's track as points to keep, oldest first, spaced; `nowMs` is the server's clock.
-    public static func points(_ gps: [ClientMessage.SegmentHeader.Position], nowMs: Int64) -> [TrackPoint] {
+    public static func points(_ gps: [GPSPosition], nowMs: Int64) -> [TrackPoint] {
         var fixes: [TrackPoint] = []
         for position in gps where position.mode >= 2 && position.isValid {
             guard let lat = position.lat, let lon = position.lon, let at = Date(rfc3339: position.t) else { continue }

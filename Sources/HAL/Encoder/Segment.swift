@@ -16,37 +16,6 @@ public enum SegmentEndReason: String, Codable, Sendable {
     case parked
 }
 
-/// What a parked car's clip was recorded for.
-public struct SegmentParkingEvent: Codable, Sendable, Equatable {
-    /// `motion` or `impact`.
-    public var trigger: String
-    /// From the clip's first frame to the trigger, in ms: the pre-roll the clip holds.
-    public var triggerOffsetMs: Int
-
-    public init(trigger: String, triggerOffsetMs: Int) {
-        self.trigger = trigger
-        self.triggerOffsetMs = triggerOffsetMs
-    }
-}
-
-/// The wall clock a segment was dated by.
-public struct SegmentClockState: Codable, Sendable, Equatable {
-    /// The kernel counts the clock as synchronised (nil: it cannot tell).
-    public var synced: Bool?
-    /// Where its time comes from: `gps` (chrony's GPS reference clock), `ntp`, `none` (not
-    /// synchronised: the time the board booted with), or `unknown`.
-    public var source: String
-    /// The clock was stepped by this many seconds before this segment began (NTP arriving after
-    /// boot, a GPS fix setting it): the segment is dated on a new timeline.
-    public var steppedSeconds: Double?
-
-    public init(synced: Bool?, source: String, steppedSeconds: Double? = nil) {
-        self.synced = synced
-        self.source = source
-        self.steppedSeconds = steppedSeconds
-    }
-}
-
 /// Which of a camera's two streams a segment belongs to (``SegmentMetadata/stream``).
 public enum SegmentStream: String, Codable, Sendable {
     /// The recording at the camera's full size and rate: the loop recording, incidents, clips.
@@ -81,7 +50,8 @@ public struct SegmentPartner: Codable, Sendable, Equatable {
     }
 }
 
-/// What is known about one finished segment; one JSON line of this is printed per segment.
+/// What the encoder and the segmenter did for one finished segment. The agent adds what it means
+/// (its GPS track, the clock's source, a parked car's trigger) and prints one JSON line of both.
 public struct SegmentMetadata: Codable, Sendable, Equatable {
     public var seq: Int
     /// Wall-clock time of the segment's first frame slot.
@@ -100,12 +70,6 @@ public struct SegmentMetadata: Codable, Sendable, Equatable {
     public var fps: Int
     public var complete: Bool
     public var endReason: SegmentEndReason
-    /// The GPS track over the segment, a point a second (`sensors.gps.gpsd`); nil without GPS.
-    public var gps: [GPSPoint]?
-    /// The wall clock's state when the segment closed.
-    public var clock: SegmentClockState?
-    /// Set on the clips of a parked car (they are protected, and not streamed).
-    public var parking: SegmentParkingEvent?
     /// With two streams (`uplink.video`): which one this is; nil with one stream.
     public var stream: SegmentStream?
     /// With two streams: the other stream's segment from the same frame on.
@@ -135,16 +99,22 @@ public struct SegmentMetadata: Codable, Sendable, Equatable {
     }
 }
 
-/// A self-contained MP4 held in memory, with its metadata.
-public struct Segment: Sendable {
+/// A self-contained MP4 held in memory, as the segmenter closed it, with its metadata.
+public struct EncodedSegment: Sendable {
     public var metadata: SegmentMetadata
     public var data: [UInt8]
     /// `CLOCK_MONOTONIC` nanoseconds when the segmenter closed it: where its way to the wire starts.
     public var closedMonotonicNs: UInt64
+    /// The wall clock was stepped by this many seconds before this segment began (NTP arriving
+    /// after boot, a GPS fix setting it): the segment is dated on a new timeline.
+    public var clockStepSeconds: Double?
 
-    public init(metadata: SegmentMetadata, data: [UInt8], closedMonotonicNs: UInt64 = MonotonicClock.now()) {
+    public init(
+        metadata: SegmentMetadata, data: [UInt8], closedMonotonicNs: UInt64 = MonotonicClock.now(), clockStepSeconds: Double? = nil
+    ) {
         self.metadata = metadata
         self.data = data
         self.closedMonotonicNs = closedMonotonicNs
+        self.clockStepSeconds = clockStepSeconds
     }
 }

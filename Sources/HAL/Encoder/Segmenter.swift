@@ -10,7 +10,7 @@ public final class Segmenter {
     private let format: VideoFormat
     private let writer = MP4Writer()
     private var nextSeq: Int
-    private var closed: [Segment] = []
+    private var closed: [EncodedSegment] = []
 
     // The segment being written.
     private var segmentIndex: Int64 = -1
@@ -22,24 +22,20 @@ public final class Segmenter {
     /// `CLOCK_REALTIME − CLOCK_MONOTONIC` when the timeline started, to date segments.
     private var wallOffset: Double = 0
 
-    /// The GPS track of a wall-clock span, asked when a segment closes (on the capture thread:
-    /// it must answer at once); nil without GPS.
-    public typealias Locate = @Sendable (_ from: Date, _ to: Date) -> [GPSPoint]
+    /// Where the car was over a wall-clock span, as ISO 6709 text for the MP4's location
+    /// (`©xyz`), asked when a segment closes (on the capture thread: it must answer at once).
+    public typealias Locate = @Sendable (_ from: Date, _ to: Date) -> String?
     private let locate: Locate?
-    /// Where the wall clock's time comes from (`gps`, `ntp`, …), asked when a segment closes.
-    public typealias ClockSource = @Sendable () -> String
-    private let clockSource: ClockSource?
     /// ``WallClock/offset()``, or a test's.
     private let currentOffset: @Sendable () -> Double
     /// The step found when the segment being written began, for its metadata.
     private var stepped: Double?
 
     public init(
-        format: VideoFormat, segmentSeconds: Int, firstSeq: Int = 0, locate: Locate? = nil, clockSource: ClockSource? = nil,
+        format: VideoFormat, segmentSeconds: Int, firstSeq: Int = 0, locate: Locate? = nil,
         wallOffset: @escaping @Sendable () -> Double = WallClock.offset
     ) {
         self.locate = locate
-        self.clockSource = clockSource
         self.currentOffset = wallOffset
         self.format = format
         self.clock = SegmentClock(fps: format.fps, segmentSeconds: segmentSeconds)
@@ -70,7 +66,7 @@ public final class Segmenter {
     public func restartTimeline() { clock.restart() }
 
     /// Segments finished since the last call, oldest first.
-    public func takeClosed() -> [Segment] {
+    public func takeClosed() -> [EncodedSegment] {
         // Asked after every frame: nothing to hand over must not allocate.
         guard !closed.isEmpty else { return [] }
         defer { closed = [] }
@@ -119,9 +115,8 @@ public final class Segmenter {
         let startTime = clock.time(ofSlot: start)
         let capturedAt = Date(timeIntervalSince1970: Double(startTime) / 1e9 + wallOffset)
         let durationMs = Int((lastPts + 1 - firstPts) * 1000 / Int64(format.fps))
-        // The track over the segment; its first position is the MP4's location.
-        let track = locate?(capturedAt, capturedAt.addingTimeInterval(Double(durationMs) / 1000))
-        let bytes = try writer.finish(location: track?.lazy.compactMap(\.iso6709).first)
+        let location = locate?(capturedAt, capturedAt.addingTimeInterval(Double(durationMs) / 1000))
+        let bytes = try writer.finish(location: location)
         var metadata = SegmentMetadata(
             seq: nextSeq,
             capturedAt: capturedAt,
@@ -136,13 +131,11 @@ public final class Segmenter {
             complete: reason == .complete && frames == Int(n),
             endReason: reason
         )
-        metadata.gps = track
         metadata.codec = codec
-        metadata.clock = SegmentClockState(synced: WallClock.isSynchronised, source: clockSource?() ?? "unknown", steppedSeconds: stepped)
+        closed.append(EncodedSegment(metadata: metadata, data: bytes, clockStepSeconds: stepped))
         stepped = nil
         nextSeq += 1
         segmentIndex = -1
-        closed.append(Segment(metadata: metadata, data: bytes))
     }
 }
 

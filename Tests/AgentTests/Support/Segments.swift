@@ -1,5 +1,6 @@
 import TestSupport
 import Foundation
+import Agent
 import HAL
 
 /// A segment as the pipeline would hand it over: a real 5-s clip (50 frames), other bytes for each
