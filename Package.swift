@@ -308,7 +308,7 @@ let package = Package(
         //   PostgreSQL, systemd's and dpkg's tools on the shipped files.
         .testTarget(
             name: "HALTests",
-            dependencies: ["HAL", "UTC", "FFmpegLog", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["HAL", "UTC", "FFmpegLog", "GuidanceProtocol", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: upcoming
         ),
         .testTarget(

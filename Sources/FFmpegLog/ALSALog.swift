@@ -1,5 +1,6 @@
 import CALSALog
 import Dispatch
+import GuidanceProtocol
 public import Logging
 import Synchronization
 
@@ -28,7 +29,7 @@ public enum ALSALog {
     static func log(function: String, line: String) {
         let now = DispatchTime.now().uptimeNanoseconds
         let (logger, suppressed) = router.withLock { router in
-            (router?.logger, router?.limits.admit(item: function, now: now))
+            (router?.logger, router?.limits.admit(function, now: now))
         }
         guard let logger, let suppressed else { return }
         var metadata: Logger.Metadata = ["alsa": .string(function.isEmpty ? "-" : function)]

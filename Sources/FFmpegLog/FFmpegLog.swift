@@ -52,31 +52,13 @@ public enum FFmpegLog {
         }
     }
 
-    /// Which lines pass: one a second from each item, with the count of those refused. Pure:
-    /// time is passed in.
-    public struct Limits: Sendable {
-        public static let interval = Duration.seconds(1)
-        /// Items remembered; past this, the least recent is forgotten.
-        public static let maxItems = 64
-        private var limits: [String: RateLimit] = [:]
-        private var order: [String] = []
-
-        public init() {}
-
-        /// nil when the line is refused; else how many from `item` were refused before it.
-        public mutating func admit(item: String, now: UInt64) -> Int? {
-            var limit = limits[item] ?? RateLimit(interval: Self.interval)
-            defer { limits[item] = limit }
-            if let index = order.firstIndex(of: item) { order.remove(at: index) }
-            order.append(item)
-            if order.count > Self.maxItems { limits[order.removeFirst()] = nil }
-            return limit.allows(now: now) ? limit.takeSuppressed() : nil
-        }
-    }
+    /// Which lines pass: one a second from each item (an FFmpeg or alsa-lib writer), with the
+    /// count of those refused; the 64 most recent items remembered.
+    static func limits() -> RateLimits<String> { RateLimits(interval: .seconds(1), maxKeys: 64) }
 
     struct Router {
         var logger: Logger
-        var limits = Limits()
+        var limits = FFmpegLog.limits()
     }
 
     private static let router = Mutex<Router?>(nil)
@@ -85,7 +67,7 @@ public enum FFmpegLog {
         // CLOCK_MONOTONIC, as the server's other rate limits read it.
         let now = DispatchTime.now().uptimeNanoseconds
         let (logger, suppressed) = router.withLock { router in
-            (router?.logger, router?.limits.admit(item: item, now: now))
+            (router?.logger, router?.limits.admit(item, now: now))
         }
         guard let logger, let suppressed else { return }
         var metadata: Logger.Metadata = ["ffmpeg": .string(item.isEmpty ? "-" : item)]

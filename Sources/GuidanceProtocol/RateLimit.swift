@@ -26,3 +26,34 @@ public struct RateLimit: Sendable {
         return suppressed
     }
 }
+
+extension RateLimit {
+    /// nil when this event is refused; else how many were refused before it (the count starts
+    /// again): the form a log line that says what it left out wants.
+    public mutating func admit(now: UInt64) -> Int? { allows(now: now) ? takeSuppressed() : nil }
+}
+
+/// A ``RateLimit`` for each key (a library's writer, a function), each with its own count; at
+/// most `maxKeys` are remembered, the least recent forgotten first, so keys that come from
+/// outside cannot grow it. Pure: time is passed in.
+public struct RateLimits<Key: Hashable & Sendable>: Sendable {
+    public let interval: Duration
+    public let maxKeys: Int
+    private var limits: [Key: RateLimit] = [:]
+    private var order: [Key] = []
+
+    public init(interval: Duration, maxKeys: Int) {
+        self.interval = interval
+        self.maxKeys = maxKeys
+    }
+
+    /// nil when `key`'s event is refused; else how many of `key`'s were refused before it.
+    public mutating func admit(_ key: Key, now: UInt64) -> Int? {
+        var limit = limits[key] ?? RateLimit(interval: interval)
+        defer { limits[key] = limit }
+        if let index = order.firstIndex(of: key) { order.remove(at: index) }
+        order.append(key)
+        if order.count > maxKeys { limits[order.removeFirst()] = nil }
+        return limit.admit(now: now)
+    }
+}

@@ -1,5 +1,6 @@
 import Foundation
-import FFmpegLog
+@testable import FFmpegLog
+import GuidanceProtocol
 import HAL
 import Logging
 import TestSupport
@@ -74,22 +75,22 @@ import Testing
     }
 
     @Test func eachWriterGetsOneLineASecondAndTheNextLineCountsTheRest() {
-        var limits = FFmpegLog.Limits()
+        var limits = FFmpegLog.limits()
         let second: UInt64 = 1_000_000_000
-        #expect(limits.admit(item: "mov", now: 10 * second) == 0)
-        for i in 1...50 { #expect(limits.admit(item: "mov", now: 10 * second + UInt64(i) * 1_000_000) == nil) }
-        #expect(limits.admit(item: "hevc", now: 10 * second + 60_000_000) == 0, "another writer has its own second")
-        #expect(limits.admit(item: "mov", now: 11 * second) == 50, "the 50 refused are counted on the next line")
-        #expect(limits.admit(item: "mov", now: 12 * second) == 0)
+        #expect(limits.admit("mov", now: 10 * second) == 0)
+        for i in 1...50 { #expect(limits.admit("mov", now: 10 * second + UInt64(i) * 1_000_000) == nil) }
+        #expect(limits.admit("hevc", now: 10 * second + 60_000_000) == 0, "another writer has its own second")
+        #expect(limits.admit("mov", now: 11 * second) == 50, "the 50 refused are counted on the next line")
+        #expect(limits.admit("mov", now: 12 * second) == 0)
     }
 
     @Test func writersPastTheLimitAreForgottenLeastRecentFirst() {
-        var limits = FFmpegLog.Limits()
+        var limits = FFmpegLog.limits()
         let now: UInt64 = 5_000_000_000
-        #expect(limits.admit(item: "first", now: now) == 0)
-        for i in 0..<FFmpegLog.Limits.maxItems { _ = limits.admit(item: "item-\(i)", now: now) }
-        #expect(limits.admit(item: "first", now: now + 1) == 0, "forgotten, so it starts afresh")
-        #expect(limits.admit(item: "item-\(FFmpegLog.Limits.maxItems - 1)", now: now + 2) == nil, "still remembered")
+        #expect(limits.admit("first", now: now) == 0)
+        for i in 0..<limits.maxKeys { _ = limits.admit("item-\(i)", now: now) }
+        #expect(limits.admit("first", now: now + 1) == 0, "forgotten, so it starts afresh")
+        #expect(limits.admit("item-\(limits.maxKeys - 1)", now: now + 2) == nil, "still remembered")
     }
 
     @Test func levelsMapBothWays() {

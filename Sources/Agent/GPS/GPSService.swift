@@ -51,24 +51,22 @@ public struct GPSService: Service {
                     track.add(fix, at: at)
                     let line: String? = logs.withLock { logs in
                         defer { logs.lastMode = fix.mode }
-                        guard logs.lastMode != fix.mode, logs.mode.allows(now: now) else { return nil }
-                        return
-                            "gps: \(fix.modeName)\(fix.hasPosition ? "" : "; segments carry no position until a fix")\(Logs.more(logs.mode.takeSuppressed()))"
+                        guard logs.lastMode != fix.mode, let left = logs.mode.admit(now: now) else { return nil }
+                        return "gps: \(fix.modeName)\(fix.hasPosition ? "" : "; segments carry no position until a fix")\(Logs.more(left))"
                     }
                     if let line { logger.info("\(line)") }
                     board.update { $0.gps?.fix = .init(fix, at: at) }
                 case .unreadable(let what):
                     let line: String? = logs.withLock { logs in
-                        logs.unreadable.allows(now: now)
-                            ? "gps: from \(receiver.name): \(what)\(Logs.more(logs.unreadable.takeSuppressed()))" : nil
+                        logs.unreadable.admit(now: now).map { "gps: from \(receiver.name): \(what)\(Logs.more($0))" }
                     }
                     if let line { logger.warning("\(line)") }
                 case .lost(let reason, let retryIn):
                     let line: String? = logs.withLock { logs in
                         logs.lastMode = -1
-                        return logs.lost.allows(now: now)
-                            ? "gps: no gpsd at \(receiver.name): \(reason); trying again in \(retryIn)\(Logs.more(logs.lost.takeSuppressed()))"
-                            : nil
+                        return logs.lost.admit(now: now).map {
+                            "gps: no gpsd at \(receiver.name): \(reason); trying again in \(retryIn)\(Logs.more($0))"
+                        }
                     }
                     if let line { logger.warning("\(line)") }
                     board.update {

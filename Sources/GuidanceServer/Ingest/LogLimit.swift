@@ -15,7 +15,7 @@ final class LogLimit: Sendable {
     /// Logs `message` at `level` unless one went out within the second.
     func log(_ logger: Logger, _ level: Logger.Level, _ message: @autoclosure () -> String, metadata: Logger.Metadata? = nil) {
         let now = self.now()
-        guard let skipped = limit.withLock({ limit in limit.allows(now: now) ? limit.takeSuppressed() : nil }) else { return }
+        guard let skipped = limit.withLock({ $0.admit(now: now) }) else { return }
         logger.log(level: level, "\(message())\(skipped > 0 ? " (and \(skipped) more like it left out)" : "")", metadata: metadata)
     }
 }

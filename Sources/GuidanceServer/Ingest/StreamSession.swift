@@ -314,8 +314,7 @@ public struct StreamSession: Sendable {
         } catch {
             // The server's own paths and errors stay in its log; the car hears only that it failed.
             metrics.rejected(.clip)
-            if log.allows(now: Self.now()) {
-                let suppressed = log.takeSuppressed()
+            if let suppressed = log.admit(now: Self.now()) {
                 logger.error(
                     "session \(id): \(what): clip store: \(error)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
                     metadata: ["device": "\(device)"])
@@ -337,8 +336,7 @@ public struct StreamSession: Sendable {
         case .mismatch(let have):
             // One answer per message: the car reads the file held from 0 again and sends it anew.
             metrics.rejected(.clip)
-            if log.allows(now: Self.now()) {
-                let suppressed = log.takeSuppressed()
+            if let suppressed = log.admit(now: Self.now()) {
                 logger.warning(
                     "session \(id): \(what): the bytes do not match the file's SHA-256; dropped\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
                     metadata: ["device": "\(device)"])
@@ -371,8 +369,7 @@ public struct StreamSession: Sendable {
         log: inout RateLimit, outbound: WebSocketOutboundWriter
     ) async throws {
         metrics.rejected(reason)
-        if log.allows(now: Self.now()) {
-            let suppressed = log.takeSuppressed()
+        if let suppressed = log.admit(now: Self.now()) {
             logger.warning(
                 "session \(id): \(code.rawValue): \(text)\(suppressed > 0 ? " (\(suppressed) more in the last 10 s not logged)" : "")",
                 metadata: ["device": "\(device)"])
