@@ -28,73 +28,16 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         return try await PostgresUnit.transaction(client, logger: logger, body)
     }
 
-    private static func state(_ state: DeviceAuthorization.State) -> (String, Int64?) {
-        switch state {
-        case .pending: ("pending", nil)
-        case .approved(let owner): ("approved", owner)
-        case .denied: ("denied", nil)
-        case .redeemed: ("redeemed", nil)
-        }
-    }
-
-    private func authorization(where column: String, is value: String, on db: PostgresConnection)
-        async throws -> (hash: String, authorization: DeviceAuthorization)?
-    {
-        let query: PostgresQuery =
-            column == "user_code"
-            ? "SELECT device_code_hash, state, owner, issued_at, expires_at, interval_s, last_polled_at, device_name FROM device_authorizations WHERE user_code = \(value) FOR UPDATE"
-            : "SELECT device_code_hash, state, owner, issued_at, expires_at, interval_s, last_polled_at, device_name FROM device_authorizations WHERE device_code_hash = \(value) FOR UPDATE"
-        let rows = try await db.query(query, logger: logger)
-        for try await (hash, state, owner, issued, expires, interval, polled, name)
-            in rows.decode((String, String, Int64?, Int64, Int64, Int64, Int64?, String).self)
-        {
-            let decoded: DeviceAuthorization.State
-            switch state {
-            case "pending": decoded = .pending
-            case "approved": guard let owner else { return nil }; decoded = .approved(owner: owner)
-            case "denied": decoded = .denied
-            case "redeemed": decoded = .redeemed
-            default: return nil
-            }
-            return (
-                hash,
-                DeviceAuthorization(
-                    state: decoded, issuedAtMs: issued, expiresAtMs: expires, intervalSeconds: Int(interval),
-                    lastPolledAtMs: polled, deviceName: name)
-            )
-        }
-        return nil
-    }
-
     // MARK: - PairingStore
 
     public func startAuthorization(
         deviceCodeHash: String, deviceName: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
         newUserCode: @escaping @Sendable () -> String
     ) async throws -> (userCode: String, authorization: DeviceAuthorization) {
-        let authorization = DeviceAuthorization(deviceName: deviceName, nowMs: nowMs, settings: settings)
-        let logger = self.logger
-        return try await transaction { db in
-            try await db.query("DELETE FROM device_authorizations WHERE expires_at <= \(nowMs)", logger: logger)
-            var live: Int64 = 0
-            for try await count in try await db.query("SELECT count(*) FROM device_authorizations", logger: logger).decode(Int64.self) {
-                live = count
-            }
-            guard live < SQLitePairingStore.maxLiveAuthorizations else { throw PairingFull() }
-            for _ in 0..<16 {
-                let userCode = newUserCode()
-                var stored = false
-                for try await _ in try await db.query(
-                    """
-                    INSERT INTO device_authorizations (device_code_hash, user_code, device_name, state, owner, issued_at, expires_at, interval_s)
-                    VALUES (\(deviceCodeHash), \(userCode), \(deviceName), 'pending', NULL, \(authorization.issuedAtMs), \(authorization.expiresAtMs),
-                            \(Int64(authorization.intervalSeconds)))
-                    ON CONFLICT (user_code) DO NOTHING RETURNING 1
-                    """, logger: logger
-                ).decode(Int32.self) { stored = true }
-                if stored { return (userCode, authorization) }
-            }
-            throw LedgerError.unavailable("no free user code after 16 tries")
+        try await transaction { [logger] db in
+            try await PairingSteps.startAuthorization(
+                PostgresPairingStatements(db: db, logger: logger), deviceCodeHash: deviceCodeHash, deviceName: deviceName, nowMs: nowMs,
+                settings: settings, newUserCode: newUserCode)
         }
     }
 
@@ -102,60 +45,17 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         deviceCodeHash: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
         newDevice: String, refreshTokenHash: String, refreshExpiresAtMs: Int64
     ) async throws -> PairingPoll {
-        let logger = self.logger
-        return try await transaction { [self] db in
-            guard var found = try await authorization(where: "device_code_hash", is: deviceCodeHash, on: db)?.authorization else {
-                return .unknown
-            }
-            let outcome = found.poll(nowMs: nowMs, settings: settings)
-            let (state, owner) = Self.state(found.state)
-            try await db.query(
-                """
-                UPDATE device_authorizations SET state = \(state), owner = COALESCE(\(owner), owner), interval_s = \(Int64(found.intervalSeconds)),
-                    last_polled_at = \(found.lastPolledAtMs) WHERE device_code_hash = \(deviceCodeHash)
-                """, logger: logger)
-            guard case .issue(let ownerID) = outcome else { return .outcome(outcome) }
-            let device = PairedDevice(device: newDevice, owner: ownerID, label: found.deviceName, pairedAtMs: nowMs)
-            let family = newDevice + "/" + String(nowMs)
-            try await db.query(
-                "INSERT INTO paired_devices (device, owner, label, paired_at) VALUES (\(newDevice), \(ownerID), \(device.label), \(nowMs))",
-                logger: logger)
-            try await db.query(
-                "INSERT INTO refresh_families (id, device, created_at) VALUES (\(family), \(newDevice), \(nowMs))", logger: logger)
-            try await db.query(
-                "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (\(refreshTokenHash), \(family), \(nowMs), \(refreshExpiresAtMs))",
-                logger: logger)
-            return .paired(device)
+        try await transaction { [logger] db in
+            try await PairingSteps.poll(
+                PostgresPairingStatements(db: db, logger: logger), deviceCodeHash: deviceCodeHash, nowMs: nowMs, settings: settings,
+                newDevice: newDevice, refreshTokenHash: refreshTokenHash, refreshExpiresAtMs: refreshExpiresAtMs)
         }
     }
 
     public func lookUp(userCode: String, owner: Int64, address: String, nowMs: Int64) async throws -> CodeLookUp {
-        let logger = self.logger
-        return try await transaction { [self] db in
-            let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
-            if let wait = try await Self.limited(db, throttles, nowMs: nowMs, logger: logger) { return .limited(waitSeconds: wait) }
-            if let found = try await authorization(where: "user_code", is: userCode, on: db)?.authorization,
-                found.state == .pending, !found.isExpired(nowMs: nowMs)
-            {
-                var lookedUpBy: Int64?, wrong: Int64 = 0
-                for try await (by, count) in try await db.query(
-                    "SELECT looked_up_by, wrong_decisions FROM device_authorizations WHERE user_code = \(userCode)", logger: logger
-                ).decode((Int64?, Int64).self) { (lookedUpBy, wrong) = (by, count) }
-                if lookedUpBy == nil || lookedUpBy == owner {
-                    // Only the owner who saw this page first may decide the code.
-                    try await db.query(
-                        "UPDATE device_authorizations SET looked_up_by = \(owner) WHERE user_code = \(userCode)", logger: logger)
-                    return .pending(deviceName: found.deviceName, secondsLeft: found.secondsLeft(nowMs: nowMs))
-                }
-                // Another account typed a code someone already looked up: a guess against it.
-                let (guesses, locked) = CodeDecision.guessed(wrong: Int(wrong), pending: true)
-                let state = locked ? "denied" : "pending"
-                try await db.query(
-                    "UPDATE device_authorizations SET wrong_decisions = \(Int64(guesses)), state = \(state) WHERE user_code = \(userCode)",
-                    logger: logger)
-            }
-            try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
-            return .wrong
+        try await transaction { [logger] db in
+            try await PairingSteps.lookUp(
+                PostgresPairingStatements(db: db, logger: logger), userCode: userCode, owner: owner, address: address, nowMs: nowMs)
         }
     }
 
@@ -163,130 +63,34 @@ public final class PostgresPairingStore: PairingStore, OwnerStore {
         userCode: String, decision: DeviceAuthorization.Decision, owner: Int64, address: String,
         nowMs: Int64
     ) async throws -> CodeDecision {
-        let logger = self.logger
-        return try await transaction { [self] db in
-            let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
-            if let wait = try await Self.limited(db, throttles, nowMs: nowMs, logger: logger) { return .limited(waitSeconds: wait) }
-            guard case (let hash, var found)? = try await authorization(where: "user_code", is: userCode, on: db) else {
-                try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
-                return .wrong
-            }
-            var lookedUpBy: Int64?, wrong: Int64 = 0
-            for try await (by, count) in try await db.query(
-                "SELECT looked_up_by, wrong_decisions FROM device_authorizations WHERE device_code_hash = \(hash)", logger: logger
-            ).decode((Int64?, Int64).self) { (lookedUpBy, wrong) = (by, count) }
-            guard lookedUpBy == owner else {
-                // A decision on a code this owner never looked up: a guess against that code.
-                try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
-                let (guesses, locked) = CodeDecision.guessed(wrong: Int(wrong), pending: found.state == .pending)
-                let state = locked ? "denied" : Self.state(found.state).0
-                try await db.query(
-                    "UPDATE device_authorizations SET wrong_decisions = \(Int64(guesses)), state = \(state) WHERE device_code_hash = \(hash)",
-                    logger: logger)
-                return locked ? .locked : .wrong
-            }
-            guard found.decide(decision, nowMs: nowMs) == .decided else { return .gone }
-            let (state, approvedBy) = Self.state(found.state)
-            try await db.query(
-                "UPDATE device_authorizations SET state = \(state), owner = \(approvedBy) WHERE device_code_hash = \(hash)",
-                logger: logger)
-            return .decided
+        try await transaction { [logger] db in
+            try await PairingSteps.decide(
+                PostgresPairingStatements(db: db, logger: logger), userCode: userCode, decision: decision, owner: owner, address: address,
+                nowMs: nowMs)
         }
     }
 
     public func attempt(_ throttles: [Throttle], nowMs: Int64) async throws -> Int? {
-        let logger = self.logger
-        return try await transaction { db in
-            if let wait = try await Self.limited(db, throttles, nowMs: nowMs, logger: logger) { return wait }
-            try await Self.count(db, throttles.map(\.key), nowMs: nowMs, logger: logger)
-            return nil
+        try await transaction { [logger] db in
+            try await PairingSteps.attempt(PostgresPairingStatements(db: db, logger: logger), throttles, nowMs: nowMs)
         }
     }
 
     public func forgive(_ keys: [String], atMs: Int64) async throws {
-        let logger = self.logger
-        try await transaction { db in
-            for key in keys {
-                // One row: another try counted in the same millisecond stays counted.
-                try await db.query(
-                    "DELETE FROM code_entry_failures WHERE ctid = (SELECT ctid FROM code_entry_failures WHERE key = \(key) AND at = \(atMs) LIMIT 1)",
-                    logger: logger)
-            }
+        try await transaction { [logger] db in
+            try await PairingSteps.forgive(PostgresPairingStatements(db: db, logger: logger), keys, atMs: atMs)
         }
-    }
-
-    /// How long until a try is let through, if any key of `throttles` is over its limit now.
-    private static func limited(_ db: PostgresConnection, _ throttles: [Throttle], nowMs: Int64, logger: Logger) async throws -> Int? {
-        // Tries against one key are counted one transaction at a time, at every instance: a burst
-        // cannot all read the count before any of them adds to it.
-        try await db.query("SELECT pg_advisory_xact_lock(hashtext(\(throttles.first?.key ?? "")))", logger: logger)
-        try await db.query("DELETE FROM code_entry_failures WHERE at <= \(nowMs - CodeEntryLimiter.longestWindowMs)", logger: logger)
-        for throttle in throttles {
-            var tries: [Int64] = []
-            for try await at in try await db.query("SELECT at FROM code_entry_failures WHERE key = \(throttle.key)", logger: logger)
-                .decode(Int64.self)
-            { tries.append(at) }
-            if case .wait(let seconds) = throttle.limiter.verdict(failures: tries, nowMs: nowMs) { return seconds }
-        }
-        return nil
-    }
-
-    private static func count(_ db: PostgresConnection, _ keys: [String], nowMs: Int64, logger: Logger) async throws {
-        for key in keys { try await db.query("INSERT INTO code_entry_failures (key, at) VALUES (\(key), \(nowMs))", logger: logger) }
     }
 
     public func refresh(
         tokenHash: String, newTokenHash: String, nowMs: Int64, expiresAtMs: Int64,
         rules: RefreshTokenRules
     ) async throws -> RefreshResult {
-        let logger = self.logger
-        return try await transaction { db in
-            let rows = try await db.query(
-                """
-                SELECT t.family, t.spent_at, t.successor, t.expires_at, f.revoked_at, f.device,
-                    (SELECT s.spent_at FROM refresh_tokens s WHERE s.hash = t.successor), d.owner, d.label, d.paired_at, d.unpaired_at
-                FROM refresh_tokens t JOIN refresh_families f ON f.id = t.family LEFT JOIN paired_devices d ON d.device = f.device
-                WHERE t.hash = \(tokenHash) FOR UPDATE OF t, f
-                """, logger: logger)
-            var found: (String, Int64?, String?, Int64, Int64?, String, Int64?, Int64?, String?, Int64?, Int64?)?
-            for try await row in rows.decode((String, Int64?, String?, Int64, Int64?, String, Int64?, Int64?, String?, Int64?, Int64?).self)
-            {
-                found = row
-            }
-            guard let (family, spentAt, successor, expires, revoked, device, successorSpent, owner, label, pairedAt, unpaired) = found
-            else { return .refused }
-            let presented = RefreshTokenRules.Presented(
-                familyRevoked: revoked != nil || owner == nil || unpaired != nil, spentAtMs: spentAt,
-                successorUsed: successorSpent != nil, expiresAtMs: expires)
-            switch rules.judge(presented, nowMs: nowMs) {
-            case .refuse:
-                return .refused
-            case .reuse:
-                try await Self.revoke(db, family: family, device: device, nowMs: nowMs, logger: logger)
-                return .reused(device: device)
-            case .rotate:
-                try await db.query(
-                    "UPDATE refresh_tokens SET spent_at = \(nowMs), successor = \(newTokenHash) WHERE hash = \(tokenHash)", logger: logger)
-            case .retry:
-                // The same successor as the first time, or it is a copy that diverged: reuse.
-                guard successor == newTokenHash else {
-                    try await Self.revoke(db, family: family, device: device, nowMs: nowMs, logger: logger)
-                    return .reused(device: device)
-                }
-                return .rotated(PairedDevice(device: device, owner: owner ?? 0, label: label ?? "", pairedAtMs: pairedAt ?? 0))
-            }
-            try await db.query(
-                "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (\(newTokenHash), \(family), \(nowMs), \(expiresAtMs))",
-                logger: logger)
-            return .rotated(PairedDevice(device: device, owner: owner ?? 0, label: label ?? "", pairedAtMs: pairedAt ?? 0))
+        try await transaction { [logger] db in
+            try await PairingSteps.refresh(
+                PostgresPairingStatements(db: db, logger: logger), tokenHash: tokenHash, newTokenHash: newTokenHash, nowMs: nowMs,
+                expiresAtMs: expiresAtMs, rules: rules)
         }
-    }
-
-    /// Reuse seen: the family's tokens are refused, and the car is unpaired (as in SQLite's store).
-    private static func revoke(_ db: PostgresConnection, family: String, device: String, nowMs: Int64, logger: Logger) async throws {
-        try await db.query("UPDATE refresh_families SET revoked_at = \(nowMs) WHERE id = \(family)", logger: logger)
-        try await db.query(
-            "UPDATE paired_devices SET unpaired_at = \(nowMs) WHERE device = \(device) AND unpaired_at IS NULL", logger: logger)
     }
 
     public func pairedDevice(_ device: String) async throws -> PairedDevice? {
@@ -610,4 +414,177 @@ public struct PostgresSessionDriver: PersistDriver {
         try await store.client.query("DELETE FROM web_sessions WHERE key = \(WebSessionRows.storedKey(key))", logger: store.logger)
     }
 
+}
+
+/// Pairing's statements in PostgreSQL's dialect, on one connection inside one transaction. Rows
+/// two instances could act on at once are locked (`FOR UPDATE`), and the code-entry counts of a
+/// key are taken one transaction at a time (an advisory lock on the key).
+struct PostgresPairingStatements: PairingStatements {
+    let db: PostgresConnection
+    let logger: Logger
+
+    func deleteExpiredAuthorizations(nowMs: Int64) async throws {
+        try await db.query("DELETE FROM device_authorizations WHERE expires_at <= \(nowMs)", logger: logger)
+    }
+
+    func liveAuthorizations() async throws -> Int {
+        var live: Int64 = 0
+        for try await count in try await db.query("SELECT count(*) FROM device_authorizations", logger: logger).decode(Int64.self) {
+            live = count
+        }
+        return Int(live)
+    }
+
+    func insertAuthorization(deviceCodeHash: String, userCode: String, _ authorization: DeviceAuthorization) async throws -> Bool {
+        var stored = false
+        for try await _ in try await db.query(
+            """
+            INSERT INTO device_authorizations (device_code_hash, user_code, device_name, state, owner, issued_at, expires_at, interval_s)
+            VALUES (\(deviceCodeHash), \(userCode), \(authorization.deviceName), 'pending', NULL, \(authorization.issuedAtMs),
+                    \(authorization.expiresAtMs), \(Int64(authorization.intervalSeconds)))
+            ON CONFLICT (user_code) DO NOTHING RETURNING 1
+            """, logger: logger
+        ).decode(Int32.self) { stored = true }
+        return stored
+    }
+
+    func authorization(_ key: AuthorizationKey) async throws -> StoredAuthorization? {
+        let query: PostgresQuery =
+            switch key {
+            case .userCode(let code):
+                """
+                SELECT device_code_hash, state, owner, issued_at, expires_at, interval_s, last_polled_at, device_name, looked_up_by,
+                    wrong_decisions FROM device_authorizations WHERE user_code = \(code) FOR UPDATE
+                """
+            case .deviceCodeHash(let hash):
+                """
+                SELECT device_code_hash, state, owner, issued_at, expires_at, interval_s, last_polled_at, device_name, looked_up_by,
+                    wrong_decisions FROM device_authorizations WHERE device_code_hash = \(hash) FOR UPDATE
+                """
+            }
+        let rows = try await db.query(query, logger: logger)
+        for try await (hash, name, owner, issued, expires, interval, polled, deviceName, lookedUpBy, wrong)
+            in rows.decode((String, String, Int64?, Int64, Int64, Int64, Int64?, String, Int64?, Int64).self)
+        {
+            guard let state = PairingSteps.state(named: name, owner: owner) else { return nil }
+            return StoredAuthorization(
+                deviceCodeHash: hash,
+                authorization: DeviceAuthorization(
+                    state: state, issuedAtMs: issued, expiresAtMs: expires, intervalSeconds: Int(interval), lastPolledAtMs: polled,
+                    deviceName: deviceName),
+                lookedUpBy: lookedUpBy, wrongDecisions: Int(wrong))
+        }
+        return nil
+    }
+
+    func savePoll(deviceCodeHash: String, _ authorization: DeviceAuthorization) async throws {
+        try await db.query(
+            """
+            UPDATE device_authorizations SET state = \(PairingSteps.stateName(authorization.state)),
+                interval_s = \(Int64(authorization.intervalSeconds)), last_polled_at = \(authorization.lastPolledAtMs)
+                WHERE device_code_hash = \(deviceCodeHash)
+            """, logger: logger)
+    }
+
+    func saveDecision(deviceCodeHash: String, _ state: DeviceAuthorization.State) async throws {
+        try await db.query(
+            """
+            UPDATE device_authorizations SET state = \(PairingSteps.stateName(state)), owner = \(PairingSteps.owner(of: state))
+                WHERE device_code_hash = \(deviceCodeHash)
+            """, logger: logger)
+    }
+
+    func saveLookUp(deviceCodeHash: String, by owner: Int64) async throws {
+        try await db.query(
+            "UPDATE device_authorizations SET looked_up_by = \(owner) WHERE device_code_hash = \(deviceCodeHash)", logger: logger)
+    }
+
+    func saveGuesses(deviceCodeHash: String, wrong: Int, _ state: DeviceAuthorization.State) async throws {
+        try await db.query(
+            """
+            UPDATE device_authorizations SET wrong_decisions = \(Int64(wrong)), state = \(PairingSteps.stateName(state))
+                WHERE device_code_hash = \(deviceCodeHash)
+            """, logger: logger)
+    }
+
+    func insertPairing(_ device: PairedDevice, family: String, refreshTokenHash: String, refreshExpiresAtMs: Int64) async throws {
+        try await db.query(
+            """
+            INSERT INTO paired_devices (device, owner, label, paired_at)
+                VALUES (\(device.device), \(device.owner), \(device.label), \(device.pairedAtMs))
+            """, logger: logger)
+        try await db.query(
+            "INSERT INTO refresh_families (id, device, created_at) VALUES (\(family), \(device.device), \(device.pairedAtMs))",
+            logger: logger)
+        try await db.query(
+            """
+            INSERT INTO refresh_tokens (hash, family, issued_at, expires_at)
+                VALUES (\(refreshTokenHash), \(family), \(device.pairedAtMs), \(refreshExpiresAtMs))
+            """, logger: logger)
+    }
+
+    /// Tries against one key are counted one transaction at a time, at every instance.
+    func holdCodeEntries(key: String) async throws {
+        try await db.query("SELECT pg_advisory_xact_lock(hashtext(\(key)))", logger: logger)
+    }
+
+    func deleteCodeEntryFailures(atOrBeforeMs: Int64) async throws {
+        try await db.query("DELETE FROM code_entry_failures WHERE at <= \(atOrBeforeMs)", logger: logger)
+    }
+
+    func codeEntryFailures(key: String) async throws -> [Int64] {
+        var tries: [Int64] = []
+        for try await at in try await db.query("SELECT at FROM code_entry_failures WHERE key = \(key)", logger: logger).decode(Int64.self) {
+            tries.append(at)
+        }
+        return tries
+    }
+
+    func addCodeEntryFailure(key: String, atMs: Int64) async throws {
+        try await db.query("INSERT INTO code_entry_failures (key, at) VALUES (\(key), \(atMs))", logger: logger)
+    }
+
+    func forgiveCodeEntryFailure(key: String, atMs: Int64) async throws {
+        try await db.query(
+            "DELETE FROM code_entry_failures WHERE ctid = (SELECT ctid FROM code_entry_failures WHERE key = \(key) AND at = \(atMs) LIMIT 1)",
+            logger: logger)
+    }
+
+    func refreshToken(hash: String) async throws -> StoredRefreshToken? {
+        let rows = try await db.query(
+            """
+            SELECT t.family, t.spent_at, t.successor, t.expires_at, f.revoked_at, f.device,
+                (SELECT s.spent_at FROM refresh_tokens s WHERE s.hash = t.successor), d.owner, d.label, d.paired_at, d.unpaired_at
+            FROM refresh_tokens t JOIN refresh_families f ON f.id = t.family LEFT JOIN paired_devices d ON d.device = f.device
+            WHERE t.hash = \(hash) FOR UPDATE OF t, f
+            """, logger: logger)
+        for try await (family, spentAt, successor, expires, revoked, device, successorSpent, owner, label, pairedAt, unpaired)
+            in rows.decode((String, Int64?, String?, Int64, Int64?, String, Int64?, Int64?, String?, Int64?, Int64?).self)
+        {
+            return StoredRefreshToken(
+                family: family, successor: successor,
+                presented: RefreshTokenRules.Presented(
+                    familyRevoked: revoked != nil || owner == nil || unpaired != nil, spentAtMs: spentAt,
+                    successorUsed: successorSpent != nil, expiresAtMs: expires),
+                device: PairedDevice(device: device, owner: owner ?? 0, label: label ?? "", pairedAtMs: pairedAt ?? 0))
+        }
+        return nil
+    }
+
+    func spendRefreshToken(hash: String, successor: String, nowMs: Int64) async throws {
+        try await db.query("UPDATE refresh_tokens SET spent_at = \(nowMs), successor = \(successor) WHERE hash = \(hash)", logger: logger)
+    }
+
+    func insertRefreshToken(hash: String, family: String, issuedAtMs: Int64, expiresAtMs: Int64) async throws {
+        try await db.query(
+            "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (\(hash), \(family), \(issuedAtMs), \(expiresAtMs))",
+            logger: logger)
+    }
+
+    /// Reuse seen: the family's tokens are refused, and the car is unpaired (as in SQLite's store).
+    func revoke(family: String, device: String, nowMs: Int64) async throws {
+        try await db.query("UPDATE refresh_families SET revoked_at = \(nowMs) WHERE id = \(family)", logger: logger)
+        try await db.query(
+            "UPDATE paired_devices SET unpaired_at = \(nowMs) WHERE device = \(device) AND unpaired_at IS NULL", logger: logger)
+    }
 }

@@ -45,9 +45,6 @@ public final class SQLitePairingStore: PairingStore {
     /// Whether ``shutdown()`` closed the connection (SQLiteNIO must be closed once, before its end).
     private let closed = Mutex(false)
 
-    /// Live codes at most, across all addresses (a fleet pairs a handful at a time).
-    static let maxLiveAuthorizations = 10_000
-
     public func shutdown() async throws {
         guard
             closed.withLock({ closed in
@@ -72,30 +69,10 @@ public final class SQLitePairingStore: PairingStore {
         deviceCodeHash: String, deviceName: String, nowMs: Int64, settings: DeviceAuthorization.Settings,
         newUserCode: @escaping @Sendable () -> String
     ) async throws -> (userCode: String, authorization: DeviceAuthorization) {
-        let authorization = DeviceAuthorization(deviceName: deviceName, nowMs: nowMs, settings: settings)
-        return try await transaction { db in
-            // Codes of expired authorizations are free again.
-            _ = try await db.query("DELETE FROM device_authorizations WHERE expires_at <= ?", [.integer(Int(nowMs))])
-            // However many peers ask, the table holds at most this many live codes.
-            let live = try await db.query("SELECT count(*) AS n FROM device_authorizations").first?.column("n")?.integer ?? 0
-            guard live < Self.maxLiveAuthorizations else { throw PairingFull() }
-            // 10^9 codes and at most thousands live: a clash is rare, and the next code is tried.
-            for _ in 0..<16 {
-                let userCode = newUserCode()
-                let taken = try await db.query("SELECT 1 FROM device_authorizations WHERE user_code = ?", [.text(userCode)])
-                guard taken.isEmpty else { continue }
-                _ = try await db.query(
-                    """
-                    INSERT INTO device_authorizations (device_code_hash, user_code, device_name, state, owner, issued_at,
-                        expires_at, interval_s, last_polled_at) VALUES (?, ?, ?, 'pending', NULL, ?, ?, ?, NULL)
-                    """,
-                    [
-                        .text(deviceCodeHash), .text(userCode), .text(deviceName), .integer(Int(authorization.issuedAtMs)),
-                        .integer(Int(authorization.expiresAtMs)), .integer(authorization.intervalSeconds)
-                    ])
-                return (userCode, authorization)
-            }
-            throw LedgerError.unavailable("no free user code after 16 tries")
+        try await transaction { db in
+            try await PairingSteps.startAuthorization(
+                SQLitePairingStatements(db: db), deviceCodeHash: deviceCodeHash, deviceName: deviceName, nowMs: nowMs,
+                settings: settings, newUserCode: newUserCode)
         }
     }
 
@@ -104,58 +81,15 @@ public final class SQLitePairingStore: PairingStore {
         newDevice: String, refreshTokenHash: String, refreshExpiresAtMs: Int64
     ) async throws -> PairingPoll {
         try await transaction { db in
-            guard
-                let row = try await db.query(
-                    "SELECT * FROM device_authorizations WHERE device_code_hash = ?", [.text(deviceCodeHash)]
-                ).first,
-                var authorization = Self.authorization(row)
-            else { return .unknown }
-            let outcome = authorization.poll(nowMs: nowMs, settings: settings)
-            _ = try await db.query(
-                "UPDATE device_authorizations SET state = ?, interval_s = ?, last_polled_at = ? WHERE device_code_hash = ?",
-                [
-                    .text(Self.stateName(authorization.state)), .integer(authorization.intervalSeconds),
-                    authorization.lastPolledAtMs.map { .integer(Int($0)) } ?? .null, .text(deviceCodeHash)
-                ])
-            guard case .issue(let owner) = outcome else { return .outcome(outcome) }
-            let device = PairedDevice(device: newDevice, owner: owner, label: authorization.deviceName, pairedAtMs: nowMs)
-            _ = try await db.query(
-                "INSERT INTO paired_devices (device, owner, label, paired_at) VALUES (?, ?, ?, ?)",
-                [.text(device.device), .integer(Int(owner)), .text(device.label), .integer(Int(nowMs))])
-            let family = newDevice + "/" + String(nowMs)
-            _ = try await db.query(
-                "INSERT INTO refresh_families (id, device, created_at) VALUES (?, ?, ?)",
-                [.text(family), .text(device.device), .integer(Int(nowMs))])
-            _ = try await db.query(
-                "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (?, ?, ?, ?)",
-                [.text(refreshTokenHash), .text(family), .integer(Int(nowMs)), .integer(Int(refreshExpiresAtMs))])
-            return .paired(device)
+            try await PairingSteps.poll(
+                SQLitePairingStatements(db: db), deviceCodeHash: deviceCodeHash, nowMs: nowMs, settings: settings,
+                newDevice: newDevice, refreshTokenHash: refreshTokenHash, refreshExpiresAtMs: refreshExpiresAtMs)
         }
     }
 
     public func lookUp(userCode: String, owner: Int64, address: String, nowMs: Int64) async throws -> CodeLookUp {
         try await transaction { db in
-            let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
-            if let wait = try await Self.limited(db, throttles, nowMs: nowMs) { return .limited(waitSeconds: wait) }
-            if let row = try await db.query("SELECT * FROM device_authorizations WHERE user_code = ?", [.text(userCode)]).first,
-                let authorization = Self.authorization(row), authorization.state == .pending, !authorization.isExpired(nowMs: nowMs)
-            {
-                let lookedUpBy = row.column("looked_up_by")?.integer.map(Int64.init)
-                if lookedUpBy == nil || lookedUpBy == owner {
-                    // Only the owner who saw this page first may decide the code.
-                    _ = try await db.query(
-                        "UPDATE device_authorizations SET looked_up_by = ? WHERE user_code = ?",
-                        [.integer(Int(owner)), .text(userCode)])
-                    return .pending(deviceName: authorization.deviceName, secondsLeft: authorization.secondsLeft(nowMs: nowMs))
-                }
-                // Another account typed a code someone already looked up: a guess against it.
-                let (wrong, locked) = CodeDecision.guessed(wrong: row.column("wrong_decisions")?.integer ?? 0, pending: true)
-                _ = try await db.query(
-                    "UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE user_code = ?",
-                    [.integer(wrong), .text(locked ? "denied" : "pending"), .text(userCode)])
-            }
-            try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
-            return .wrong
+            try await PairingSteps.lookUp(SQLitePairingStatements(db: db), userCode: userCode, owner: owner, address: address, nowMs: nowMs)
         }
     }
 
@@ -164,69 +98,17 @@ public final class SQLitePairingStore: PairingStore {
         nowMs: Int64
     ) async throws -> CodeDecision {
         try await transaction { db in
-            let throttles = CodeEntryLimiter.pairing(owner: owner, address: address)
-            if let wait = try await Self.limited(db, throttles, nowMs: nowMs) { return .limited(waitSeconds: wait) }
-            guard let row = try await db.query("SELECT * FROM device_authorizations WHERE user_code = ?", [.text(userCode)]).first,
-                var authorization = Self.authorization(row), let hash = row.column("device_code_hash")?.string
-            else {
-                try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
-                return .wrong
-            }
-            guard row.column("looked_up_by")?.integer.map(Int64.init) == owner else {
-                // A decision on a code this owner never looked up: a guess against that code.
-                try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
-                let (wrong, locked) = CodeDecision.guessed(
-                    wrong: row.column("wrong_decisions")?.integer ?? 0,
-                    pending: authorization.state == .pending)
-                _ = try await db.query(
-                    "UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE device_code_hash = ?",
-                    [.integer(wrong), .text(locked ? "denied" : Self.stateName(authorization.state)), .text(hash)])
-                return locked ? .locked : .wrong
-            }
-            guard authorization.decide(decision, nowMs: nowMs) == .decided else { return .gone }
-            var approvedBy: SQLiteData = .null
-            if case .approved(let id) = authorization.state { approvedBy = .integer(Int(id)) }
-            _ = try await db.query(
-                "UPDATE device_authorizations SET state = ?, owner = ? WHERE device_code_hash = ?",
-                [.text(Self.stateName(authorization.state)), approvedBy, .text(hash)])
-            return .decided
+            try await PairingSteps.decide(
+                SQLitePairingStatements(db: db), userCode: userCode, decision: decision, owner: owner, address: address, nowMs: nowMs)
         }
     }
 
     public func attempt(_ throttles: [Throttle], nowMs: Int64) async throws -> Int? {
-        try await transaction { db in
-            if let wait = try await Self.limited(db, throttles, nowMs: nowMs) { return wait }
-            try await Self.count(db, throttles.map(\.key), nowMs: nowMs)
-            return nil
-        }
+        try await transaction { db in try await PairingSteps.attempt(SQLitePairingStatements(db: db), throttles, nowMs: nowMs) }
     }
 
     public func forgive(_ keys: [String], atMs: Int64) async throws {
-        try await transaction { db in
-            for key in keys {
-                // One row: another try counted in the same millisecond stays counted.
-                _ = try await db.query(
-                    "DELETE FROM code_entry_failures WHERE rowid = (SELECT rowid FROM code_entry_failures WHERE key = ? AND at = ? LIMIT 1)",
-                    [.text(key), .integer(Int(atMs))])
-            }
-        }
-    }
-
-    /// How long until a try is let through, if any key of `throttles` is over its limit now.
-    private static func limited(_ db: SQLiteConnection, _ throttles: [Throttle], nowMs: Int64) async throws -> Int? {
-        _ = try await db.query("DELETE FROM code_entry_failures WHERE at <= ?", [.integer(Int(nowMs - CodeEntryLimiter.longestWindowMs))])
-        for throttle in throttles {
-            let tries = try await db.query("SELECT at FROM code_entry_failures WHERE key = ?", [.text(throttle.key)])
-                .compactMap { $0.column("at")?.integer.map(Int64.init) }
-            if case .wait(let seconds) = throttle.limiter.verdict(failures: tries, nowMs: nowMs) { return seconds }
-        }
-        return nil
-    }
-
-    private static func count(_ db: SQLiteConnection, _ keys: [String], nowMs: Int64) async throws {
-        for key in keys {
-            _ = try await db.query("INSERT INTO code_entry_failures (key, at) VALUES (?, ?)", [.text(key), .integer(Int(nowMs))])
-        }
+        try await transaction { db in try await PairingSteps.forgive(SQLitePairingStatements(db: db), keys, atMs: atMs) }
     }
 
     public func refresh(
@@ -234,61 +116,10 @@ public final class SQLitePairingStore: PairingStore {
         rules: RefreshTokenRules
     ) async throws -> RefreshResult {
         try await transaction { db in
-            guard
-                let row = try await db.query(
-                    """
-                    SELECT t.family, t.spent_at, t.successor, t.expires_at, f.revoked_at, f.device,
-                        (SELECT s.spent_at FROM refresh_tokens s WHERE s.hash = t.successor) AS successor_spent,
-                        d.owner, d.label, d.paired_at, d.unpaired_at
-                    FROM refresh_tokens t JOIN refresh_families f ON f.id = t.family
-                    LEFT JOIN paired_devices d ON d.device = f.device
-                    WHERE t.hash = ?
-                    """, [.text(tokenHash)]
-                ).first,
-                let family = row.column("family")?.string, let device = row.column("device")?.string
-            else { return .refused }
-            let isPaired = row.column("owner")?.integer != nil && row.column("unpaired_at")?.integer == nil
-            let paired = PairedDevice(
-                device: device, owner: Int64(row.column("owner")?.integer ?? 0), label: row.column("label")?.string ?? "",
-                pairedAtMs: Int64(row.column("paired_at")?.integer ?? 0))
-            let presented = RefreshTokenRules.Presented(
-                familyRevoked: row.column("revoked_at")?.integer != nil || !isPaired,
-                spentAtMs: row.column("spent_at")?.integer.map(Int64.init),
-                successorUsed: row.column("successor_spent")?.integer != nil,
-                expiresAtMs: Int64(row.column("expires_at")?.integer ?? 0))
-            switch rules.judge(presented, nowMs: nowMs) {
-            case .refuse:
-                return .refused
-            case .reuse:
-                try await Self.revoke(db, family: family, device: device, nowMs: nowMs)
-                return .reused(device: device)
-            case .rotate:
-                _ = try await db.query(
-                    "UPDATE refresh_tokens SET spent_at = ?, successor = ? WHERE hash = ?",
-                    [.integer(Int(nowMs)), .text(newTokenHash), .text(tokenHash)])
-            case .retry:
-                // The same successor as the first time, or it is a copy that diverged: reuse.
-                guard row.column("successor")?.string == newTokenHash else {
-                    try await Self.revoke(db, family: family, device: device, nowMs: nowMs)
-                    return .reused(device: device)
-                }
-                return .rotated(paired)
-            }
-            _ = try await db.query(
-                "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (?, ?, ?, ?)",
-                [.text(newTokenHash), .text(family), .integer(Int(nowMs)), .integer(Int(expiresAtMs))])
-            return .rotated(paired)
+            try await PairingSteps.refresh(
+                SQLitePairingStatements(db: db), tokenHash: tokenHash, newTokenHash: newTokenHash, nowMs: nowMs,
+                expiresAtMs: expiresAtMs, rules: rules)
         }
-    }
-
-    /// Reuse seen: the family's tokens are refused, and the car is unpaired, so its access
-    /// tokens (the car's and the copy's) are refused at every instance too (``UnpairWatch``) and
-    /// its owner no longer sees it as paired.
-    private static func revoke(_ db: SQLiteConnection, family: String, device: String, nowMs: Int64) async throws {
-        _ = try await db.query("UPDATE refresh_families SET revoked_at = ? WHERE id = ?", [.integer(Int(nowMs)), .text(family)])
-        _ = try await db.query(
-            "UPDATE paired_devices SET unpaired_at = ? WHERE device = ? AND unpaired_at IS NULL",
-            [.integer(Int(nowMs)), .text(device)])
     }
 
     public func pairedDevice(_ device: String) async throws -> PairedDevice? {
@@ -321,36 +152,6 @@ public final class SQLitePairingStore: PairingStore {
                     displayName: $0.column("display_name")?.string ?? "")
             }
         }
-    }
-
-    // MARK: - Rows
-
-    private static func stateName(_ state: DeviceAuthorization.State) -> String {
-        switch state {
-        case .pending: "pending"
-        case .approved: "approved"
-        case .denied: "denied"
-        case .redeemed: "redeemed"
-        }
-    }
-
-    private static func authorization(_ row: SQLiteRow) -> DeviceAuthorization? {
-        let state: DeviceAuthorization.State
-        switch row.column("state")?.string {
-        case "pending": state = .pending
-        case "approved":
-            guard let owner = row.column("owner")?.integer else { return nil }
-            state = .approved(owner: Int64(owner))
-        case "denied": state = .denied
-        case "redeemed": state = .redeemed
-        default: return nil
-        }
-        guard let issued = row.column("issued_at")?.integer, let expires = row.column("expires_at")?.integer,
-            let interval = row.column("interval_s")?.integer, let name = row.column("device_name")?.string
-        else { return nil }
-        return DeviceAuthorization(
-            state: state, issuedAtMs: Int64(issued), expiresAtMs: Int64(expires), intervalSeconds: interval,
-            lastPolledAtMs: row.column("last_polled_at")?.integer.map(Int64.init), deviceName: name)
     }
 
     // MARK: - Transactions
@@ -426,3 +227,160 @@ actor Turns {
 
 /// Too many codes are waiting to be typed: ask again later.
 public struct PairingFull: Error {}
+
+/// Pairing's statements in SQLite's dialect, on the store's connection inside one of its
+/// transactions (which run one at a time, so nothing needs locking row by row).
+struct SQLitePairingStatements: PairingStatements {
+    let db: SQLiteConnection
+
+    func deleteExpiredAuthorizations(nowMs: Int64) async throws {
+        _ = try await db.query("DELETE FROM device_authorizations WHERE expires_at <= ?", [.integer(Int(nowMs))])
+    }
+
+    func liveAuthorizations() async throws -> Int {
+        try await db.query("SELECT count(*) AS n FROM device_authorizations").first?.column("n")?.integer ?? 0
+    }
+
+    func insertAuthorization(deviceCodeHash: String, userCode: String, _ authorization: DeviceAuthorization) async throws -> Bool {
+        let taken = try await db.query("SELECT 1 FROM device_authorizations WHERE user_code = ?", [.text(userCode)])
+        guard taken.isEmpty else { return false }
+        _ = try await db.query(
+            """
+            INSERT INTO device_authorizations (device_code_hash, user_code, device_name, state, owner, issued_at,
+                expires_at, interval_s, last_polled_at) VALUES (?, ?, ?, 'pending', NULL, ?, ?, ?, NULL)
+            """,
+            [
+                .text(deviceCodeHash), .text(userCode), .text(authorization.deviceName), .integer(Int(authorization.issuedAtMs)),
+                .integer(Int(authorization.expiresAtMs)), .integer(authorization.intervalSeconds)
+            ])
+        return true
+    }
+
+    func authorization(_ key: AuthorizationKey) async throws -> StoredAuthorization? {
+        let rows =
+            switch key {
+            case .deviceCodeHash(let hash):
+                try await db.query("SELECT * FROM device_authorizations WHERE device_code_hash = ?", [.text(hash)])
+            case .userCode(let code):
+                try await db.query("SELECT * FROM device_authorizations WHERE user_code = ?", [.text(code)])
+            }
+        guard let row = rows.first, let hash = row.column("device_code_hash")?.string,
+            let state = PairingSteps.state(named: row.column("state")?.string, owner: row.column("owner")?.integer.map(Int64.init)),
+            let issued = row.column("issued_at")?.integer, let expires = row.column("expires_at")?.integer,
+            let interval = row.column("interval_s")?.integer, let name = row.column("device_name")?.string
+        else { return nil }
+        return StoredAuthorization(
+            deviceCodeHash: hash,
+            authorization: DeviceAuthorization(
+                state: state, issuedAtMs: Int64(issued), expiresAtMs: Int64(expires), intervalSeconds: interval,
+                lastPolledAtMs: row.column("last_polled_at")?.integer.map(Int64.init), deviceName: name),
+            lookedUpBy: row.column("looked_up_by")?.integer.map(Int64.init), wrongDecisions: row.column("wrong_decisions")?.integer ?? 0)
+    }
+
+    func savePoll(deviceCodeHash: String, _ authorization: DeviceAuthorization) async throws {
+        _ = try await db.query(
+            "UPDATE device_authorizations SET state = ?, interval_s = ?, last_polled_at = ? WHERE device_code_hash = ?",
+            [
+                .text(PairingSteps.stateName(authorization.state)), .integer(authorization.intervalSeconds),
+                authorization.lastPolledAtMs.map { .integer(Int($0)) } ?? .null, .text(deviceCodeHash)
+            ])
+    }
+
+    func saveDecision(deviceCodeHash: String, _ state: DeviceAuthorization.State) async throws {
+        _ = try await db.query(
+            "UPDATE device_authorizations SET state = ?, owner = ? WHERE device_code_hash = ?",
+            [.text(PairingSteps.stateName(state)), PairingSteps.owner(of: state).map { .integer(Int($0)) } ?? .null, .text(deviceCodeHash)])
+    }
+
+    func saveLookUp(deviceCodeHash: String, by owner: Int64) async throws {
+        _ = try await db.query(
+            "UPDATE device_authorizations SET looked_up_by = ? WHERE device_code_hash = ?", [.integer(Int(owner)), .text(deviceCodeHash)])
+    }
+
+    func saveGuesses(deviceCodeHash: String, wrong: Int, _ state: DeviceAuthorization.State) async throws {
+        _ = try await db.query(
+            "UPDATE device_authorizations SET wrong_decisions = ?, state = ? WHERE device_code_hash = ?",
+            [.integer(wrong), .text(PairingSteps.stateName(state)), .text(deviceCodeHash)])
+    }
+
+    func insertPairing(_ device: PairedDevice, family: String, refreshTokenHash: String, refreshExpiresAtMs: Int64) async throws {
+        _ = try await db.query(
+            "INSERT INTO paired_devices (device, owner, label, paired_at) VALUES (?, ?, ?, ?)",
+            [.text(device.device), .integer(Int(device.owner)), .text(device.label), .integer(Int(device.pairedAtMs))])
+        _ = try await db.query(
+            "INSERT INTO refresh_families (id, device, created_at) VALUES (?, ?, ?)",
+            [.text(family), .text(device.device), .integer(Int(device.pairedAtMs))])
+        _ = try await db.query(
+            "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (?, ?, ?, ?)",
+            [.text(refreshTokenHash), .text(family), .integer(Int(device.pairedAtMs)), .integer(Int(refreshExpiresAtMs))])
+    }
+
+    /// `BEGIN IMMEDIATE` already holds the file's write lock for the whole transaction.
+    func holdCodeEntries(key: String) async throws {}
+
+    func deleteCodeEntryFailures(atOrBeforeMs: Int64) async throws {
+        _ = try await db.query("DELETE FROM code_entry_failures WHERE at <= ?", [.integer(Int(atOrBeforeMs))])
+    }
+
+    func codeEntryFailures(key: String) async throws -> [Int64] {
+        try await db.query("SELECT at FROM code_entry_failures WHERE key = ?", [.text(key)])
+            .compactMap { $0.column("at")?.integer.map(Int64.init) }
+    }
+
+    func addCodeEntryFailure(key: String, atMs: Int64) async throws {
+        _ = try await db.query("INSERT INTO code_entry_failures (key, at) VALUES (?, ?)", [.text(key), .integer(Int(atMs))])
+    }
+
+    func forgiveCodeEntryFailure(key: String, atMs: Int64) async throws {
+        _ = try await db.query(
+            "DELETE FROM code_entry_failures WHERE rowid = (SELECT rowid FROM code_entry_failures WHERE key = ? AND at = ? LIMIT 1)",
+            [.text(key), .integer(Int(atMs))])
+    }
+
+    func refreshToken(hash: String) async throws -> StoredRefreshToken? {
+        guard
+            let row = try await db.query(
+                """
+                SELECT t.family, t.spent_at, t.successor, t.expires_at, f.revoked_at, f.device,
+                    (SELECT s.spent_at FROM refresh_tokens s WHERE s.hash = t.successor) AS successor_spent,
+                    d.owner, d.label, d.paired_at, d.unpaired_at
+                FROM refresh_tokens t JOIN refresh_families f ON f.id = t.family
+                LEFT JOIN paired_devices d ON d.device = f.device
+                WHERE t.hash = ?
+                """, [.text(hash)]
+            ).first,
+            let family = row.column("family")?.string, let device = row.column("device")?.string
+        else { return nil }
+        let isPaired = row.column("owner")?.integer != nil && row.column("unpaired_at")?.integer == nil
+        return StoredRefreshToken(
+            family: family, successor: row.column("successor")?.string,
+            presented: RefreshTokenRules.Presented(
+                familyRevoked: row.column("revoked_at")?.integer != nil || !isPaired,
+                spentAtMs: row.column("spent_at")?.integer.map(Int64.init),
+                successorUsed: row.column("successor_spent")?.integer != nil,
+                expiresAtMs: Int64(row.column("expires_at")?.integer ?? 0)),
+            device: PairedDevice(
+                device: device, owner: Int64(row.column("owner")?.integer ?? 0), label: row.column("label")?.string ?? "",
+                pairedAtMs: Int64(row.column("paired_at")?.integer ?? 0)))
+    }
+
+    func spendRefreshToken(hash: String, successor: String, nowMs: Int64) async throws {
+        _ = try await db.query(
+            "UPDATE refresh_tokens SET spent_at = ?, successor = ? WHERE hash = ?", [.integer(Int(nowMs)), .text(successor), .text(hash)])
+    }
+
+    func insertRefreshToken(hash: String, family: String, issuedAtMs: Int64, expiresAtMs: Int64) async throws {
+        _ = try await db.query(
+            "INSERT INTO refresh_tokens (hash, family, issued_at, expires_at) VALUES (?, ?, ?, ?)",
+            [.text(hash), .text(family), .integer(Int(issuedAtMs)), .integer(Int(expiresAtMs))])
+    }
+
+    /// Reuse seen: the family's tokens are refused, and the car is unpaired, so its access
+    /// tokens (the car's and the copy's) are refused at every instance too (``UnpairWatch``) and
+    /// its owner no longer sees it as paired.
+    func revoke(family: String, device: String, nowMs: Int64) async throws {
+        _ = try await db.query("UPDATE refresh_families SET revoked_at = ? WHERE id = ?", [.integer(Int(nowMs)), .text(family)])
+        _ = try await db.query(
+            "UPDATE paired_devices SET unpaired_at = ? WHERE device = ? AND unpaired_at IS NULL", [.integer(Int(nowMs)), .text(device)])
+    }
+}
