@@ -4,8 +4,9 @@ import Logging
 import PostgresNIO
 import ServiceLifecycle
 
-/// Pairings, owners, web sessions and purchases in the fleet's PostgreSQL ledger, the same rules
-/// as ``SQLitePairingStore``: one transaction per step, rows locked (`FOR UPDATE`) where two
+/// Pairings, owners, web sessions and purchases in the fleet's PostgreSQL ledger. Pairing's steps
+/// are ``SQLitePairingStore``'s (``PairingSteps``), on statements of this dialect
+/// (``PostgresPairingStatements``): one transaction per step, rows locked (`FOR UPDATE`) where two
 /// instances could act on the same authorization, token or payment at once. Its tables are made
 /// with the ledger's (``PostgresSchema``), in the same transaction under the same advisory lock.
 public final class PostgresPairingStore: PairingStore, OwnerStore {

@@ -9,7 +9,8 @@ import Synchronization
 /// connection a charge could land inside it (and be rolled back with it after being
 /// acknowledged). Transactions on this connection run one at a time, in arrival order;
 /// `BEGIN IMMEDIATE` takes the file's write lock first, so a second server on the same file (or
-/// `guidance-server owner add`) waits its turn instead of failing half way.
+/// `guidance-server owner add`) waits its turn instead of failing half way. Each step is
+/// ``PairingSteps``, on ``SQLitePairingStatements``.
 public final class SQLitePairingStore: PairingStore {
     let connection: SQLiteConnection
     private let turns = Turns()
