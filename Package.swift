@@ -345,6 +345,7 @@ let package = Package(
             dependencies: [
                 "Agent", "HAL", "UTC", "GuidanceProtocol", "GuidanceServer", "ConfigSupport", "TestSupport", "RoadScene",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -72,6 +72,20 @@ import TestSupport
         return guess == code ? String(format: "%09d", (i * 7_919 + 2) % 1_000_000_000) : guess
     }
 
+    /// A car's name reaches the approval page without direction overrides, isolates, invisible
+    /// format characters or controls: a name cannot make the page show the owner other text than
+    /// the car sent.
+    @Test func aCarsNameCannotReorderTheApprovalPage() async throws {
+        let server = try await Self.server()
+        let car = try await Self.waitingCar(server, name: "Ana\u{202E}nav\u{2066}x\u{2069}\u{200B}\u{0007}end")
+        let owner = try await Self.signedIn(server, "ana@example.org", address: "198.51.100.20")
+        let pair = try await owner.get("/pair")
+        let page = try await owner.submit("/pair", from: pair, ["code": car.userCode])
+        #expect(page.status == 200, "\(page.status)")
+        #expect(page.body.contains("Ananavx end"), "\(page.body)")
+        #expect(!page.body.unicodeScalars.contains { [0x202E, 0x2066, 0x2069, 0x200B, 0x07].contains($0.value) })
+    }
+
     /// Audit finding 2: after the wrong-code limit on `/pair`, `/pair/decide` kept taking guesses
     /// (200 answered 410, none logged) and then approved a stranger's car. Now every route that
     /// takes a code counts against the same limits, and only a code this owner looked up can be

@@ -4,6 +4,7 @@ import Hummingbird
 @testable import GuidanceServer
 import Logging
 import NIOPosix
+import PostgresNIO
 import ServiceLifecycle
 import Testing
 import TestSupport
@@ -322,6 +323,33 @@ import TestSupport
             try await two.forgive(["k"], atMs: t0)
             #expect(try await one.attempt([Throttle("k", CodeEntryLimiter(maxFailures: 1, windowMs: 60_000))], nowMs: t0 + 1) == nil)
             #expect(try await one.attempt([Throttle("k", CodeEntryLimiter(maxFailures: 1, windowMs: 60_000))], nowMs: t0 + 2) == 60)
+        }
+    }
+
+    /// Tries from different owners share their address's key, so counting a try on PostgreSQL
+    /// holds every key of its throttles until its transaction ends, not only the first (the
+    /// owner's): while one instance counts, another cannot take the address's key, nor the owner's,
+    /// and can take a key the try does not name.
+    @Test func countingATryHoldsEveryKeyOnPostgreSQL() async throws {
+        try await withTwo(.postgres) { one, two, _ in
+            let counting = try #require(one as? PostgresPairingStore)
+            let other = try #require(two as? PostgresPairingStore)
+            let keys = ["pair-owner:1", "pair-address:198.51.100.9"]
+            let taken = try await counting.transaction { db in
+                try await PostgresPairingStatements(db: db, logger: counting.logger).holdCodeEntries(keys: keys)
+                var taken: [String: Bool] = [:]
+                for key in keys + ["pair-owner:2"] {
+                    taken[key] = try await other.transaction { db in
+                        var free = false
+                        for try await got in try await db.query(
+                            "SELECT pg_try_advisory_xact_lock(hashtext(\(key)))", logger: other.logger
+                        ).decode(Bool.self) { free = got }
+                        return !free
+                    }
+                }
+                return taken
+            }
+            #expect(taken == ["pair-owner:1": true, "pair-address:198.51.100.9": true, "pair-owner:2": false], "\(taken)")
         }
     }
 

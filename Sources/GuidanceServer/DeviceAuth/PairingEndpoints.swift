@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import GuidanceProtocol
 import Hummingbird
 import Logging
 import NIOCore
@@ -86,10 +87,10 @@ struct PairingEndpoints: Sendable {
             $0.count <= 255 && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "-.:[]".contains($0)) } ? $0 : nil
         }
         let verificationURI = self.verificationURI ?? "\(scheme)://\(safeHost ?? "localhost")/pair"
-        // The device's own name, shown on the approval page: printable, at most 64 characters.
-        let name = String(
-            (form["device_name"] ?? "").filter { !$0.isNewline && $0.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f } }
-                .prefix(64))
+        // The device's own name, shown on the approval page: printable, at most 64 characters, and
+        // without direction overrides or isolates, which could make the page show the owner other
+        // text than the car sent (``GuidanceText/clean(_:)``).
+        let name = String(GuidanceText.clean(form["device_name"] ?? "").prefix(64)).trimmingCharacters(in: .whitespaces)
         var generator = SystemRandomNumberGenerator()
         let deviceCode = DeviceCodes.newDeviceCode(using: &generator)
         let nowMs = now()

@@ -21,9 +21,10 @@ protocol PairingStatements: Sendable {
     /// A new pairing: the device, its refresh family `family` and the family's first token.
     func insertPairing(_ device: PairedDevice, family: String, refreshTokenHash: String, refreshExpiresAtMs: Int64) async throws
 
-    /// Holds the code-entry counts of `key` until the transaction ends, where the dialect needs
-    /// it (several instances count at once); nothing where transactions already run one at a time.
-    func holdCodeEntries(key: String) async throws
+    /// Holds the code-entry counts of every one of `keys` until the transaction ends, where the
+    /// dialect needs it (several instances count at once); nothing where transactions already
+    /// run one at a time.
+    func holdCodeEntries(keys: [String]) async throws
     /// Forgets wrong entries at or before `beforeMs`.
     func deleteCodeEntryFailures(atOrBeforeMs: Int64) async throws
     func codeEntryFailures(key: String) async throws -> [Int64]
@@ -163,8 +164,9 @@ enum PairingSteps {
     /// How long until a try is let through, if any key of `throttles` is over its limit now.
     static func limited(_ db: some PairingStatements, _ throttles: [Throttle], nowMs: Int64) async throws -> Int? {
         // Tries against one key are counted one transaction at a time: a burst cannot all read
-        // the count before any of them adds to it.
-        try await db.holdCodeEntries(key: throttles.first?.key ?? "")
+        // the count before any of them adds to it. Every key: tries from different owners share
+        // their address's key.
+        try await db.holdCodeEntries(keys: throttles.map(\.key))
         try await db.deleteCodeEntryFailures(atOrBeforeMs: nowMs - CodeEntryLimiter.longestWindowMs)
         for throttle in throttles {
             let tries = try await db.codeEntryFailures(key: throttle.key)

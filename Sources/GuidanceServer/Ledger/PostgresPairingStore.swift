@@ -418,8 +418,8 @@ public struct PostgresSessionDriver: PersistDriver {
 }
 
 /// Pairing's statements in PostgreSQL's dialect, on one connection inside one transaction. Rows
-/// two instances could act on at once are locked (`FOR UPDATE`), and the code-entry counts of a
-/// key are taken one transaction at a time (an advisory lock on the key).
+/// two instances could act on at once are locked (`FOR UPDATE`), and the code-entry counts of
+/// each key are taken one transaction at a time (an advisory lock on each key).
 struct PostgresPairingStatements: PairingStatements {
     let db: PostgresConnection
     let logger: Logger
@@ -524,9 +524,15 @@ struct PostgresPairingStatements: PairingStatements {
             """, logger: logger)
     }
 
-    /// Tries against one key are counted one transaction at a time, at every instance.
-    func holdCodeEntries(key: String) async throws {
-        try await db.query("SELECT pg_advisory_xact_lock(hashtext(\(key)))", logger: logger)
+    /// Tries against one key are counted one transaction at a time, at every instance: an advisory
+    /// lock on each key's hash, taken in the order of the hashes, so two transactions that share
+    /// keys take them in the same order and cannot wait on each other.
+    func holdCodeEntries(keys: [String]) async throws {
+        var hashes: [Int64] = []
+        for try await hash in try await db.query(
+            "SELECT DISTINCT hashtext(key)::bigint AS h FROM unnest(\(keys)::text[]) AS key ORDER BY h", logger: logger
+        ).decode(Int64.self) { hashes.append(hash) }
+        for hash in hashes { try await db.query("SELECT pg_advisory_xact_lock(\(hash))", logger: logger) }
     }
 
     func deleteCodeEntryFailures(atOrBeforeMs: Int64) async throws {

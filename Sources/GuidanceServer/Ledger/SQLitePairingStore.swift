@@ -317,7 +317,7 @@ struct SQLitePairingStatements: PairingStatements {
     }
 
     /// `BEGIN IMMEDIATE` already holds the file's write lock for the whole transaction.
-    func holdCodeEntries(key: String) async throws {}
+    func holdCodeEntries(keys: [String]) async throws {}
 
     func deleteCodeEntryFailures(atOrBeforeMs: Int64) async throws {
         _ = try await db.query("DELETE FROM code_entry_failures WHERE at <= ?", [.integer(Int(atOrBeforeMs))])
