@@ -58,7 +58,7 @@ public enum ClientMessage: Sendable, Equatable {
             guard seqs.count <= Self.maxSeqs, seqs.allSatisfy({ (0...Int(Int32.max)).contains($0) }) else {
                 return "seqs must be at most \(Self.maxSeqs) numbers within 0…\(Int32.max)"
             }
-            guard let start = Self.time(from), let end = Self.time(to), let first = Self.time(at) else {
+            guard let start = Date(rfc3339: from), let end = Date(rfc3339: to), let first = Date(rfc3339: at) else {
                 return "at, from and to must be RFC 3339 times"
             }
             guard start <= first, first <= end, end.timeIntervalSince(start) <= Self.maxWindowSeconds else {
@@ -66,9 +66,6 @@ public enum ClientMessage: Sendable, Equatable {
             }
             return nil
         }
-
-        /// `2026-11-26T07:50:01.123Z` (milliseconds optional, UTC only).
-        static func time(_ text: String) -> Date? { Date(rfc3339: text) }
     }
 
     public struct Auth: Codable, Sendable, Equatable {

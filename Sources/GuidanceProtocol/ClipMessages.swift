@@ -1,4 +1,5 @@
 import Foundation
+import UTC
 
 extension ClientMessage {
     /// An event's evidence the car uploads for its owner (additive): what happened, and the
@@ -75,7 +76,7 @@ extension ClientMessage {
                 return "a clip id must be 1 to \(Self.maxIDLength) letters, digits, '.', '_' or '-', not starting with '.'"
             }
             guard Self.kinds.contains(kind) else { return "kind must be one of \(Self.kinds.sorted().joined(separator: ", "))" }
-            guard let start = Incident.time(from), let end = Incident.time(to), let trigger = Incident.time(at) else {
+            guard let start = Date(rfc3339: from), let end = Date(rfc3339: to), let trigger = Date(rfc3339: at) else {
                 return "at, from and to must be RFC 3339 UTC times"
             }
             guard start <= trigger, trigger <= end, end.timeIntervalSince(start) <= Self.maxWindowSeconds else {

@@ -38,12 +38,9 @@ public struct UTCTime: Sendable, Equatable {
         func number(_ range: Range<Int>) -> Int? { Self.number(bytes[range]) }
         guard let year = number(0..<4), let month = number(4..<6), let day = number(6..<8),
             let hour = number(9..<11), let minute = number(11..<13), let second = number(13..<15),
-            let millisecond = number(16..<19),
-            (1...12).contains(month), (1...Self.daysIn(month: month, year: year)).contains(day),
-            hour < 24, minute < 60, second < 60
+            let millisecond = number(16..<19)
         else { return nil }
-        (self.year, self.month, self.day) = (year, month, day)
-        (self.hour, self.minute, self.second, self.millisecond) = (hour, minute, second, millisecond)
+        self.init(year: year, month: month, day: day, hour: hour, minute: minute, second: second, millisecond: millisecond)
     }
 
     /// Parses RFC 3339 in UTC, `2026-11-22T04:17:17.569Z`: seconds with an optional fraction of 1
@@ -66,9 +63,15 @@ public struct UTCTime: Sendable, Equatable {
         }
         guard let year = Self.number(bytes[0..<4]), let month = Self.number(bytes[5..<7]),
             let day = Self.number(bytes[8..<10]), let hour = Self.number(bytes[11..<13]),
-            let minute = Self.number(bytes[14..<16]), let second = Self.number(bytes[17..<19]),
-            (1...12).contains(month), (1...Self.daysIn(month: month, year: year)).contains(day),
-            hour < 24, minute < 60, second < 60
+            let minute = Self.number(bytes[14..<16]), let second = Self.number(bytes[17..<19])
+        else { return nil }
+        self.init(year: year, month: month, day: day, hour: hour, minute: minute, second: second, millisecond: millisecond)
+    }
+
+    /// The fields as parsed, if they name a day of the calendar and a time of that day (no leap
+    /// second); what both parsers check.
+    private init?(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int, millisecond: Int) {
+        guard (1...12).contains(month), (1...Self.daysIn(month: month, year: year)).contains(day), hour < 24, minute < 60, second < 60
         else { return nil }
         (self.year, self.month, self.day) = (year, month, day)
         (self.hour, self.minute, self.second, self.millisecond) = (hour, minute, second, millisecond)

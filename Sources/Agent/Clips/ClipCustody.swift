@@ -124,10 +124,7 @@ public struct ClipCustody: Sendable {
         guard let first = segments.first(where: { paths[$0.name] != nil }) else { return nil }
         let start = min(from, first.capturedAt)
         let triggerMs = Int((at.timeIntervalSince(start) * 1000).rounded())
-        let track = gps.suffix(ClientMessage.Clip.maxPositions).map {
-            GPSPosition(
-                t: $0.t, mode: $0.mode, lat: $0.lat, lon: $0.lon, alt: $0.alt, speed: $0.speed, track: $0.track)
-        }
+        let track = Array(gps.suffix(ClientMessage.Clip.maxPositions))
         let clip = ClientMessage.Clip(
             id: id, kind: kind, at: UTCTime(at).rfc3339, from: UTCTime(from).rfc3339, to: UTCTime(max(to, at)).rfc3339, clock: clock,
             peakG: peakG, triggerMs: (0...Int(ClientMessage.Clip.maxWindowSeconds) * 1000).contains(triggerMs) ? triggerMs : nil,

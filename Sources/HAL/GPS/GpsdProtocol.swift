@@ -60,7 +60,7 @@ public enum GpsdReport: Sendable, Equatable {
                 value = .error(String((text(.message) ?? "").prefix(200)))
             case "TPV":
                 let mode = integer(.mode).flatMap { (0...3).contains($0) ? $0 : nil } ?? 0
-                var fix = GPSFix(mode: mode, time: text(.time).flatMap(GpsdReport.time))
+                var fix = GPSFix(mode: mode, time: text(.time).flatMap { Date(rfc3339: $0) })
                 fix.lat = number(.lat, in: -90...90)
                 fix.lon = number(.lon, in: -180...180)
                 fix.altitude =
@@ -73,9 +73,6 @@ public enum GpsdReport: Sendable, Equatable {
             }
         }
     }
-
-    /// `2026-11-26T08:10:11.000Z` (fraction optional).
-    static func time(_ text: String) -> Date? { Date(rfc3339: text) }
 }
 
 /// Cuts gpsd's stream into lines, each at most ``maxLine`` bytes: a longer one (gpsd's are a few
