@@ -1,4 +1,4 @@
-import Agent
+@testable import Agent
 import ConfigSupport
 import Foundation
 import GuidanceProtocol

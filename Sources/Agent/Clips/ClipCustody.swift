@@ -18,11 +18,6 @@ public struct ClipCustody: Sendable {
         public var clip: ClientMessage.Clip
         /// By file name.
         public var paths: [String: String]
-
-        public init(clip: ClientMessage.Clip, paths: [String: String]) {
-            self.clip = clip
-            self.paths = paths
-        }
     }
 
     public static let folder = StoredSegment.protectedFolder + "/uploads"

@@ -14,13 +14,6 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var state: String
         public var segments = 0
         public var droppedFrames = 0
-
-        public init(source: String, format: String, fps: Int, state: String) {
-            self.source = source
-            self.format = format
-            self.fps = fps
-            self.state = state
-        }
     }
 
     public struct UplinkStatus: Codable, Sendable, Equatable {
@@ -82,21 +75,11 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var cutOff = 0
         public var replaced = 0
         public var failures = 0
-
-        public init(output: String, locale: String) {
-            self.output = output
-            self.locale = locale
-        }
     }
 
     public struct HapticsStatus: Codable, Sendable, Equatable {
         public var line: String
         public var released: Bool
-
-        public init(line: String, released: Bool) {
-            self.line = line
-            self.released = released
-        }
     }
 
     /// Local guidance (``LocalGuidance.StateMachine``): the device's own checks while no server guides.

@@ -1,8 +1,8 @@
 import Foundation
 import GuidanceProtocol
 import Synchronization
-public import HAL
-public import Logging
+import HAL
+import Logging
 public import ServiceLifecycle
 
 /// The GPS's part of the agent: runs the gpsd client (``GpsdClient``), puts every fix into the
@@ -14,13 +14,6 @@ public struct GPSService: Service {
     let track: GPSTrackStore
     let board: StatusBoard
     let logger: Logger
-
-    public init(receiver: any GPSReceiver, track: GPSTrackStore, board: StatusBoard, logger: Logger) {
-        self.receiver = receiver
-        self.track = track
-        self.board = board
-        self.logger = logger
-    }
 
     /// What the log hears of a receiver's changes and of a peer's bad lines: at most one line per
     /// kind a while, the next one telling how many were left out. `status` always has the state.

@@ -20,12 +20,6 @@ public struct IncidentService: Service {
         public var detector: IncidentDetector.Settings
         public var hz: Int
         public var segmentSeconds: Int
-
-        public init(detector: IncidentDetector.Settings, hz: Int, segmentSeconds: Int) {
-            self.detector = detector
-            self.hz = hz
-            self.segmentSeconds = segmentSeconds
-        }
     }
 
     /// Incidents `status` lists, newest first, and `incidents.json` keeps.

@@ -20,12 +20,6 @@ extension LocalGuidance {
             public var enabled: Bool
             public var offlineAfter: Duration
             public var repeatAfter: Duration
-
-            public init(enabled: Bool, offlineAfter: Duration, repeatAfter: Duration) {
-                self.enabled = enabled
-                self.offlineAfter = offlineAfter
-                self.repeatAfter = repeatAfter
-            }
         }
 
         public enum Reason: String, Sendable, Equatable {

@@ -14,14 +14,6 @@ public enum DevicePairing {
         public var refreshToken: String
         /// Seconds the access token is good for from when it was received.
         public var expiresIn: Int
-
-        public init(deviceId: String, ownerName: String, accessToken: String, refreshToken: String, expiresIn: Int) {
-            self.deviceId = deviceId
-            self.ownerName = ownerName
-            self.accessToken = accessToken
-            self.refreshToken = refreshToken
-            self.expiresIn = expiresIn
-        }
     }
 
     /// What the server said to one poll of its token endpoint.

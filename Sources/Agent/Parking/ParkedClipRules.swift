@@ -12,16 +12,10 @@ public struct ParkedClipRules: Sendable {
     public struct Settings: Sendable, Equatable {
         public var preRollNs: UInt64
         public var afterNs: UInt64
-        public var maxLengthNs: UInt64
+        public var maxLengthNs: UInt64 = 60_000_000_000
 
         /// The length of the segment a clip is written as: a clip is one segment, one GOP.
         public var clipSegmentSeconds: Int { Int(maxLengthNs / 1_000_000_000) + 1 }
-
-        public init(preRollNs: UInt64, afterNs: UInt64, maxLengthNs: UInt64 = 60_000_000_000) {
-            self.preRollNs = preRollNs
-            self.afterNs = afterNs
-            self.maxLengthNs = maxLengthNs
-        }
     }
 
     public enum Decision: Sendable, Equatable {

@@ -25,11 +25,6 @@ public struct ParkingRules: Sendable {
     public struct Settings: Sendable, Equatable {
         public var debounceNs: UInt64
         public var delayNs: UInt64
-
-        public init(debounceNs: UInt64, delayNs: UInt64) {
-            self.debounceNs = debounceNs
-            self.delayNs = delayNs
-        }
     }
 
     public let settings: Settings

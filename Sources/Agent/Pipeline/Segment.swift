@@ -47,11 +47,6 @@ public struct SegmentParkingEvent: Codable, Sendable, Equatable {
     public var trigger: String
     /// From the clip's first frame to the trigger, in ms: the pre-roll the clip holds.
     public var triggerOffsetMs: Int
-
-    public init(trigger: String, triggerOffsetMs: Int) {
-        self.trigger = trigger
-        self.triggerOffsetMs = triggerOffsetMs
-    }
 }
 
 /// The wall clock a segment was dated by.
@@ -63,11 +58,5 @@ public struct SegmentClockState: Codable, Sendable, Equatable {
     public var source: String
     /// The clock was stepped by this many seconds before this segment began (NTP arriving after
     /// boot, a GPS fix setting it): the segment is dated on a new timeline.
-    public var steppedSeconds: Double?
-
-    public init(synced: Bool?, source: String, steppedSeconds: Double? = nil) {
-        self.synced = synced
-        self.source = source
-        self.steppedSeconds = steppedSeconds
-    }
+    public var steppedSeconds: Double? = nil
 }

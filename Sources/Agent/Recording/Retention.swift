@@ -12,12 +12,6 @@ public struct Retention: Sendable, Equatable {
     public var protectedMaxBytes: Int64
     public var minFreeBytes: Int64
 
-    public init(maxBytes: Int64?, protectedMaxBytes: Int64, minFreeBytes: Int64) {
-        self.maxBytes = maxBytes
-        self.protectedMaxBytes = protectedMaxBytes
-        self.minFreeBytes = minFreeBytes
-    }
-
     /// The segments to delete, in order, before `incoming` more bytes are written (as a protected
     /// segment or not), given what is stored (oldest first) and the disk's free bytes (nil: unknown).
     public func victims(

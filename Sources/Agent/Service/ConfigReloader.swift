@@ -1,7 +1,7 @@
 import ConfigSupport
 public import Logging
 public import ServiceLifecycle
-public import UnixSignals
+import UnixSignals
 
 extension AgentConfig {
     /// Keys SIGHUP applies while the agent runs; a change to any other key is logged as needing a
@@ -84,11 +84,6 @@ public struct ConfigReloadService: Service {
     let reloader: ConfigReloader
     /// Trapped before anything starts: SIGHUP's default would end the agent.
     let hangups: UnixSignalsSequence
-
-    public init(reloader: ConfigReloader, hangups: UnixSignalsSequence) {
-        self.reloader = reloader
-        self.hangups = hangups
-    }
 
     public func run() async {
         var reloader = reloader

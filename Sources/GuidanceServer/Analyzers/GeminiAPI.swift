@@ -88,11 +88,6 @@ public struct ModelTokens: Sendable, Equatable {
     public var input: Int
     public var output: Int
 
-    public init(input: Int, output: Int) {
-        self.input = input
-        self.output = output
-    }
-
     /// A token count from a service's JSON: a non-negative integer below 2^31, else 0.
     static func count(_ value: Any?) -> Int {
         guard let number = value as? NSNumber else { return 0 }

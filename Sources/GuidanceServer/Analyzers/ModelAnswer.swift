@@ -12,13 +12,6 @@ public struct ModelAnswer: Codable, Sendable, Equatable {
     public var text: String
     public var hazards: [String]
 
-    public init(clear: Bool, priority: ServerMessage.Priority, text: String, hazards: [String]) {
-        self.clear = clear
-        self.priority = priority
-        self.text = text
-        self.hazards = hazards
-    }
-
     /// Longest text passed on to the driver's speaker; a model that rambles is cut here.
     public static let maxTextCharacters = GuidanceText.maxCharacters
 

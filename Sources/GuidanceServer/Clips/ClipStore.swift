@@ -58,14 +58,7 @@ public struct ClipShare: Codable, Sendable, Equatable {
     public var id: String
     public var createdAtMs: Int64
     public var expiresAtMs: Int64
-    public var revoked: Bool
-
-    public init(id: String, createdAtMs: Int64, expiresAtMs: Int64, revoked: Bool = false) {
-        self.id = id
-        self.createdAtMs = createdAtMs
-        self.expiresAtMs = expiresAtMs
-        self.revoked = revoked
-    }
+    public var revoked: Bool = false
 
     public func isLive(nowMs: Int64) -> Bool { !revoked && nowMs < expiresAtMs }
 }

@@ -41,11 +41,6 @@ public struct CodeEntryLimiter: Sendable, Equatable {
         ]
     }
 
-    public init(maxFailures: Int, windowMs: Int64) {
-        self.maxFailures = maxFailures
-        self.windowMs = windowMs
-    }
-
     public enum Verdict: Sendable, Equatable {
         case allowed
         /// Refused until the oldest failure in the window leaves it.

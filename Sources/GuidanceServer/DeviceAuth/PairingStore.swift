@@ -127,13 +127,6 @@ public struct PairedDevice: Sendable, Equatable {
     /// What the car called itself; the owner may rename it.
     public var label: String
     public var pairedAtMs: Int64
-
-    public init(device: String, owner: Int64, label: String, pairedAtMs: Int64) {
-        self.device = device
-        self.owner = owner
-        self.label = label
-        self.pairedAtMs = pairedAtMs
-    }
 }
 
 public struct Owner: Sendable, Equatable {

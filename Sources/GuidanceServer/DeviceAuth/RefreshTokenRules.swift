@@ -22,13 +22,6 @@ public struct RefreshTokenRules: Sendable, Equatable {
         /// Its successor has itself been used (spent), so the device did receive it.
         public var successorUsed: Bool
         public var expiresAtMs: Int64
-
-        public init(familyRevoked: Bool, spentAtMs: Int64?, successorUsed: Bool, expiresAtMs: Int64) {
-            self.familyRevoked = familyRevoked
-            self.spentAtMs = spentAtMs
-            self.successorUsed = successorUsed
-            self.expiresAtMs = expiresAtMs
-        }
     }
 
     public enum Verdict: Sendable, Equatable {

@@ -20,9 +20,4 @@ public struct SupersededSession: Sendable, Equatable {
     public var session: String
     /// The epoch of the lease that replaced it.
     public var byEpoch: Int64
-    public init(device: String, session: String, byEpoch: Int64) {
-        self.device = device
-        self.session = session
-        self.byEpoch = byEpoch
-    }
 }

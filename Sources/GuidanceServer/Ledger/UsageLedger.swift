@@ -35,16 +35,7 @@ public struct UsageCharge: Sendable, Equatable {
     public var seconds: Int
     /// The session's lease epoch, when sessions are leased (several instances): a charge from a
     /// session whose device has since been leased again is refused with ``LedgerError/fenced``.
-    public var fence: LeaseFence?
-
-    public init(device: String, stream: String, seq: Int, sha256: String, seconds: Int, fence: LeaseFence? = nil) {
-        self.device = device
-        self.stream = stream
-        self.seq = seq
-        self.sha256 = sha256
-        self.seconds = seconds
-        self.fence = fence
-    }
+    public var fence: LeaseFence? = nil
 }
 
 /// Tokens a hosted model (`analyzer.kind` gemini or openai) spent on one segment.
@@ -55,25 +46,12 @@ public struct ModelUsage: Sendable, Equatable {
     public var model: String
     public var inputTokens: Int
     public var outputTokens: Int
-
-    public init(device: String, stream: String, seq: Int, model: String, inputTokens: Int, outputTokens: Int) {
-        self.device = device
-        self.stream = stream
-        self.seq = seq
-        self.model = model
-        self.inputTokens = inputTokens
-        self.outputTokens = outputTokens
-    }
 }
 
 /// The lease a session holds: its device and the epoch it was given.
 public struct LeaseFence: Sendable, Equatable {
     public var device: String
     public var epoch: Int64
-    public init(device: String, epoch: Int64) {
-        self.device = device
-        self.epoch = epoch
-    }
 }
 
 public enum ChargeResult: Sendable, Equatable {
@@ -87,26 +65,14 @@ public enum ChargeResult: Sendable, Equatable {
 public struct DeviceBalance: Sendable, Equatable, Codable {
     public var device: String
     /// Seconds credited by operators (`guidance-server credit`).
-    public var creditedSeconds: Int
+    public var creditedSeconds: Int = 0
     /// Seconds spent on analysed segments.
-    public var spentSeconds: Int
+    public var spentSeconds: Int = 0
     /// Segments charged.
-    public var segments: Int
+    public var segments: Int = 0
     /// Tokens hosted models read and wrote for this device's segments.
-    public var inputTokens: Int
-    public var outputTokens: Int
-
-    public init(
-        device: String, creditedSeconds: Int = 0, spentSeconds: Int = 0, segments: Int = 0,
-        inputTokens: Int = 0, outputTokens: Int = 0
-    ) {
-        self.device = device
-        self.creditedSeconds = creditedSeconds
-        self.spentSeconds = spentSeconds
-        self.segments = segments
-        self.inputTokens = inputTokens
-        self.outputTokens = outputTokens
-    }
+    public var inputTokens: Int = 0
+    public var outputTokens: Int = 0
 
     /// Seconds left, given the allowance every device starts with (`usage.remainingSeconds`);
     /// `nil` (no allowance set) is unlimited. Never negative; saturates instead of trapping.

@@ -4,11 +4,6 @@ public struct SMTPReply: Sendable, Equatable {
     public var code: Int
     public var lines: [String]
 
-    public init(code: Int, lines: [String]) {
-        self.code = code
-        self.lines = lines
-    }
-
     /// 2xx: the command was done.
     var isPositive: Bool { (200..<300).contains(code) }
     /// 4xx: not now, maybe later.

@@ -74,23 +74,8 @@ public struct Payment: Sendable, Equatable {
     public var seconds: Int
     /// As shown to the owner, e.g. `4.99 EUR`.
     public var price: String
-    public var status: Status
+    public var status: Status = .pending
     public var createdAtMs: Int64
-
-    public init(
-        provider: String, id: String, owner: Int64, device: String, product: String, seconds: Int, price: String,
-        status: Status = .pending, createdAtMs: Int64
-    ) {
-        self.provider = provider
-        self.id = id
-        self.owner = owner
-        self.device = device
-        self.product = product
-        self.seconds = seconds
-        self.price = price
-        self.status = status
-        self.createdAtMs = createdAtMs
-    }
 }
 
 /// A web session as stored: its id (the hash of its key, never the cookie's value), its value
@@ -105,13 +90,7 @@ public struct StoredWebSession: Sendable, Equatable {
 /// the cars speak (`ko`); nil is not chosen yet. And whether they want an e-mail when a parked
 /// car of theirs records an impact (``ImpactMail``; off until they turn it on).
 public struct OwnerPreferences: Sendable, Equatable {
-    public var timeZone: String?
-    public var language: String?
-    public var impactMail: Bool
-
-    public init(timeZone: String? = nil, language: String? = nil, impactMail: Bool = false) {
-        self.timeZone = timeZone
-        self.language = language
-        self.impactMail = impactMail
-    }
+    public var timeZone: String? = nil
+    public var language: String? = nil
+    public var impactMail: Bool = false
 }

@@ -9,13 +9,6 @@ public struct TrackPoint: Sendable, Equatable {
     public var lat: Double
     public var lon: Double
     public var speed: Double
-
-    public init(atMs: Int64, lat: Double, lon: Double, speed: Double) {
-        self.atMs = atMs
-        self.lat = lat
-        self.lon = lon
-        self.speed = speed
-    }
 }
 
 /// One drive: from the first point after a pause to the last before the next one.
