@@ -1,4 +1,4 @@
-import Agent
+@testable import Agent
 import HAL
 import Logging
 import Testing

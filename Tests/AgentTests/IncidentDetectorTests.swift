@@ -1,4 +1,4 @@
-import Agent
+@testable import Agent
 import Foundation
 import HAL
 import Testing

@@ -53,10 +53,6 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var failedWrites = 0
         /// Segments lost before the disk: it and the uplink fell `CapturePipeline.bufferedSegments` behind.
         public var droppedSegments = 0
-
-        public init(dir: String) {
-            self.dir = dir
-        }
     }
 
     public struct Guidance: Codable, Sendable, Equatable {
@@ -153,11 +149,6 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var problem: String?
         /// The last fix, while it is at most ``GPSTrack/stale`` seconds old.
         public var fix: Fix?
-
-        public init(gpsd: String, state: String) {
-            self.gpsd = gpsd
-            self.state = state
-        }
     }
 
     /// The G-sensor and the incidents it saved.
@@ -188,12 +179,6 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var hz: Int
         /// Newest first, at most ``IncidentService/listed``.
         public var list: [Incident] = []
-
-        public init(sensitivity: String, state: String, hz: Int) {
-            self.sensitivity = sensitivity
-            self.state = state
-            self.hz = hz
-        }
     }
 
     /// Parking mode: the ignition, the mode, the clips saved.
@@ -214,11 +199,6 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         /// Frames the parked watch has looked at since the agent started.
         public var framesWatched = 0
         public var problem: String?
-
-        public init(input: String, sensitivity: String) {
-            self.input = input
-            self.sensitivity = sensitivity
-        }
     }
 
     /// One stream's encoder and what it has made since the agent started.
@@ -231,11 +211,6 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var bytes: Int64 = 0
         /// Seconds of video those segments hold.
         public var seconds = 0.0
-
-        public init(encoder: String, format: String) {
-            self.encoder = encoder
-            self.format = format
-        }
 
         /// What an hour of this stream takes, from what it made so far; nil before a segment.
         public var megabytesPerHour: Double? {
@@ -256,11 +231,6 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var guidance: StreamStatus
         /// Hours of evidence the recording folder holds at this rate (its cap, or its disk's share).
         public var recordingHours: Double?
-
-        public init(evidence: StreamStatus, guidance: StreamStatus) {
-            self.evidence = evidence
-            self.guidance = guidance
-        }
     }
 
     /// Clips the car owes its owner's server (``ClipUploads``).
@@ -284,12 +254,6 @@ public struct AgentStatus: Codable, Sendable, Equatable {
         public var dailyBytes: Int?
         /// Clips the server confirmed since the agent started.
         public var stored = 0
-
-        public init(waitingFor: String, when: String, dailyBytes: Int?) {
-            self.waitingFor = waitingFor
-            self.when = when
-            self.dailyBytes = dailyBytes
-        }
     }
 
     public var camera: Camera
@@ -318,13 +282,6 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var parking: Parking?
     /// Nil without an uplink.
     public var uploads: Uploads?
-
-    public init(camera: Camera, encoder: String, speech: Speech, haptics: HapticsStatus) {
-        self.camera = camera
-        self.encoder = encoder
-        self.speech = speech
-        self.haptics = haptics
-    }
 
     /// Lines for people; `--json` prints the JSON instead.
     public var text: String {

@@ -57,12 +57,6 @@ public struct IncidentDetector: Sendable {
         /// Readings further apart than this start gravity afresh (the sensor stalled, the agent
         /// was paused).
         public var gap: Duration = .seconds(2)
-
-        public init(sensitivity: IncidentSensitivity, before: Duration, after: Duration) {
-            self.sensitivity = sensitivity
-            self.before = before
-            self.after = after
-        }
     }
 
     /// Times are ``MonotonicClock`` nanoseconds, as the readings carry them.

@@ -33,10 +33,6 @@ public struct ParkedClipRules: Sendable {
     /// The clip being recorded: when its first frame (the oldest of the pre-roll) was, and until when it runs.
     public private(set) var clip: (start: UInt64, until: UInt64, trigger: Trigger)?
 
-    public init(settings: Settings) {
-        self.settings = settings
-    }
-
     /// A frame captured at `time`, with what triggered at it (nil: nothing); `preRollStart` is
     /// the time of the oldest frame held (the frame's own time if none).
     public mutating func frame(at time: UInt64, trigger: Trigger?, preRollStart: UInt64) -> Decision {

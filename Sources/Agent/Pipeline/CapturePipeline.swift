@@ -34,13 +34,6 @@ public final class CapturePipeline: Sendable {
         public var clockSource: (@Sendable () -> String)?
         /// How a parked car is watched (``CapturePipeline/park()``); nil: never parked.
         public var parked: ParkedCapture?
-
-        public init(encoder: EncoderSettings, segmentSeconds: Int, reopenBackoffMs: (min: Int, max: Int), maxSegments: Int?) {
-            self.encoder = encoder
-            self.segmentSeconds = segmentSeconds
-            self.reopenBackoffMs = reopenBackoffMs
-            self.maxSegments = maxSegments
-        }
     }
 
     /// Finished segments, oldest first; ends when the pipeline ends, throwing if it failed.

@@ -23,12 +23,6 @@ public struct Pairing: Sendable {
     /// Milliseconds since the Unix epoch; tests pass their own clock.
     public var now: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    public init(store: any PairingStore, tokens: AccessTokens, verificationURI: String?) {
-        self.store = store
-        self.tokens = tokens
-        self.verificationURI = verificationURI
-    }
-
     func endpoints(logger: Logger) -> PairingEndpoints {
         PairingEndpoints(
             store: store, tokens: tokens, verificationURI: verificationURI, scheme: scheme, settings: authorization,

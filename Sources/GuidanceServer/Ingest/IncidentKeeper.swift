@@ -22,12 +22,6 @@ struct IncidentKeeper {
     /// Seq → the incident folders waiting for it.
     private(set) var waiting: [Int: Set<String>] = [:]
 
-    init(keepDir: String?, device: String, stream: String) {
-        self.keepDir = keepDir
-        self.device = device
-        self.stream = stream
-    }
-
     struct Kept: Equatable {
         var folder: String
         var linked: [Int]

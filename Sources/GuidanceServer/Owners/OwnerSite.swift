@@ -16,9 +16,4 @@ public struct OwnerSite: Sendable {
     public var secureCookies = false
     /// Whether the server has a mail relay (`mail.relay`): owners may ask for impact mails.
     public var mailRelay = false
-
-    public init(library: MustacheLibrary, sessionDriver: any PersistDriver) {
-        self.library = library
-        self.sessionDriver = sessionDriver
-    }
 }
