@@ -74,9 +74,44 @@ public final class ALSASink: AudioSink {
 
     public func drain() throws {
         guard let pcm else { return }
+        if playOut(pcm) {
+            // Everything written was heard and the stream ran dry: its end, not a fault.
+            _ = snd_pcm_drop(pcm)
+            return
+        }
         let status = snd_pcm_drain(pcm)
         guard status >= 0 else { throw fail(.playback(device: device, "snd_pcm_drain: \(Self.text(status))")) }
     }
+
+    /// Waits while the device plays what is written, so that little or nothing is left for
+    /// `snd_pcm_drain`: the kernel's drain gives up (EIO, and the rest of the utterance is lost)
+    /// when no period passes within 1.1 buffer times, 110 ms here (Linux 6.4, and the stable
+    /// kernels that took the change), which a machine busy enough to run its timers late exceeds.
+    /// Here the device may stand still for ``stallLimit`` before the drain decides. True once the
+    /// stream ran dry: everything played.
+    private func playOut(_ pcm: OpaquePointer) -> Bool {
+        var left = snd_pcm_sframes_t.max
+        var stalledSince: ContinuousClock.Instant?
+        while snd_pcm_state(pcm) == SND_PCM_STATE_RUNNING {
+            var delay: snd_pcm_sframes_t = 0
+            guard snd_pcm_delay(pcm, &delay) >= 0, delay > 0 else { break }
+            if delay < left {
+                left = delay
+                stalledSince = nil
+            } else if let since = stalledSince {
+                if since.duration(to: .now) > Self.stallLimit { return false }
+            } else {
+                stalledSince = .now
+            }
+            // What is left, in steps of at most 20 ms: the end is heard within one.
+            let microseconds = Int(delay) * 1_000_000 / max(sampleRate, 1)
+            usleep(UInt32(min(max(microseconds, 1000), 20_000)))
+        }
+        return snd_pcm_state(pcm) == SND_PCM_STATE_XRUN
+    }
+
+    /// How long the device may play nothing before ``drain()`` leaves it to `snd_pcm_drain`.
+    static let stallLimit = Duration.seconds(2)
 
     public func stop() {
         guard let pcm else { return }
@@ -114,6 +149,7 @@ public final class ALSASink: AudioSink {
     }
 
     /// `snd_pcm_set_params` starts playback only once the whole buffer is full; one period is enough.
+    /// And the played part of the buffer is silenced (see ``playOut(_:)``).
     private func startEarly(_ handle: OpaquePointer) throws {
         var bufferSize: snd_pcm_uframes_t = 0
         var periodSize: snd_pcm_uframes_t = 0
@@ -124,6 +160,12 @@ public final class ALSASink: AudioSink {
         defer { snd_pcm_sw_params_free(sw) }
         var status = snd_pcm_sw_params_current(handle, sw)
         if status >= 0 { status = snd_pcm_sw_params_set_start_threshold(handle, sw, periodSize) }
+        // What has been played is overwritten with silence (a size of the boundary: all of it), so
+        // a stream that runs dry at an utterance's end plays silence, never old samples again.
+        var boundary: snd_pcm_uframes_t = 0
+        if status >= 0 { status = snd_pcm_sw_params_get_boundary(sw, &boundary) }
+        if status >= 0 { status = snd_pcm_sw_params_set_silence_threshold(handle, sw, 0) }
+        if status >= 0 { status = snd_pcm_sw_params_set_silence_size(handle, sw, boundary) }
         if status >= 0 { status = snd_pcm_sw_params(handle, sw) }
         guard status >= 0 else { throw fail(.unsupported(device: device, "software parameters: \(Self.text(status))")) }
     }
