@@ -160,13 +160,20 @@ public final class ALSASink: AudioSink {
         defer { snd_pcm_sw_params_free(sw) }
         var status = snd_pcm_sw_params_current(handle, sw)
         if status >= 0 { status = snd_pcm_sw_params_set_start_threshold(handle, sw, periodSize) }
+        guard status >= 0 else { throw fail(.unsupported(device: device, "software parameters: \(Self.text(status))")) }
         // What has been played is overwritten with silence (a size of the boundary: all of it), so
-        // a stream that runs dry at an utterance's end plays silence, never old samples again.
+        // a stream that runs dry at an utterance's end plays silence, never old samples again. A
+        // device that refuses it plays without.
         var boundary: snd_pcm_uframes_t = 0
-        if status >= 0 { status = snd_pcm_sw_params_get_boundary(sw, &boundary) }
-        if status >= 0 { status = snd_pcm_sw_params_set_silence_threshold(handle, sw, 0) }
-        if status >= 0 { status = snd_pcm_sw_params_set_silence_size(handle, sw, boundary) }
-        if status >= 0 { status = snd_pcm_sw_params(handle, sw) }
+        let silenced =
+            snd_pcm_sw_params_get_boundary(sw, &boundary) >= 0
+            && snd_pcm_sw_params_set_silence_threshold(handle, sw, 0) >= 0
+            && snd_pcm_sw_params_set_silence_size(handle, sw, boundary) >= 0
+        status = snd_pcm_sw_params(handle, sw)
+        if status < 0, silenced {
+            _ = snd_pcm_sw_params_set_silence_size(handle, sw, 0)
+            status = snd_pcm_sw_params(handle, sw)
+        }
         guard status >= 0 else { throw fail(.unsupported(device: device, "software parameters: \(Self.text(status))")) }
     }
 
