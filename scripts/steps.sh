@@ -71,3 +71,38 @@ RESOLVED_FLAGS=(--force-resolved-versions)
 # backtrace keeps the function names. A build for debugging is plain `swift build`. (The index
 # store stays: SwiftPM finds the tests on Linux by reading it.)
 DEBUG_BUILD_FLAGS=("${RESOLVED_FLAGS[@]}" -debug-info-format none)
+
+# side_by_side LOGDIR NAME CMD [NAME CMD ...]: steps that run at once, each CMD (one word: a
+# function or a program) in the background with its output in LOGDIR/<n>.log. When all have
+# ended, each log is printed whole, in the order given, and each step's time noted as its own.
+# Fails when any failed; all are waited for first.
+side_by_side() {
+    local dir=$1 start=$SECONDS i n=0 ended rc failed=0; shift
+    local -a names=() pids=() took=() codes=()
+    mkdir -p "$dir"
+    while [ $# -ge 2 ]; do
+        names+=("$1")
+        echo "=== $1 (side by side; its output follows when all have ended: $dir/$n.log)" >&2
+        "$2" > "$dir/$n.log" 2>&1 < /dev/null &
+        pids+=($!)
+        n=$((n + 1))
+        shift 2
+    done
+    local -a running=("${pids[@]}")
+    while [ "${#running[@]}" -gt 0 ]; do
+        rc=0
+        wait -n -p ended "${running[@]}" || rc=$?
+        for i in "${!pids[@]}"; do
+            [ "${pids[$i]}" != "$ended" ] || { took[i]=$((SECONDS - start)); codes[i]=$rc; }
+        done
+        running=()
+        for i in "${!pids[@]}"; do [ -n "${codes[$i]:-}" ] || running+=("${pids[$i]}"); done
+    done
+    for i in "${!names[@]}"; do
+        echo "=== ${names[$i]}: ended after ${took[$i]} s (exit ${codes[$i]}); its output:" >&2
+        cat "$dir/$i.log" >&2
+        STEP_TIMES+=("$(printf '%-48s %5d s (side by side)' "${names[$i]}" "${took[$i]}")")
+        [ "${codes[$i]}" = 0 ] || failed=1
+    done
+    return "$failed"
+}
