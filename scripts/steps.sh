@@ -8,8 +8,11 @@ step() {
     local name=$1 start=$SECONDS; shift
     echo "=== $name" >&2
     "$@"
-    STEP_TIMES+=("$(printf '%-48s %5d s' "$name" $((SECONDS - start)))")
+    note_time "$name" $((SECONDS - start))
 }
+
+# note_time NAME SECONDS [REMARK]: a step's line among the times step_times prints.
+note_time() { STEP_TIMES+=("$(printf '%-48s %5d s%s' "$1" "$2" "${3:+ $3}")"); }
 
 # step_times TITLE: prints TITLE, then each step's time.
 step_times() {
@@ -101,7 +104,7 @@ side_by_side() {
     for i in "${!names[@]}"; do
         echo "=== ${names[$i]}: ended after ${took[$i]} s (exit ${codes[$i]}); its output:" >&2
         cat "$dir/$i.log" >&2
-        STEP_TIMES+=("$(printf '%-48s %5d s (side by side)' "${names[$i]}" "${took[$i]}")")
+        note_time "${names[$i]}" "${took[$i]}" "(side by side)"
         [ "${codes[$i]}" = 0 ] || failed=1
     done
     return "$failed"
