@@ -606,7 +606,7 @@ def reconnect_report(args, seen):
         "reconnect_ms_p99": percentile(reconnect_ms, 99), "reconnect_ms_max": max(reconnect_ms, default=None),
         "not_back_by_end": seen["notBack"],
         "segments_resent": seen["resent"], "segments_lost": seen["lost"], "segments_never_written_whole": seen["unwritten"],
-        "lost_segments": seen["lostSegments"], "stray_acks": seen["strayAcks"], "server_errors": seen["serverErrors"],
+        "lost_segments": seen["lostSegments"], "lost_histories": seen.get("lostHistories"), "stray_acks": seen["strayAcks"], "server_errors": seen["serverErrors"],
     }
 
 

@@ -219,6 +219,8 @@ final class Tally {
         var lost = 0, unwritten = 0
         /// A few of the lost ones, "device#seq", to look for in the server's log.
         var lostSegments: [String] = []
+        /// What the first few devices with a lost segment last did ("12.345 closed 4001"), by device.
+        var lostHistories: [String: [String]] = [:]
         /// Acks of a seq already acknowledged or never sent.
         var strayAcks = 0
         /// `error` messages from the server, by code.
@@ -243,6 +245,9 @@ final class Tally {
             steadyLatencyMs += other.steadyLatencyMs
             resent += other.resent; lost += other.lost; unwritten += other.unwritten; strayAcks += other.strayAcks
             lostSegments = Array((lostSegments + other.lostSegments).prefix(Tally.lostShown))
+            for (device, history) in other.lostHistories where lostHistories.count < Tally.historiesShown {
+                lostHistories[device] = history
+            }
             serverErrors.merge(other.serverErrors, uniquingKeysWith: +)
             reconnectMs += other.reconnectMs
             reconnectLostAtS += other.reconnectLostAtS
@@ -251,6 +256,7 @@ final class Tally {
     }
 
     static let lostShown = 20
+    static let historiesShown = 3
     let start: NIODeadline
     let steadyFrom: NIODeadline
     var counts = Report()
@@ -293,6 +299,9 @@ final class Tally {
                 }
                 report.lost += 1
                 if report.lostSegments.count < Self.lostShown { report.lostSegments.append("\(device.id)#\(seq)") }
+                if report.lostHistories.count < Self.historiesShown, report.lostHistories[device.id] == nil {
+                    report.lostHistories[device.id] = device.history
+                }
             }
         }
         return report
@@ -337,6 +346,14 @@ final class Device {
     var backoff = Backoff()
     /// When an open session ended, until the next one opens (`--reconnect`).
     var lostAt: NIODeadline?
+    /// Its last events, seconds from the run's start first: reported if it loses a segment.
+    var history: [String] = []
+
+    func note(_ event: @autoclosure () -> String) {
+        if history.count == Self.historyKept { history.removeFirst() }
+        history.append(String(format: "%.3f ", inSeconds(.now() - tally.start)) + event())
+    }
+    static let historyKept = 40
 
     init(
         token: String, id: String, plan: Plan, tally: Tally, loop: any EventLoop, connectAt: NIODeadline, phase: NIODeadline,
@@ -363,6 +380,7 @@ final class Device {
         guard !finished else { return }
         attempt += 1
         let attempt = self.attempt
+        note("connect #\(attempt)")
         let bound = NIOLoopBound(self, eventLoop: loop)
         ClientBootstrap(group: loop)
             .channelInitializer { channel in
@@ -391,6 +409,7 @@ final class Device {
     func refused(status: Int, retryAfter: Double?, attempt: Int) {
         guard attempt == self.attempt, !finished else { return }
         tally.counts.refusals[String(status), default: 0] += 1
+        note("refused \(status), Retry-After \(retryAfter.map { String($0) } ?? "none")")
         abandon()
         var wait = max(1, retryAfter ?? 1)
         if let policy = plan.reconnect {
@@ -401,6 +420,7 @@ final class Device {
     }
 
     func upgraded(_ channel: any Channel) {
+        note("upgraded")
         let hello = ClientMessage.hello(
             .init(
                 device: id, locale: "en-US", agent: "load",
@@ -411,11 +431,13 @@ final class Device {
     func received(_ message: ServerMessage, now: NIODeadline, attempt: Int) {
         guard attempt == self.attempt else { return }
         if !sessionOpen {
+            note("session open")
             sessionOpened(now: now, attempt: attempt)
             return
         }
         switch message {
         case .ack(let seq):
+            note("ack \(seq)")
             if let segment = pending.removeValue(forKey: seq) {
                 if let writtenAt = segment.writtenAt { tally.acked(writtenAt: writtenAt, now: now) }
             } else {
@@ -497,13 +519,15 @@ final class Device {
     /// from when its ack is timed.
     func write(_ seq: Int, attempt: Int, then next: @escaping () -> Void) {
         guard !finished, attempt == self.attempt, let channel, let captured = pending[seq]?.captured else { return }
+        note("write \(seq)")
         let header = ClientMessage.segment(
             .init(
                 seq: seq, capturedAt: captured, durationMs: 5000, frames: 50, bytes: plan.bytes,
                 sha256: plan.sha256, chunks: plan.chunks))
         channel.write(Plan.frame(.text, Array(header.encoded().utf8)), promise: nil)
         channel.writeAndFlush(plan.segmentFrames).assumeIsolated().whenComplete { result in
-            guard case .success = result else { return }
+            guard case .success = result else { return self.note("write \(seq) failed") }
+            self.note("written \(seq)")
             if self.pending[seq] != nil {
                 if self.pending[seq]?.writtenAt == nil { self.tally.counts.sent += 1 }
                 self.pending[seq]?.writtenAt = .now()
@@ -519,12 +543,14 @@ final class Device {
     func closed(code: UInt16?, attempt: Int) {
         guard !finished, attempt == self.attempt else { return }
         tally.counts.closes[code.map(String.init) ?? "None", default: 0] += 1
+        note("closed \(code.map(String.init) ?? "without a code")")
         ended()
     }
 
     func failed(_ error: any Error, attempt: Int) {
         guard !finished, attempt == self.attempt else { return }
         tally.counts.errors[String("\(type(of: error)): \(error)".prefix(80)), default: 0] += 1
+        note("failed: \(String("\(error)".prefix(80)))")
         ended()
     }
 
@@ -541,7 +567,7 @@ final class Device {
         let lived = wasOpen ? sessionOpenedAt.map { inSeconds(now - $0) } : nil
         if wasOpen { lostAt = now }
         abandon()
-        guard now < end else { return }
+        guard now < end else { return note("the run is over: not connecting again") }
         let wait: Double =
             switch policy {
             case .atOnce(let jitter, let retry): (wasOpen ? 0 : retry) + Double.random(in: 0...jitter)
@@ -567,6 +593,7 @@ final class Device {
     func finish() {
         guard !finished else { return }
         finished = true
+        note(sessionOpen ? "end, session open" : "end, no session")
         if sessionOpen {
             tally.counts.held += 1
         } else if opened {
