@@ -8,8 +8,10 @@
  *   shim_check info PATH                the chip's name, label and lines (name, used, consumer)
  *   shim_check find PATH NAME           "offset: N" for the line called NAME
  *   shim_check try PATH OFFSET          request the line and release it at once: "ok"
- *   shim_check hold PATH OFFSET VALUE SECONDS [active-low]
- *       request, print "held", set VALUE, print "set: VALUE", wait SECONDS, release, print "released"
+ *   shim_check hold PATH OFFSET VALUE [active-low]
+ *       request, print "held", set VALUE, print "set: VALUE", wait for the end of standard input
+ *       (the caller closes it once its checks are done, however slow the machine), release,
+ *       print "released"
  *
  * A failure prints "error: ERRNO_NAME (text)" and exits 1. The consumer is "shim-check".
  */
@@ -196,11 +198,11 @@ int main(int argc, char **argv)
     }
 
     if ((strcmp(argv[1], "try") == 0 && argc == 4) ||
-        (strcmp(argv[1], "hold") == 0 && (argc == 6 || argc == 7))) {
+        (strcmp(argv[1], "hold") == 0 && (argc == 5 || argc == 6))) {
         bool hold = argv[1][0] == 'h';
         if ((chip = open_chip(argv[2])) == NULL)
             return 1;
-        out = cgpiod_output_request(chip, (unsigned int)atoi(argv[3]), argc == 7 && strcmp(argv[6], "active-low") == 0,
+        out = cgpiod_output_request(chip, (unsigned int)atoi(argv[3]), argc == 6 && strcmp(argv[5], "active-low") == 0,
                                     CONSUMER);
         r = errno;
         /* The output lives on without the chip handle. */
@@ -221,14 +223,15 @@ int main(int argc, char **argv)
         }
         printf("set: %d\n", atoi(argv[4]) != 0);
         fflush(stdout);
-        sleep((unsigned int)atoi(argv[5]));
+        while (getchar() != EOF) {
+        }
         cgpiod_output_release(out);
         printf("released\n");
         return 0;
     }
 
     fprintf(stderr,
-            "usage: %s [version | info PATH | find PATH NAME | try PATH OFFSET | hold PATH OFFSET VALUE SECONDS [active-low]]\n",
+            "usage: %s [version | info PATH | find PATH NAME | try PATH OFFSET | hold PATH OFFSET VALUE [active-low]]\n",
             argv[0]);
     return 2;
 }
