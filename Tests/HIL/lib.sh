@@ -184,7 +184,7 @@ hil_gpio_sim_value_is() {
 }
 
 # libgpiod's tools differ by release: Debian 12 ships v1 (gpiofind NAME, gpioinfo CHIP,
-# gpioset --mode=time), Debian 13 v2 (gpioinfo NAME, gpioinfo -c CHIP, gpioset -p PERIOD -t0). The
+# gpioset --mode=signal), Debian 13 v2 (gpioinfo NAME, gpioinfo -c CHIP, gpioset -c CHIP). The
 # cases call these, which speak both.
 # (The first line of --version names the version; a later one says "LGPLv2.1".)
 hil_gpiod_v2() { gpioinfo --version 2>/dev/null | awk 'NR == 1 && / v2\./ { v2 = 1 } END { exit !v2 }'; }
@@ -204,10 +204,12 @@ hil_gpio_line_info() { hil_gpio_chip_info "$1" | grep -E "line +$2:"; }
 hil_gpio_line_unused() {
     if hil_gpiod_v2; then [[ $1 != *consumer=* ]]; else [[ $1 == *unused* ]]; fi
 }
-# hil_gpio_hold CHIP OFFSET SECONDS: drives the line to 1 for SECONDS, lets it go, exits 0.
+# hil_gpio_hold CHIP OFFSET: drives the line to 1 until it is signalled (SIGTERM), then lets it
+# go. No fixed period: on a busy VM a check may come late, and the line must still be held then.
+# Run it in the background (&): it becomes gpioset, so $! is what to signal.
 hil_gpio_hold() {
-    if hil_gpiod_v2; then gpioset -c "$1" -p "${3}s" -t0 "$2=1"
-    else gpioset --mode=time --sec="$3" "$1" "$2=1"; fi
+    if hil_gpiod_v2; then exec gpioset -c "$1" "$2=1"
+    else exec gpioset --mode=signal "$1" "$2=1"; fi
 }
 
 # Loads gpio-sim and makes the chip live. Called once per boot by in-vm.sh.
