@@ -49,13 +49,13 @@ trap cleanup EXIT
 chip="$(cat "$sim/gpio-bank0/chip_name")"
 dev="/dev/$chip"
 value="/sys/devices/platform/$(cat "$sim/dev_name")/$chip/sim_gpio5/value"
-for _ in $(seq 50); do [ -c "$dev" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -c "$dev" ] && break; sleep 0.1; done   # up to 60 s, for a busy VM
 echo "chip: $chip ($dev, label $label), line 5 \"haptic\", level in $value"
 "$bin" version
 
-# Waits up to 5 s for the line's physical level.
+# Waits up to 60 s (a busy VM) for the line's physical level.
 level_is() {
-    for _ in $(seq 50); do [ "$(cat "$value")" = "$1" ] && return 0; sleep 0.1; done
+    for _ in $(seq 600); do [ "$(cat "$value")" = "$1" ] && return 0; sleep 0.1; done
     return 1
 }
 
