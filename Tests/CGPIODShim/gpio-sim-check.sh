@@ -49,15 +49,19 @@ trap cleanup EXIT
 chip="$(cat "$sim/gpio-bank0/chip_name")"
 dev="/dev/$chip"
 value="/sys/devices/platform/$(cat "$sim/dev_name")/$chip/sim_gpio5/value"
-for _ in $(seq 600); do [ -c "$dev" ] && break; sleep 0.1; done   # up to 60 s, for a busy VM
+# until COMMAND...: runs COMMAND every 0.1 s until it succeeds, for up to 60 s (a busy VM).
+until_true() {
+    for _ in $(seq 600); do "$@" && return 0; sleep 0.1; done
+    return 1
+}
+until_true test -c "$dev"
 echo "chip: $chip ($dev, label $label), line 5 \"haptic\", level in $value"
 "$bin" version
 
-# Waits up to 60 s (a busy VM) for the line's physical level.
-level_is() {
-    for _ in $(seq 600); do [ "$(cat "$value")" = "$1" ] && return 0; sleep 0.1; done
-    return 1
-}
+# The line's physical level is $1 (now).
+level_now() { [ "$(cat "$value")" = "$1" ]; }
+# Waits for the line's physical level.
+level_is() { until_true level_now "$1"; }
 
 expect "chip name, label and line count" "chip: $chip [$label] lines 8" "$bin" info "$dev"
 expect "line 5's name, free" 'line 5: "haptic" free ""' "$bin" info "$dev"
@@ -76,8 +80,7 @@ hold() {
     shift 2
     coproc HOLDER { "$bin" hold "$dev" 5 "$1" ${2:+"$2"} >"$tmp/hold.out" 2>&1; }
     local pid=$HOLDER_PID release=${HOLDER[1]}
-    # Waits for the holder's answer: up to 60 s, for a busy VM.
-    for _ in $(seq 600); do grep -q '^set:\|^error:' "$tmp/hold.out" && break; sleep 0.1; done
+    until_true grep -q '^set:\|^error:' "$tmp/hold.out"
     if ! grep -q '^set:' "$tmp/hold.out"; then
         fail "$name: $(cat "$tmp/hold.out")"; exec {release}>&-; wait "$pid"; return
     fi
@@ -106,7 +109,8 @@ else
     gpioset --mode=signal "$chip" 5=1 &
 fi
 gpid=$!
-for _ in $(seq 600); do "$bin" info "$dev" 2>&1 | grep -q 'line 5: "haptic" used "gpioset"' && break; sleep 0.1; done
+held_by_gpioset() { "$bin" info "$dev" 2>&1 | grep -q 'line 5: "haptic" used "gpioset"'; }
+until_true held_by_gpioset
 expect "busy (gpioset)" "error: EBUSY" "$bin" try "$dev" 5
 expect "held by gpioset" 'line 5: "haptic" used "gpioset"' "$bin" info "$dev"
 kill "$gpid"
