@@ -300,7 +300,7 @@ final class Tally {
                 report.lost += 1
                 if report.lostSegments.count < Self.lostShown { report.lostSegments.append("\(device.id)#\(seq)") }
                 if report.lostHistories.count < Self.historiesShown, report.lostHistories[device.id] == nil {
-                    report.lostHistories[device.id] = device.history
+                    report.lostHistories[device.id] = device.historyLines
                 }
             }
         }
@@ -346,14 +346,20 @@ final class Device {
     var backoff = Backoff()
     /// When an open session ended, until the next one opens (`--reconnect`).
     var lostAt: NIODeadline?
-    /// Its last events, seconds from the run's start first: reported if it loses a segment.
-    var history: [String] = []
+    /// Its last events and when they happened: reported if it loses a segment (``historyLines``).
+    var history: [(at: NIODeadline, event: String)] = []
 
-    func note(_ event: @autoclosure () -> String) {
+    /// Kept as it happens; formatted only for a report, so the writes and acks pay no formatting.
+    func note(_ event: String) {
         if history.count == Self.historyKept { history.removeFirst() }
-        history.append(String(format: "%.3f ", inSeconds(.now() - tally.start)) + event())
+        history.append((.now(), event))
     }
     static let historyKept = 40
+
+    /// The history as lines, seconds from the run's start first: "12.345 closed 4001".
+    var historyLines: [String] {
+        history.map { String(format: "%.3f ", inSeconds($0.at - tally.start)) + $0.event }
+    }
 
     init(
         token: String, id: String, plan: Plan, tally: Tally, loop: any EventLoop, connectAt: NIODeadline, phase: NIODeadline,
