@@ -625,6 +625,8 @@ class Chaos:
         self.labels = {server.pid: f"instance-{n}" for n, (server, _) in enumerate(servers)}
         self.rss_max_kib = {}
         self.retired_cpu = 0.0  # the killed process's CPU, read just before the kill
+        # ... and as this process's children count it once it is waited for: not the generator's.
+        self.reaped_cpu = 0.0
         self.facts = {}
         self.killed = None  # time.monotonic() of the kill
         self.restarted = None  # ... and of the new process saying it listens
@@ -638,7 +640,10 @@ class Chaos:
         peak, cpu = if_alive(proc_peak_kib, server.pid), if_alive(proc_stat, server.pid, 0.0)
         server.kill()
         self.killed = time.monotonic()
+        reaped_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         await asyncio.to_thread(server.wait)
+        reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.reaped_cpu += (reaped.ru_utime - reaped_before.ru_utime) + (reaped.ru_stime - reaped_before.ru_stime)
         self.retired_cpu += cpu
         self.facts.update(killed_server_peak_rss_mib=peak / 1024, killed_server_exit=server.returncode)
         await asyncio.sleep(max(0.0, self.killed + self.restart_after - time.monotonic()))
@@ -976,9 +981,11 @@ def main():
         postgres_cpu = tree_cpu(postgres.pids()) - postgres_before if postgres else None
         own = resource.getrusage(resource.RUSAGE_SELF)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        # The generator: this process, and server-load (waited for, so a child that counts).
+        # The generator: this process, and server-load (waited for, so a child that counts); a
+        # killed server is a child waited for too, and its CPU is the servers'.
         own_cpu = ((own.ru_utime - own_before.ru_utime) + (own.ru_stime - own_before.ru_stime)
-                   + (children.ru_utime - children_before.ru_utime) + (children.ru_stime - children_before.ru_stime))
+                   + (children.ru_utime - children_before.ru_utime) + (children.ru_stime - children_before.ru_stime)
+                   - (chaos.reaped_cpu if chaos else 0.0))
         latency_ms = [x * 1000 for x in stats["latency"]]
         steady_ms = [x * 1000 for x in stats["steady_latency"]]
         start_ms = [x * 1000 for x in stats["start_latency"]]
