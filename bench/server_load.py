@@ -624,9 +624,9 @@ class Chaos:
         self.index, self.at, self.restart_after, self.restart = index, at, restart_after, restart
         self.labels = {server.pid: f"instance-{n}" for n, (server, _) in enumerate(servers)}
         self.rss_max_kib = {}
-        self.retired_cpu = 0.0  # the killed process's CPU, read just before the kill
-        # ... and as this process's children count it once it is waited for: not the generator's.
-        self.reaped_cpu = 0.0
+        # The killed processes' CPU, as this process's children count it once each is waited for:
+        # the servers', not the generator's (which is read from the children too).
+        self.retired_cpu = 0.0
         self.facts = {}
         self.killed = None  # time.monotonic() of the kill
         self.restarted = None  # ... and of the new process saying it listens
@@ -637,14 +637,13 @@ class Chaos:
         await asyncio.sleep(max(0.0, t0 + self.at - time.monotonic()))
         server, port = self.servers[self.index]
         self.observe()
-        peak, cpu = if_alive(proc_peak_kib, server.pid), if_alive(proc_stat, server.pid, 0.0)
+        peak = if_alive(proc_peak_kib, server.pid)
         server.kill()
         self.killed = time.monotonic()
         reaped_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         await asyncio.to_thread(server.wait)
         reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-        self.reaped_cpu += (reaped.ru_utime - reaped_before.ru_utime) + (reaped.ru_stime - reaped_before.ru_stime)
-        self.retired_cpu += cpu
+        self.retired_cpu += (reaped.ru_utime - reaped_before.ru_utime) + (reaped.ru_stime - reaped_before.ru_stime)
         self.facts.update(killed_server_peak_rss_mib=peak / 1024, killed_server_exit=server.returncode)
         await asyncio.sleep(max(0.0, self.killed + self.restart_after - time.monotonic()))
         launched = time.monotonic()
@@ -985,7 +984,7 @@ def main():
         # killed server is a child waited for too, and its CPU is the servers'.
         own_cpu = ((own.ru_utime - own_before.ru_utime) + (own.ru_stime - own_before.ru_stime)
                    + (children.ru_utime - children_before.ru_utime) + (children.ru_stime - children_before.ru_stime)
-                   - (chaos.reaped_cpu if chaos else 0.0))
+                   - (chaos.retired_cpu if chaos else 0.0))
         latency_ms = [x * 1000 for x in stats["latency"]]
         steady_ms = [x * 1000 for x in stats["steady_latency"]]
         start_ms = [x * 1000 for x in stats["start_latency"]]
